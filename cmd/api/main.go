@@ -1,0 +1,196 @@
+// Command api serves the backfill service, and with "migrate up|down|status" manages the
+// schema alone.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/backfillsvc/backfill/handlers"
+	"github.com/backfillsvc/backfill/metrics"
+	"github.com/backfillsvc/backfill/migrations"
+	"github.com/backfillsvc/backfill/repo"
+	"github.com/backfillsvc/backfill/sweeper"
+	"github.com/jmoiron/sqlx"
+	_ "github.com/lib/pq"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+// run is the whole program; main only wires it to the process. It returns when ctx is done
+// (SIGINT/SIGTERM) after draining, or on a startup error.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	logger := slog.New(slog.NewJSONHandler(stdout, nil))
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	dsn, err := sessionDSN(cfg.DatabaseURL, cfg.StatementTimeout)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	db, err := sqlx.Open("postgres", dsn)
+	if err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(cfg.DBMaxConns)
+	db.SetMaxIdleConns(cfg.DBMaxConns)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+
+	if len(args) > 0 && args[0] == "migrate" {
+		return migrate(ctx, db, args[1:], stdout)
+	}
+	if len(args) > 0 {
+		return fmt.Errorf("unknown command %q (want no argument, or migrate up|down|status)", args[0])
+	}
+	return serve(ctx, cfg, db, logger)
+}
+
+func serve(ctx context.Context, cfg config, db *sqlx.DB, logger *slog.Logger) error {
+	logger.Info("starting", "http_addr", cfg.HTTPAddr, "database_url", redactedDSN(cfg.DatabaseURL),
+		"sweep_interval", cfg.SweepInterval.String(), "max_backfill_runs", cfg.MaxBackfillRuns,
+		"max_attempts", cfg.MaxAttempts, "db_max_conns", cfg.DBMaxConns, "auth", len(cfg.APITokens) > 0)
+
+	if err := migrations.Up(ctx, db.DB); err != nil {
+		return err
+	}
+	m := metrics.New()
+	store := repo.New(db, repo.Config{
+		MaxBackfillRuns: cfg.MaxBackfillRuns,
+		MaxAttempts:     cfg.MaxAttempts,
+		Observer:        m,
+	})
+	handler, err := handlers.New(handlers.Options{
+		Store:      store,
+		Logger:     logger.With("component", "http"),
+		Ready:      readiness(db),
+		Metrics:    m.Handler(),
+		APITokens:  cfg.APITokens,
+		Instrument: m.Instrument,
+	})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Addr:              cfg.HTTPAddr,
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		// A 100,000-slot creation or dry run takes seconds; leave it room.
+		WriteTimeout:   2 * time.Minute,
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: 64 << 10,
+		// In-flight requests keep their context through SIGTERM so that drain lets them finish.
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+	}
+
+	sweep := sweeper.New(store, sweeper.Config{
+		Interval: cfg.SweepInterval,
+		Logger:   logger.With("component", "sweeper"),
+		OnPass:   m.SweepPassed,
+	})
+	sweep.Start(context.WithoutCancel(ctx))
+	defer sweep.Stop()
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	logger.Info("serving", "addr", ln.Addr().String())
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down: draining requests")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	logger.Info("stopping sweeper")
+	sweep.Stop()
+	logger.Info("stopped")
+	return nil
+}
+
+// readiness answers whether the database is reachable and fully migrated.
+func readiness(db *sqlx.DB) handlers.ReadinessFunc {
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if err := db.PingContext(ctx); err != nil {
+			return fmt.Errorf("ping: %w", err)
+		}
+		pending, err := migrations.Pending(ctx, db.DB)
+		if err != nil {
+			return err
+		}
+		if pending {
+			return errors.New("migrations pending")
+		}
+		return nil
+	}
+}
+
+func migrate(ctx context.Context, db *sqlx.DB, args []string, stdout io.Writer) error {
+	if len(args) != 1 {
+		return errors.New("usage: api migrate up|down|status")
+	}
+	p, err := migrations.NewProvider(db.DB)
+	if err != nil {
+		return err
+	}
+	switch args[0] {
+	case "up":
+		results, err := p.Up(ctx)
+		for _, r := range results {
+			fmt.Fprintln(stdout, r)
+		}
+		return err
+	case "down":
+		r, err := p.Down(ctx)
+		if r != nil {
+			fmt.Fprintln(stdout, r)
+		}
+		return err
+	case "status":
+		statuses, err := p.Status(ctx)
+		if err != nil {
+			return err
+		}
+		for _, s := range statuses {
+			applied := "pending"
+			if !s.AppliedAt.IsZero() {
+				applied = "applied " + s.AppliedAt.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(stdout, "%d\t%s\t%s\n", s.Source.Version, s.Source.Path, applied)
+		}
+		return nil
+	default:
+		return fmt.Errorf("unknown migrate command %q (want up, down or status)", args[0])
+	}
+}

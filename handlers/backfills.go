@@ -1,0 +1,160 @@
+package handlers
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/repo"
+)
+
+// Defaults of a backfill the contract fills in.
+const defaultBackfillMaxActiveRuns = 10
+
+// backfillParams reads a creation body, with the contract's defaults filled in.
+func backfillParams(r *http.Request) (repo.BackfillCreateParams, *api.Problem) {
+	var body api.BackfillCreate
+	if p := decodeBody(r, &body); p != nil {
+		return repo.BackfillCreateParams{}, p
+	}
+	conf, err := confIn(body.DagRunConf)
+	if err != nil {
+		p := badRequest("dag_run_conf cannot be encoded", fieldErr("dag_run_conf", err.Error()))
+		return repo.BackfillCreateParams{}, &p
+	}
+	p := repo.BackfillCreateParams{
+		DagID:             body.DagId,
+		FromDate:          body.FromDate.UTC(),
+		ToDate:            body.ToDate.UTC(),
+		DagRunConf:        conf,
+		ReprocessBehavior: repo.ReprocessNone,
+		MaxActiveRuns:     defaultBackfillMaxActiveRuns,
+		Description:       body.Description,
+	}
+	if body.RunBackwards != nil {
+		p.RunBackwards = *body.RunBackwards
+	}
+	if body.ReprocessBehavior != nil {
+		p.ReprocessBehavior = string(*body.ReprocessBehavior)
+	}
+	if body.MaxActiveRuns != nil {
+		p.MaxActiveRuns = int(*body.MaxActiveRuns)
+	}
+	return p, nil
+}
+
+// CreateBackfill creates a backfill with all its runs, or replays an idempotent request.
+func (s *Server) CreateBackfill(w http.ResponseWriter, r *http.Request, params api.CreateBackfillParams) {
+	p, prob := backfillParams(r)
+	if prob != nil {
+		writeProblem(w, *prob)
+		return
+	}
+	if params.IdempotencyKey != nil {
+		p.IdempotencyKey = *params.IdempotencyKey
+	}
+	b, replayed, err := s.store.BackfillCreate(r.Context(), p)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	w.Header().Set("Location", "/api/v1/backfills/"+strconv.FormatInt(b.ID, 10))
+	writeJSON(w, http.StatusCreated, backfillOut(b))
+}
+
+// DryRunBackfill answers what a creation would do, writing nothing.
+func (s *Server) DryRunBackfill(w http.ResponseWriter, r *http.Request) {
+	p, prob := backfillParams(r)
+	if prob != nil {
+		writeProblem(w, *prob)
+		return
+	}
+	slots, err := s.store.BackfillDryRun(r.Context(), p)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := api.DryRunCollection{Runs: make([]api.DryRunEntry, len(slots)), TotalEntries: int64(len(slots))}
+	for i, sl := range slots {
+		out.Runs[i] = plannedOut(sl)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// ListBackfills pages backfills.
+func (s *Server) ListBackfills(w http.ResponseWriter, r *http.Request, params api.ListBackfillsParams) {
+	limit, offset := page(params.Limit, params.Offset)
+	p := repo.BackfillListParams{
+		DagID:      params.DagId,
+		Active:     params.Active,
+		Descending: params.OrderBy != nil && *params.OrderBy == api.ListBackfillsParamsOrderByIdDesc,
+		ListParams: repo.ListParams{Limit: limit, Offset: offset},
+	}
+	if params.State != nil {
+		state := string(*params.State)
+		p.State = &state
+	}
+	backfills, total, err := s.store.BackfillList(r.Context(), p)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := api.BackfillCollection{Backfills: make([]api.Backfill, len(backfills)), TotalEntries: int64(total)}
+	for i, b := range backfills {
+		out.Backfills[i] = backfillOut(b)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// GetBackfill answers one backfill with its progress.
+func (s *Server) GetBackfill(w http.ResponseWriter, r *http.Request, id int64) {
+	s.answerBackfill(w, r, s.store.BackfillGet, id)
+}
+
+// ListBackfillDagRuns pages a backfill's slots.
+func (s *Server) ListBackfillDagRuns(w http.ResponseWriter, r *http.Request, id int64, params api.ListBackfillDagRunsParams) {
+	limit, offset := page(params.Limit, params.Offset)
+	slots, total, err := s.store.BackfillSlots(r.Context(), repo.BackfillSlotsParams{
+		BackfillID: id,
+		Descending: params.OrderBy != nil && *params.OrderBy == api.ListBackfillDagRunsParamsOrderBySortOrdinalDesc,
+		ListParams: repo.ListParams{Limit: limit, Offset: offset},
+	})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := api.BackfillDagRunCollection{BackfillDagRuns: make([]api.BackfillDagRun, len(slots)), TotalEntries: total}
+	for i, sl := range slots {
+		out.BackfillDagRuns[i] = slotOut(sl)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// PauseBackfill stops handing out the backfill's runs.
+func (s *Server) PauseBackfill(w http.ResponseWriter, r *http.Request, id int64) {
+	s.answerBackfill(w, r, s.store.BackfillPause, id)
+}
+
+// UnpauseBackfill resumes a paused backfill.
+func (s *Server) UnpauseBackfill(w http.ResponseWriter, r *http.Request, id int64) {
+	s.answerBackfill(w, r, s.store.BackfillUnpause, id)
+}
+
+// CancelBackfill cancels the backfill's queued runs and lets running ones finish.
+func (s *Server) CancelBackfill(w http.ResponseWriter, r *http.Request, id int64) {
+	s.answerBackfill(w, r, s.store.BackfillCancel, id)
+}
+
+// answerBackfill runs one backfill operation and answers the backfill it leaves.
+func (s *Server) answerBackfill(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, id int64) (repo.Backfill, error), id int64) {
+	b, err := op(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, backfillOut(b))
+}

@@ -1,0 +1,138 @@
+package handlers
+
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+
+	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/repo"
+)
+
+// The service answers in UTC.
+func utc(t time.Time) time.Time { return t.UTC() }
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// confOut decodes a stored JSON object for an answer; numbers keep their exact digits.
+func confOut(raw repo.JSON) api.Conf {
+	if len(raw) == 0 {
+		return nil
+	}
+	var c api.Conf
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&c); err != nil {
+		return nil
+	}
+	return c
+}
+
+// confIn encodes a request's free-form object for storage; nil stays nil (SQL NULL).
+func confIn(c api.Conf) (repo.JSON, error) {
+	if c == nil {
+		return nil, nil
+	}
+	return json.Marshal(c)
+}
+
+func dagOut(d repo.Dag) api.Dag {
+	return api.Dag{
+		DagId:         d.DagID,
+		Schedule:      d.Schedule,
+		Timezone:      d.Timezone,
+		MaxActiveRuns: int32(d.MaxActiveRuns),
+		IsPaused:      d.IsPaused,
+		Description:   d.Description,
+		CreatedAt:     utc(d.CreatedAt),
+		UpdatedAt:     utc(d.UpdatedAt),
+	}
+}
+
+func runOut(r repo.Run) api.DagRun {
+	return api.DagRun{
+		Id:                r.ID,
+		DagId:             r.DagID,
+		RunId:             r.RunID,
+		LogicalDate:       utc(r.LogicalDate),
+		DataIntervalStart: utc(r.DataIntervalStart),
+		DataIntervalEnd:   utc(r.DataIntervalEnd),
+		State:             api.DagRunState(r.State),
+		RunType:           api.RunType(r.RunType),
+		BackfillId:        r.BackfillID,
+		Conf:              confOut(r.Conf),
+		Attempt:           int32(r.Attempt),
+		WorkerId:          r.WorkerID,
+		QueuedAt:          utcPtr(r.QueuedAt),
+		StartDate:         utcPtr(r.StartDate),
+		EndDate:           utcPtr(r.EndDate),
+		LeaseExpiresAt:    utcPtr(r.LeaseExpiresAt),
+	}
+}
+
+func runsOut(runs []repo.Run) []api.DagRun {
+	out := make([]api.DagRun, len(runs))
+	for i, r := range runs {
+		out[i] = runOut(r)
+	}
+	return out
+}
+
+func backfillOut(b repo.Backfill) api.Backfill {
+	return api.Backfill{
+		Id:                b.ID,
+		DagId:             b.DagID,
+		FromDate:          utc(b.FromDate),
+		ToDate:            utc(b.ToDate),
+		RunBackwards:      b.RunBackwards,
+		DagRunConf:        confOut(b.DagRunConf),
+		ReprocessBehavior: api.ReprocessBehavior(b.ReprocessBehavior),
+		MaxActiveRuns:     int32(b.MaxActiveRuns),
+		Description:       b.Description,
+		State:             api.BackfillState(b.State),
+		IsPaused:          b.State == repo.BackfillPaused,
+		CreatedAt:         utc(b.CreatedAt),
+		UpdatedAt:         utc(b.UpdatedAt),
+		CompletedAt:       utcPtr(b.CompletedAt),
+		Progress: api.BackfillProgress{
+			Total:    b.Total(),
+			Queued:   b.Queued,
+			Running:  b.Running,
+			Success:  b.Success,
+			Failed:   b.Failed,
+			Canceled: b.Canceled,
+			Skipped:  b.Skipped,
+		},
+	}
+}
+
+func slotOut(s repo.BackfillSlot) api.BackfillDagRun {
+	var state *api.DagRunState
+	if s.State != nil {
+		st := api.DagRunState(*s.State)
+		state = &st
+	}
+	return api.BackfillDagRun{
+		SortOrdinal:     int32(s.SortOrdinal),
+		LogicalDate:     utc(s.LogicalDate),
+		DagRunId:        s.DagRunID,
+		RunId:           s.RunID,
+		State:           state,
+		ExceptionReason: s.ExceptionReason,
+	}
+}
+
+func plannedOut(p repo.PlannedSlot) api.DryRunEntry {
+	return api.DryRunEntry{
+		LogicalDate:     utc(p.LogicalDate),
+		SortOrdinal:     int32(p.SortOrdinal),
+		Action:          api.DryRunAction(p.Action),
+		ExceptionReason: p.ExceptionReason,
+	}
+}

@@ -1,0 +1,73 @@
+package handlers
+
+import (
+	"net/http"
+	"net/url"
+
+	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/repo"
+)
+
+// CreateDagRun triggers a manual run.
+func (s *Server) CreateDagRun(w http.ResponseWriter, r *http.Request, dagID string) {
+	var body api.DagRunCreate
+	if p := decodeBody(r, &body); p != nil {
+		writeProblem(w, *p)
+		return
+	}
+	conf, err := confIn(body.Conf)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	run, err := s.store.RunCreate(r.Context(), repo.RunCreateParams{DagID: dagID, LogicalDate: body.LogicalDate, Conf: conf})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/api/v1/dags/"+url.PathEscape(run.DagID)+"/runs/"+url.PathEscape(run.RunID))
+	writeJSON(w, http.StatusCreated, runOut(run))
+}
+
+// ListDagRuns pages a DAG's runs by logical date.
+func (s *Server) ListDagRuns(w http.ResponseWriter, r *http.Request, dagID string, params api.ListDagRunsParams) {
+	limit, offset := page(params.Limit, params.Offset)
+	p := repo.RunListParams{DagID: dagID, BackfillID: params.BackfillId, ListParams: repo.ListParams{Limit: limit, Offset: offset}}
+	if params.State != nil {
+		state := string(*params.State)
+		p.State = &state
+	}
+	runs, total, err := s.store.RunList(r.Context(), p)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.DagRunCollection{DagRuns: runsOut(runs), TotalEntries: int64(total)})
+}
+
+// GetDagRun answers one run.
+func (s *Server) GetDagRun(w http.ResponseWriter, r *http.Request, dagID, runID string) {
+	run, err := s.store.RunGet(r.Context(), dagID, runID)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, runOut(run))
+}
+
+// PatchDagRun reports a run's outcome.
+func (s *Server) PatchDagRun(w http.ResponseWriter, r *http.Request, dagID, runID string) {
+	var body api.DagRunPatch
+	if p := decodeBody(r, &body); p != nil {
+		writeProblem(w, *p)
+		return
+	}
+	run, err := s.store.RunReport(r.Context(), repo.RunReportParams{
+		DagID: dagID, RunID: runID, State: string(body.State), WorkerID: body.WorkerId,
+	})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, runOut(run))
+}

@@ -1,0 +1,76 @@
+package handlers
+
+import (
+	"net/http"
+	"net/url"
+
+	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/repo"
+)
+
+// Defaults of a DAG the contract fills in.
+const (
+	defaultTimezone         = "UTC"
+	defaultDagMaxActiveRuns = 16
+)
+
+// PutDag creates or replaces a DAG.
+func (s *Server) PutDag(w http.ResponseWriter, r *http.Request, dagID string) {
+	var body api.DagPut
+	if p := decodeBody(r, &body); p != nil {
+		writeProblem(w, *p)
+		return
+	}
+	params := repo.DagPutParams{
+		DagID:         dagID,
+		Schedule:      body.Schedule,
+		Timezone:      defaultTimezone,
+		MaxActiveRuns: defaultDagMaxActiveRuns,
+		Description:   body.Description,
+	}
+	if body.Timezone != nil {
+		params.Timezone = *body.Timezone
+	}
+	if body.MaxActiveRuns != nil {
+		params.MaxActiveRuns = int(*body.MaxActiveRuns)
+	}
+	if body.IsPaused != nil {
+		params.IsPaused = *body.IsPaused
+	}
+	dag, created, err := s.store.DagPut(r.Context(), params)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		w.Header().Set("Location", "/api/v1/dags/"+url.PathEscape(dag.DagID))
+	}
+	writeJSON(w, status, dagOut(dag))
+}
+
+// GetDag answers one DAG.
+func (s *Server) GetDag(w http.ResponseWriter, r *http.Request, dagID string) {
+	dag, err := s.store.DagGet(r.Context(), dagID)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, dagOut(dag))
+}
+
+// ListDags pages DAGs by dag_id.
+func (s *Server) ListDags(w http.ResponseWriter, r *http.Request, params api.ListDagsParams) {
+	limit, offset := page(params.Limit, params.Offset)
+	dags, total, err := s.store.DagList(r.Context(), repo.ListParams{Limit: limit, Offset: offset})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := api.DagCollection{Dags: make([]api.Dag, len(dags)), TotalEntries: int64(total)}
+	for i, d := range dags {
+		out.Dags[i] = dagOut(d)
+	}
+	writeJSON(w, http.StatusOK, out)
+}

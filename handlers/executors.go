@@ -1,0 +1,51 @@
+package handlers
+
+import (
+	"net/http"
+
+	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/repo"
+)
+
+// Claim defaults of the contract.
+const (
+	defaultClaimLimit   = 1
+	defaultLeaseSeconds = 300
+)
+
+// ClaimRuns leases queued runs to a worker.
+func (s *Server) ClaimRuns(w http.ResponseWriter, r *http.Request) {
+	var body api.ClaimRequest
+	if p := decodeBody(r, &body); p != nil {
+		writeProblem(w, *p)
+		return
+	}
+	params := repo.RunClaimParams{WorkerID: body.WorkerId, Limit: defaultClaimLimit, LeaseSeconds: defaultLeaseSeconds, DagID: body.DagId}
+	if body.Limit != nil {
+		params.Limit = *body.Limit
+	}
+	if body.LeaseSeconds != nil {
+		params.LeaseSeconds = *body.LeaseSeconds
+	}
+	runs, err := s.store.RunClaim(r.Context(), params)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.ClaimResponse{Runs: runsOut(runs)})
+}
+
+// HeartbeatRun extends a lease.
+func (s *Server) HeartbeatRun(w http.ResponseWriter, r *http.Request, id int64) {
+	var body api.HeartbeatRequest
+	if p := decodeBody(r, &body); p != nil {
+		writeProblem(w, *p)
+		return
+	}
+	hb, err := s.store.RunHeartbeat(r.Context(), id, body.WorkerId)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.HeartbeatResponse{LeaseExpiresAt: utc(hb.LeaseExpiresAt), CancelRequested: hb.CancelRequested})
+}

@@ -1,0 +1,103 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/repo"
+	"github.com/go-chi/chi/v5/middleware"
+)
+
+// busyRetryAfterSeconds is what a client is told to wait after the database kept refusing a
+// transaction for concurrency: long enough for a burst of conflicting requests to drain.
+const busyRetryAfterSeconds = 1
+
+// problem builds an RFC 9457 problem with a stable code.
+func problem(status int, code api.ProblemCode, detail string) api.Problem {
+	return api.Problem{
+		Type:   "about:blank",
+		Title:  http.StatusText(status),
+		Status: int32(status),
+		Detail: detail,
+		Code:   code,
+	}
+}
+
+// badRequest is the 400 for a request that cannot be read as the spec describes it.
+func badRequest(detail string, fields ...api.FieldError) api.Problem {
+	p := problem(http.StatusBadRequest, "invalid_request", detail)
+	if fields == nil {
+		fields = []api.FieldError{}
+	}
+	p.Errors = &fields
+	return p
+}
+
+func writeProblem(w http.ResponseWriter, p api.Problem) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(int(p.Status))
+	_ = json.NewEncoder(w).Encode(p) // the client hung up; nothing to do
+}
+
+// writeError turns any error of a handler into its answer: the one place where domain errors
+// meet HTTP. Unknown errors are logged once here and answered without their text.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var running *repo.BackfillAlreadyRunningError
+	switch {
+	case errors.As(err, &running):
+		p := problem(http.StatusConflict, "backfill_already_running",
+			"the DAG already has an active backfill; wait for it to finish or cancel it")
+		p.ActiveBackfillId = &running.ActiveBackfillID
+		writeProblem(w, p)
+	case errors.Is(err, repo.ErrDagNotFound):
+		writeProblem(w, problem(http.StatusNotFound, "dag_not_found", "no DAG with this dag_id"))
+	case errors.Is(err, repo.ErrBackfillNotFound):
+		writeProblem(w, problem(http.StatusNotFound, "backfill_not_found", "no backfill with this id"))
+	case errors.Is(err, repo.ErrRunNotFound):
+		writeProblem(w, problem(http.StatusNotFound, "run_not_found", "no run with this id"))
+	case errors.Is(err, repo.ErrRunAlreadyExists):
+		writeProblem(w, problem(http.StatusConflict, "run_already_exists", "the DAG already has a run for this logical_date"))
+	case errors.Is(err, repo.ErrBackfillNotActive):
+		writeProblem(w, problem(http.StatusConflict, "backfill_not_active", err.Error()))
+	case errors.Is(err, repo.ErrInvalidTransition):
+		writeProblem(w, problem(http.StatusConflict, "invalid_transition",
+			"a report moves a queued or running run to success, failed or canceled; only a claim starts a run"))
+	case errors.Is(err, repo.ErrLeaseLost):
+		writeProblem(w, problem(http.StatusConflict, "lease_lost", "the run is not running under a live lease of this worker"))
+	case errors.Is(err, repo.ErrInvalidDag):
+		writeProblem(w, problem(http.StatusUnprocessableEntity, "invalid_dag", err.Error()))
+	case errors.Is(err, repo.ErrInvalidBackfill):
+		writeProblem(w, problem(http.StatusUnprocessableEntity, "invalid_backfill", err.Error()))
+	case errors.Is(err, repo.ErrNoRunsToCreate):
+		writeProblem(w, problem(http.StatusUnprocessableEntity, "no_runs_to_create", err.Error()))
+	case errors.Is(err, repo.ErrTooManyRuns):
+		writeProblem(w, problem(http.StatusUnprocessableEntity, "too_many_runs", err.Error()))
+	case errors.Is(err, repo.ErrIdempotencyKeyReused):
+		writeProblem(w, problem(http.StatusUnprocessableEntity, "idempotency_key_reused",
+			"this Idempotency-Key was used with a different request"))
+	case errors.Is(err, repo.ErrRetriesExhausted):
+		s.log(r).Warn("transaction retries exhausted", "err", err)
+		w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
+		writeProblem(w, problem(http.StatusServiceUnavailable, "busy", "too many concurrent changes; retry shortly"))
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The client went away; nobody reads this answer.
+		writeProblem(w, problem(http.StatusServiceUnavailable, "unavailable", "request canceled"))
+	case repo.IsUnavailable(err):
+		s.log(r).Error("database unavailable", "err", err)
+		w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
+		writeProblem(w, problem(http.StatusServiceUnavailable, "unavailable", "the database cannot be reached; retry shortly"))
+	default:
+		s.log(r).Error("internal error", "err", err)
+		writeProblem(w, problem(http.StatusInternalServerError, "internal", "internal error"))
+	}
+}
+
+func (s *Server) log(r *http.Request) *slog.Logger {
+	return s.logger.With("request_id", middleware.GetReqID(r.Context()), "method", r.Method, "path", r.URL.Path)
+}

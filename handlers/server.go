@@ -1,0 +1,62 @@
+// Package handlers is the HTTP layer: it decodes and validates requests against the OpenAPI
+// spec, calls the repository through the Store interface, and encodes answers. It holds no SQL.
+package handlers
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/repo"
+)
+
+// Store is what the handlers need from the repository.
+type Store interface {
+	DagPut(ctx context.Context, p repo.DagPutParams) (repo.Dag, bool, error)
+	DagGet(ctx context.Context, dagID string) (repo.Dag, error)
+	DagList(ctx context.Context, p repo.ListParams) ([]repo.Dag, int, error)
+
+	RunCreate(ctx context.Context, p repo.RunCreateParams) (repo.Run, error)
+	RunGet(ctx context.Context, dagID, runID string) (repo.Run, error)
+	RunList(ctx context.Context, p repo.RunListParams) ([]repo.Run, int, error)
+	RunReport(ctx context.Context, p repo.RunReportParams) (repo.Run, error)
+	RunClaim(ctx context.Context, p repo.RunClaimParams) ([]repo.Run, error)
+	RunHeartbeat(ctx context.Context, runPK int64, workerID string) (repo.Heartbeat, error)
+
+	BackfillCreate(ctx context.Context, p repo.BackfillCreateParams) (repo.Backfill, bool, error)
+	BackfillDryRun(ctx context.Context, p repo.BackfillCreateParams) ([]repo.PlannedSlot, error)
+	BackfillGet(ctx context.Context, id int64) (repo.Backfill, error)
+	BackfillList(ctx context.Context, p repo.BackfillListParams) ([]repo.Backfill, int, error)
+	BackfillSlots(ctx context.Context, p repo.BackfillSlotsParams) ([]repo.BackfillSlot, int64, error)
+	BackfillPause(ctx context.Context, id int64) (repo.Backfill, error)
+	BackfillUnpause(ctx context.Context, id int64) (repo.Backfill, error)
+	BackfillCancel(ctx context.Context, id int64) (repo.Backfill, error)
+}
+
+// ReadinessFunc reports whether the service can serve: database reachable and migrated.
+type ReadinessFunc func(ctx context.Context) error
+
+// Options configure the HTTP handler.
+type Options struct {
+	Store  Store
+	Logger *slog.Logger
+	// Ready backs GET /readyz.
+	Ready ReadinessFunc
+	// Metrics serves GET /metrics; nil answers 404.
+	Metrics http.Handler
+	// APITokens, when not empty, are the bearer tokens accepted on /api/v1 routes.
+	APITokens []string
+	// Instrument wraps every request, for metrics by route and status; nil for none.
+	Instrument func(next http.Handler) http.Handler
+}
+
+// Server implements api.ServerInterface.
+type Server struct {
+	store   Store
+	logger  *slog.Logger
+	ready   ReadinessFunc
+	metrics http.Handler
+}
+
+var _ api.ServerInterface = (*Server)(nil)

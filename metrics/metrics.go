@@ -1,0 +1,129 @@
+// Package metrics exposes what an operator alerts on, in Prometheus form.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics holds the service's collectors in a registry of its own, so that tests can build
+// several without clashing on the global one.
+type Metrics struct {
+	registry           *prometheus.Registry
+	backfillsCreated   *prometheus.CounterVec
+	backfillsFinalized *prometheus.CounterVec
+	runsClaimed        prometheus.Counter
+	leasesExpired      prometheus.Counter
+	txRetries          prometheus.Counter
+	sweepDuration      prometheus.Histogram
+	sweepErrors        prometheus.Counter
+	httpRequests       *prometheus.CounterVec
+	httpDuration       *prometheus.HistogramVec
+}
+
+// New registers every collector.
+func New() *Metrics {
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		backfillsCreated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backfill_backfills_created_total",
+			Help: "Backfills created, by the state they were created in.",
+		}, []string{"state"}),
+		backfillsFinalized: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backfill_backfills_finalized_total",
+			Help: "Backfills that reached a terminal state after creation, by that state.",
+		}, []string{"state"}),
+		runsClaimed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backfill_runs_claimed_total",
+			Help: "Runs handed to workers by claims.",
+		}),
+		leasesExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backfill_leases_expired_total",
+			Help: "Runs whose lease expired before their worker reported.",
+		}),
+		txRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backfill_tx_retries_total",
+			Help: "Transactions run again after a serialization failure or deadlock.",
+		}),
+		sweepDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "backfill_sweep_duration_seconds",
+			Help:    "Duration of one sweep pass.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
+		}),
+		sweepErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backfill_sweep_errors_total",
+			Help: "Sweep passes that ended in an error.",
+		}),
+		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backfill_http_requests_total",
+			Help: "HTTP requests by route pattern, method and status.",
+		}, []string{"route", "method", "status"}),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "backfill_http_request_duration_seconds",
+			Help:    "HTTP request latency by route pattern and method.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"route", "method"}),
+	}
+	m.registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.backfillsCreated, m.backfillsFinalized, m.runsClaimed, m.leasesExpired, m.txRetries,
+		m.sweepDuration, m.sweepErrors, m.httpRequests, m.httpDuration,
+	)
+	return m
+}
+
+// Handler serves the registry.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
+}
+
+// Instrument counts requests by chi route pattern (not raw path, which would explode the
+// label set with ids).
+func (m *Metrics) Instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r)
+		route := "unmatched"
+		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+			route = rc.RoutePattern()
+		}
+		status := ww.Status()
+		if status == 0 {
+			status = http.StatusOK
+		}
+		m.httpRequests.WithLabelValues(route, r.Method, strconv.Itoa(status)).Inc()
+		m.httpDuration.WithLabelValues(route, r.Method).Observe(time.Since(start).Seconds())
+	})
+}
+
+// TxRetried implements repo.Observer.
+func (m *Metrics) TxRetried() { m.txRetries.Inc() }
+
+// BackfillCreated implements repo.Observer.
+func (m *Metrics) BackfillCreated(state string) { m.backfillsCreated.WithLabelValues(state).Inc() }
+
+// BackfillFinalized implements repo.Observer.
+func (m *Metrics) BackfillFinalized(state string) { m.backfillsFinalized.WithLabelValues(state).Inc() }
+
+// RunsClaimed implements repo.Observer.
+func (m *Metrics) RunsClaimed(n int) { m.runsClaimed.Add(float64(n)) }
+
+// LeasesExpired implements repo.Observer.
+func (m *Metrics) LeasesExpired(n int) { m.leasesExpired.Add(float64(n)) }
+
+// SweepPassed records one sweep pass.
+func (m *Metrics) SweepPassed(d time.Duration, err error) {
+	m.sweepDuration.Observe(d.Seconds())
+	if err != nil {
+		m.sweepErrors.Inc()
+	}
+}

@@ -1,0 +1,91 @@
+package repo
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// BackfillGet returns one backfill. Its progress is read from counters on the row, so the cost
+// is one primary-key lookup whatever the size of the backfill.
+func (s *Store) BackfillGet(ctx context.Context, id int64) (Backfill, error) {
+	return backfillGet(ctx, s.db, id, "")
+}
+
+func backfillGet(ctx context.Context, q sqlx.QueryerContext, id int64, lock string) (Backfill, error) {
+	var b Backfill
+	err := sqlx.GetContext(ctx, q, &b, `SELECT `+backfillColumns+` FROM backfills WHERE id = $1 `+lock, id)
+	if isNoRows(err) {
+		return Backfill{}, ErrBackfillNotFound
+	}
+	if err != nil {
+		return Backfill{}, fmt.Errorf("get backfill %d: %w", id, err)
+	}
+	return b, nil
+}
+
+// BackfillListParams filters backfills.
+type BackfillListParams struct {
+	DagID  *string
+	State  *string
+	Active *bool
+	// Descending orders by id from newest to oldest.
+	Descending bool
+	ListParams
+}
+
+// BackfillList pages backfills by id.
+func (s *Store) BackfillList(ctx context.Context, p BackfillListParams) ([]Backfill, int, error) {
+	const filter = ` FROM backfills
+		WHERE ($1::text IS NULL OR dag_id = $1)
+		  AND ($2::text IS NULL OR state = $2)
+		  AND ($3::boolean IS NULL OR (state IN ('running', 'paused', 'canceling')) = $3)`
+	var total int
+	if err := sqlx.GetContext(ctx, s.db, &total, `SELECT count(*)`+filter, p.DagID, p.State, p.Active); err != nil {
+		return nil, 0, fmt.Errorf("count backfills: %w", err)
+	}
+	order := " ORDER BY id"
+	if p.Descending {
+		order = " ORDER BY id DESC"
+	}
+	backfills := []Backfill{}
+	err := sqlx.SelectContext(ctx, s.db, &backfills, `SELECT `+backfillColumns+filter+order+` LIMIT $4 OFFSET $5`,
+		p.DagID, p.State, p.Active, p.Limit, p.Offset)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list backfills: %w", err)
+	}
+	return backfills, total, nil
+}
+
+// BackfillSlotsParams pages a backfill's slots.
+type BackfillSlotsParams struct {
+	BackfillID int64
+	Descending bool
+	ListParams
+}
+
+// BackfillSlots pages a backfill's slots in sort order. A slot whose run a later backfill took
+// over shows the state frozen at the takeover.
+func (s *Store) BackfillSlots(ctx context.Context, p BackfillSlotsParams) ([]BackfillSlot, int64, error) {
+	b, err := s.BackfillGet(ctx, p.BackfillID)
+	if err != nil {
+		return nil, 0, err
+	}
+	order := " ORDER BY s.sort_ordinal"
+	if p.Descending {
+		order = " ORDER BY s.sort_ordinal DESC"
+	}
+	slots := []BackfillSlot{}
+	err = sqlx.SelectContext(ctx, s.db, &slots, `
+		SELECT s.sort_ordinal, s.logical_date, s.dag_run_id, r.run_id,
+			coalesce(s.frozen_state, r.state) AS state, s.exception_reason
+		FROM backfill_dag_runs s LEFT JOIN dag_runs r ON r.id = s.dag_run_id
+		WHERE s.backfill_id = $1`+order+` LIMIT $2 OFFSET $3`,
+		p.BackfillID, p.Limit, p.Offset)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list slots of backfill %d: %w", p.BackfillID, err)
+	}
+	// Every slot is counted in exactly one progress counter, so the total needs no count(*).
+	return slots, b.Total(), nil
+}

@@ -1,0 +1,87 @@
+package repo
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// BackfillPause stops handing out the backfill's runs. Pausing a paused backfill is a no-op.
+func (s *Store) BackfillPause(ctx context.Context, id int64) (Backfill, error) {
+	return s.backfillToggle(ctx, id, BackfillRunning, BackfillPaused)
+}
+
+// BackfillUnpause resumes a paused backfill. Unpausing a running backfill is a no-op.
+func (s *Store) BackfillUnpause(ctx context.Context, id int64) (Backfill, error) {
+	return s.backfillToggle(ctx, id, BackfillPaused, BackfillRunning)
+}
+
+func (s *Store) backfillToggle(ctx context.Context, id int64, from, to string) (Backfill, error) {
+	var b Backfill
+	err := sqlx.GetContext(ctx, s.db, &b, `
+		UPDATE backfills SET state = $3, updated_at = $4 WHERE id = $1 AND state = $2
+		RETURNING `+backfillColumns, id, from, to, s.clock())
+	if err == nil {
+		return b, nil
+	}
+	if !isNoRows(err) {
+		return Backfill{}, fmt.Errorf("set backfill %d %s: %w", id, to, err)
+	}
+	b, err = s.BackfillGet(ctx, id)
+	if err != nil {
+		return Backfill{}, err
+	}
+	if b.State != to {
+		return Backfill{}, fmt.Errorf("%w: backfill %d is %s", ErrBackfillNotActive, id, b.State)
+	}
+	return b, nil
+}
+
+// BackfillCancel cancels the backfill's queued runs and lets running ones finish: the backfill
+// is canceling until the sweep sees no run left running, or canceled at once if none runs.
+func (s *Store) BackfillCancel(ctx context.Context, id int64) (Backfill, error) {
+	var b Backfill
+	var finished bool
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		now := s.clock()
+		finished = false
+		// The state change locks the backfill row before its runs are touched (lock order).
+		res, err := tx.ExecContext(ctx, `
+			UPDATE backfills SET state = 'canceling', updated_at = $2
+			WHERE id = $1 AND state IN ('running', 'paused')`, id, now)
+		if err != nil {
+			return fmt.Errorf("cancel backfill %d: %w", id, err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			b, err = backfillGet(ctx, tx, id, "")
+			if err != nil {
+				return err
+			}
+			if b.State != BackfillCanceling {
+				return fmt.Errorf("%w: backfill %d is %s", ErrBackfillNotActive, id, b.State)
+			}
+			return nil
+		}
+		_, err = tx.ExecContext(ctx, `
+			UPDATE dag_runs SET state = 'canceled', end_date = $2
+			WHERE backfill_id = $1 AND state = 'queued'`, id, now)
+		if err != nil {
+			return fmt.Errorf("cancel queued runs of backfill %d: %w", id, err)
+		}
+		res, err = tx.ExecContext(ctx, `
+			UPDATE backfills SET state = 'canceled', completed_at = $2, updated_at = $2
+			WHERE id = $1 AND state = 'canceling' AND num_running = 0 AND num_queued = 0`, id, now)
+		if err != nil {
+			return fmt.Errorf("finish canceled backfill %d: %w", id, err)
+		}
+		n, _ := res.RowsAffected()
+		finished = n == 1
+		b, err = backfillGet(ctx, tx, id, "")
+		return err
+	})
+	if err == nil && finished {
+		s.observer.BackfillFinalized(BackfillCanceled)
+	}
+	return b, err
+}

@@ -1,0 +1,162 @@
+package repo
+
+import (
+	"fmt"
+	"time"
+)
+
+// Backfill states. Active ones hold the DAG's single active slot.
+const (
+	BackfillRunning   = "running"
+	BackfillPaused    = "paused"
+	BackfillCanceling = "canceling"
+	BackfillSucceeded = "succeeded"
+	BackfillFailed    = "failed"
+	BackfillCanceled  = "canceled"
+)
+
+// Run states.
+const (
+	RunQueued   = "queued"
+	RunRunning  = "running"
+	RunSuccess  = "success"
+	RunFailed   = "failed"
+	RunCanceled = "canceled"
+)
+
+// Dag is a schedule that runs are made for.
+type Dag struct {
+	DagID         string    `db:"dag_id"`
+	Schedule      string    `db:"schedule"`
+	Timezone      string    `db:"timezone"`
+	MaxActiveRuns int       `db:"max_active_runs"`
+	IsPaused      bool      `db:"is_paused"`
+	Description   *string   `db:"description"`
+	CreatedAt     time.Time `db:"created_at"`
+	UpdatedAt     time.Time `db:"updated_at"`
+}
+
+// Run is one execution of a DAG for one logical date.
+type Run struct {
+	ID                int64           `db:"id"`
+	DagID             string          `db:"dag_id"`
+	RunID             string          `db:"run_id"`
+	LogicalDate       time.Time       `db:"logical_date"`
+	DataIntervalStart time.Time       `db:"data_interval_start"`
+	DataIntervalEnd   time.Time       `db:"data_interval_end"`
+	State             string          `db:"state"`
+	RunType           string          `db:"run_type"`
+	BackfillID        *int64          `db:"backfill_id"`
+	Conf              JSON `db:"conf"`
+	Attempt           int             `db:"attempt"`
+	WorkerID          *string         `db:"worker_id"`
+	QueuedAt          *time.Time      `db:"queued_at"`
+	StartDate         *time.Time      `db:"start_date"`
+	EndDate           *time.Time      `db:"end_date"`
+	LeaseExpiresAt    *time.Time      `db:"lease_expires_at"`
+}
+
+// runColumns selects a Run; keep it in step with the struct.
+const runColumns = `id, dag_id, run_id, logical_date, data_interval_start, data_interval_end, state,
+	run_type, backfill_id, conf, attempt, worker_id, queued_at, start_date, end_date, lease_expires_at`
+
+// Progress counts a backfill's slots by the state of their runs.
+type Progress struct {
+	Queued   int64 `db:"num_queued"`
+	Running  int64 `db:"num_running"`
+	Success  int64 `db:"num_success"`
+	Failed   int64 `db:"num_failed"`
+	Canceled int64 `db:"num_canceled"`
+	Skipped  int64 `db:"num_skipped"`
+}
+
+// Total is the number of slots.
+func (p Progress) Total() int64 {
+	return p.Queued + p.Running + p.Success + p.Failed + p.Canceled + p.Skipped
+}
+
+// Backfill is a request to run a DAG over a window of past dates.
+type Backfill struct {
+	ID                int64           `db:"id"`
+	DagID             string          `db:"dag_id"`
+	FromDate          time.Time       `db:"from_date"`
+	ToDate            time.Time       `db:"to_date"`
+	RunBackwards      bool            `db:"run_backwards"`
+	DagRunConf        JSON `db:"dag_run_conf"`
+	ReprocessBehavior string          `db:"reprocess_behavior"`
+	MaxActiveRuns     int             `db:"max_active_runs"`
+	Description       *string         `db:"description"`
+	State             string          `db:"state"`
+	CreatedAt         time.Time       `db:"created_at"`
+	UpdatedAt         time.Time       `db:"updated_at"`
+	CompletedAt       *time.Time      `db:"completed_at"`
+	Progress
+}
+
+const backfillColumns = `id, dag_id, from_date, to_date, run_backwards, dag_run_conf, reprocess_behavior,
+	max_active_runs, description, state, created_at, updated_at, completed_at,
+	num_queued, num_running, num_success, num_failed, num_canceled, num_skipped`
+
+// BackfillSlot is one slot of a backfill as its listing shows it.
+type BackfillSlot struct {
+	SortOrdinal     int       `db:"sort_ordinal"`
+	LogicalDate     time.Time `db:"logical_date"`
+	DagRunID        *int64    `db:"dag_run_id"`
+	RunID           *string   `db:"run_id"`
+	State           *string   `db:"state"`
+	ExceptionReason *string   `db:"exception_reason"`
+}
+
+// Slot actions of a dry run.
+const (
+	ActionCreate    = "create"
+	ActionReprocess = "reprocess"
+	ActionSkip      = "skip"
+)
+
+// Skip reasons.
+const (
+	ReasonInFlight      = "in flight"
+	ReasonAlreadyExists = "already exists"
+)
+
+// PlannedSlot is what creation would do with one slot.
+type PlannedSlot struct {
+	SortOrdinal     int
+	LogicalDate     time.Time
+	IntervalEnd     time.Time
+	Action          string
+	ExceptionReason *string
+	// ExistingRunID is the run a reprocess takes over.
+	ExistingRunID int64
+}
+
+// Heartbeat is the answer to a lease extension.
+type Heartbeat struct {
+	LeaseExpiresAt  time.Time
+	CancelRequested bool
+}
+
+// ListParams pages a listing.
+type ListParams struct {
+	Limit  int
+	Offset int
+}
+
+// JSON is a jsonb value that may be NULL (nil). json.RawMessage cannot scan a NULL.
+type JSON []byte
+
+// Scan implements sql.Scanner.
+func (j *JSON) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*j = nil
+	case []byte:
+		*j = append(JSON(nil), v...)
+	case string:
+		*j = JSON(v)
+	default:
+		return fmt.Errorf("repo.JSON: cannot scan %T", src)
+	}
+	return nil
+}

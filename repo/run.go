@@ -1,0 +1,221 @@
+package repo
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/backfillsvc/backfill/schedule"
+	"github.com/jmoiron/sqlx"
+)
+
+// Run types.
+const (
+	RunTypeManual   = "manual"
+	RunTypeBackfill = "backfill"
+)
+
+// RunIDFor names a run the way Airflow does: its type, two underscores, the logical date in UTC.
+func RunIDFor(runType string, logicalDate time.Time) string {
+	return runType + "__" + logicalDate.UTC().Format(time.RFC3339)
+}
+
+// jsonParam passes a JSON document to a jsonb parameter; lib/pq would send a []byte as bytea.
+func jsonParam(raw JSON) any {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	return string(raw)
+}
+
+// RunCreateParams triggers a manual run.
+type RunCreateParams struct {
+	DagID       string
+	LogicalDate time.Time
+	Conf        JSON
+}
+
+// RunCreate inserts a queued manual run.
+func (s *Store) RunCreate(ctx context.Context, p RunCreateParams) (Run, error) {
+	var run Run
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		now := s.clock()
+		// FOR KEY SHARE: the DAG must exist until this run commits.
+		dag, err := dagGet(ctx, tx, p.DagID, "FOR KEY SHARE")
+		if err != nil {
+			return err
+		}
+		sched, err := schedule.Parse(dag.Schedule, dag.Timezone)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidDag, err)
+		}
+		logical := p.LogicalDate.UTC().Truncate(time.Microsecond)
+		err = sqlx.GetContext(ctx, tx, &run, `
+			INSERT INTO dag_runs (dag_id, run_id, logical_date, data_interval_start, data_interval_end,
+				state, run_type, conf, attempt, queued_at)
+			VALUES ($1, $2, $3, $3, $4, 'queued', 'manual', $5, 1, $6)
+			RETURNING `+runColumns,
+			p.DagID, RunIDFor(RunTypeManual, logical), logical, sched.Next(logical), jsonParam(p.Conf), now)
+		switch uniqueViolation(err) {
+		case constraintRunPerDate, constraintRunIDPerDag:
+			return ErrRunAlreadyExists
+		}
+		if err != nil {
+			return fmt.Errorf("insert manual run: %w", err)
+		}
+		return nil
+	})
+	return run, err
+}
+
+// RunGet returns one run by its run_id.
+func (s *Store) RunGet(ctx context.Context, dagID, runID string) (Run, error) {
+	var run Run
+	err := sqlx.GetContext(ctx, s.db, &run,
+		`SELECT `+runColumns+` FROM dag_runs WHERE dag_id = $1 AND run_id = $2`, dagID, runID)
+	if isNoRows(err) {
+		return Run{}, s.runNotFound(ctx, s.db, dagID)
+	}
+	if err != nil {
+		return Run{}, fmt.Errorf("get run %s/%s: %w", dagID, runID, err)
+	}
+	return run, nil
+}
+
+// runNotFound tells a missing DAG from a missing run.
+func (s *Store) runNotFound(ctx context.Context, q sqlx.QueryerContext, dagID string) error {
+	if _, err := dagGet(ctx, q, dagID, ""); err != nil {
+		return err
+	}
+	return ErrRunNotFound
+}
+
+// RunListParams filters a DAG's runs.
+type RunListParams struct {
+	DagID      string
+	State      *string
+	BackfillID *int64
+	ListParams
+}
+
+// RunList pages a DAG's runs by logical date.
+func (s *Store) RunList(ctx context.Context, p RunListParams) ([]Run, int, error) {
+	if _, err := dagGet(ctx, s.db, p.DagID, ""); err != nil {
+		return nil, 0, err
+	}
+	const filter = ` FROM dag_runs WHERE dag_id = $1
+		AND ($2::text IS NULL OR state = $2) AND ($3::bigint IS NULL OR backfill_id = $3)`
+	var total int
+	if err := sqlx.GetContext(ctx, s.db, &total, `SELECT count(*)`+filter, p.DagID, p.State, p.BackfillID); err != nil {
+		return nil, 0, fmt.Errorf("count runs: %w", err)
+	}
+	runs := []Run{}
+	err := sqlx.SelectContext(ctx, s.db, &runs, `SELECT `+runColumns+filter+` ORDER BY logical_date LIMIT $4 OFFSET $5`,
+		p.DagID, p.State, p.BackfillID, p.Limit, p.Offset)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list runs: %w", err)
+	}
+	return runs, total, nil
+}
+
+// RunReportParams reports a run's outcome.
+type RunReportParams struct {
+	DagID string
+	RunID string
+	State string
+	// WorkerID, when set, requires the run to be running under this worker's live lease.
+	WorkerID *string
+}
+
+// RunReport moves a queued or running run to a terminal state.
+func (s *Store) RunReport(ctx context.Context, p RunReportParams) (Run, error) {
+	switch p.State {
+	case RunSuccess, RunFailed, RunCanceled:
+	default:
+		// Only a claim starts a run, and nothing leaves a terminal state through a report.
+		return Run{}, ErrInvalidTransition
+	}
+	var run Run
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		now := s.clock()
+		var cur struct {
+			ID         int64  `db:"id"`
+			BackfillID *int64 `db:"backfill_id"`
+		}
+		err := sqlx.GetContext(ctx, tx, &cur,
+			`SELECT id, backfill_id FROM dag_runs WHERE dag_id = $1 AND run_id = $2`, p.DagID, p.RunID)
+		if isNoRows(err) {
+			return s.runNotFound(ctx, tx, p.DagID)
+		}
+		if err != nil {
+			return fmt.Errorf("find run: %w", err)
+		}
+		// Backfill row first, then its run: the order every path takes, so that a report and a
+		// cancel or claim cannot deadlock, and the sweep cannot finalize in between.
+		if err := lockBackfill(ctx, tx, cur.BackfillID); err != nil {
+			return err
+		}
+		err = sqlx.GetContext(ctx, tx, &run, `
+			UPDATE dag_runs SET state = $2, end_date = $3, lease_expires_at = NULL
+			WHERE id = $1
+			  AND backfill_id IS NOT DISTINCT FROM $5
+			  AND CASE WHEN $4::text IS NULL THEN state IN ('queued', 'running')
+			           ELSE state = 'running' AND worker_id = $4 AND lease_expires_at > $3 END
+			RETURNING `+runColumns,
+			cur.ID, p.State, now, p.WorkerID, cur.BackfillID)
+		if isNoRows(err) {
+			if p.WorkerID != nil {
+				return ErrLeaseLost
+			}
+			return ErrInvalidTransition
+		}
+		if err != nil {
+			return fmt.Errorf("report run: %w", err)
+		}
+		return nil
+	})
+	return run, err
+}
+
+// lockBackfill takes the row lock that every run change of a backfill takes first.
+func lockBackfill(ctx context.Context, tx sqlx.ExecerContext, backfillID *int64) error {
+	if backfillID == nil {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `SELECT 1 FROM backfills WHERE id = $1 FOR NO KEY UPDATE`, *backfillID); err != nil {
+		return fmt.Errorf("lock backfill %d: %w", *backfillID, err)
+	}
+	return nil
+}
+
+// RunHeartbeat extends the lease of the worker that holds it.
+func (s *Store) RunHeartbeat(ctx context.Context, runPK int64, workerID string) (Heartbeat, error) {
+	now := s.clock()
+	var row struct {
+		LeaseExpiresAt  time.Time `db:"lease_expires_at"`
+		CancelRequested bool      `db:"cancel_requested"`
+	}
+	err := sqlx.GetContext(ctx, s.db, &row, `
+		WITH hb AS (
+			UPDATE dag_runs SET lease_expires_at = $3::timestamptz + make_interval(secs => lease_seconds)
+			WHERE id = $1 AND state = 'running' AND worker_id = $2 AND lease_expires_at > $3
+			RETURNING lease_expires_at, backfill_id
+		)
+		SELECT hb.lease_expires_at, coalesce(b.state = 'canceling', false) AS cancel_requested
+		FROM hb LEFT JOIN backfills b ON b.id = hb.backfill_id`,
+		runPK, workerID, now)
+	if isNoRows(err) {
+		var exists bool
+		if err := sqlx.GetContext(ctx, s.db, &exists, `SELECT EXISTS (SELECT 1 FROM dag_runs WHERE id = $1)`, runPK); err != nil {
+			return Heartbeat{}, fmt.Errorf("find run %d: %w", runPK, err)
+		}
+		if !exists {
+			return Heartbeat{}, ErrRunNotFound
+		}
+		return Heartbeat{}, ErrLeaseLost
+	}
+	if err != nil {
+		return Heartbeat{}, fmt.Errorf("heartbeat run %d: %w", runPK, err)
+	}
+	return Heartbeat{LeaseExpiresAt: row.LeaseExpiresAt.UTC(), CancelRequested: row.CancelRequested}, nil
+}

@@ -1,0 +1,87 @@
+// Package repo holds all SQL of the service. Public methods own their transaction; private
+// helpers take sqlx.ExtContext so that they compose inside one.
+package repo
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// Observer is told about events an operator alerts on. The metrics package implements it.
+type Observer interface {
+	TxRetried()
+	BackfillCreated(state string)
+	BackfillFinalized(state string)
+	RunsClaimed(n int)
+	LeasesExpired(n int)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) TxRetried()               {}
+func (nopObserver) BackfillCreated(string)   {}
+func (nopObserver) BackfillFinalized(string) {}
+func (nopObserver) RunsClaimed(int)          {}
+func (nopObserver) LeasesExpired(int)        {}
+
+// Config tunes a Store. Zero values take the contract's defaults.
+type Config struct {
+	// MaxBackfillRuns caps the slots of one backfill (default 100000).
+	MaxBackfillRuns int
+	// MaxAttempts is the attempt at which an expired lease fails the run (default 3).
+	MaxAttempts int
+	// Now is the clock; tests inject one to expire leases without sleeping.
+	Now func() time.Time
+	// Observer receives events for metrics; nil means none.
+	Observer Observer
+}
+
+// Store is the repository over one connection pool.
+type Store struct {
+	db              *sqlx.DB
+	now             func() time.Time
+	observer        Observer
+	maxBackfillRuns int
+	maxAttempts     int
+}
+
+// New returns a Store over db.
+func New(db *sqlx.DB, cfg Config) *Store {
+	s := &Store{
+		db:              db,
+		now:             cfg.Now,
+		observer:        cfg.Observer,
+		maxBackfillRuns: cfg.MaxBackfillRuns,
+		maxAttempts:     cfg.MaxAttempts,
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.observer == nil {
+		s.observer = nopObserver{}
+	}
+	if s.maxBackfillRuns <= 0 {
+		s.maxBackfillRuns = 100000
+	}
+	if s.maxAttempts <= 0 {
+		s.maxAttempts = 3
+	}
+	return s
+}
+
+// clock returns the one "now" a transaction uses, in UTC and at the database's microsecond
+// precision, so that what is written and what is answered are the same instant.
+func (s *Store) clock() time.Time {
+	return s.now().UTC().Truncate(time.Microsecond)
+}
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("ping: %w", err)
+	}
+	return nil
+}

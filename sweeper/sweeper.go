@@ -1,0 +1,168 @@
+// Package sweeper drives backfills to completion in the background: it expires leases,
+// finalizes backfills whose runs are all finished, and prunes old idempotency keys. Every
+// replica runs one; the repository's row locks with SKIP LOCKED make concurrent passes safe.
+package sweeper
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Store is what a pass needs from the repository.
+type Store interface {
+	SweepExpireLeases(ctx context.Context, batch int) (int, error)
+	SweepFinalize(ctx context.Context, batch int) (int, error)
+	SweepPruneIdempotencyKeys(ctx context.Context, maxAge time.Duration, batch int) (int, error)
+}
+
+// Config tunes a Sweeper. Zero values take defaults.
+type Config struct {
+	// Interval between passes (default 5s).
+	Interval time.Duration
+	// Batch is the most rows one short transaction touches (default 500).
+	Batch int
+	// MaxBatches bounds the batches of one step in one pass (default 100), so a huge backlog
+	// is worked off over several passes instead of one unbounded one.
+	MaxBatches int
+	// BatchTimeout bounds each transaction (default 30s).
+	BatchTimeout time.Duration
+	// IdempotencyKeyTTL is how long idempotency keys are kept (default 24h, the contract's
+	// minimum).
+	IdempotencyKeyTTL time.Duration
+	Logger            *slog.Logger
+	// OnPass, when set, is told the duration and outcome of every pass (for metrics).
+	OnPass func(d time.Duration, err error)
+}
+
+// Sweeper is a start/stop background service.
+type Sweeper struct {
+	store Store
+	cfg   Config
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// New returns a stopped Sweeper.
+func New(store Store, cfg Config) *Sweeper {
+	if cfg.Interval <= 0 {
+		cfg.Interval = 5 * time.Second
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 500
+	}
+	if cfg.MaxBatches <= 0 {
+		cfg.MaxBatches = 100
+	}
+	if cfg.BatchTimeout <= 0 {
+		cfg.BatchTimeout = 30 * time.Second
+	}
+	if cfg.IdempotencyKeyTTL <= 0 {
+		cfg.IdempotencyKeyTTL = 24 * time.Hour
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Sweeper{store: store, cfg: cfg, log: cfg.Logger}
+}
+
+// Start spawns the loop: one pass at once, then one per interval. A second Start is a no-op.
+func (s *Sweeper) Start(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return
+	}
+	s.started = true
+	ctx, s.cancel = context.WithCancel(ctx)
+	s.done = make(chan struct{})
+	go s.loop(ctx, s.done)
+}
+
+// Stop ends the loop and waits for it. It is idempotent and safe before Start.
+func (s *Sweeper) Stop() {
+	s.mu.Lock()
+	cancel, done := s.cancel, s.done
+	s.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+func (s *Sweeper) loop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	ticker := time.NewTicker(s.cfg.Interval)
+	defer ticker.Stop()
+	for {
+		start := time.Now()
+		err := s.RunOnce(ctx)
+		if s.cfg.OnPass != nil {
+			s.cfg.OnPass(time.Since(start), err)
+		}
+		if err != nil && ctx.Err() == nil {
+			s.log.Error("sweep pass failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// RunOnce runs one pass: expire leases, then finalize backfills (so that a run failed by its
+// last expiry lets its backfill finish in the same pass), then prune idempotency keys. Each
+// step runs in bounded batches of short transactions.
+func (s *Sweeper) RunOnce(ctx context.Context) error {
+	expired, err := s.batches(ctx, s.store.SweepExpireLeases)
+	if err != nil {
+		return fmt.Errorf("expire leases: %w", err)
+	}
+	finalized, err := s.batches(ctx, s.store.SweepFinalize)
+	if err != nil {
+		return fmt.Errorf("finalize backfills: %w", err)
+	}
+	pruned, err := s.batches(ctx, func(ctx context.Context, batch int) (int, error) {
+		return s.store.SweepPruneIdempotencyKeys(ctx, s.cfg.IdempotencyKeyTTL, batch)
+	})
+	if err != nil {
+		return fmt.Errorf("prune idempotency keys: %w", err)
+	}
+	if expired+finalized+pruned > 0 {
+		s.log.Info("sweep pass", "leases_expired", expired, "backfills_finalized", finalized, "keys_pruned", pruned)
+	}
+	return nil
+}
+
+// batches calls step until it returns a short batch, at most MaxBatches times.
+func (s *Sweeper) batches(ctx context.Context, step func(ctx context.Context, batch int) (int, error)) (int, error) {
+	total := 0
+	for range s.cfg.MaxBatches {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		n, err := s.runBatch(ctx, step)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if n < s.cfg.Batch {
+			return total, nil
+		}
+	}
+	return total, nil
+}
+
+func (s *Sweeper) runBatch(ctx context.Context, step func(ctx context.Context, batch int) (int, error)) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.BatchTimeout)
+	defer cancel()
+	return step(ctx, s.cfg.Batch)
+}
