@@ -1,0 +1,259 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/handlers"
+	"github.com/backfillsvc/backfill/internal/pgtest"
+	"github.com/backfillsvc/backfill/metrics"
+	"github.com/backfillsvc/backfill/repo"
+	"github.com/backfillsvc/backfill/sweeper"
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/require"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// specRouter matches real responses against api/openapi.yaml; built once.
+var specRouter = sync.OnceValue(func() routers.Router {
+	doc, err := openapi3.NewLoader().LoadFromData(api.SpecYAML)
+	if err != nil {
+		panic(err)
+	}
+	doc.Servers = openapi3.Servers{{URL: "/"}}
+	r, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		panic(err)
+	}
+	return r
+})
+
+// clock is an injectable clock: tests move time forward instead of sleeping.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward.
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// env is one service instance over its own fresh database, served over real HTTP.
+type env struct {
+	t     testing.TB
+	DB    *sqlx.DB
+	DSN   string
+	Store *repo.Store
+	Clock *clock
+	Sweep *sweeper.Sweeper
+	URL   string
+	HTTP  *http.Client
+	// Token is sent as a bearer token when set.
+	Token string
+}
+
+type envOptions struct {
+	maxBackfillRuns int
+	maxAttempts     int
+	tokens          []string
+}
+
+type envOption func(*envOptions)
+
+func withMaxBackfillRuns(n int) envOption { return func(o *envOptions) { o.maxBackfillRuns = n } }
+func withMaxAttempts(n int) envOption     { return func(o *envOptions) { o.maxAttempts = n } }
+func withTokens(t ...string) envOption    { return func(o *envOptions) { o.tokens = t } }
+
+// newEnv starts a service on a fresh database. The clock starts at the real now, truncated
+// to the second; the sweeper is built but not started: tests call e.SweepOnce().
+func newEnv(t testing.TB, opts ...envOption) *env {
+	t.Helper()
+	var o envOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	db, dsn := pgtest.Open(t)
+	db.SetMaxOpenConns(40)
+	clk := &clock{now: time.Now().UTC().Truncate(time.Second)}
+	m := metrics.New()
+	store := repo.New(db, repo.Config{
+		MaxBackfillRuns: o.maxBackfillRuns,
+		MaxAttempts:     o.maxAttempts,
+		Now:             clk.Now,
+		Observer:        m,
+	})
+	logger := slog.New(slog.DiscardHandler)
+	if os.Getenv("TEST_LOG") != "" {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	h, err := handlers.New(handlers.Options{
+		Store:      store,
+		Logger:     logger,
+		Ready:      func(ctx context.Context) error { return store.Ping(ctx) },
+		Metrics:    m.Handler(),
+		APITokens:  o.tokens,
+		Instrument: m.Instrument,
+	})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &env{
+		t:     t,
+		DB:    db,
+		DSN:   dsn,
+		Store: store,
+		Clock: clk,
+		Sweep: sweeper.New(store, sweeper.Config{Batch: 100}),
+		URL:   srv.URL,
+		HTTP:  srv.Client(),
+	}
+}
+
+// SweepOnce runs one sweep pass and fails the test on error.
+func (e *env) SweepOnce() {
+	e.t.Helper()
+	require.NoError(e.t, e.Sweep.RunOnce(context.Background()))
+}
+
+// response is a real answer of the service, already checked against the spec.
+type response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// Decode unmarshals the body into v.
+func (r *response) Decode(t testing.TB, v any) {
+	t.Helper()
+	require.NoError(t, json.Unmarshal(r.Body, v), "body: %s", r.Body)
+}
+
+// Problem decodes a problem+json answer.
+func (r *response) Problem(t testing.TB) api.Problem {
+	t.Helper()
+	require.Equal(t, "application/problem+json", r.Header.Get("Content-Type"), "body: %s", r.Body)
+	var p api.Problem
+	r.Decode(t, &p)
+	return p
+}
+
+// Do sends a request and validates the answer against api/openapi.yaml: its status must be
+// documented for the route and its body must match the schema. body may be nil, a string or
+// []byte (sent as is), or any value (sent as JSON). headers come in name, value pairs.
+func (e *env) Do(method, path string, body any, headers ...string) *response {
+	e.t.Helper()
+	resp, err := e.do(method, path, body, headers...)
+	require.NoError(e.t, err)
+	return resp
+}
+
+// do is Do without test assertions, safe to call from many goroutines; it returns an error
+// for a transport failure or a spec violation.
+func (e *env) do(method, path string, body any, headers ...string) (*response, error) {
+	var payload []byte
+	switch b := body.(type) {
+	case nil:
+	case string:
+		payload = []byte(b)
+	case []byte:
+		payload = b
+	default:
+		var err error
+		if payload, err = json.Marshal(b); err != nil {
+			return nil, err
+		}
+	}
+	req, err := http.NewRequest(method, e.URL+path, bytes.NewReader(payload))
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if e.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+e.Token)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	res, err := e.HTTP.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	data, err := io.ReadAll(res.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := &response{Status: res.StatusCode, Header: res.Header, Body: data}
+	if err := checkAgainstSpec(req, payload, out); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// specError is a response that the spec does not describe.
+type specError struct{ msg string }
+
+func (e *specError) Error() string { return e.msg }
+
+// checkAgainstSpec validates a response with kin-openapi. Paths outside the spec must answer
+// problem+json 404/405.
+func checkAgainstSpec(req *http.Request, payload []byte, res *response) error {
+	valReq := req.Clone(context.Background())
+	valReq.Body = io.NopCloser(bytes.NewReader(payload))
+	route, params, err := specRouter().FindRoute(valReq)
+	if err != nil {
+		if (res.Status == http.StatusNotFound || res.Status == http.StatusMethodNotAllowed) &&
+			res.Header.Get("Content-Type") == "application/problem+json" {
+			return nil
+		}
+		return &specError{"no route in the spec for " + req.Method + " " + req.URL.Path + " but answered " + http.StatusText(res.Status)}
+	}
+	in := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{
+			Request: valReq, PathParams: params, Route: route,
+			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
+		},
+		Status: res.Status,
+		Header: res.Header,
+		Body:   io.NopCloser(bytes.NewReader(res.Body)),
+		Options: &openapi3filter.Options{
+			IncludeResponseStatus: true,
+			MultiError:            true,
+		},
+	}
+	if strings.HasPrefix(res.Header.Get("Content-Type"), "text/plain") {
+		in.Options.ExcludeResponseBody = true
+	}
+	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
+		return &specError{req.Method + " " + req.URL.Path + " answered " + http.StatusText(res.Status) +
+			" outside the spec: " + err.Error() + "\nbody: " + string(res.Body)}
+	}
+	return nil
+}
