@@ -22,6 +22,9 @@ import (
 	"github.com/backfillsvc/backfill/sweeper"
 	"github.com/jmoiron/sqlx"
 	_ "github.com/lib/pq"
+	// Schedules are evaluated in IANA zones; embedding the zone database makes their
+	// answers independent of the host's tzdata.
+	_ "time/tzdata"
 )
 
 func main() {

@@ -1,0 +1,410 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/sweeper"
+	"github.com/stretchr/testify/require"
+)
+
+// lcErrs collects failures seen on load goroutines; the test fails on them at the end.
+type lcErrs struct {
+	mu   sync.Mutex
+	n    int
+	msgs []string
+}
+
+func (l *lcErrs) add(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.n++
+	if len(l.msgs) < 30 {
+		l.msgs = append(l.msgs, fmt.Sprintf(format, args...))
+	}
+}
+
+// lcExpect records a transport error, a spec violation, a 5xx, or an answer outside allowed
+// (status -> problem code, "" for a success answer). It returns the status, 0 on error.
+func (l *lcErrs) expect(op string, res *response, err error, allowed map[int]string) int {
+	if err != nil {
+		l.add("%s: %v", op, err)
+		return 0
+	}
+	if res.Status >= 500 {
+		l.add("%s answered %d: %s", op, res.Status, res.Body)
+		return 0
+	}
+	code, ok := allowed[res.Status]
+	if !ok {
+		l.add("%s answered unexpected %d: %s", op, res.Status, res.Body)
+		return 0
+	}
+	if code != "" {
+		var p api.Problem
+		if err := json.Unmarshal(res.Body, &p); err != nil || string(p.Code) != code {
+			l.add("%s answered %d with code %q, want %q: %s", op, res.Status, p.Code, code, res.Body)
+			return 0
+		}
+	}
+	return res.Status
+}
+
+// lcRaceCounters are the figures the race test logs.
+type lcRaceCounters struct {
+	createReqs, created, createConflicts      atomic.Int64
+	claimReqs, claimed                        atomic.Int64
+	reportsOK, reportsLost, reportsRefused    atomic.Int64
+	abandoned, heartbeats, heartbeatsLost     atomic.Int64
+	manualCreated                             atomic.Int64
+	actionsOK, actionsRefused, cancels, reads atomic.Int64
+	sweepPasses, clockAdvances                atomic.Int64
+}
+
+// The acceptance race test: several DAGs, creators, claimers and reporters, pause/unpause/
+// cancel, two sweepers in tight loops and a clock that makes leases expire, for a few
+// seconds; the database invariants are checked at checkpoints during the load and at the end.
+func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
+	t.Parallel()
+	const (
+		nDags    = 6
+		nWorkers = 6
+		loadFor  = 6 * time.Second
+	)
+	e := newEnv(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+
+	dags := make([]string, nDags)
+	for i := range dags {
+		dags[i] = fmt.Sprintf("lc_race_%d", i)
+		lcPutDag(e, dags[i], "@daily", "max_active_runs", 2)
+	}
+	base := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+
+	var (
+		c     lcRaceCounters
+		errs  lcErrs
+		stop  atomic.Bool
+		load  sync.WaitGroup
+		known struct {
+			sync.Mutex
+			ids []int64
+		}
+	)
+	pickBackfill := func(rng *rand.Rand) (int64, bool) {
+		known.Lock()
+		defer known.Unlock()
+		if len(known.ids) == 0 {
+			return 0, false
+		}
+		// Mostly recent ones: those are the active ones.
+		window := min(len(known.ids), 3*nDags)
+		return known.ids[len(known.ids)-1-rng.IntN(window)], true
+	}
+	stopCh := make(chan struct{})
+	goLoad := func(stream uint64, fn func(rng *rand.Rand)) {
+		load.Add(1)
+		go func() {
+			defer load.Done()
+			rng := rand.New(rand.NewPCG(seed, stream))
+			for !stop.Load() {
+				fn(rng)
+			}
+		}()
+	}
+
+	// Creators.
+	for i := range 2 {
+		goLoad(uint64(100+i), func(rng *rand.Rand) {
+			from := base.AddDate(0, 0, rng.IntN(1500))
+			body := backfillBody(dags[rng.IntN(nDags)], from, from.AddDate(0, 0, rng.IntN(10)),
+				"max_active_runs", 1+rng.IntN(4),
+				"run_backwards", rng.IntN(4) == 0,
+				"reprocess_behavior", "none")
+			if rng.IntN(5) == 0 {
+				body["dag_run_conf"] = map[string]any{"k": rng.IntN(100)}
+			}
+			c.createReqs.Add(1)
+			res, err := e.do(http.MethodPost, "/api/v1/backfills", body)
+			switch errs.expect("create backfill", res, err, map[int]string{201: "", 409: "backfill_already_running"}) {
+			case http.StatusCreated:
+				var b api.Backfill
+				if err := json.Unmarshal(res.Body, &b); err != nil {
+					errs.add("decode backfill: %v", err)
+					return
+				}
+				c.created.Add(1)
+				known.Lock()
+				known.ids = append(known.ids, b.Id)
+				known.Unlock()
+			case http.StatusConflict:
+				c.createConflicts.Add(1)
+			}
+		})
+	}
+
+	// Workers: claim, sometimes heartbeat, report (or abandon the run to its lease).
+	for i := range nWorkers {
+		worker := fmt.Sprintf("w%d", i)
+		goLoad(uint64(200+i), func(rng *rand.Rand) {
+			if i == 0 && rng.IntN(4) == 0 {
+				logical := base.AddDate(0, 0, rng.IntN(1500))
+				res, err := e.do(http.MethodPost, "/api/v1/dags/"+dags[rng.IntN(nDags)]+"/runs",
+					map[string]any{"logical_date": ts(logical)})
+				if errs.expect("create manual run", res, err, map[int]string{201: "", 409: "run_already_exists"}) == http.StatusCreated {
+					c.manualCreated.Add(1)
+				}
+			}
+			body := map[string]any{"worker_id": worker, "limit": 1 + rng.IntN(5),
+				"lease_seconds": []int{30, 300, 600}[rng.IntN(3)]}
+			if rng.IntN(10) == 0 {
+				body["dag_id"] = dags[rng.IntN(nDags)]
+			}
+			c.claimReqs.Add(1)
+			res, err := e.do(http.MethodPost, lcClaimPath, body)
+			if errs.expect("claim", res, err, map[int]string{200: ""}) != http.StatusOK {
+				return
+			}
+			var claim api.ClaimResponse
+			if err := json.Unmarshal(res.Body, &claim); err != nil {
+				errs.add("decode claim: %v", err)
+				return
+			}
+			c.claimed.Add(int64(len(claim.Runs)))
+			for _, run := range claim.Runs {
+				if run.State != "running" || run.WorkerId == nil || *run.WorkerId != worker {
+					errs.add("claimed run not running for %s: %+v", worker, run)
+				}
+				if rng.IntN(20) == 0 {
+					c.abandoned.Add(1)
+					continue
+				}
+				if rng.IntN(5) == 0 {
+					c.heartbeats.Add(1)
+					res, err := e.do(http.MethodPost, lcHeartbeatPath(run.Id), map[string]any{"worker_id": worker})
+					if errs.expect("heartbeat", res, err, map[int]string{200: "", 409: "lease_lost"}) == http.StatusConflict {
+						c.heartbeatsLost.Add(1)
+					}
+				}
+				state := "success"
+				switch p := rng.IntN(10); {
+				case p < 2:
+					state = "failed"
+				case p < 3:
+					state = "canceled"
+				}
+				patch := map[string]any{"state": state, "worker_id": worker}
+				allowed := map[int]string{200: "", 409: "lease_lost"}
+				if rng.IntN(20) == 0 {
+					delete(patch, "worker_id")
+					allowed = map[int]string{200: "", 409: "invalid_transition"}
+				}
+				res, err := e.do(http.MethodPatch, lcRunPath(run.DagId, run.RunId), patch)
+				switch errs.expect("report", res, err, allowed) {
+				case http.StatusOK:
+					c.reportsOK.Add(1)
+				case http.StatusConflict:
+					if patch["worker_id"] != nil {
+						c.reportsLost.Add(1)
+					} else {
+						c.reportsRefused.Add(1)
+					}
+				}
+			}
+		})
+	}
+
+	// Controller: pause, unpause, cancel and read random recent backfills.
+	goLoad(300, func(rng *rand.Rand) {
+		id, ok := pickBackfill(rng)
+		if !ok {
+			return
+		}
+		if rng.IntN(8) == 0 {
+			c.reads.Add(1)
+			res, err := e.do(http.MethodGet, lcBackfillPath(id), nil)
+			if errs.expect("get backfill", res, err, map[int]string{200: ""}) == http.StatusOK {
+				var b api.Backfill
+				if err := json.Unmarshal(res.Body, &b); err != nil {
+					errs.add("decode backfill: %v", err)
+					return
+				}
+				p := b.Progress
+				terminal := b.State == "succeeded" || b.State == "failed" || b.State == "canceled"
+				if p.Total != p.Queued+p.Running+p.Success+p.Failed+p.Canceled+p.Skipped ||
+					b.IsPaused != (b.State == "paused") || (b.CompletedAt != nil) != terminal ||
+					(terminal && p.Queued+p.Running > 0) {
+					errs.add("inconsistent backfill read: %s", res.Body)
+				}
+			}
+			return
+		}
+		action := "unpause"
+		switch p := rng.IntN(20); {
+		case p < 7:
+			action = "pause"
+		case p < 10:
+			action = "cancel"
+			c.cancels.Add(1)
+		}
+		res, err := e.do(http.MethodPut, lcBackfillPath(id)+"/"+action, nil)
+		switch errs.expect(action, res, err, map[int]string{200: "", 409: "backfill_not_active"}) {
+		case http.StatusOK:
+			c.actionsOK.Add(1)
+		case http.StatusConflict:
+			c.actionsRefused.Add(1)
+		}
+	})
+
+	// Two sweepers, as two replicas would run them, in tight loops.
+	for i := range 2 {
+		sw := sweeper.New(e.Store, sweeper.Config{Batch: 50})
+		goLoad(uint64(400+i), func(*rand.Rand) {
+			if err := sw.RunOnce(context.Background()); err != nil {
+				errs.add("sweeper %d: %v", i, err)
+			}
+			c.sweepPasses.Add(1)
+		})
+	}
+
+	// The clock: one goroutine moves it 400 s about every second, past the 30 s and 300 s
+	// leases.
+	load.Add(1)
+	go func() {
+		defer load.Done()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopCh:
+				return
+			case <-tick.C:
+				e.Clock.Advance(400 * time.Second)
+				c.clockAdvances.Add(1)
+			}
+		}
+	}()
+
+	// Checker: the invariants in one database snapshot about every 500 ms; a terminal
+	// backfill's record must never change again.
+	var (
+		checker     sync.WaitGroup
+		checkpoints int
+		peak        lcInvariantStats
+	)
+	checkerDone := make(chan struct{})
+	terminalSeen := map[int64]lcTerminalRow{}
+	observe := func(s lcInvariantStats) {
+		checkpoints++
+		if s.PeakRatio > peak.PeakRatio || (s.PeakRatio == peak.PeakRatio && s.PeakRunning > peak.PeakRunning) {
+			peak.PeakRatio, peak.PeakRunning, peak.PeakMax = s.PeakRatio, s.PeakRunning, s.PeakMax
+		}
+		for id, was := range terminalSeen {
+			now, ok := s.Terminal[id]
+			if !ok {
+				t.Errorf("terminal backfill %d is no longer terminal", id)
+			} else if now != was {
+				t.Errorf("terminal backfill %d changed: %+v -> %+v", id, was, now)
+			}
+		}
+		for id, row := range s.Terminal {
+			terminalSeen[id] = row
+		}
+	}
+	checker.Add(1)
+	go func() {
+		defer checker.Done()
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-checkerDone:
+				return
+			case <-tick.C:
+				observe(lcCheckInvariants(t, e.DB))
+			}
+		}
+	}()
+
+	started := time.Now()
+	<-time.After(loadFor) // the load's duration
+	stop.Store(true)
+	close(stopCh)
+	load.Wait()
+	close(checkerDone)
+	checker.Wait()
+	loadTook := time.Since(started)
+
+	require.Zero(t, errs.n, "load errors (%d):\n%s", errs.n, strings.Join(errs.msgs, "\n"))
+	observe(lcCheckInvariants(t, e.DB))
+
+	// (e) Load stopped: one pass finalizes every active backfill whose runs are all terminal.
+	e.SweepOnce()
+	require.Empty(t, lcActiveButFinished(t, e.DB), "active backfills with all runs terminal after one pass")
+	observe(lcCheckInvariants(t, e.DB))
+
+	// Drain: expire every lease, unpause, claim and report everything; one pass then leaves
+	// no active backfill.
+	e.Clock.Advance(3601 * time.Second)
+	e.SweepOnce()
+	var paused []int64
+	require.NoError(t, e.DB.Select(&paused, `SELECT id FROM backfills WHERE state = 'paused' ORDER BY id`))
+	for _, id := range paused {
+		lcActionOK(e, id, "unpause")
+	}
+	drained := 0
+	for {
+		runs := lcClaimBody(e, map[string]any{"worker_id": "drain", "limit": 100, "lease_seconds": 3600})
+		if len(runs) == 0 {
+			break
+		}
+		for _, r := range runs {
+			e.Report(r, "success")
+		}
+		drained += len(runs)
+	}
+	var unfinished int
+	require.NoError(t, e.DB.Get(&unfinished, `SELECT count(*) FROM dag_runs WHERE state IN ('queued', 'running')`))
+	require.Zero(t, unfinished, "runs left unfinished after the drain")
+	leftForSweep := len(lcActiveButFinished(t, e.DB))
+	e.SweepOnce()
+	require.Empty(t, lcActiveButFinished(t, e.DB))
+	var active int
+	require.NoError(t, e.DB.Get(&active, `SELECT count(*) FROM backfills WHERE state IN ('running', 'paused', 'canceling')`))
+	require.Zero(t, active, "active backfills after the drain and one pass")
+	observe(lcCheckInvariants(t, e.DB))
+
+	final := []struct {
+		State string `db:"state"`
+		N     int    `db:"n"`
+	}{}
+	require.NoError(t, e.DB.Select(&final, `SELECT state, count(*) AS n FROM backfills GROUP BY state ORDER BY state`))
+	var requeued, runsTotal int
+	require.NoError(t, e.DB.Get(&requeued, `SELECT count(*) FROM dag_runs WHERE attempt > 1`))
+	require.NoError(t, e.DB.Get(&runsTotal, `SELECT count(*) FROM dag_runs`))
+
+	t.Logf("load %s: backfills created %d of %d requests (%d answered 409), manual runs %d, runs total %d",
+		loadTook.Round(time.Millisecond), c.created.Load(), c.createReqs.Load(), c.createConflicts.Load(),
+		c.manualCreated.Load(), runsTotal)
+	t.Logf("claims %d handing out %d runs; reports ok %d, lease_lost %d, refused without worker %d; abandoned %d; heartbeats %d (%d lost); runs with attempt > 1: %d",
+		c.claimReqs.Load(), c.claimed.Load(), c.reportsOK.Load(), c.reportsLost.Load(), c.reportsRefused.Load(),
+		c.abandoned.Load(), c.heartbeats.Load(), c.heartbeatsLost.Load(), requeued)
+	t.Logf("pause/unpause/cancel: %d ok, %d backfill_not_active (%d cancels asked); backfill reads %d",
+		c.actionsOK.Load(), c.actionsRefused.Load(), c.cancels.Load(), c.reads.Load())
+	t.Logf("sweep passes %d (two sweepers), clock advances %d, checkpoints %d, drained runs %d, backfills finalized by the last pass %d",
+		c.sweepPasses.Load(), c.clockAdvances.Load(), checkpoints, drained, leftForSweep)
+	t.Logf("peak running/max_active_runs %d/%d (%.2f)", peak.PeakRunning, peak.PeakMax, peak.PeakRatio)
+	for _, f := range final {
+		t.Logf("backfills %s: %d", f.State, f.N)
+	}
+}
