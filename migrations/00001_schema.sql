@@ -58,6 +58,10 @@ CREATE TABLE backfills (
 CREATE UNIQUE INDEX backfills_one_active_per_dag ON backfills (dag_id)
     WHERE state IN ('running', 'paused', 'canceling');
 
+-- Active backfills in id order: the sweep's and the claim's scan, whose cost must grow with
+-- the active backfills, never with finished history.
+CREATE INDEX backfills_active_by_id ON backfills (id) WHERE state IN ('running', 'paused', 'canceling');
+
 CREATE INDEX backfills_by_dag ON backfills (dag_id, id);
 
 CREATE TABLE dag_runs (

@@ -24,7 +24,11 @@ func (s *Store) BackfillCreate(ctx context.Context, p BackfillCreateParams) (Bac
 	if b, ok, err := s.idempotentReplay(ctx, p.IdempotencyKey, hash); err != nil || ok {
 		return b, ok, err
 	}
-	for {
+	// Each pass of this loop follows a concurrent request that changed the ground between our
+	// transaction and our look-up (a winner that finished, a key holder that rolled back).
+	// That takes a very unlucky interleaving; a few passes are plenty, and the bound keeps a
+	// pathological case from spinning.
+	for range maxCreatePasses {
 		var b Backfill
 		err := s.inSerializableTx(ctx, func(tx *sqlx.Tx) error {
 			var err error
@@ -55,7 +59,10 @@ func (s *Store) BackfillCreate(ctx context.Context, p BackfillCreateParams) (Bac
 			return Backfill{}, false, err
 		}
 	}
+	return Backfill{}, false, fmt.Errorf("%w: the DAG's active backfill kept changing", ErrRetriesExhausted)
 }
+
+const maxCreatePasses = 5
 
 // backfillInsertAll is the body of the creating transaction. It inserts the backfill first,
 // blindly, so that a second request for the DAG fails fast on backfills_one_active_per_dag;
