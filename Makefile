@@ -1,0 +1,70 @@
+# Build and test entry points. `make help` lists them.
+
+GO ?= go
+
+# DATABASE_URL is the PostgreSQL database `make run` serves from (a lib/pq URL; lib/pq
+# defaults to sslmode=require, so local servers need sslmode=disable). `make run` creates
+# the database if it does not exist. Override it from the environment or the command line:
+#   make run DATABASE_URL='postgres://user:pass@host:5432/backfill?sslmode=disable'
+DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/backfill?sslmode=disable
+
+# Per test binary. Database tests find their server as internal/pgtest describes
+# (TEST_DATABASE_URL, else PostgreSQL on 127.0.0.1:5432, else Docker).
+TEST_TIMEOUT ?= 12m
+
+.PHONY: help run createdb test generate lint build
+
+help:
+	@echo 'make run       run the API against $$DATABASE_URL (creates the database if missing)'
+	@echo 'make test      all tests, with the race detector'
+	@echo 'make generate  regenerate code from the OpenAPI spec (go generate ./...)'
+	@echo 'make lint      gofmt, go vet, and a check that generated code matches the spec'
+	@echo 'make build     build bin/api'
+
+run: createdb
+	DATABASE_URL='$(DATABASE_URL)' $(GO) run ./cmd/api
+
+# Creates the database named in DATABASE_URL through the server's `postgres` database,
+# keeping DATABASE_URL's host, credentials and query. "already exists" is success. Other
+# failures (no client tools, a lib/pq-only URL parameter libpq rejects) only warn: the
+# database may well exist, and if not the API says so when it starts.
+createdb:
+	@url='$(DATABASE_URL)'; \
+	base="$${url%%\?*}"; query="$${url#"$$base"}"; \
+	db="$${base##*/}"; maint="$${base%/*}/postgres$$query"; \
+	if ! command -v createdb >/dev/null 2>&1; then \
+		echo "warning: createdb not found; assuming database '$$db' exists" >&2; exit 0; \
+	fi; \
+	if out=$$(createdb --maintenance-db="$$maint" "$$db" 2>&1); then \
+		echo "created database '$$db'"; \
+	elif ! echo "$$out" | grep -q 'already exists'; then \
+		echo "warning: could not create database '$$db': $$out" >&2; \
+	fi
+
+test:
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+generate:
+	$(GO) generate ./...
+
+# The drift check regenerates and then requires api/ and client/ to be exactly what is
+# committed: a spec change without regenerated code, or hand edits to generated code, fail.
+lint:
+	@echo '--- gofmt'
+	@unformatted=$$(gofmt -l .); \
+	if [ -n "$$unformatted" ]; then \
+		echo "not gofmt-formatted (run gofmt -w):"; echo "$$unformatted"; exit 1; \
+	fi
+	@echo '--- go vet'
+	$(GO) vet ./...
+	@echo '--- generated code matches the spec'
+	$(GO) generate ./...
+	@git diff --exit-code -- api/ client/ || \
+		{ echo 'generated code differs from the committed code: run make generate and commit'; exit 1; }
+	@dirty=$$(git status --porcelain -- api/ client/); \
+	if [ -n "$$dirty" ]; then \
+		echo 'new or changed files under api/ or client/ after go generate (commit them):'; echo "$$dirty"; exit 1; \
+	fi
+
+build:
+	$(GO) build -o bin/api ./cmd/api
