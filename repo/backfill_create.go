@@ -24,6 +24,27 @@ func (s *Store) BackfillCreate(ctx context.Context, p BackfillCreateParams) (Bac
 	if b, ok, err := s.idempotentReplay(ctx, p.IdempotencyKey, hash); err != nil || ok {
 		return b, ok, err
 	}
+	// Answer what is wrong with the request itself (404, 422) before what is in its way
+	// (409); then, as a fast path, refuse a DAG that has an active backfill before any
+	// work. That read decides nothing by itself: inside the transaction the unique index is
+	// the arbiter. The transaction plans again from its own snapshot of the DAG.
+	dag, err := s.DagGet(ctx, p.DagID)
+	if err != nil {
+		return Backfill{}, false, err
+	}
+	slots, err := s.planSlots(dag, p, s.clock())
+	if err != nil {
+		return Backfill{}, false, err
+	}
+	if len(slots) == 0 {
+		return Backfill{}, false, fmt.Errorf("%w: no schedule tick in the window has ended", ErrNoRunsToCreate)
+	}
+	if id, found, err := s.activeBackfillID(ctx, p.DagID); err != nil || found {
+		if err != nil {
+			return Backfill{}, false, err
+		}
+		return s.alreadyRunning(ctx, p.IdempotencyKey, hash, id)
+	}
 	// Each pass of this loop follows a concurrent request that changed the ground between our
 	// transaction and our look-up (a winner that finished, a key holder that rolled back).
 	// That takes a very unlucky interleaving; a few passes are plenty, and the bound keeps a
@@ -54,7 +75,7 @@ func (s *Store) BackfillCreate(ctx context.Context, p BackfillCreateParams) (Bac
 			if !found {
 				continue // the winner finished in between: the DAG is free again
 			}
-			return Backfill{}, false, &BackfillAlreadyRunningError{ActiveBackfillID: id}
+			return s.alreadyRunning(ctx, p.IdempotencyKey, hash, id)
 		default:
 			return Backfill{}, false, err
 		}
@@ -64,10 +85,13 @@ func (s *Store) BackfillCreate(ctx context.Context, p BackfillCreateParams) (Bac
 
 const maxCreatePasses = 5
 
-// backfillInsertAll is the body of the creating transaction. It inserts the backfill first,
-// blindly, so that a second request for the DAG fails fast on backfills_one_active_per_dag;
-// reading that index first would add page-level predicate locks that make creations for
-// different DAGs fail each other with 40001.
+// backfillInsertAll is the body of the creating transaction. It is written so that two
+// creations for different DAGs never read what the other writes, because under SERIALIZABLE
+// every such read takes page-level predicate locks that make unrelated creations abort each
+// other: the runs are inserted blindly (ON CONFLICT DO NOTHING checks uniqueness without
+// predicate locks), existing runs are read only for the dates that conflicted, and the
+// backfill row is inserted last, with its counters, so that nothing reads it back. That last
+// insert is where backfills_one_active_per_dag refuses a second active backfill for the DAG.
 func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCreateParams, hash string) (Backfill, error) {
 	now := s.clock()
 	dag, err := dagGet(ctx, tx, p.DagID, "")
@@ -81,9 +105,13 @@ func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCr
 	if len(slots) == 0 {
 		return Backfill{}, fmt.Errorf("%w: no schedule tick in the window has ended", ErrNoRunsToCreate)
 	}
+	var id int64
+	if err := sqlx.GetContext(ctx, tx, &id, `SELECT nextval(pg_get_serial_sequence('backfills', 'id'))`); err != nil {
+		return Backfill{}, fmt.Errorf("allocate backfill id: %w", err)
+	}
 	if p.IdempotencyKey != "" {
-		_, err := tx.ExecContext(ctx, `INSERT INTO idempotency_keys (key, request_hash, created_at) VALUES ($1, $2, $3)`,
-			p.IdempotencyKey, hash, now)
+		_, err := tx.ExecContext(ctx, `INSERT INTO idempotency_keys (key, request_hash, backfill_id, created_at) VALUES ($1, $2, $3, $4)`,
+			p.IdempotencyKey, hash, id, now)
 		if uniqueViolation(err) == constraintIdempotencyKeyKey {
 			return Backfill{}, errIdempotencyKeyTaken
 		}
@@ -91,53 +119,160 @@ func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCr
 			return Backfill{}, fmt.Errorf("insert idempotency key: %w", err)
 		}
 	}
-	var id int64
-	err = sqlx.GetContext(ctx, tx, &id, `
-		INSERT INTO backfills (dag_id, from_date, to_date, run_backwards, dag_run_conf, reprocess_behavior,
-			max_active_runs, description, state, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'running', $9, $9)
-		RETURNING id`,
-		p.DagID, p.FromDate, p.ToDate, p.RunBackwards, jsonParam(p.DagRunConf), p.ReprocessBehavior,
-		p.MaxActiveRuns, p.Description, now)
+	if len(slots) > largeBackfill {
+		// The slot insert hashes and sorts every slot; let it do so in memory.
+		if _, err := tx.ExecContext(ctx, `SET LOCAL work_mem = '64MB'`); err != nil {
+			return Backfill{}, fmt.Errorf("set work_mem: %w", err)
+		}
+	}
+	taken, err := insertNewRuns(ctx, tx, id, p, slots, now)
+	if err != nil {
+		return Backfill{}, err
+	}
+	if len(taken) > 0 {
+		if err := settleTakenSlots(ctx, tx, id, p, slots, taken, now); err != nil {
+			return Backfill{}, err
+		}
+	}
+	var queued, skipped int
+	for _, sl := range slots {
+		if sl.Action == ActionSkip {
+			skipped++
+		} else {
+			queued++
+		}
+	}
+	var b Backfill
+	err = sqlx.GetContext(ctx, tx, &b, `
+		INSERT INTO backfills (id, dag_id, from_date, to_date, run_backwards, dag_run_conf, reprocess_behavior,
+			max_active_runs, description, state, created_at, updated_at, num_queued, num_skipped)
+		OVERRIDING SYSTEM VALUE
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $10, $11, $12)
+		RETURNING `+backfillColumns,
+		id, p.DagID, p.FromDate, p.ToDate, p.RunBackwards, jsonParam(p.DagRunConf), p.ReprocessBehavior,
+		p.MaxActiveRuns, p.Description, now, queued, skipped)
 	if uniqueViolation(err) == constraintOneActivePerDag {
 		return Backfill{}, errBackfillUniqueViolation
 	}
 	if err != nil {
 		return Backfill{}, fmt.Errorf("insert backfill: %w", err)
 	}
-	if err := decideSlots(ctx, tx, p.DagID, p.ReprocessBehavior, slots); err != nil {
-		return Backfill{}, err
+	if queued > 0 {
+		return b, nil
 	}
-	if err := reprocessRuns(ctx, tx, id, p.DagRunConf, slots, now); err != nil {
-		return Backfill{}, err
-	}
-	if err := insertRunsAndSlots(ctx, tx, id, p, slots, now); err != nil {
-		return Backfill{}, err
-	}
-	skipped := 0
-	for _, sl := range slots {
-		if sl.Action == ActionSkip {
-			skipped++
-		}
-	}
-	// A backfill whose every slot is skipped has nothing to wait for: it is born succeeded,
-	// after its insert as 'running' has proven that no other backfill of the DAG is active.
-	var b Backfill
+	// Every slot was skipped: nothing to wait for, so the backfill is born succeeded, once
+	// its insert as 'running' has proven that no other backfill of the DAG is active.
 	err = sqlx.GetContext(ctx, tx, &b, `
-		UPDATE backfills SET num_skipped = $2,
-			state = CASE WHEN $3 THEN 'succeeded' ELSE state END,
-			completed_at = CASE WHEN $3 THEN $4::timestamptz END
-		WHERE id = $1
-		RETURNING `+backfillColumns, id, skipped, skipped == len(slots), now)
+		UPDATE backfills SET state = 'succeeded', completed_at = $2 WHERE id = $1
+		RETURNING `+backfillColumns, id, now)
 	if err != nil {
-		return Backfill{}, fmt.Errorf("finish backfill %d: %w", id, err)
-	}
-	if p.IdempotencyKey != "" {
-		if _, err := tx.ExecContext(ctx, `UPDATE idempotency_keys SET backfill_id = $2 WHERE key = $1`, p.IdempotencyKey, id); err != nil {
-			return Backfill{}, fmt.Errorf("link idempotency key: %w", err)
-		}
+		return Backfill{}, fmt.Errorf("finish all-skipped backfill %d: %w", id, err)
 	}
 	return b, nil
+}
+
+// largeBackfill is the slot count above which creation raises work_mem for its transaction.
+const largeBackfill = 10000
+
+// insertNewRuns inserts a queued run for every slot whose date has none, with its slot row,
+// in one statement: the slots are parallel arrays, unnested, so 100,000 slots cost one round
+// trip. It returns the indexes (into slots) of the slots whose date already had a run.
+func insertNewRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p BackfillCreateParams, slots []PlannedSlot, now time.Time) ([]int, error) {
+	n := len(slots)
+	ordinals := make(pq.Int64Array, n)
+	dates := make(pq.StringArray, n)
+	ends := make(pq.StringArray, n)
+	runIDs := make(pq.StringArray, n)
+	for i, sl := range slots {
+		ordinals[i] = int64(sl.SortOrdinal)
+		dates[i] = sl.LogicalDate.Format(time.RFC3339Nano)
+		ends[i] = sl.IntervalEnd.Format(time.RFC3339Nano)
+		runIDs[i] = RunIDFor(RunTypeBackfill, sl.LogicalDate)
+	}
+	// The final SELECT anti-joins the statement's own results, not a table: it names the
+	// slots that got no run without reading dag_runs.
+	var taken []int64
+	err := sqlx.SelectContext(ctx, tx, &taken, `
+		WITH slot AS (
+			SELECT * FROM unnest($2::int[], $3::timestamptz[], $4::timestamptz[], $5::text[])
+				AS s(sort_ordinal, logical_date, interval_end, run_id)
+		), created AS (
+			INSERT INTO dag_runs (dag_id, run_id, logical_date, data_interval_start, data_interval_end, state,
+				run_type, backfill_id, backfill_sort_ordinal, conf, attempt, queued_at)
+			SELECT $6, run_id, logical_date, logical_date, interval_end, 'queued',
+				'backfill', $1, sort_ordinal, $7::jsonb, 1, $8
+			FROM slot
+			ON CONFLICT DO NOTHING
+			RETURNING id, backfill_sort_ordinal
+		), linked AS (
+			INSERT INTO backfill_dag_runs (backfill_id, sort_ordinal, logical_date, dag_run_id)
+			SELECT $1, s.sort_ordinal, s.logical_date, c.id
+			FROM slot s JOIN created c ON c.backfill_sort_ordinal = s.sort_ordinal
+			RETURNING sort_ordinal
+		)
+		SELECT s.sort_ordinal FROM slot s
+		WHERE NOT EXISTS (SELECT 1 FROM linked l WHERE l.sort_ordinal = s.sort_ordinal)
+		ORDER BY s.sort_ordinal`,
+		backfillID, ordinals, dates, ends, runIDs, p.DagID, jsonParam(p.DagRunConf), now)
+	if err != nil {
+		return nil, fmt.Errorf("insert runs and slots: %w", err)
+	}
+	idx := make([]int, len(taken))
+	for i, ord := range taken {
+		idx[i] = int(ord) - 1 // ordinals are 1..N in slice order
+	}
+	return idx, nil
+}
+
+// settleTakenSlots decides the slots whose date already had a run, reading only those runs:
+// each is reprocessed (the run is taken over) or skipped with a reason. It then writes those
+// slots' rows.
+func settleTakenSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p BackfillCreateParams, slots []PlannedSlot, taken []int, now time.Time) error {
+	dates := make(pq.StringArray, len(taken))
+	for i, idx := range taken {
+		dates[i] = slots[idx].LogicalDate.Format(time.RFC3339Nano)
+	}
+	var runs []existingRun
+	err := sqlx.SelectContext(ctx, tx, &runs, `
+		SELECT id, logical_date, state FROM dag_runs WHERE dag_id = $1 AND logical_date = ANY($2::timestamptz[])`,
+		p.DagID, dates)
+	if err != nil {
+		return fmt.Errorf("read existing runs: %w", err)
+	}
+	byDate := make(map[int64]existingRun, len(runs))
+	for _, r := range runs {
+		byDate[r.LogicalDate.UnixMicro()] = r
+	}
+	for _, idx := range taken {
+		r, ok := byDate[slots[idx].LogicalDate.UnixMicro()]
+		if !ok {
+			// A run_id clash without a date clash: only a corrupt history can do that.
+			return fmt.Errorf("slot %s conflicted with no run of its date", slots[idx].LogicalDate)
+		}
+		decide(&slots[idx], p.ReprocessBehavior, r)
+	}
+	if err := reprocessRuns(ctx, tx, backfillID, p.DagRunConf, slots, now); err != nil {
+		return err
+	}
+	ordinals := make(pq.Int64Array, len(taken))
+	runIDs := make(pq.Int64Array, len(taken))
+	reasons := make(pq.StringArray, len(taken))
+	for i, idx := range taken {
+		ordinals[i] = int64(slots[idx].SortOrdinal)
+		runIDs[i] = slots[idx].ExistingRunID
+		if r := slots[idx].ExceptionReason; r != nil {
+			reasons[i] = *r
+		}
+	}
+	_, err = tx.ExecContext(ctx, `
+		INSERT INTO backfill_dag_runs (backfill_id, sort_ordinal, logical_date, dag_run_id, exception_reason)
+		SELECT $1, u.sort_ordinal, u.logical_date, nullif(u.run_id, 0), nullif(u.reason, '')
+		FROM unnest($2::int[], $3::timestamptz[], $4::bigint[], $5::text[]) AS u(sort_ordinal, logical_date, run_id, reason)`,
+		backfillID, ordinals, dates, runIDs, reasons)
+	if err != nil {
+		return fmt.Errorf("insert slots of existing runs: %w", err)
+	}
+	return nil
 }
 
 // reprocessRuns takes over the runs that slots reprocess: it first freezes their state in the
@@ -179,56 +314,7 @@ func reprocessRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, conf JSON
 	return nil
 }
 
-// insertRunsAndSlots writes the new runs and every slot row in one statement: the slots are
-// passed as parallel arrays and unnested, so 100,000 slots cost one round trip.
-func insertRunsAndSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p BackfillCreateParams, slots []PlannedSlot, now time.Time) error {
-	n := len(slots)
-	ordinals := make(pq.Int64Array, n)
-	dates := make(pq.StringArray, n)
-	ends := make(pq.StringArray, n)
-	runIDs := make(pq.StringArray, n)
-	existing := make(pq.Int64Array, n)
-	reasons := make(pq.StringArray, n)
-	for i, sl := range slots {
-		ordinals[i] = int64(sl.SortOrdinal)
-		dates[i] = sl.LogicalDate.Format(time.RFC3339Nano)
-		ends[i] = sl.IntervalEnd.Format(time.RFC3339Nano)
-		existing[i] = sl.ExistingRunID
-		if sl.Action == ActionCreate {
-			runIDs[i] = RunIDFor(RunTypeBackfill, sl.LogicalDate)
-		}
-		if sl.ExceptionReason != nil {
-			reasons[i] = *sl.ExceptionReason
-		}
-	}
-	_, err := tx.ExecContext(ctx, `
-		WITH slot AS (
-			SELECT * FROM unnest($2::int[], $3::timestamptz[], $4::timestamptz[], $5::text[], $6::bigint[], $7::text[])
-				AS s(sort_ordinal, logical_date, interval_end, run_id, existing_run_id, exception_reason)
-		), created AS (
-			INSERT INTO dag_runs (dag_id, run_id, logical_date, data_interval_start, data_interval_end, state,
-				run_type, backfill_id, backfill_sort_ordinal, conf, attempt, queued_at)
-			SELECT $8, run_id, logical_date, logical_date, interval_end, 'queued',
-				'backfill', $1, sort_ordinal, $9::jsonb, 1, $10
-			FROM slot WHERE run_id <> ''
-			RETURNING id, backfill_sort_ordinal
-		)
-		INSERT INTO backfill_dag_runs (backfill_id, sort_ordinal, logical_date, dag_run_id, exception_reason)
-		SELECT $1, s.sort_ordinal, s.logical_date, coalesce(c.id, nullif(s.existing_run_id, 0)), nullif(s.exception_reason, '')
-		FROM slot s LEFT JOIN created c ON c.backfill_sort_ordinal = s.sort_ordinal`,
-		backfillID, ordinals, dates, ends, runIDs, existing, reasons, p.DagID, jsonParam(p.DagRunConf), now)
-	switch uniqueViolation(err) {
-	case constraintRunPerDate, constraintRunIDPerDag:
-		// A manual run for one of the dates committed after our snapshot: decide again.
-		return fmt.Errorf("%w: %w", errConcurrentRunForDate, err)
-	}
-	if err != nil {
-		return fmt.Errorf("insert runs and slots: %w", err)
-	}
-	return nil
-}
-
-// activeBackfillID looks up the DAG's active backfill after the unique index refused ours.
+// activeBackfillID looks up the DAG's active backfill, if any.
 func (s *Store) activeBackfillID(ctx context.Context, dagID string) (int64, bool, error) {
 	var id int64
 	err := sqlx.GetContext(ctx, s.db, &id,
@@ -240,6 +326,16 @@ func (s *Store) activeBackfillID(ctx context.Context, dagID string) (int64, bool
 		return 0, false, fmt.Errorf("find active backfill of %q: %w", dagID, err)
 	}
 	return id, true, nil
+}
+
+// alreadyRunning answers a request whose DAG has an active backfill: a replay when that
+// backfill is the one an earlier request with the same key created (that request may have
+// committed just after our first look at the key), 409 otherwise.
+func (s *Store) alreadyRunning(ctx context.Context, key, hash string, activeID int64) (Backfill, bool, error) {
+	if b, ok, err := s.idempotentReplay(ctx, key, hash); err != nil || ok {
+		return b, ok, err
+	}
+	return Backfill{}, false, &BackfillAlreadyRunningError{ActiveBackfillID: activeID}
 }
 
 // idempotentReplay answers a request whose key is already stored: the backfill as it is now

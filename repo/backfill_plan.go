@@ -69,7 +69,8 @@ type existingRun struct {
 }
 
 // decideSlots reads the runs that already exist in the window, in one query, and decides each
-// slot: create, reprocess (taking the run over) or skip with a reason.
+// slot: create, reprocess (taking the run over) or skip with a reason. The dry run uses it;
+// creation reads only the dates whose insert conflicted (see backfillInsertAll).
 func decideSlots(ctx context.Context, q sqlx.QueryerContext, dagID, behavior string, slots []PlannedSlot) error {
 	if len(slots) == 0 {
 		return nil
@@ -93,19 +94,22 @@ func decideSlots(ctx context.Context, q sqlx.QueryerContext, dagID, behavior str
 		byDate[r.LogicalDate.UnixMicro()] = r
 	}
 	for i := range slots {
-		r, ok := byDate[slots[i].LogicalDate.UnixMicro()]
-		if !ok {
-			continue
+		if r, ok := byDate[slots[i].LogicalDate.UnixMicro()]; ok {
+			decide(&slots[i], behavior, r)
 		}
-		if reason, skip := skipReason(behavior, r.State); skip {
-			slots[i].Action = ActionSkip
-			slots[i].ExceptionReason = &reason
-			continue
-		}
-		slots[i].Action = ActionReprocess
-		slots[i].ExistingRunID = r.ID
 	}
 	return nil
+}
+
+// decide settles a slot whose date already has a run: reprocess it or skip with a reason.
+func decide(slot *PlannedSlot, behavior string, r existingRun) {
+	if reason, skip := skipReason(behavior, r.State); skip {
+		slot.Action = ActionSkip
+		slot.ExceptionReason = &reason
+		return
+	}
+	slot.Action = ActionReprocess
+	slot.ExistingRunID = r.ID
 }
 
 // skipReason applies the reprocess rules of the contract to a run that exists for a slot.

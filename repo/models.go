@@ -38,22 +38,22 @@ type Dag struct {
 
 // Run is one execution of a DAG for one logical date.
 type Run struct {
-	ID                int64           `db:"id"`
-	DagID             string          `db:"dag_id"`
-	RunID             string          `db:"run_id"`
-	LogicalDate       time.Time       `db:"logical_date"`
-	DataIntervalStart time.Time       `db:"data_interval_start"`
-	DataIntervalEnd   time.Time       `db:"data_interval_end"`
-	State             string          `db:"state"`
-	RunType           string          `db:"run_type"`
-	BackfillID        *int64          `db:"backfill_id"`
-	Conf              JSON `db:"conf"`
-	Attempt           int             `db:"attempt"`
-	WorkerID          *string         `db:"worker_id"`
-	QueuedAt          *time.Time      `db:"queued_at"`
-	StartDate         *time.Time      `db:"start_date"`
-	EndDate           *time.Time      `db:"end_date"`
-	LeaseExpiresAt    *time.Time      `db:"lease_expires_at"`
+	ID                int64      `db:"id"`
+	DagID             string     `db:"dag_id"`
+	RunID             string     `db:"run_id"`
+	LogicalDate       time.Time  `db:"logical_date"`
+	DataIntervalStart time.Time  `db:"data_interval_start"`
+	DataIntervalEnd   time.Time  `db:"data_interval_end"`
+	State             string     `db:"state"`
+	RunType           string     `db:"run_type"`
+	BackfillID        *int64     `db:"backfill_id"`
+	Conf              JSON       `db:"conf"`
+	Attempt           int        `db:"attempt"`
+	WorkerID          *string    `db:"worker_id"`
+	QueuedAt          *time.Time `db:"queued_at"`
+	StartDate         *time.Time `db:"start_date"`
+	EndDate           *time.Time `db:"end_date"`
+	LeaseExpiresAt    *time.Time `db:"lease_expires_at"`
 }
 
 // runColumns selects a Run; keep it in step with the struct.
@@ -77,19 +77,19 @@ func (p Progress) Total() int64 {
 
 // Backfill is a request to run a DAG over a window of past dates.
 type Backfill struct {
-	ID                int64           `db:"id"`
-	DagID             string          `db:"dag_id"`
-	FromDate          time.Time       `db:"from_date"`
-	ToDate            time.Time       `db:"to_date"`
-	RunBackwards      bool            `db:"run_backwards"`
-	DagRunConf        JSON `db:"dag_run_conf"`
-	ReprocessBehavior string          `db:"reprocess_behavior"`
-	MaxActiveRuns     int             `db:"max_active_runs"`
-	Description       *string         `db:"description"`
-	State             string          `db:"state"`
-	CreatedAt         time.Time       `db:"created_at"`
-	UpdatedAt         time.Time       `db:"updated_at"`
-	CompletedAt       *time.Time      `db:"completed_at"`
+	ID                int64      `db:"id"`
+	DagID             string     `db:"dag_id"`
+	FromDate          time.Time  `db:"from_date"`
+	ToDate            time.Time  `db:"to_date"`
+	RunBackwards      bool       `db:"run_backwards"`
+	DagRunConf        JSON       `db:"dag_run_conf"`
+	ReprocessBehavior string     `db:"reprocess_behavior"`
+	MaxActiveRuns     int        `db:"max_active_runs"`
+	Description       *string    `db:"description"`
+	State             string     `db:"state"`
+	CreatedAt         time.Time  `db:"created_at"`
+	UpdatedAt         time.Time  `db:"updated_at"`
+	CompletedAt       *time.Time `db:"completed_at"`
 	Progress
 }
 

@@ -1,0 +1,113 @@
+package tests
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/backfillsvc/backfill/internal/pgtest"
+	"github.com/backfillsvc/backfill/migrations"
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/require"
+)
+
+// c2SchemaObjects are what the migrations create: tables, the trigger function, the index
+// that arbitrates one active backfill per DAG.
+var c2SchemaObjects = []string{
+	"public.dags", "public.backfills", "public.dag_runs", "public.backfill_dag_runs", "public.idempotency_keys",
+	"public.backfills_one_active_per_dag", "public.dag_runs_unfinished_by_backfill",
+}
+
+func c2RequireSchema(t *testing.T, db *sqlx.DB, present bool) {
+	t.Helper()
+	for _, name := range c2SchemaObjects {
+		var reg sql.NullString
+		require.NoError(t, db.Get(&reg, `SELECT to_regclass($1)::text`, name))
+		require.Equal(t, present, reg.Valid, "%s present", name)
+	}
+	var fn sql.NullString
+	require.NoError(t, db.Get(&fn, `SELECT to_regprocedure('public.dag_runs_count_by_backfill()')::text`))
+	require.Equal(t, present, fn.Valid, "trigger function present")
+	var triggers int
+	require.NoError(t, db.Get(&triggers, `SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'dag_runs_count_%'`))
+	if present {
+		require.Equal(t, 1, triggers)
+	} else {
+		require.Zero(t, triggers)
+	}
+}
+
+func TestMigrationsUpDownUpOnEmptyDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := sqlx.Open("postgres", pgtest.NewEmptyDatabase(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	c2RequireSchema(t, db, false)
+
+	p, err := migrations.NewProvider(db.DB)
+	require.NoError(t, err)
+	current, target, err := p.GetVersions(ctx)
+	require.NoError(t, err)
+	require.Zero(t, current)
+	require.Positive(t, target)
+	pending, err := migrations.Pending(ctx, db.DB)
+	require.NoError(t, err)
+	require.True(t, pending)
+
+	results, err := p.Up(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, results)
+	c2RequireSchema(t, db, true)
+	pending, err = migrations.Pending(ctx, db.DB)
+	require.NoError(t, err)
+	require.False(t, pending)
+	current, _, err = p.GetVersions(ctx)
+	require.NoError(t, err)
+	require.Equal(t, target, current)
+
+	// The schema works: creation writes a backfill's counters, the trigger keeps them.
+	_, err = db.Exec(`INSERT INTO dags (dag_id, schedule, timezone, max_active_runs, is_paused, created_at, updated_at)
+		VALUES ('mig', '@daily', 'UTC', 1, false, now(), now())`)
+	require.NoError(t, err)
+	var id int64
+	require.NoError(t, db.Get(&id, `INSERT INTO backfills (dag_id, from_date, to_date, run_backwards, reprocess_behavior,
+			max_active_runs, state, created_at, updated_at, num_queued)
+		VALUES ('mig', '2024-01-01', '2024-01-02', false, 'none', 1, 'running', now(), now(), 1) RETURNING id`))
+	_, err = db.Exec(`INSERT INTO dag_runs (dag_id, run_id, logical_date, data_interval_start, data_interval_end, state,
+			run_type, backfill_id, backfill_sort_ordinal, attempt)
+		VALUES ('mig', 'backfill__2024-01-01T00:00:00Z', '2024-01-01', '2024-01-01', '2024-01-02', 'queued', 'backfill', $1, 1, 1)`, id)
+	require.NoError(t, err)
+	_, err = db.Exec(`UPDATE dag_runs SET state = 'success' WHERE backfill_id = $1`, id)
+	require.NoError(t, err)
+	var counts struct {
+		Queued  int `db:"num_queued"`
+		Success int `db:"num_success"`
+	}
+	require.NoError(t, db.Get(&counts, `SELECT num_queued, num_success FROM backfills WHERE id = $1`, id))
+	require.Equal(t, 0, counts.Queued)
+	require.Equal(t, 1, counts.Success)
+
+	// Down to nothing, rows and all.
+	down, err := p.DownTo(ctx, 0)
+	require.NoError(t, err)
+	require.NotEmpty(t, down)
+	c2RequireSchema(t, db, false)
+	current, _, err = p.GetVersions(ctx)
+	require.NoError(t, err)
+	require.Zero(t, current)
+
+	// And up again from there.
+	_, err = p.Up(ctx)
+	require.NoError(t, err)
+	c2RequireSchema(t, db, true)
+	var n int
+	require.NoError(t, db.Get(&n, `SELECT count(*) FROM backfills`))
+	require.Zero(t, n, "the second up starts from an empty schema")
+
+	// A second Up is a no-op.
+	again, err := p.Up(ctx)
+	require.NoError(t, err)
+	require.Empty(t, again)
+	require.NoError(t, migrations.Up(ctx, db.DB))
+}
