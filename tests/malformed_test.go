@@ -1,0 +1,190 @@
+package tests
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestMalformedRequestsAreRejectedWithoutWriting sends requests that each break the spec in
+// one way, and checks the exact status and problem code, that nothing was written, and that
+// nothing answers 5xx. A DAG "m" with no backfill exists, so that every body below would
+// create something if it were accepted.
+func TestMalformedRequestsAreRejectedWithoutWriting(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.PutDag("m", "@daily", "")
+	run := c2CreateRun(t, e, "m", day(2, 1), nil)
+
+	// valid is a creation body that would succeed; each case below breaks one thing.
+	valid := func(extra ...string) string {
+		fields := map[string]string{
+			"dag_id": `"m"`, "from_date": `"2024-01-01T00:00:00Z"`, "to_date": `"2024-01-03T00:00:00Z"`,
+		}
+		for i := 0; i+1 < len(extra); i += 2 {
+			if extra[i+1] == "" {
+				delete(fields, extra[i])
+				continue
+			}
+			fields[extra[i]] = extra[i+1]
+		}
+		parts := make([]string, 0, len(fields))
+		for k, v := range fields {
+			parts = append(parts, fmt.Sprintf("%q:%s", k, v))
+		}
+		return "{" + strings.Join(parts, ",") + "}"
+	}
+	huge := `{"dag_id":"m","from_date":"2024-01-01T00:00:00Z","to_date":"2024-01-03T00:00:00Z","description":"` +
+		strings.Repeat("x", 1<<20) + `"}`
+	runPath := c2RunPath("m", run.RunId)
+
+	type tc struct {
+		name    string
+		method  string
+		path    string
+		body    any // nil: no body
+		headers []string
+		status  int
+		code    string
+	}
+	bad := func(name, method, path string, body any, headers ...string) tc {
+		return tc{name, method, path, body, headers, http.StatusBadRequest, "invalid_request"}
+	}
+	cases := []tc{
+		// Bodies of POST /backfills.
+		bad("broken JSON", "POST", "/api/v1/backfills", `{"dag_id": "m",`),
+		bad("JSON array body", "POST", "/api/v1/backfills", `[]`),
+		bad("JSON string body", "POST", "/api/v1/backfills", `"m"`),
+		bad("JSON null body", "POST", "/api/v1/backfills", `null`),
+		bad("trailing data", "POST", "/api/v1/backfills", valid()+` {}`),
+		bad("unknown field", "POST", "/api/v1/backfills", valid("foo", `1`)),
+		bad("Airflow's dag_run_id is unknown here", "POST", "/api/v1/backfills", valid("dag_run_id", `"x"`)),
+		bad("string for max_active_runs", "POST", "/api/v1/backfills", valid("max_active_runs", `"5"`)),
+		bad("fractional max_active_runs", "POST", "/api/v1/backfills", valid("max_active_runs", `2.5`)),
+		bad("number for dag_id", "POST", "/api/v1/backfills", valid("dag_id", `123`)),
+		bad("null dag_id", "POST", "/api/v1/backfills", valid("dag_id", `null`)),
+		bad("string for run_backwards", "POST", "/api/v1/backfills", valid("run_backwards", `"true"`)),
+		bad("array for dag_run_conf", "POST", "/api/v1/backfills", valid("dag_run_conf", `[1,2]`)),
+		bad("string for dag_run_conf", "POST", "/api/v1/backfills", valid("dag_run_conf", `"x"`)),
+		bad("missing dag_id", "POST", "/api/v1/backfills", valid("dag_id", "")),
+		bad("missing from_date", "POST", "/api/v1/backfills", valid("from_date", "")),
+		bad("missing to_date", "POST", "/api/v1/backfills", valid("to_date", "")),
+		bad("empty object", "POST", "/api/v1/backfills", `{}`),
+		bad("reprocess_behavior sometimes", "POST", "/api/v1/backfills", valid("reprocess_behavior", `"sometimes"`)),
+		bad("month 13", "POST", "/api/v1/backfills", valid("from_date", `"2024-13-01T00:00:00Z"`)),
+		bad("date without time", "POST", "/api/v1/backfills", valid("from_date", `"2024-01-01"`)),
+		bad("timestamp without offset", "POST", "/api/v1/backfills", valid("to_date", `"2024-01-03T00:00:00"`)),
+		bad("February 30th", "POST", "/api/v1/backfills", valid("from_date", `"2024-02-30T00:00:00Z"`)),
+		bad("hour 25", "POST", "/api/v1/backfills", valid("to_date", `"2024-01-03T25:00:00Z"`)),
+		bad("number for a date", "POST", "/api/v1/backfills", valid("from_date", `1704067200`)),
+		bad("max_active_runs 0", "POST", "/api/v1/backfills", valid("max_active_runs", `0`)),
+		bad("max_active_runs 1001", "POST", "/api/v1/backfills", valid("max_active_runs", `1001`)),
+		bad("dag_id breaking its pattern", "POST", "/api/v1/backfills", valid("dag_id", `"bad id!"`)),
+		bad("dag_id of 251 chars", "POST", "/api/v1/backfills", valid("dag_id", `"`+strings.Repeat("m", 251)+`"`)),
+		bad("empty dag_id", "POST", "/api/v1/backfills", valid("dag_id", `""`)),
+		bad("description too long", "POST", "/api/v1/backfills", valid("description", `"`+strings.Repeat("d", 10001)+`"`)),
+		bad("Idempotency-Key of 256 chars", "POST", "/api/v1/backfills", valid(), "Idempotency-Key", strings.Repeat("k", 256)),
+		bad("Idempotency-Key not printable ASCII", "POST", "/api/v1/backfills", valid(), "Idempotency-Key", "ключ"),
+		bad("wrong Content-Type", "POST", "/api/v1/backfills", valid(), "Content-Type", "text/plain"),
+		bad("form Content-Type", "POST", "/api/v1/backfills", valid(), "Content-Type", "application/x-www-form-urlencoded"),
+		bad("empty body", "POST", "/api/v1/backfills", ``),
+		bad("no body at all", "POST", "/api/v1/backfills", nil),
+		{"body over 1 MiB", "POST", "/api/v1/backfills", huge, nil, http.StatusRequestEntityTooLarge, "payload_too_large"},
+		bad("dry run: string for run_backwards", "POST", "/api/v1/backfills/dry_run", valid("run_backwards", `"yes"`)),
+		bad("dry run: unknown field", "POST", "/api/v1/backfills/dry_run", valid("dry_run", `true`)),
+		{"dry run: body over 1 MiB", "POST", "/api/v1/backfills/dry_run", huge, nil, http.StatusRequestEntityTooLarge, "payload_too_large"},
+
+		// Ids in paths.
+		bad("backfill id abc", "GET", "/api/v1/backfills/abc", nil),
+		bad("backfill id 0", "GET", "/api/v1/backfills/0", nil),
+		bad("backfill id -1", "GET", "/api/v1/backfills/-1", nil),
+		bad("backfill id 1.5", "GET", "/api/v1/backfills/1.5/dag_runs", nil),
+		bad("backfill id past int64", "GET", "/api/v1/backfills/9223372036854775808", nil),
+		bad("pause backfill abc", "PUT", "/api/v1/backfills/abc/pause", nil),
+		bad("cancel backfill 0", "PUT", "/api/v1/backfills/0/cancel", nil),
+		bad("heartbeat run 1.5", "POST", "/api/v1/runs/1.5/heartbeat", `{"worker_id":"w"}`),
+		bad("heartbeat run abc", "POST", "/api/v1/runs/abc/heartbeat", `{"worker_id":"w"}`),
+		bad("heartbeat without worker_id", "POST", fmt.Sprintf("/api/v1/runs/%d/heartbeat", run.Id), `{}`),
+
+		// Query parameters.
+		bad("limit 0", "GET", "/api/v1/backfills?limit=0", nil),
+		bad("limit 1001", "GET", "/api/v1/dags?limit=1001", nil),
+		bad("limit -1", "GET", "/api/v1/dags/m/runs?limit=-1", nil),
+		bad("offset -1", "GET", "/api/v1/backfills?offset=-1", nil),
+		bad("run list state done", "GET", "/api/v1/dags/m/runs?state=done", nil),
+		bad("run list backfill_id 0", "GET", "/api/v1/dags/m/runs?backfill_id=0", nil),
+		bad("run list backfill_id abc", "GET", "/api/v1/dags/m/runs?backfill_id=abc", nil),
+		bad("backfill list state done", "GET", "/api/v1/backfills?state=done", nil),
+		bad("backfill list active maybe", "GET", "/api/v1/backfills?active=maybe", nil),
+
+		// Claims.
+		bad("claim limit 0", "POST", "/api/v1/runs/claim", `{"worker_id":"w","limit":0}`),
+		bad("claim limit 101", "POST", "/api/v1/runs/claim", `{"worker_id":"w","limit":101}`),
+		bad("claim lease_seconds 9", "POST", "/api/v1/runs/claim", `{"worker_id":"w","lease_seconds":9}`),
+		bad("claim lease_seconds 3601", "POST", "/api/v1/runs/claim", `{"worker_id":"w","lease_seconds":3601}`),
+		bad("claim without worker_id", "POST", "/api/v1/runs/claim", `{"limit":1}`),
+		bad("claim empty worker_id", "POST", "/api/v1/runs/claim", `{"worker_id":""}`),
+		bad("claim worker_id of 256 chars", "POST", "/api/v1/runs/claim", `{"worker_id":"`+strings.Repeat("w", 256)+`"}`),
+		bad("claim dag_id breaking its pattern", "POST", "/api/v1/runs/claim", `{"worker_id":"w","dag_id":"a b"}`),
+		bad("claim unknown field", "POST", "/api/v1/runs/claim", `{"worker_id":"w","queue":"x"}`),
+
+		// DAGs.
+		bad("PUT dag without schedule", "PUT", "/api/v1/dags/new_dag", `{"timezone":"UTC"}`),
+		bad("PUT dag empty schedule", "PUT", "/api/v1/dags/new_dag", `{"schedule":""}`),
+		bad("PUT dag max_active_runs 0", "PUT", "/api/v1/dags/new_dag", `{"schedule":"@daily","max_active_runs":0}`),
+		bad("PUT dag max_active_runs 1001", "PUT", "/api/v1/dags/new_dag", `{"schedule":"@daily","max_active_runs":1001}`),
+		bad("PUT dag string is_paused", "PUT", "/api/v1/dags/new_dag", `{"schedule":"@daily","is_paused":"true"}`),
+		bad("PUT dag empty timezone", "PUT", "/api/v1/dags/new_dag", `{"schedule":"@daily","timezone":""}`),
+		bad("PUT dag unknown field", "PUT", "/api/v1/dags/new_dag", `{"schedule":"@daily","owner":"me"}`),
+		bad("PUT dag id with a space", "PUT", "/api/v1/dags/bad%20id", `{"schedule":"@daily"}`),
+		bad("PUT dag id of 251 chars", "PUT", "/api/v1/dags/"+strings.Repeat("d", 251), `{"schedule":"@daily"}`),
+		bad("PUT dag broken JSON", "PUT", "/api/v1/dags/new_dag", `{"schedule":`),
+		{"PUT dag body over 1 MiB", "PUT", "/api/v1/dags/new_dag", `{"schedule":"@daily","description":"` + strings.Repeat("x", 1<<20) + `"}`, nil, http.StatusRequestEntityTooLarge, "payload_too_large"},
+
+		// Runs.
+		bad("run without logical_date", "POST", "/api/v1/dags/m/runs", `{"conf":{}}`),
+		bad("run logical_date yesterday", "POST", "/api/v1/dags/m/runs", `{"logical_date":"yesterday"}`),
+		bad("run logical_date without offset", "POST", "/api/v1/dags/m/runs", `{"logical_date":"2024-01-05T00:00:00"}`),
+		bad("run conf array", "POST", "/api/v1/dags/m/runs", `{"logical_date":"2024-01-05T00:00:00Z","conf":[]}`),
+		bad("run unknown field", "POST", "/api/v1/dags/m/runs", `{"logical_date":"2024-01-05T00:00:00Z","run_id":"x"}`),
+		bad("run dag id with a space", "POST", "/api/v1/dags/bad%20id/runs", `{"logical_date":"2024-01-05T00:00:00Z"}`),
+		bad("patch state done", "PATCH", runPath, `{"state":"done"}`),
+		bad("patch without state", "PATCH", runPath, `{"worker_id":"w"}`),
+		bad("patch empty worker_id", "PATCH", runPath, `{"state":"success","worker_id":""}`),
+		bad("patch array body", "PATCH", runPath, `[{"state":"success"}]`),
+
+		// Well-formed, but nothing there.
+		{"unknown backfill", "GET", "/api/v1/backfills/424242", nil, nil, http.StatusNotFound, "backfill_not_found"},
+		{"pause unknown backfill", "PUT", "/api/v1/backfills/424242/pause", nil, nil, http.StatusNotFound, "backfill_not_found"},
+		{"run of unknown DAG", "POST", "/api/v1/dags/ghost/runs", `{"logical_date":"2024-01-05T00:00:00Z"}`, nil, http.StatusNotFound, "dag_not_found"},
+		{"backfill of unknown DAG", "POST", "/api/v1/backfills", valid("dag_id", `"ghost"`), nil, http.StatusNotFound, "dag_not_found"},
+		{"heartbeat of unknown run", "POST", "/api/v1/runs/424242/heartbeat", `{"worker_id":"w"}`, nil, http.StatusNotFound, "run_not_found"},
+		{"unknown route", "GET", "/api/v1/nothing-here", nil, nil, http.StatusNotFound, "not_found"},
+		{"method not allowed", "DELETE", "/api/v1/dags/m", nil, nil, http.StatusMethodNotAllowed, "method_not_allowed"},
+
+		// Well-formed but semantically impossible.
+		{"inverted window", "POST", "/api/v1/backfills", valid("from_date", `"2024-01-09T00:00:00Z"`), nil, http.StatusUnprocessableEntity, "invalid_backfill"},
+		{"empty window", "POST", "/api/v1/backfills", valid("from_date", `"2024-01-01T06:00:00Z"`, "to_date", `"2024-01-01T07:00:00Z"`), nil, http.StatusUnprocessableEntity, "no_runs_to_create"},
+		{"@every schedule", "PUT", "/api/v1/dags/new_dag", `{"schedule":"@every 1h"}`, nil, http.StatusUnprocessableEntity, "invalid_dag"},
+		{"unknown timezone", "PUT", "/api/v1/dags/new_dag", `{"schedule":"@daily","timezone":"Nowhere/Atlantis"}`, nil, http.StatusUnprocessableEntity, "invalid_dag"},
+	}
+	require.GreaterOrEqual(t, len(cases), 25)
+
+	before := c2Counts(t, e)
+	for _, c := range cases {
+		res, err := e.do(c.method, c.path, c.body, c.headers...)
+		require.NoError(t, err, c.name)
+		require.Less(t, res.Status, 500, "%s: never a 5xx: %s", c.name, res.Body)
+		require.Equal(t, c.status, res.Status, "%s: %s", c.name, res.Body)
+		p := c2RequireProblem(t, res, c.status, c.code)
+		require.NotEmpty(t, p.Detail, c.name)
+		require.Equal(t, before, c2Counts(t, e), "%s wrote something", c.name)
+	}
+
+	// The DAG was never blocked: a valid request still goes through.
+	res := e.Do(http.MethodPost, "/api/v1/backfills", valid())
+	require.Equal(t, http.StatusCreated, res.Status, "body: %s", res.Body)
+}
