@@ -19,7 +19,7 @@ help:
 	@echo 'make test      all tests, with the race detector'
 	@echo 'make generate  regenerate code from the OpenAPI spec (go generate ./...)'
 	@echo 'make lint      gofmt, go vet, and a check that generated code matches the spec'
-	@echo 'make build     build bin/api'
+	@echo 'make build     build bin/api and bin/backfillctl'
 
 run: createdb
 	DATABASE_URL='$(DATABASE_URL)' $(GO) run ./cmd/api
@@ -65,6 +65,9 @@ lint:
 	if [ -n "$$dirty" ]; then \
 		echo 'new or changed files under api/ or client/ after go generate (commit them):'; echo "$$dirty"; exit 1; \
 	fi
+	@echo '--- TypeScript SDK (types match the spec, tsc) and spec lint (redocly)'
+	cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent check
 
 build:
 	$(GO) build -o bin/api ./cmd/api
+	$(GO) build -o bin/backfillctl ./cmd/backfillctl

@@ -787,6 +787,12 @@ type ServerInterface interface {
 	// HeartbeatRun Extend a run's lease
 	// (POST /api/v1/runs/{id}/heartbeat)
 	HeartbeatRun(w http.ResponseWriter, r *http.Request, id RunDbIdPath)
+	// GetDocs API reference page
+	// (GET /docs)
+	GetDocs(w http.ResponseWriter, r *http.Request)
+	// GetDocsAsset API reference page asset
+	// (GET /docs/{asset})
+	GetDocsAsset(w http.ResponseWriter, r *http.Request, asset string)
 	// GetHealthz Liveness
 	// (GET /healthz)
 	GetHealthz(w http.ResponseWriter, r *http.Request)
@@ -904,6 +910,18 @@ func (_ Unimplemented) ClaimRuns(w http.ResponseWriter, r *http.Request) {
 // HeartbeatRun Extend a run's lease
 // (POST /api/v1/runs/{id}/heartbeat)
 func (_ Unimplemented) HeartbeatRun(w http.ResponseWriter, r *http.Request, id RunDbIdPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetDocs API reference page
+// (GET /docs)
+func (_ Unimplemented) GetDocs(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetDocsAsset API reference page asset
+// (GET /docs/{asset})
+func (_ Unimplemented) GetDocsAsset(w http.ResponseWriter, r *http.Request, asset string) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -1580,6 +1598,46 @@ func (siw *ServerInterfaceWrapper) HeartbeatRun(w http.ResponseWriter, r *http.R
 	handler.ServeHTTP(w, r)
 }
 
+// GetDocs operation middleware
+func (siw *ServerInterfaceWrapper) GetDocs(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetDocs(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetDocsAsset operation middleware
+func (siw *ServerInterfaceWrapper) GetDocsAsset(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "asset" -------------
+	var asset string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "asset", chi.URLParam(r, "asset"), &asset, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "asset", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetDocsAsset(w, r, asset)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetHealthz operation middleware
 func (siw *ServerInterfaceWrapper) GetHealthz(w http.ResponseWriter, r *http.Request) {
 
@@ -1811,6 +1869,12 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/openapi.yaml", wrapper.GetOpenAPISpec)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/docs", wrapper.GetDocs)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/docs/{asset}", wrapper.GetDocsAsset)
 	})
 
 	return r

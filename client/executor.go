@@ -1,0 +1,270 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Causes of a work function's context ending, read with context.Cause.
+var (
+	// ErrCancelRequested: the run's backfill is being canceled. The run is reported
+	// canceled, unless the work still returns nil.
+	ErrCancelRequested = errors.New("client: the backfill is being canceled")
+	// ErrLeaseLost: the run is no longer leased to this worker (it expired and the run was
+	// handed out again, or an operator marked it). Nothing is reported for it.
+	ErrLeaseLost = errors.New("client: lease lost")
+)
+
+// ExecutorConfig configures RunExecutor. Only WorkerID is required.
+type ExecutorConfig struct {
+	// WorkerID names this worker in claims, heartbeats and reports (1-255 chars).
+	WorkerID string
+	// DagID, when set, claims only runs of that DAG.
+	DagID string
+	// Limit is how many runs may be worked on at once (1..100, default 1).
+	Limit int
+	// LeaseSeconds is the lease each claim asks for (10..3600, default 60). A run whose
+	// worker stops heartbeating is handed out again this long after the last heartbeat.
+	LeaseSeconds int
+	// HeartbeatEvery is the time between heartbeats of a running run (default a third of
+	// the lease). It is also how soon a cancel of the backfill reaches the work.
+	HeartbeatEvery time.Duration
+	// IdleBackoff is the first wait after a claim found nothing (default 250ms); it doubles,
+	// with jitter, up to MaxIdleBackoff (default 5s), and resets once runs are claimed.
+	IdleBackoff    time.Duration
+	MaxIdleBackoff time.Duration
+	// Logger receives claims, reports and errors; nil discards them.
+	Logger *slog.Logger
+}
+
+func (cfg *ExecutorConfig) defaults() error {
+	if cfg.WorkerID == "" || len(cfg.WorkerID) > 255 {
+		return fmt.Errorf("client: ExecutorConfig.WorkerID must be 1-255 characters")
+	}
+	if cfg.Limit == 0 {
+		cfg.Limit = 1
+	}
+	if cfg.Limit < 1 || cfg.Limit > 100 {
+		return fmt.Errorf("client: ExecutorConfig.Limit must be 1..100, not %d", cfg.Limit)
+	}
+	if cfg.LeaseSeconds == 0 {
+		cfg.LeaseSeconds = 60
+	}
+	if cfg.LeaseSeconds < 10 || cfg.LeaseSeconds > 3600 {
+		return fmt.Errorf("client: ExecutorConfig.LeaseSeconds must be 10..3600, not %d", cfg.LeaseSeconds)
+	}
+	if cfg.HeartbeatEvery <= 0 {
+		cfg.HeartbeatEvery = time.Duration(cfg.LeaseSeconds) * time.Second / 3
+	}
+	if cfg.IdleBackoff <= 0 {
+		cfg.IdleBackoff = 250 * time.Millisecond
+	}
+	if cfg.MaxIdleBackoff < cfg.IdleBackoff {
+		cfg.MaxIdleBackoff = max(5*time.Second, cfg.IdleBackoff)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// RunExecutor is a worker loop: it claims runs (up to cfg.Limit at once), calls work for
+// each on its own goroutine, heartbeats the run's lease while work runs, and reports the
+// outcome as cfg.WorkerID: success when work returns nil, failed when it returns an error,
+// canceled when it returns an error after the backfill was canceled. When nothing is
+// claimable it backs off.
+//
+// work's context is canceled, with context.Cause ErrCancelRequested, when a heartbeat
+// answers that the backfill is being canceled, and with ErrLeaseLost when the lease is
+// gone (nothing is reported then: the run is no longer this worker's). A panic in work is
+// reported as failed.
+//
+// RunExecutor returns when ctx is done, after every work function has returned; work cut
+// short by ctx is not reported, so the service hands its run out again when the lease
+// expires. It returns nil then, or an error for an invalid cfg or a claim the service
+// refuses for good (400, 401).
+func (c *Client) RunExecutor(ctx context.Context, cfg ExecutorConfig, work func(ctx context.Context, run DagRun) error) error {
+	if err := cfg.defaults(); err != nil {
+		return err
+	}
+	log := cfg.Logger.With("worker_id", cfg.WorkerID)
+	slots := make(chan struct{}, cfg.Limit) // one token per run being worked on
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	idle := cfg.IdleBackoff
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		free := 1
+	more:
+		for free < cfg.Limit {
+			select {
+			case slots <- struct{}{}:
+				free++
+			default:
+				break more
+			}
+		}
+		runs, err := c.ClaimRuns(ctx, claimRequest(cfg, free))
+		for range free - len(runs) {
+			<-slots
+		}
+		if ctx.Err() != nil {
+			// Runs claimed just as ctx ended are left to their leases, like cut-short work.
+			return nil
+		}
+		if err != nil {
+			var p *ProblemError
+			if errors.As(err, &p) && !p.Temporary() && p.Status < 500 {
+				return fmt.Errorf("client: claim refused: %w", err)
+			}
+			log.Warn("claim failed; backing off", "err", err)
+		}
+		if len(runs) == 0 {
+			if !sleep(ctx, jitter(idle)) {
+				return nil
+			}
+			idle = min(idle*2, cfg.MaxIdleBackoff)
+			continue
+		}
+		idle = cfg.IdleBackoff
+		for _, run := range runs {
+			log.Debug("claimed run", "dag_id", run.DagId, "run_id", run.RunId, "attempt", run.Attempt)
+			wg.Go(func() {
+				defer func() { <-slots }()
+				c.execute(ctx, cfg, log, run, work)
+			})
+		}
+	}
+}
+
+func claimRequest(cfg ExecutorConfig, limit int) ClaimRequest {
+	req := ClaimRequest{WorkerId: cfg.WorkerID, Limit: &limit, LeaseSeconds: &cfg.LeaseSeconds}
+	if cfg.DagID != "" {
+		req.DagId = &cfg.DagID
+	}
+	return req
+}
+
+// execute works on one claimed run: work, heartbeats alongside, then the report.
+func (c *Client) execute(ctx context.Context, cfg ExecutorConfig, log *slog.Logger, run DagRun, work func(context.Context, DagRun) error) {
+	log = log.With("dag_id", run.DagId, "run_id", run.RunId)
+	workCtx, cancelWork := context.WithCancelCause(ctx)
+	defer cancelWork(nil)
+	hbCtx, stopHeartbeats := context.WithCancel(ctx)
+	var hbDone sync.WaitGroup
+	hbDone.Go(func() { c.heartbeats(hbCtx, cfg, log, run, cancelWork) })
+
+	started := time.Now()
+	err := callWork(workCtx, run, work)
+	stopHeartbeats()
+	hbDone.Wait()
+
+	cause := context.Cause(workCtx)
+	var state DagRunState
+	switch {
+	case errors.Is(cause, ErrLeaseLost):
+		log.Warn("lease lost; not reporting", "work_err", err)
+		return
+	case err != nil && ctx.Err() != nil:
+		log.Info("stopped before the run finished; its lease will expire", "work_err", err)
+		return
+	case err == nil:
+		state = DagRunStateSuccess
+	case errors.Is(cause, ErrCancelRequested):
+		state = DagRunStateCanceled
+	default:
+		state = DagRunStateFailed
+	}
+	// A finished run is reported even while the executor stops.
+	if err := c.report(context.WithoutCancel(ctx), run, state, cfg.WorkerID); err != nil {
+		log.Error("report failed", "state", state, "err", err)
+		return
+	}
+	log.Info("reported run", "state", state, "duration", time.Since(started).Round(time.Millisecond), "work_err", err)
+}
+
+// callWork runs work, turning a panic into an error so that the run is reported failed.
+func callWork(ctx context.Context, run DagRun, work func(context.Context, DagRun) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("client: work panicked: %v", r)
+		}
+	}()
+	return work(ctx, run)
+}
+
+// heartbeats keeps the run's lease until ctx ends, telling the work to stop when the
+// backfill is being canceled or the lease is gone.
+func (c *Client) heartbeats(ctx context.Context, cfg ExecutorConfig, log *slog.Logger, run DagRun, cancelWork context.CancelCauseFunc) {
+	t := time.NewTicker(cfg.HeartbeatEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		hb, err := c.HeartbeatRun(ctx, run.Id, cfg.WorkerID)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case IsCode(err, ProblemCodeLeaseLost) || IsCode(err, ProblemCodeRunNotFound):
+			cancelWork(ErrLeaseLost)
+			return
+		case err != nil:
+			// Transient: the lease outlasts several missed heartbeats.
+			log.Warn("heartbeat failed", "err", err)
+		case hb.CancelRequested:
+			// Keep heartbeating: the lease must hold until the work stops and reports.
+			cancelWork(ErrCancelRequested)
+		}
+	}
+}
+
+// reportAttempts bounds the retries of a report; a report that never lands costs a lease
+// expiry, and the run is handed out again.
+const reportAttempts = 5
+
+func (c *Client) report(ctx context.Context, run DagRun, state DagRunState, workerID string) error {
+	wait := 200 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		_, err := c.ReportRun(ctx, run.DagId, run.RunId, state, workerID)
+		var p *ProblemError
+		if err == nil || attempt == reportAttempts || (errors.As(err, &p) && !p.Temporary()) {
+			return err
+		}
+		if p != nil {
+			wait = max(wait, p.RetryAfter)
+		}
+		if !sleep(ctx, jitter(wait)) {
+			return err
+		}
+		wait *= 2
+	}
+}
+
+// jitter spreads d over [0.75d, 1.25d) so that idle workers do not claim in lockstep.
+func jitter(d time.Duration) time.Duration {
+	return d*3/4 + rand.N(d/2+1)
+}
+
+// sleep waits d, or less when ctx ends first; it reports whether it waited the full d.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,222 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// fakeExecutorAPI hands out queued runs once each and records heartbeats and reports.
+type fakeExecutorAPI struct {
+	mu        sync.Mutex
+	queued    []DagRun
+	claims    []ClaimRequest
+	heartbeat func(id int64) (HeartbeatResponse, *Problem) // nil: a plain extension
+	reports   map[string]DagRunPatch
+	reported  chan string
+}
+
+func newFakeExecutorAPI(runs ...DagRun) *fakeExecutorAPI {
+	return &fakeExecutorAPI{queued: runs, reports: map[string]DagRunPatch{}, reported: make(chan string, 100)}
+}
+
+func (f *fakeExecutorAPI) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /api/v1/runs/claim", func(w http.ResponseWriter, r *http.Request) {
+		var req ClaimRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.claims = append(f.claims, req)
+		n := min(*req.Limit, len(f.queued))
+		out := f.queued[:n:n]
+		f.queued = f.queued[n:]
+		for i := range out {
+			out[i].State = DagRunStateRunning
+			out[i].WorkerId = &req.WorkerId
+		}
+		writeJSON(w, http.StatusOK, ClaimResponse{Runs: append([]DagRun{}, out...)})
+	})
+	mux.HandleFunc("POST /api/v1/runs/{id}/heartbeat", func(w http.ResponseWriter, r *http.Request) {
+		id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
+		f.mu.Lock()
+		hbf := f.heartbeat
+		f.mu.Unlock()
+		if hbf == nil {
+			writeJSON(w, http.StatusOK, HeartbeatResponse{LeaseExpiresAt: time.Now().Add(time.Minute)})
+			return
+		}
+		hb, p := hbf(id)
+		if p != nil {
+			writeProblem(w, *p)
+			return
+		}
+		writeJSON(w, http.StatusOK, hb)
+	})
+	mux.HandleFunc("PATCH /api/v1/dags/{dag}/runs/{run}", func(w http.ResponseWriter, r *http.Request) {
+		var body DagRunPatch
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		f.mu.Lock()
+		f.reports[r.PathValue("run")] = body
+		f.mu.Unlock()
+		f.reported <- r.PathValue("run")
+		writeJSON(w, http.StatusOK, DagRun{DagId: r.PathValue("dag"), RunId: r.PathValue("run"), State: body.State})
+	})
+	return mux
+}
+
+func (f *fakeExecutorAPI) report(runID string) (DagRunPatch, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.reports[runID]
+	return p, ok
+}
+
+func run(id int64, runID string) DagRun {
+	return DagRun{Id: id, DagId: "sales", RunId: runID, State: DagRunStateQueued}
+}
+
+// startExecutor runs RunExecutor until the test ends, and answers its error.
+func startExecutor(t *testing.T, c *Client, cfg ExecutorConfig, work func(context.Context, DagRun) error) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.RunExecutor(ctx, cfg, work) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				err = errors.New("RunExecutor did not return after its context ended")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+func awaitReport(t *testing.T, f *fakeExecutorAPI) string {
+	t.Helper()
+	select {
+	case id := <-f.reported:
+		return id
+	case <-time.After(10 * time.Second):
+		t.Fatal("no report within 10s")
+		return ""
+	}
+}
+
+func TestRunExecutorReportsSuccessAndFailureWithWorkerID(t *testing.T) {
+	t.Parallel()
+	f := newFakeExecutorAPI(run(1, "ok"), run(2, "bad"), run(3, "panics"))
+	c := serve(t, f.handler(), "")
+	stop := startExecutor(t, c, ExecutorConfig{WorkerID: "w1", DagID: "sales", Limit: 2, IdleBackoff: time.Millisecond},
+		func(ctx context.Context, r DagRun) error {
+			switch r.RunId {
+			case "bad":
+				return errors.New("boom")
+			case "panics":
+				panic("kaboom")
+			}
+			return nil
+		})
+	for range 3 {
+		awaitReport(t, f)
+	}
+	require.NoError(t, stop())
+	for runID, want := range map[string]DagRunState{"ok": DagRunStateSuccess, "bad": DagRunStateFailed, "panics": DagRunStateFailed} {
+		p, ok := f.report(runID)
+		require.True(t, ok, runID)
+		require.Equal(t, want, p.State, runID)
+		require.Equal(t, "w1", *p.WorkerId)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Equal(t, "sales", *f.claims[0].DagId)
+	require.Equal(t, 2, *f.claims[0].Limit)
+	require.Equal(t, 60, *f.claims[0].LeaseSeconds)
+}
+
+func TestRunExecutorCancelsWorkWhenBackfillIsCanceling(t *testing.T) {
+	t.Parallel()
+	f := newFakeExecutorAPI(run(1, "long"))
+	f.heartbeat = func(int64) (HeartbeatResponse, *Problem) {
+		return HeartbeatResponse{LeaseExpiresAt: time.Now().Add(time.Minute), CancelRequested: true}, nil
+	}
+	c := serve(t, f.handler(), "")
+	causes := make(chan error, 1)
+	startExecutor(t, c, ExecutorConfig{WorkerID: "w1", HeartbeatEvery: 5 * time.Millisecond, IdleBackoff: time.Millisecond},
+		func(ctx context.Context, r DagRun) error {
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return ctx.Err()
+		})
+	require.Equal(t, "long", awaitReport(t, f))
+	require.ErrorIs(t, <-causes, ErrCancelRequested)
+	p, _ := f.report("long")
+	require.Equal(t, DagRunStateCanceled, p.State)
+}
+
+func TestRunExecutorDoesNotReportARunWhoseLeaseIsLost(t *testing.T) {
+	t.Parallel()
+	f := newFakeExecutorAPI(run(1, "lost"), run(2, "after"))
+	f.heartbeat = func(id int64) (HeartbeatResponse, *Problem) {
+		return HeartbeatResponse{}, &Problem{Type: "about:blank", Title: "Conflict", Status: 409, Detail: "gone", Code: ProblemCodeLeaseLost}
+	}
+	c := serve(t, f.handler(), "")
+	causes := make(chan error, 2)
+	startExecutor(t, c, ExecutorConfig{WorkerID: "w1", HeartbeatEvery: 5 * time.Millisecond, IdleBackoff: time.Millisecond},
+		func(ctx context.Context, r DagRun) error {
+			if r.RunId == "after" {
+				return nil
+			}
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return ctx.Err()
+		})
+	// The executor works one run at a time, so "after" is reported only once "lost" ended.
+	require.Equal(t, "after", awaitReport(t, f))
+	require.ErrorIs(t, <-causes, ErrLeaseLost)
+	_, reported := f.report("lost")
+	require.False(t, reported)
+}
+
+func TestRunExecutorLeavesWorkCutShortByShutdownToItsLease(t *testing.T) {
+	t.Parallel()
+	f := newFakeExecutorAPI(run(1, "interrupted"))
+	c := serve(t, f.handler(), "")
+	started := make(chan struct{})
+	stop := startExecutor(t, c, ExecutorConfig{WorkerID: "w1", IdleBackoff: time.Millisecond},
+		func(ctx context.Context, r DagRun) error {
+			close(started)
+			<-ctx.Done()
+			return ctx.Err()
+		})
+	<-started
+	require.NoError(t, stop())
+	_, reported := f.report("interrupted")
+	require.False(t, reported)
+}
+
+func TestRunExecutorStopsWhenTheClaimIsRefused(t *testing.T) {
+	t.Parallel()
+	c := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, Problem{Type: "about:blank", Title: "Unauthorized", Status: 401, Detail: "no token", Code: ProblemCodeUnauthorized})
+	}), "")
+	err := c.RunExecutor(context.Background(), ExecutorConfig{WorkerID: "w1"}, func(context.Context, DagRun) error { return nil })
+	require.True(t, IsCode(err, ProblemCodeUnauthorized), "err: %v", err)
+
+	err = c.RunExecutor(context.Background(), ExecutorConfig{}, nil)
+	require.ErrorContains(t, err, "WorkerID")
+}

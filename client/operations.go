@@ -1,0 +1,136 @@
+package client
+
+import (
+	"context"
+	"net/http"
+)
+
+// PutDag creates or replaces a DAG. created is true when the DAG did not exist (201).
+func (c *Client) PutDag(ctx context.Context, dagID string, body DagPut) (d Dag, created bool, err error) {
+	resp, err := c.raw().PutDag(ctx, dagID, body)
+	d, r, err := decode[Dag](resp, err, http.StatusOK, http.StatusCreated)
+	return d, err == nil && r.StatusCode == http.StatusCreated, err
+}
+
+// GetDag reads a DAG (404 dag_not_found).
+func (c *Client) GetDag(ctx context.Context, dagID string) (Dag, error) {
+	resp, err := c.raw().GetDag(ctx, dagID)
+	d, _, err := decode[Dag](resp, err, http.StatusOK)
+	return d, err
+}
+
+// ListDags reads a page of DAGs ordered by dag_id; params may be nil.
+func (c *Client) ListDags(ctx context.Context, params *ListDagsParams) (DagCollection, error) {
+	resp, err := c.raw().ListDags(ctx, params)
+	l, _, err := decode[DagCollection](resp, err, http.StatusOK)
+	return l, err
+}
+
+// CreateBackfill creates a backfill with all its runs in one transaction. A non-empty
+// idempotencyKey makes the call safe to retry: the same key with the same request answers
+// the backfill it created the first time (as it is now) and creates nothing; with a
+// different request it is a *ProblemError with code idempotency_key_reused. A DAG that
+// already has an active backfill is code backfill_already_running with ActiveBackfillID.
+func (c *Client) CreateBackfill(ctx context.Context, req BackfillCreate, idempotencyKey string) (Backfill, error) {
+	var params CreateBackfillParams
+	if idempotencyKey != "" {
+		params.IdempotencyKey = &idempotencyKey
+	}
+	resp, err := c.raw().CreateBackfill(ctx, &params, req)
+	b, _, err := decode[Backfill](resp, err, http.StatusCreated)
+	return b, err
+}
+
+// DryRunBackfill answers what CreateBackfill would do with req, slot by slot, writing
+// nothing. It is never backfill_already_running.
+func (c *Client) DryRunBackfill(ctx context.Context, req BackfillCreate) (DryRunCollection, error) {
+	resp, err := c.raw().DryRunBackfill(ctx, req)
+	l, _, err := decode[DryRunCollection](resp, err, http.StatusOK)
+	return l, err
+}
+
+// GetBackfill reads a backfill with its progress (404 backfill_not_found).
+func (c *Client) GetBackfill(ctx context.Context, id int64) (Backfill, error) {
+	resp, err := c.raw().GetBackfill(ctx, id)
+	b, _, err := decode[Backfill](resp, err, http.StatusOK)
+	return b, err
+}
+
+// ListBackfills reads a page of backfills; params may be nil.
+func (c *Client) ListBackfills(ctx context.Context, params *ListBackfillsParams) (BackfillCollection, error) {
+	resp, err := c.raw().ListBackfills(ctx, params)
+	l, _, err := decode[BackfillCollection](resp, err, http.StatusOK)
+	return l, err
+}
+
+// ListBackfillDagRuns reads a page of a backfill's slots; params may be nil.
+func (c *Client) ListBackfillDagRuns(ctx context.Context, id int64, params *ListBackfillDagRunsParams) (BackfillDagRunCollection, error) {
+	resp, err := c.raw().ListBackfillDagRuns(ctx, id, params)
+	l, _, err := decode[BackfillDagRunCollection](resp, err, http.StatusOK)
+	return l, err
+}
+
+// PauseBackfill stops further claims of a backfill's runs (409 backfill_not_active when it
+// is canceling or terminal).
+func (c *Client) PauseBackfill(ctx context.Context, id int64) (Backfill, error) {
+	resp, err := c.raw().PauseBackfill(ctx, id)
+	b, _, err := decode[Backfill](resp, err, http.StatusOK)
+	return b, err
+}
+
+// UnpauseBackfill lets a paused backfill's runs be claimed again.
+func (c *Client) UnpauseBackfill(ctx context.Context, id int64) (Backfill, error) {
+	resp, err := c.raw().UnpauseBackfill(ctx, id)
+	b, _, err := decode[Backfill](resp, err, http.StatusOK)
+	return b, err
+}
+
+// CancelBackfill cancels a backfill: its queued runs become canceled at once, its running
+// runs are asked to stop through their heartbeats. The answer is the backfill, canceling
+// or already canceled.
+func (c *Client) CancelBackfill(ctx context.Context, id int64) (Backfill, error) {
+	resp, err := c.raw().CancelBackfill(ctx, id)
+	b, _, err := decode[Backfill](resp, err, http.StatusOK)
+	return b, err
+}
+
+// ClaimRuns leases up to req.Limit queued runs to req.WorkerId; possibly none.
+func (c *Client) ClaimRuns(ctx context.Context, req ClaimRequest) ([]DagRun, error) {
+	resp, err := c.raw().ClaimRuns(ctx, req)
+	l, _, err := decode[ClaimResponse](resp, err, http.StatusOK)
+	return l.Runs, err
+}
+
+// HeartbeatRun extends the lease the worker holds on the run with this numeric id. A lease
+// that is gone is a *ProblemError with code lease_lost.
+func (c *Client) HeartbeatRun(ctx context.Context, id int64, workerID string) (HeartbeatResponse, error) {
+	resp, err := c.raw().HeartbeatRun(ctx, id, HeartbeatRequest{WorkerId: workerID})
+	h, _, err := decode[HeartbeatResponse](resp, err, http.StatusOK)
+	return h, err
+}
+
+// ReportRun reports a run's outcome (success, failed or canceled). With a workerID the run
+// must still be leased to that worker (else lease_lost); an empty workerID marks the run as
+// an operator would.
+func (c *Client) ReportRun(ctx context.Context, dagID, runID string, state DagRunState, workerID string) (DagRun, error) {
+	body := DagRunPatch{State: state}
+	if workerID != "" {
+		body.WorkerId = &workerID
+	}
+	resp, err := c.raw().PatchDagRun(ctx, dagID, runID, body)
+	r, _, err := decode[DagRun](resp, err, http.StatusOK)
+	return r, err
+}
+
+// Terminal reports whether a backfill in this state will never change again.
+func (s BackfillState) Terminal() bool {
+	return s == BackfillStateSucceeded || s == BackfillStateFailed || s == BackfillStateCanceled
+}
+
+// Terminal reports whether a run in this state is finished.
+func (s DagRunState) Terminal() bool {
+	return s == DagRunStateSuccess || s == DagRunStateFailed || s == DagRunStateCanceled
+}
+
+// Done is the number of slots that are finished: success, failed, canceled or skipped.
+func (p BackfillProgress) Done() int64 { return p.Success + p.Failed + p.Canceled + p.Skipped }

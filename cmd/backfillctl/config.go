@@ -1,0 +1,186 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/backfillsvc/backfill/client"
+)
+
+// globals are the flags every command takes, before or after the command's name.
+type globals struct {
+	server string
+	token  string
+	output string
+}
+
+// defaultGlobals reads the environment defaults of the global flags.
+func defaultGlobals(getenv func(string) string) globals {
+	g := globals{server: "http://localhost:8080", token: getenv("BACKFILL_TOKEN"), output: "table"}
+	if s := getenv("BACKFILL_SERVER"); s != "" {
+		g.server = s
+	}
+	return g
+}
+
+// register adds the global flags to fs; their defaults are g's current values, so that a
+// flag given before the command is the default of the same flag after it.
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.server, "server", g.server, "service base URL (env BACKFILL_SERVER)")
+	fs.StringVar(&g.token, "token", g.token, "bearer token (env BACKFILL_TOKEN)")
+	fs.StringVar(&g.output, "output", g.output, "output format: table or json")
+	fs.StringVar(&g.output, "o", g.output, "shorthand for --output")
+}
+
+func (g *globals) validate() error {
+	if g.output != "table" && g.output != "json" {
+		return usageErrorf("--output must be table or json, not %q", g.output)
+	}
+	return nil
+}
+
+// usageError is a command line that cannot be understood: exit code 3 with a hint.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usageErrorf(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// newFlagSet makes a command's FlagSet with the global flags; usage prints synopsis and
+// the flags.
+func newFlagSet(name, synopsis string, g *globals, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	g.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: backfillctl %s\n\nFlags (global flags too: --server, --token, --output):\n", synopsis)
+		fs.VisitAll(func(f *flag.Flag) {
+			switch f.Name {
+			case "server", "token", "output", "o":
+				return
+			}
+			name, usage := flag.UnquoteUsage(f)
+			fmt.Fprintf(stderr, "  --%s\n    \t%s", strings.TrimSpace(f.Name+" "+name), usage)
+			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
+				fmt.Fprintf(stderr, " (default %s)", f.DefValue)
+			}
+			fmt.Fprintln(stderr)
+		})
+	}
+	return fs
+}
+
+// parse parses flags anywhere among args (the standard flag package stops at the first
+// argument that is not a flag) and answers the positional arguments; after "--" every
+// argument is positional.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// oneID reads the single numeric backfill id a command takes.
+func oneID(args []string, what string) (int64, error) {
+	if len(args) != 1 {
+		return 0, usageErrorf("expected one %s, got %d arguments", what, len(args))
+	}
+	id, err := strconv.ParseInt(args[0], 10, 64)
+	if err != nil || id < 1 {
+		return 0, usageErrorf("%s must be a positive integer, not %q", what, args[0])
+	}
+	return id, nil
+}
+
+// dateValue is a --from-date/--to-date: an RFC 3339 timestamp, or a date (UTC midnight).
+type dateValue struct {
+	t   time.Time
+	set bool
+}
+
+func (d *dateValue) String() string {
+	if !d.set {
+		return ""
+	}
+	return d.t.Format(time.RFC3339)
+}
+
+func (d *dateValue) Set(s string) error {
+	for _, layout := range []string{time.RFC3339, "2006-01-02T15:04:05", "2006-01-02"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			d.t, d.set = t.UTC(), true
+			return nil
+		}
+	}
+	return errors.New("want a date (2024-03-01, UTC midnight) or an RFC 3339 time (2024-03-01T02:00:00Z)")
+}
+
+// optBool is a boolean flag that can also be left unset: --active, --active=false, or
+// nothing.
+type optBool struct{ v *bool }
+
+func (o *optBool) IsBoolFlag() bool { return true }
+func (o *optBool) String() string {
+	if o == nil || o.v == nil {
+		return ""
+	}
+	return strconv.FormatBool(*o.v)
+}
+
+func (o *optBool) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	o.v = &b
+	return nil
+}
+
+// confValue is --dag-run-conf: a JSON object.
+type confValue struct{ conf client.Conf }
+
+func (c *confValue) String() string {
+	if c == nil || c.conf == nil {
+		return ""
+	}
+	b, _ := json.Marshal(c.conf)
+	return string(b)
+}
+
+func (c *confValue) Set(s string) error {
+	var conf client.Conf
+	if err := json.Unmarshal([]byte(s), &conf); err != nil || conf == nil {
+		return errors.New(`want a JSON object, e.g. '{"full_refresh": true}'`)
+	}
+	c.conf = conf
+	return nil
+}
+
+// oneOf checks an enumerated flag value.
+func oneOf(flagName, v string, allowed ...string) error {
+	for _, a := range allowed {
+		if v == a {
+			return nil
+		}
+	}
+	return usageErrorf("--%s must be one of %s, not %q", flagName, strings.Join(allowed, ", "), v)
+}

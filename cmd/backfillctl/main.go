@@ -1,0 +1,184 @@
+// Command backfillctl is the command-line client of the backfill service, built on the Go
+// SDK (package client): DAGs, backfills, a live progress view, and a demo executor.
+//
+//	backfillctl dags put sales --schedule '0 2 * * *' --timezone America/New_York
+//	backfillctl backfills create --dag-id sales --from-date 2024-03-01 --to-date 2024-03-31 --wait
+//
+// Exit codes: 0 success (a watched backfill succeeded), 1 a watched backfill failed, 2 it
+// was canceled, 3 any other error (the service's problem code and detail go to stderr),
+// 130 interrupted while watching. `backfillctl help` prints the full usage.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/backfillsvc/backfill/client"
+)
+
+// Exit codes; usage documents them.
+const (
+	exitOK          = 0
+	exitFailed      = 1
+	exitCanceled    = 2
+	exitError       = 3
+	exitInterrupted = 130
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// cli is one invocation: its global flags, streams and environment.
+type cli struct {
+	g      globals
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+}
+
+// command is one subcommand; name is how it is typed ("backfills create").
+type command struct {
+	name string
+	run  func(ctx context.Context, c *cli, args []string) error
+}
+
+var commands = []command{
+	{"dags put", dagsPut},
+	{"dags get", dagsGet},
+	{"dags list", dagsList},
+	{"backfills create", backfillsCreate},
+	{"backfills dry-run", backfillsDryRun},
+	{"backfills get", backfillsGet},
+	{"backfills list", backfillsList},
+	{"backfills runs", backfillsRuns},
+	{"backfills pause", backfillsPause},
+	{"backfills unpause", backfillsUnpause},
+	{"backfills cancel", backfillsCancel},
+	{"watch", watch},
+	{"executor", executor},
+}
+
+// run is the whole program; it answers the exit code.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	c := &cli{g: defaultGlobals(getenv), stdout: stdout, stderr: stderr, getenv: getenv}
+	root := flag.NewFlagSet("backfillctl", flag.ContinueOnError)
+	root.SetOutput(stderr)
+	c.g.register(root)
+	root.Usage = func() { fmt.Fprint(stderr, usage) }
+	if err := root.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitError
+	}
+	args = root.Args()
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitError
+	}
+	if args[0] == "help" {
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	cmd, rest, ok := lookup(args)
+	if !ok {
+		fmt.Fprintf(stderr, "backfillctl: unknown command %q\nRun 'backfillctl help' for usage.\n", joinWords(args, 2))
+		return exitError
+	}
+	return c.exitCode(ctx, cmd.name, cmd.run(ctx, c, rest))
+}
+
+// lookup finds the command named by the first one or two words of args.
+func lookup(args []string) (command, []string, bool) {
+	for _, cmd := range commands {
+		if len(args) >= 1 && cmd.name == args[0] {
+			return cmd, args[1:], true
+		}
+		if len(args) >= 2 && cmd.name == args[0]+" "+args[1] {
+			return cmd, args[2:], true
+		}
+	}
+	return command{}, nil, false
+}
+
+func joinWords(args []string, n int) string {
+	s := ""
+	for i, a := range args[:min(n, len(args))] {
+		if i > 0 {
+			s += " "
+		}
+		s += a
+	}
+	return s
+}
+
+// stateExit ends a command that watched a backfill to a failed or canceled end; the
+// summary is already printed.
+type stateExit struct{ state client.BackfillState }
+
+func (e *stateExit) Error() string { return "backfill " + string(e.state) }
+
+// exitCode prints err, if any, and maps it to the exit code.
+func (c *cli) exitCode(ctx context.Context, name string, err error) int {
+	var (
+		se    *stateExit
+		usage *usageError
+		prob  *client.ProblemError
+	)
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &se):
+		if se.state == client.BackfillStateFailed {
+			return exitFailed
+		}
+		return exitCanceled
+	case errors.As(err, &usage):
+		fmt.Fprintf(c.stderr, "backfillctl %s: %s\nRun 'backfillctl %s -h' for usage.\n", name, usage.msg, name)
+	case errors.As(err, &prob):
+		fmt.Fprintf(c.stderr, "backfillctl %s: error: %s\n", name, describeProblem(prob))
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		fmt.Fprintf(c.stderr, "backfillctl %s: interrupted: %v\n", name, err)
+		return exitInterrupted
+	default:
+		fmt.Fprintf(c.stderr, "backfillctl %s: error: %v\n", name, err)
+	}
+	return exitError
+}
+
+// describeProblem is a problem's code and detail as a person reads them.
+func describeProblem(p *client.ProblemError) string {
+	s := p.Error()
+	if p.Code == client.ProblemCodeBackfillAlreadyRunning && p.ActiveBackfillID != nil {
+		s += fmt.Sprintf("\nhint: watch it with 'backfillctl watch %d' or cancel it with 'backfillctl backfills cancel %d'",
+			*p.ActiveBackfillID, *p.ActiveBackfillID)
+	}
+	if p.Code == client.ProblemCodeUnauthorized {
+		s += "\nhint: pass --token or set BACKFILL_TOKEN"
+	}
+	return s
+}
+
+// client builds the SDK client for the global flags.
+func (c *cli) client() (*client.Client, error) {
+	if err := c.g.validate(); err != nil {
+		return nil, err
+	}
+	return client.New(c.g.server, c.g.token, client.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
+		req.Header.Set("User-Agent", "backfillctl")
+		return nil
+	}))
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/backfillsvc/backfill/client"
+)
+
+// printJSON writes v as indented JSON, the SDK's (and so the API's) field names.
+func (c *cli) printJSON(v any) error {
+	enc := json.NewEncoder(c.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// table writes rows aligned in columns; the first row is the header.
+func (c *cli) table(rows [][]string) error {
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+// printPage tells, under a table, that it shows a page of a longer list.
+func (c *cli) printPage(n, offset int, total int64) {
+	if int64(n) < total {
+		if n == 0 {
+			fmt.Fprintf(c.stdout, "(no entries at offset %d of %d)\n", offset, total)
+			return
+		}
+		fmt.Fprintf(c.stdout, "(%d-%d of %d; see --limit and --offset)\n", offset+1, offset+n, total)
+	}
+}
+
+func (c *cli) printDags(ds ...client.Dag) error {
+	if c.g.output == "json" && len(ds) == 1 {
+		return c.printJSON(ds[0])
+	}
+	rows := [][]string{{"DAG_ID", "SCHEDULE", "TIMEZONE", "MAX_ACTIVE_RUNS", "PAUSED", "DESCRIPTION"}}
+	for _, d := range ds {
+		rows = append(rows, []string{d.DagId, d.Schedule, d.Timezone, fmt.Sprint(d.MaxActiveRuns), fmt.Sprint(d.IsPaused), deref(d.Description)})
+	}
+	return c.table(rows)
+}
+
+// printBackfill shows one backfill: JSON, or a vertical table with its progress.
+func (c *cli) printBackfill(b client.Backfill) error {
+	if c.g.output == "json" {
+		return c.printJSON(b)
+	}
+	p := b.Progress
+	conf := "null"
+	if b.DagRunConf != nil {
+		raw, _ := json.Marshal(b.DagRunConf)
+		conf = string(raw)
+	}
+	completed := "-"
+	if b.CompletedAt != nil {
+		completed = stamp(*b.CompletedAt)
+	}
+	return c.table([][]string{
+		{"ID:", fmt.Sprint(b.Id)},
+		{"DAG ID:", b.DagId},
+		{"STATE:", string(b.State)},
+		{"FROM DATE:", stamp(b.FromDate)},
+		{"TO DATE:", stamp(b.ToDate)},
+		{"PROGRESS:", fmt.Sprintf("%d/%d done (%s)", p.Done(), p.Total, percent(p.Done(), p.Total))},
+		{"RUNS:", countsLine(p)},
+		{"REPROCESS BEHAVIOR:", string(b.ReprocessBehavior)},
+		{"MAX ACTIVE RUNS:", fmt.Sprint(b.MaxActiveRuns)},
+		{"RUN BACKWARDS:", fmt.Sprint(b.RunBackwards)},
+		{"DAG RUN CONF:", conf},
+		{"DESCRIPTION:", deref(b.Description)},
+		{"CREATED AT:", stamp(b.CreatedAt)},
+		{"UPDATED AT:", stamp(b.UpdatedAt)},
+		{"COMPLETED AT:", completed},
+	})
+}
+
+func (c *cli) printBackfillTable(bs []client.Backfill) error {
+	rows := [][]string{{"ID", "DAG_ID", "STATE", "FROM_DATE", "TO_DATE", "DONE", "SUCCESS", "FAILED", "CANCELED", "SKIPPED", "CREATED_AT"}}
+	for _, b := range bs {
+		p := b.Progress
+		rows = append(rows, []string{fmt.Sprint(b.Id), b.DagId, string(b.State), stamp(b.FromDate), stamp(b.ToDate),
+			fmt.Sprintf("%d/%d", p.Done(), p.Total), fmt.Sprint(p.Success), fmt.Sprint(p.Failed), fmt.Sprint(p.Canceled),
+			fmt.Sprint(p.Skipped), stamp(b.CreatedAt)})
+	}
+	return c.table(rows)
+}
+
+func (c *cli) printDryRun(l client.DryRunCollection) error {
+	if c.g.output == "json" {
+		return c.printJSON(l)
+	}
+	rows := [][]string{{"SORT_ORDINAL", "LOGICAL_DATE", "ACTION", "REASON"}}
+	actions := map[client.DryRunAction]int{}
+	for _, e := range l.Runs {
+		actions[e.Action]++
+		rows = append(rows, []string{fmt.Sprint(e.SortOrdinal), stamp(e.LogicalDate), string(e.Action), deref(e.ExceptionReason)})
+	}
+	if err := c.table(rows); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(c.stdout, "%d slots: %d create, %d reprocess, %d skip (nothing was written)\n", l.TotalEntries,
+		actions[client.DryRunActionCreate], actions[client.DryRunActionReprocess], actions[client.DryRunActionSkip])
+	return err
+}
+
+func (c *cli) printSlots(slots []client.BackfillDagRun) error {
+	rows := [][]string{{"SORT_ORDINAL", "LOGICAL_DATE", "RUN_ID", "STATE", "REASON"}}
+	for _, s := range slots {
+		state := "-"
+		if s.State != nil {
+			state = string(*s.State)
+		}
+		rows = append(rows, []string{fmt.Sprint(s.SortOrdinal), stamp(s.LogicalDate), deref(s.RunId), state, deref(s.ExceptionReason)})
+	}
+	return c.table(rows)
+}
+
+// countsLine is a backfill's slots per state.
+func countsLine(p client.BackfillProgress) string {
+	return fmt.Sprintf("success %d  failed %d  canceled %d  skipped %d  running %d  queued %d",
+		p.Success, p.Failed, p.Canceled, p.Skipped, p.Running, p.Queued)
+}
+
+func percent(done, total int64) string {
+	if total == 0 {
+		return "100%"
+	}
+	return fmt.Sprintf("%d%%", done*100/total)
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+func deref(s *string) string {
+	if s == nil || *s == "" {
+		return "-"
+	}
+	return *s
+}

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/backfillsvc/backfill/client"
+)
+
+const (
+	// rateWindow is how far back the rate looks: long enough to smooth the steps of the
+	// sweep and of polling, short enough to follow a change of pace.
+	rateWindow = 30 * time.Second
+	barWidth   = 24
+)
+
+// progress draws a watched backfill: on a terminal, a bar and the counts per state redrawn
+// in place; elsewhere (a pipe, a log file), one plain line whenever the counts change.
+type progress struct {
+	w     io.Writer
+	tty   bool
+	width int // terminal columns; lines are cut to fit so that the redraw stays in place
+	now   func() time.Time
+
+	start   time.Time
+	samples []sample
+	drawn   int    // lines on the terminal from the last draw
+	last    string // the state and counts of the last plain line
+}
+
+type sample struct {
+	at   time.Time
+	done int64
+}
+
+func newProgress(w io.Writer, tty bool, width int, now func() time.Time) *progress {
+	if width <= 0 {
+		width = 80
+	}
+	return &progress{w: w, tty: tty, width: width, now: now, start: now()}
+}
+
+// update takes one poll's backfill.
+func (p *progress) update(b client.Backfill) {
+	at := p.now()
+	p.samples = append(p.samples, sample{at: at, done: b.Progress.Done()})
+	for len(p.samples) > 2 && at.Sub(p.samples[1].at) >= rateWindow {
+		p.samples = p.samples[1:]
+	}
+	if p.tty {
+		p.redraw(p.lines(b, true))
+		return
+	}
+	key := string(b.State) + " " + countsLine(b.Progress)
+	if key == p.last {
+		return
+	}
+	p.last = key
+	fmt.Fprintln(p.w, strings.Join(p.lines(b, false), "  "))
+}
+
+// finish ends the view with the terminal backfill and a summary line.
+func (p *progress) finish(b client.Backfill) {
+	p.end()
+	pr := b.Progress
+	fmt.Fprintf(p.w, "backfill %d %s: %d/%d done (success %d, failed %d, canceled %d, skipped %d) in %s\n",
+		b.Id, b.State, pr.Done(), pr.Total, pr.Success, pr.Failed, pr.Canceled, pr.Skipped, duration(p.now().Sub(p.start)))
+}
+
+// end leaves the cursor on a fresh line below the drawing.
+func (p *progress) end() {
+	if p.tty && p.drawn > 0 {
+		fmt.Fprintln(p.w)
+		p.drawn = 0
+	}
+}
+
+// lines renders the view: the state, bar, percentage, done/total, rate and ETA, then the
+// counts per state.
+func (p *progress) lines(b client.Backfill, bar bool) []string {
+	pr := b.Progress
+	done := pr.Done()
+	head := fmt.Sprintf("%-9s ", b.State)
+	if bar {
+		head += renderBar(done, pr.Total, barWidth) + " "
+	}
+	head += fmt.Sprintf("%4s  %d/%d", percent(done, pr.Total), done, pr.Total)
+	rate, ok := p.rate()
+	switch {
+	case !ok:
+		head += "  -- runs/s  ETA --"
+	case b.State.Terminal():
+		head += fmt.Sprintf("  %.1f runs/s", rate)
+	case done == pr.Total:
+		// Every run is finished; the service's sweep makes the backfill terminal shortly.
+		head += fmt.Sprintf("  %.1f runs/s  finishing", rate)
+	case rate == 0:
+		head += "  0.0 runs/s  ETA --"
+	default:
+		eta := time.Duration(float64(pr.Total-done) / rate * float64(time.Second))
+		head += fmt.Sprintf("  %.1f runs/s  ETA %s", rate, etaString(eta))
+	}
+	return []string{head, countsLine(pr)}
+}
+
+// rate is runs done per second over the window, once two polls are apart in time.
+func (p *progress) rate() (float64, bool) {
+	if len(p.samples) < 2 {
+		return 0, false
+	}
+	first, last := p.samples[0], p.samples[len(p.samples)-1]
+	span := last.at.Sub(first.at).Seconds()
+	if span <= 0 {
+		return 0, false
+	}
+	return float64(last.done-first.done) / span, true
+}
+
+// redraw replaces the previous drawing: back to its first line, clearing each line.
+func (p *progress) redraw(lines []string) {
+	var sb strings.Builder
+	if p.drawn > 0 {
+		sb.WriteString("\r\x1b[2K")
+		for range p.drawn - 1 {
+			sb.WriteString("\x1b[1A\x1b[2K")
+		}
+	}
+	for i, l := range lines {
+		if i > 0 {
+			sb.WriteString("\n")
+		}
+		sb.WriteString(fit(l, p.width-1))
+	}
+	p.drawn = len(lines)
+	io.WriteString(p.w, sb.String())
+}
+
+// renderBar is a bar of width cells, filled in proportion to done/total.
+func renderBar(done, total int64, width int) string {
+	filled := width
+	if total > 0 {
+		filled = int(done * int64(width) / total)
+	}
+	return "[" + strings.Repeat("█", filled) + strings.Repeat("░", width-filled) + "]"
+}
+
+// fit cuts s to at most n characters: a line that wraps would break the redraw.
+func fit(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:max(n, 0)])
+}
+
+// etaString is an estimate to the second.
+func etaString(d time.Duration) string {
+	if d < time.Second {
+		return "<1s"
+	}
+	return duration(d)
+}
+
+// duration is d for people: 850ms, 12s, 3m05s, 2h10m.
+func duration(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(time.Second).String()
+	case d < time.Hour:
+		d = d.Round(time.Second)
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	default:
+		d = d.Round(time.Minute)
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+}

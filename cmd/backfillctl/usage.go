@@ -1,0 +1,51 @@
+package main
+
+const usage = `backfillctl: the command-line client of the backfill service.
+
+Usage:
+  backfillctl [global flags] <command> [flags] [arguments]
+
+DAGs:
+  dags put DAG_ID --schedule CRON [--timezone TZ] [--max-active-runs N] [--paused] [--description TEXT]
+  dags get DAG_ID
+  dags list [--limit N] [--offset N]
+
+Backfills:
+  backfills create --dag-id ID --from-date DATE --to-date DATE [--reprocess-behavior none|failed|completed]
+                   [--max-active-runs N] [--run-backwards] [--dag-run-conf JSON] [--description TEXT]
+                   [--idempotency-key KEY] [--dry-run] [--wait [--interval 1s] [--timeout 0]]
+  backfills dry-run --dag-id ID --from-date DATE --to-date DATE [same flags as create]
+  backfills get ID
+  backfills list [--dag-id ID] [--state STATE] [--active[=false]] [--order-by id|-id] [--limit N] [--offset N]
+  backfills runs ID [--order-by sort_ordinal|-sort_ordinal] [--limit N] [--offset N]
+  backfills pause ID
+  backfills unpause ID
+  backfills cancel ID
+  watch ID [--interval 1s] [--timeout 0]
+        Live progress until the backfill is succeeded, failed or canceled: a bar of done/total
+        (done = success + failed + canceled + skipped), counts per state, rate and ETA.
+        Redrawn in place on a terminal, one line per change otherwise (with --output json the
+        progress goes to stderr and the final backfill, as JSON, to stdout).
+
+Executor (a demo, to watch a backfill finish without writing code):
+  executor [--worker-id ID] [--dag-id ID] [--limit N] [--sleep 1s] [--fail-rate 0]
+        Claims runs, "works" on each for --sleep, heartbeats, and reports success (or failed,
+        at random with --fail-rate), until interrupted. Built on the Go SDK's RunExecutor.
+
+DATE is 2024-03-01 (midnight UTC) or an RFC 3339 time (2024-03-01T02:00:00-05:00).
+
+Global flags (also accepted after the command):
+  --server URL         the service (env BACKFILL_SERVER, default http://localhost:8080)
+  --token TOKEN        bearer token (env BACKFILL_TOKEN)
+  --output, -o FORMAT  table (default) or json
+
+Exit codes:
+  0    success; for watch and create --wait, the backfill succeeded
+  1    the watched backfill ended failed
+  2    the watched backfill ended canceled
+  3    any other error: a usage error, an unreachable server, or the service's problem
+       (its code and detail are printed on stderr, e.g. backfill_already_running)
+  130  interrupted while watching (the backfill itself goes on)
+
+Run 'backfillctl <command> -h' for a command's flags.
+`
