@@ -12,11 +12,13 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/backfill?sslmode=disable
 # (TEST_DATABASE_URL, else PostgreSQL on 127.0.0.1:5432, else Docker).
 TEST_TIMEOUT ?= 12m
 
-.PHONY: help run createdb test generate lint build
+.PHONY: help run createdb test test-faults fuzz generate lint build
 
 help:
 	@echo 'make run       run the API against $$DATABASE_URL (creates the database if missing)'
 	@echo 'make test      all tests, with the race detector'
+	@echo 'make test-faults  kill -9, outages, SIGTERM and two replicas against the real binary'
+	@echo 'make fuzz      each fuzz target for a short, bounded time'
 	@echo 'make generate  regenerate code from the OpenAPI spec (go generate ./...)'
 	@echo 'make lint      gofmt, go vet, and a check that generated code matches the spec'
 	@echo 'make build     build bin/api and bin/backfillctl'
@@ -43,6 +45,16 @@ createdb:
 
 test:
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# Fault tests start the real cmd/api binary as a child process; they carry the build tag
+# `faults` so that `make test` stays fast.
+test-faults:
+	$(GO) test -race -tags faults -count=1 -timeout 10m ./tests/faults/
+
+FUZZTIME ?= 10s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzRequestDecoding$$' -fuzztime $(FUZZTIME) ./handlers/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseAndSlots$$' -fuzztime $(FUZZTIME) ./schedule/
 
 generate:
 	$(GO) generate ./...

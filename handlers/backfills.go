@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/backfillsvc/backfill/api"
 	"github.com/backfillsvc/backfill/repo"
@@ -16,6 +17,9 @@ const defaultBackfillMaxActiveRuns = 10
 func backfillParams(r *http.Request) (repo.BackfillCreateParams, *api.Problem) {
 	var body api.BackfillCreate
 	if p := decodeBody(r, &body); p != nil {
+		return repo.BackfillCreateParams{}, p
+	}
+	if p := checkTimestamps(map[string]time.Time{"from_date": body.FromDate, "to_date": body.ToDate}); p != nil {
 		return repo.BackfillCreateParams{}, p
 	}
 	conf, err := confIn(body.DagRunConf)
@@ -63,7 +67,7 @@ func (s *Server) CreateBackfill(w http.ResponseWriter, r *http.Request, params a
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	w.Header().Set("Location", "/api/v1/backfills/"+strconv.FormatInt(b.ID, 10))
-	writeJSON(w, http.StatusCreated, backfillOut(b))
+	s.writeJSON(w, r, http.StatusCreated, backfillOut(b))
 }
 
 // DryRunBackfill answers what a creation would do, writing nothing.
@@ -82,7 +86,7 @@ func (s *Server) DryRunBackfill(w http.ResponseWriter, r *http.Request) {
 	for i, sl := range slots {
 		out.Runs[i] = plannedOut(sl)
 	}
-	writeJSON(w, http.StatusOK, out)
+	s.writeJSON(w, r, http.StatusOK, out)
 }
 
 // ListBackfills pages backfills.
@@ -107,7 +111,7 @@ func (s *Server) ListBackfills(w http.ResponseWriter, r *http.Request, params ap
 	for i, b := range backfills {
 		out.Backfills[i] = backfillOut(b)
 	}
-	writeJSON(w, http.StatusOK, out)
+	s.writeJSON(w, r, http.StatusOK, out)
 }
 
 // GetBackfill answers one backfill with its progress.
@@ -131,7 +135,7 @@ func (s *Server) ListBackfillDagRuns(w http.ResponseWriter, r *http.Request, id 
 	for i, sl := range slots {
 		out.BackfillDagRuns[i] = slotOut(sl)
 	}
-	writeJSON(w, http.StatusOK, out)
+	s.writeJSON(w, r, http.StatusOK, out)
 }
 
 // PauseBackfill stops handing out the backfill's runs.
@@ -156,5 +160,5 @@ func (s *Server) answerBackfill(w http.ResponseWriter, r *http.Request, op func(
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, backfillOut(b))
+	s.writeJSON(w, r, http.StatusOK, backfillOut(b))
 }

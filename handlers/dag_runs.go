@@ -3,6 +3,7 @@ package handlers
 import (
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/backfillsvc/backfill/api"
 	"github.com/backfillsvc/backfill/repo"
@@ -12,6 +13,10 @@ import (
 func (s *Server) CreateDagRun(w http.ResponseWriter, r *http.Request, dagID string) {
 	var body api.DagRunCreate
 	if p := decodeBody(r, &body); p != nil {
+		writeProblem(w, *p)
+		return
+	}
+	if p := checkTimestamps(map[string]time.Time{"logical_date": body.LogicalDate}); p != nil {
 		writeProblem(w, *p)
 		return
 	}
@@ -26,7 +31,7 @@ func (s *Server) CreateDagRun(w http.ResponseWriter, r *http.Request, dagID stri
 		return
 	}
 	w.Header().Set("Location", "/api/v1/dags/"+url.PathEscape(run.DagID)+"/runs/"+url.PathEscape(run.RunID))
-	writeJSON(w, http.StatusCreated, runOut(run))
+	s.writeJSON(w, r, http.StatusCreated, runOut(run))
 }
 
 // ListDagRuns pages a DAG's runs by logical date.
@@ -42,7 +47,7 @@ func (s *Server) ListDagRuns(w http.ResponseWriter, r *http.Request, dagID strin
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.DagRunCollection{DagRuns: runsOut(runs), TotalEntries: int64(total)})
+	s.writeJSON(w, r, http.StatusOK, api.DagRunCollection{DagRuns: runsOut(runs), TotalEntries: int64(total)})
 }
 
 // GetDagRun answers one run.
@@ -52,7 +57,7 @@ func (s *Server) GetDagRun(w http.ResponseWriter, r *http.Request, dagID, runID 
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, runOut(run))
+	s.writeJSON(w, r, http.StatusOK, runOut(run))
 }
 
 // PatchDagRun reports a run's outcome.
@@ -69,5 +74,5 @@ func (s *Server) PatchDagRun(w http.ResponseWriter, r *http.Request, dagID, runI
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, runOut(run))
+	s.writeJSON(w, r, http.StatusOK, runOut(run))
 }

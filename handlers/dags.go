@@ -47,7 +47,7 @@ func (s *Server) PutDag(w http.ResponseWriter, r *http.Request, dagID string) {
 		status = http.StatusCreated
 		w.Header().Set("Location", "/api/v1/dags/"+url.PathEscape(dag.DagID))
 	}
-	writeJSON(w, status, dagOut(dag))
+	s.writeJSON(w, r, status, dagOut(dag))
 }
 
 // GetDag answers one DAG.
@@ -57,7 +57,7 @@ func (s *Server) GetDag(w http.ResponseWriter, r *http.Request, dagID string) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, dagOut(dag))
+	s.writeJSON(w, r, http.StatusOK, dagOut(dag))
 }
 
 // ListDags pages DAGs by dag_id.
@@ -72,5 +72,5 @@ func (s *Server) ListDags(w http.ResponseWriter, r *http.Request, params api.Lis
 	for i, d := range dags {
 		out.Dags[i] = dagOut(d)
 	}
-	writeJSON(w, http.StatusOK, out)
+	s.writeJSON(w, r, http.StatusOK, out)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 	"time"
 
@@ -22,16 +23,25 @@ func fieldErr(field, message string) api.FieldError {
 // and catches what a regexp cannot, such as a 30th of February. Numbers in free-form objects
 // stay json.Number so that conf round-trips without float rounding.
 func decodeBody(r *http.Request, v any) *api.Problem {
-	dec := json.NewDecoder(r.Body)
+	data, err := io.ReadAll(r.Body)
+	if err != nil {
+		p := badRequest("the request body could not be read", fieldErr("body", "could not be read"))
+		return &p
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
-	err := dec.Decode(v)
+	err = dec.Decode(v)
 	if err == nil {
 		if _, extra := dec.Token(); extra != io.EOF {
 			err = errors.New("unexpected data after the JSON object")
 		}
 	}
 	if err == nil {
+		if field, ok := findNUL(data); ok {
+			p := badRequest("strings cannot contain the NUL character", fieldErr(field, "contains the NUL character (\\u0000)"))
+			return &p
+		}
 		return nil
 	}
 	field, msg := "body", "is not valid JSON"
@@ -52,10 +62,10 @@ func decodeBody(r *http.Request, v any) *api.Problem {
 }
 
 // writeJSON answers with a JSON body.
-func writeJSON(w http.ResponseWriter, status int, v any) {
+func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(v); err != nil {
-		writeProblem(w, problem(http.StatusInternalServerError, "internal", "internal error"))
+		s.writeError(w, r, fmt.Errorf("encode answer: %w", err))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -73,4 +83,68 @@ func page(limit, offset *int) (int, int) {
 		o = *offset
 	}
 	return l, o
+}
+
+// findNUL reports the first JSON string (or key) of a body that holds U+0000, which
+// PostgreSQL text and jsonb cannot store. The common case, a body without the escape, costs one
+// scan of the bytes.
+func findNUL(data []byte) (string, bool) {
+	if !bytes.Contains(data, []byte(`\u0000`)) {
+		return "", false
+	}
+	var doc any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return "", false
+	}
+	return nulIn(doc, "body")
+}
+
+func nulIn(v any, path string) (string, bool) {
+	switch t := v.(type) {
+	case string:
+		return path, strings.ContainsRune(t, 0)
+	case []any:
+		for i, e := range t {
+			if p, ok := nulIn(e, fmt.Sprintf("%s.%d", path, i)); ok {
+				return p, true
+			}
+		}
+	case map[string]any:
+		for k, e := range t {
+			field := k
+			if path != "body" {
+				field = path + "." + k
+			}
+			if strings.ContainsRune(k, 0) {
+				return field, true
+			}
+			if p, ok := nulIn(e, field); ok {
+				return p, true
+			}
+		}
+	}
+	return "", false
+}
+
+// Timestamps the service accepts: a year the answers can still encode after a schedule's
+// next tick is added (RFC 3339 ends at 9999), with room to spare.
+var (
+	minTimestamp = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxTimestamp = time.Date(9000, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// checkTimestamps answers 400 for timestamps outside the supported range.
+func checkTimestamps(fields map[string]time.Time) *api.Problem {
+	var errs []api.FieldError
+	for name, t := range fields {
+		if t.Before(minTimestamp) || !t.Before(maxTimestamp) {
+			errs = append(errs, fieldErr(name, "must be from 0001-01-01 to before 9000-01-01"))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	sort.Slice(errs, func(i, j int) bool { return errs[i].Field < errs[j].Field })
+	p := badRequest("a timestamp is out of the supported range", errs...)
+	return &p
 }

@@ -32,7 +32,7 @@ func (s *Server) ClaimRuns(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.ClaimResponse{Runs: runsOut(runs)})
+	s.writeJSON(w, r, http.StatusOK, api.ClaimResponse{Runs: runsOut(runs)})
 }
 
 // HeartbeatRun extends a lease.
@@ -47,5 +47,5 @@ func (s *Server) HeartbeatRun(w http.ResponseWriter, r *http.Request, id int64) 
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.HeartbeatResponse{LeaseExpiresAt: utc(hb.LeaseExpiresAt), CancelRequested: hb.CancelRequested})
+	s.writeJSON(w, r, http.StatusOK, api.HeartbeatResponse{LeaseExpiresAt: utc(hb.LeaseExpiresAt), CancelRequested: hb.CancelRequested})
 }

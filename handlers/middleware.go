@@ -25,6 +25,14 @@ func limitBody(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		// Only the routes that take a body read one: a body sent with a GET is dropped unread,
+		// so that nothing downstream can be made to buffer it.
+		if !takesBody(r.Method) {
+			r.Body = http.NoBody
+			r.ContentLength = 0
+			next.ServeHTTP(w, r)
+			return
+		}
 		tooLarge := problem(http.StatusRequestEntityTooLarge, "payload_too_large", "the request body is larger than 1 MiB")
 		if r.ContentLength > MaxBodyBytes {
 			writeProblem(w, tooLarge)
@@ -44,6 +52,10 @@ func limitBody(next http.Handler) http.Handler {
 		r.ContentLength = int64(len(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+func takesBody(method string) bool {
+	return method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch
 }
 
 // requireToken guards /api/v1 with bearer tokens when any are configured. Tokens are compared

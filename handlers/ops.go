@@ -8,7 +8,7 @@ import (
 
 // GetHealthz answers while the process is alive.
 func (s *Server) GetHealthz(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, api.Health{Status: api.HealthStatusOk})
+	s.writeJSON(w, r, http.StatusOK, api.Health{Status: api.HealthStatusOk})
 }
 
 // GetReadyz answers 200 only while the database is reachable and migrated.
@@ -20,7 +20,7 @@ func (s *Server) GetReadyz(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, api.Health{Status: api.HealthStatusOk})
+	s.writeJSON(w, r, http.StatusOK, api.Health{Status: api.HealthStatusOk})
 }
 
 // GetMetrics serves Prometheus metrics.

@@ -79,6 +79,11 @@ func IsUnavailable(err error) bool {
 		return true
 	}
 	if pqErr := pq.As(err); pqErr != nil {
+		// A FATAL error ends the session before the request ran, whatever its code: for
+		// example 55000 from a database that refuses new connections.
+		if pqErr.Fatal() {
+			return true
+		}
 		switch pqErr.Code.Class() {
 		case "08", // connection exception
 			"53", // insufficient resources (too many connections, out of memory, disk full)

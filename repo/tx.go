@@ -40,10 +40,10 @@ func (s *Store) inTxWithRetry(ctx context.Context, level sql.IsolationLevel, fn 
 		if err == nil || !isRetryable(err) {
 			return err
 		}
-		s.observer.TxRetried()
 		if attempt == maxTxAttempts {
 			break
 		}
+		s.observer.TxRetried()
 		if werr := sleepCtx(ctx, backoff(attempt)); werr != nil {
 			return fmt.Errorf("waiting to retry transaction: %w", werr)
 		}

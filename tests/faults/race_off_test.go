@@ -1,0 +1,6 @@
+//go:build faults && !race
+
+package faults
+
+// raceEnabled: the child processes are built without the race detector.
+const raceEnabled = false
