@@ -12,13 +12,15 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/backfill?sslmode=disable
 # (TEST_DATABASE_URL, else PostgreSQL on 127.0.0.1:5432, else Docker).
 TEST_TIMEOUT ?= 12m
 
-.PHONY: help run createdb test test-faults fuzz generate lint build
+.PHONY: help run createdb test test-faults fuzz bench bench-smoke generate lint build
 
 help:
 	@echo 'make run       run the API against $$DATABASE_URL (creates the database if missing)'
 	@echo 'make test      all tests, with the race detector'
 	@echo 'make test-faults  kill -9, outages, SIGTERM and two replicas against the real binary'
 	@echo 'make fuzz      each fuzz target for a short, bounded time'
+	@echo 'make bench     benchmarks side by side with the PostgreSQL floor (docs/BENCHMARKS.md)'
+	@echo 'make bench-smoke  the same at tiny sizes, about 20 s'
 	@echo 'make generate  regenerate code from the OpenAPI spec (go generate ./...)'
 	@echo 'make lint      gofmt, go vet, and a check that generated code matches the spec'
 	@echo 'make build     build bin/api and bin/backfillctl'
@@ -55,6 +57,14 @@ FUZZTIME ?= 10s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRequestDecoding$$' -fuzztime $(FUZZTIME) ./handlers/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseAndSlots$$' -fuzztime $(FUZZTIME) ./schedule/
+
+# Benchmarks side by side with the floor (about 2.5 min): scratch databases on the local
+# PostgreSQL (or BENCH_DATABASE_URL); prints the table of docs/BENCHMARKS.md, redraws its chart.
+bench:
+	$(GO) run ./cmd/bench -chart docs/bench-creation.svg
+
+bench-smoke:
+	$(GO) run ./cmd/bench -smoke
 
 generate:
 	$(GO) generate ./...
