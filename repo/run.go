@@ -141,19 +141,20 @@ func (s *Store) RunReport(ctx context.Context, p RunReportParams) (Run, error) {
 		var cur struct {
 			ID         int64  `db:"id"`
 			BackfillID *int64 `db:"backfill_id"`
+			Locked     *int64 `db:"locked"`
 		}
-		err := sqlx.GetContext(ctx, tx, &cur,
-			`SELECT id, backfill_id FROM dag_runs WHERE dag_id = $1 AND run_id = $2`, p.DagID, p.RunID)
+		// Backfill row first, then its run: the order every path takes, so that a report and a
+		// cancel or claim cannot deadlock, and the sweep cannot finalize in between. The run
+		// is found without a lock and its backfill locked in the same round trip.
+		err := sqlx.GetContext(ctx, tx, &cur, `
+			SELECT r.id, r.backfill_id,
+				(SELECT b.id FROM backfills b WHERE b.id = r.backfill_id FOR NO KEY UPDATE) AS locked
+			FROM dag_runs r WHERE r.dag_id = $1 AND r.run_id = $2`, p.DagID, p.RunID)
 		if isNoRows(err) {
 			return s.runNotFound(ctx, tx, p.DagID)
 		}
 		if err != nil {
-			return fmt.Errorf("find run: %w", err)
-		}
-		// Backfill row first, then its run: the order every path takes, so that a report and a
-		// cancel or claim cannot deadlock, and the sweep cannot finalize in between.
-		if err := lockBackfill(ctx, tx, cur.BackfillID); err != nil {
-			return err
+			return fmt.Errorf("find run and lock its backfill: %w", err)
 		}
 		err = sqlx.GetContext(ctx, tx, &run, `
 			UPDATE dag_runs SET state = $2, end_date = $3, lease_expires_at = NULL
@@ -175,17 +176,6 @@ func (s *Store) RunReport(ctx context.Context, p RunReportParams) (Run, error) {
 		return nil
 	})
 	return run, err
-}
-
-// lockBackfill takes the row lock that every run change of a backfill takes first.
-func lockBackfill(ctx context.Context, tx sqlx.ExecerContext, backfillID *int64) error {
-	if backfillID == nil {
-		return nil
-	}
-	if _, err := tx.ExecContext(ctx, `SELECT 1 FROM backfills WHERE id = $1 FOR NO KEY UPDATE`, *backfillID); err != nil {
-		return fmt.Errorf("lock backfill %d: %w", *backfillID, err)
-	}
-	return nil
 }
 
 // RunHeartbeat extends the lease of the worker that holds it.

@@ -5,6 +5,7 @@ package repo
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -46,6 +47,9 @@ type Store struct {
 	observer        Observer
 	maxBackfillRuns int
 	maxAttempts     int
+
+	stmtMu      sync.Mutex
+	getBackfill *sqlx.Stmt
 }
 
 // New returns a Store over db.
