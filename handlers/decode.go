@@ -126,10 +126,11 @@ func nulIn(v any, path string) (string, bool) {
 	return "", false
 }
 
-// Timestamps the service accepts: a year the answers can still encode after a schedule's
-// next tick is added (RFC 3339 ends at 9999), with room to spare.
+// Timestamps the service accepts. Below: nothing is scheduled before 1900, and Go's zero time
+// (0001-01-01) must never pass for a real date. Above: a year the answers can still encode
+// after a schedule's next tick is added (RFC 3339 ends at 9999), with room to spare.
 var (
-	minTimestamp = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	minTimestamp = time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)
 	maxTimestamp = time.Date(9000, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
@@ -138,7 +139,7 @@ func checkTimestamps(fields map[string]time.Time) *api.Problem {
 	var errs []api.FieldError
 	for name, t := range fields {
 		if t.Before(minTimestamp) || !t.Before(maxTimestamp) {
-			errs = append(errs, fieldErr(name, "must be from 0001-01-01 to before 9000-01-01"))
+			errs = append(errs, fieldErr(name, "must be from 1900-01-01 to before 9000-01-01"))
 		}
 	}
 	if len(errs) == 0 {
