@@ -5,8 +5,6 @@ package tests
 
 import (
 	"context"
-	"database/sql"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/internal/invariants"
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -203,177 +202,21 @@ func lcRequireProgressExact(t testing.TB, e *env, id int64) api.Backfill {
 }
 
 // lcInvariantStats is what one invariant check saw.
-type lcInvariantStats struct {
-	Backfills int
-	Active    int
-	// The highest running/max_active_runs over all backfills at this check.
-	PeakRunning int
-	PeakMax     int
-	PeakRatio   float64
-	// Terminal backfills as read, to verify that their record never changes again.
-	Terminal map[int64]lcTerminalRow
-}
+type lcInvariantStats = invariants.Report
 
 // lcTerminalRow is the part of a terminal backfill that must never change again.
-type lcTerminalRow struct {
-	State       string    `db:"state"`
-	CompletedAt time.Time `db:"completed_at"`
-	UpdatedAt   time.Time `db:"updated_at"`
-	Queued      int64     `db:"num_queued"`
-	Running     int64     `db:"num_running"`
-	Success     int64     `db:"num_success"`
-	Failed      int64     `db:"num_failed"`
-	Canceled    int64     `db:"num_canceled"`
-	Skipped     int64     `db:"num_skipped"`
-}
+type lcTerminalRow = invariants.TerminalRow
 
-// lcCheckInvariants checks the database in one snapshot (REPEATABLE READ, read only) and
-// reports violations with t.Errorf, so it may run on any goroutine while the test runs:
-//
-//	(a) no terminal backfill has a queued or running run;
-//	(b) at most one active backfill per DAG;
-//	(c) no backfill has more running runs than its max_active_runs, no DAG more running
-//	    runs outside backfills than its max_active_runs;
-//	(d) the num_* counters equal a fresh count of the backfill's slots by the state of their
-//	    run (frozen state for a slot whose run a later backfill took over, skipped for a slot
-//	    without run), and a slot that is not frozen points at a run this backfill owns;
-//	(e) a succeeded backfill has no failed or canceled run, a failed one has at least one.
+// lcCheckInvariants runs invariants.Check and reports each violation with t.Errorf, so it may
+// run on any goroutine while the test runs.
 func lcCheckInvariants(t testing.TB, db *sqlx.DB) lcInvariantStats {
 	t.Helper()
-	stats := lcInvariantStats{Terminal: map[int64]lcTerminalRow{}}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	tx, err := db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
-	if !assert.NoError(t, err) {
-		return stats
+	rep, err := invariants.Check(context.Background(), db)
+	assert.NoError(t, err)
+	for _, v := range rep.Violations {
+		t.Errorf("%s", v)
 	}
-	defer func() { _ = tx.Rollback() }()
-
-	check := func(name, query string, args ...any) {
-		t.Helper()
-		var rows []json.RawMessage
-		if !assert.NoError(t, tx.SelectContext(ctx, &rows,
-			`SELECT to_jsonb(v) FROM (`+query+`) v LIMIT 20`, args...), name) {
-			return
-		}
-		for _, r := range rows {
-			t.Errorf("invariant %s violated: %s", name, r)
-		}
-	}
-
-	check("(a) terminal backfill without unfinished runs", `
-		SELECT b.id AS backfill_id, b.state AS backfill_state, r.id AS run_id, r.state AS run_state
-		FROM backfills b JOIN dag_runs r ON r.backfill_id = b.id
-		WHERE b.state IN ('succeeded', 'failed', 'canceled') AND r.state IN ('queued', 'running')`)
-
-	check("(b) one active backfill per DAG", `
-		SELECT dag_id, count(*) AS active FROM backfills
-		WHERE state IN ('running', 'paused', 'canceling')
-		GROUP BY dag_id HAVING count(*) > 1`)
-
-	caps := []struct {
-		ID            int64  `db:"id"`
-		State         string `db:"state"`
-		MaxActiveRuns int    `db:"max_active_runs"`
-		Running       int    `db:"running"`
-	}{}
-	if assert.NoError(t, tx.SelectContext(ctx, &caps, `
-		SELECT b.id, b.state, b.max_active_runs,
-		       (SELECT count(*) FROM dag_runs r WHERE r.backfill_id = b.id AND r.state = 'running') AS running
-		FROM backfills b ORDER BY b.id`)) {
-		for _, c := range caps {
-			stats.Backfills++
-			switch c.State {
-			case "running", "paused", "canceling":
-				stats.Active++
-			}
-			if c.Running > c.MaxActiveRuns {
-				t.Errorf("invariant (c) violated: backfill %d (%s) has %d running runs, max_active_runs %d",
-					c.ID, c.State, c.Running, c.MaxActiveRuns)
-			}
-			if ratio := float64(c.Running) / float64(c.MaxActiveRuns); ratio > stats.PeakRatio ||
-				(ratio == stats.PeakRatio && c.Running > stats.PeakRunning) {
-				stats.PeakRatio, stats.PeakRunning, stats.PeakMax = ratio, c.Running, c.MaxActiveRuns
-			}
-		}
-	}
-
-	check("(c) DAG max_active_runs outside backfills", `
-		SELECT d.dag_id, d.max_active_runs, count(*) AS running
-		FROM dags d JOIN dag_runs r ON r.dag_id = d.dag_id AND r.backfill_id IS NULL AND r.state = 'running'
-		GROUP BY d.dag_id, d.max_active_runs HAVING count(*) > d.max_active_runs`)
-
-	check("(d) counters equal slot counts", `
-		WITH slot_states AS (
-			SELECT s.backfill_id,
-			       CASE WHEN s.dag_run_id IS NULL THEN 'skipped' ELSE coalesce(s.frozen_state, r.state) END AS st
-			FROM backfill_dag_runs s LEFT JOIN dag_runs r ON r.id = s.dag_run_id
-		), counted AS (
-			SELECT backfill_id,
-			       count(*) FILTER (WHERE st = 'queued')   AS queued,
-			       count(*) FILTER (WHERE st = 'running')  AS running,
-			       count(*) FILTER (WHERE st = 'success')  AS success,
-			       count(*) FILTER (WHERE st = 'failed')   AS failed,
-			       count(*) FILTER (WHERE st = 'canceled') AS canceled,
-			       count(*) FILTER (WHERE st = 'skipped')  AS skipped
-			FROM slot_states GROUP BY backfill_id
-		)
-		SELECT b.id, b.state,
-		       ARRAY[b.num_queued, b.num_running, b.num_success, b.num_failed, b.num_canceled, b.num_skipped] AS counters,
-		       ARRAY[coalesce(c.queued, 0), coalesce(c.running, 0), coalesce(c.success, 0),
-		             coalesce(c.failed, 0), coalesce(c.canceled, 0), coalesce(c.skipped, 0)] AS counted
-		FROM backfills b LEFT JOIN counted c ON c.backfill_id = b.id
-		WHERE (b.num_queued, b.num_running, b.num_success, b.num_failed, b.num_canceled, b.num_skipped)
-		      IS DISTINCT FROM
-		      (coalesce(c.queued, 0), coalesce(c.running, 0), coalesce(c.success, 0),
-		       coalesce(c.failed, 0), coalesce(c.canceled, 0), coalesce(c.skipped, 0))`)
-
-	// The brief's plain form, for backfills none of whose runs moved away: counters equal
-	// a count of the runs that name the backfill.
-	check("(d) counters equal run counts", `
-		WITH counted AS (
-			SELECT backfill_id,
-			       count(*) FILTER (WHERE state = 'queued')   AS queued,
-			       count(*) FILTER (WHERE state = 'running')  AS running,
-			       count(*) FILTER (WHERE state = 'success')  AS success,
-			       count(*) FILTER (WHERE state = 'failed')   AS failed,
-			       count(*) FILTER (WHERE state = 'canceled') AS canceled
-			FROM dag_runs WHERE backfill_id IS NOT NULL GROUP BY backfill_id
-		)
-		SELECT b.id, b.state,
-		       ARRAY[b.num_queued, b.num_running, b.num_success, b.num_failed, b.num_canceled] AS counters,
-		       ARRAY[coalesce(c.queued, 0), coalesce(c.running, 0), coalesce(c.success, 0),
-		             coalesce(c.failed, 0), coalesce(c.canceled, 0)] AS counted
-		FROM backfills b LEFT JOIN counted c ON c.backfill_id = b.id
-		WHERE NOT EXISTS (SELECT 1 FROM backfill_dag_runs s WHERE s.backfill_id = b.id AND s.frozen_state IS NOT NULL)
-		  AND (b.num_queued, b.num_running, b.num_success, b.num_failed, b.num_canceled)
-		      IS DISTINCT FROM
-		      (coalesce(c.queued, 0), coalesce(c.running, 0), coalesce(c.success, 0),
-		       coalesce(c.failed, 0), coalesce(c.canceled, 0))`)
-
-	check("(d) unfrozen slot points at a run of its backfill", `
-		SELECT s.backfill_id, s.sort_ordinal, r.id AS run_id, r.backfill_id AS run_backfill_id
-		FROM backfill_dag_runs s JOIN dag_runs r ON r.id = s.dag_run_id
-		WHERE s.frozen_state IS NULL AND r.backfill_id IS DISTINCT FROM s.backfill_id`)
-
-	check("(e) terminal state agrees with the runs", `
-		SELECT id, state, num_success, num_failed, num_canceled FROM backfills
-		WHERE (state = 'succeeded' AND num_failed + num_canceled > 0)
-		   OR (state = 'failed' AND num_failed + num_canceled = 0)`)
-
-	terminal := []struct {
-		ID int64 `db:"id"`
-		lcTerminalRow
-	}{}
-	if assert.NoError(t, tx.SelectContext(ctx, &terminal, `
-		SELECT id, state, completed_at, updated_at, num_queued, num_running, num_success, num_failed,
-		       num_canceled, num_skipped
-		FROM backfills WHERE state IN ('succeeded', 'failed', 'canceled')`)) {
-		for _, r := range terminal {
-			stats.Terminal[r.ID] = r.lcTerminalRow
-		}
-	}
-	return stats
+	return rep
 }
 
 // lcActiveButFinished lists active backfills none of whose runs is queued or running: the
