@@ -62,18 +62,7 @@ func backfillsCreate(ctx context.Context, c *cli, args []string) error {
 	var wf waitFlags
 	fs.BoolVar(&wf.wait, "wait", false, "watch the backfill's progress until it is terminal; the exit code tells how it ended")
 	wf.register(fs)
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 0 {
-		return usageErrorf("unexpected arguments %q", pos)
-	}
-	req, err := bf.request(fs)
-	if err != nil {
-		return err
-	}
-	api, err := c.client()
+	req, api, err := c.backfillRequest(fs, &bf, args)
 	if err != nil {
 		return err
 	}
@@ -98,22 +87,32 @@ func backfillsDryRun(ctx context.Context, c *cli, args []string) error {
 	fs := newFlagSet("backfills dry-run", "backfills dry-run --dag-id ID --from-date DATE --to-date DATE [flags]", &c.g, c.stderr)
 	var bf backfillFlags
 	bf.register(fs)
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 0 {
-		return usageErrorf("unexpected arguments %q", pos)
-	}
-	req, err := bf.request(fs)
-	if err != nil {
-		return err
-	}
-	api, err := c.client()
+	req, api, err := c.backfillRequest(fs, &bf, args)
 	if err != nil {
 		return err
 	}
 	return c.dryRun(ctx, api, req)
+}
+
+// backfillRequest parses the flags of create and dry-run (no positional arguments) into a
+// request, and opens the client.
+func (c *cli) backfillRequest(fs *flag.FlagSet, bf *backfillFlags, args []string) (client.BackfillCreate, *client.Client, error) {
+	pos, err := parse(fs, args)
+	if err != nil {
+		return client.BackfillCreate{}, nil, err
+	}
+	if len(pos) != 0 {
+		return client.BackfillCreate{}, nil, usageErrorf("unexpected arguments %q", pos)
+	}
+	req, err := bf.request(fs)
+	if err != nil {
+		return client.BackfillCreate{}, nil, err
+	}
+	api, err := c.client()
+	if err != nil {
+		return client.BackfillCreate{}, nil, err
+	}
+	return req, api, nil
 }
 
 func (c *cli) dryRun(ctx context.Context, api *client.Client, req client.BackfillCreate) error {
