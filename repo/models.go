@@ -2,6 +2,7 @@ package repo
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -59,6 +60,15 @@ type Run struct {
 // runColumns selects a Run; keep it in step with the struct.
 const runColumns = `id, dag_id, run_id, logical_date, data_interval_start, data_interval_end, state,
 	run_type, backfill_id, conf, attempt, worker_id, queued_at, start_date, end_date, lease_expires_at`
+
+// prefixed qualifies each column of a list like runColumns with a table alias.
+func prefixed(alias, columns string) string {
+	parts := strings.Split(columns, ",")
+	for i, c := range parts {
+		parts[i] = alias + strings.TrimSpace(c)
+	}
+	return strings.Join(parts, ", ")
+}
 
 // Progress counts a backfill's slots by the state of their runs.
 type Progress struct {

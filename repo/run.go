@@ -135,47 +135,43 @@ func (s *Store) RunReport(ctx context.Context, p RunReportParams) (Run, error) {
 		// Only a claim starts a run, and nothing leaves a terminal state through a report.
 		return Run{}, ErrInvalidTransition
 	}
+	// One statement, so one round trip and the shortest lock: the CTE finds the run and locks
+	// its backfill row (FOR NO KEY UPDATE in a scalar subquery) before the UPDATE can lock the
+	// run, because the UPDATE needs the CTE's row to know which run to lock. Backfill row
+	// first, then its run: the order every path takes, so a report cannot deadlock with a
+	// cancel or a claim, and the sweep cannot finalize the backfill in between.
 	var run Run
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		now := s.clock()
-		var cur struct {
-			ID         int64  `db:"id"`
-			BackfillID *int64 `db:"backfill_id"`
-			Locked     *int64 `db:"locked"`
-		}
-		// Backfill row first, then its run: the order every path takes, so that a report and a
-		// cancel or claim cannot deadlock, and the sweep cannot finalize in between. The run
-		// is found without a lock and its backfill locked in the same round trip.
-		err := sqlx.GetContext(ctx, tx, &cur, `
-			SELECT r.id, r.backfill_id,
-				(SELECT b.id FROM backfills b WHERE b.id = r.backfill_id FOR NO KEY UPDATE) AS locked
-			FROM dag_runs r WHERE r.dag_id = $1 AND r.run_id = $2`, p.DagID, p.RunID)
-		if isNoRows(err) {
-			return s.runNotFound(ctx, tx, p.DagID)
-		}
-		if err != nil {
-			return fmt.Errorf("find run and lock its backfill: %w", err)
-		}
-		err = sqlx.GetContext(ctx, tx, &run, `
-			UPDATE dag_runs SET state = $2, end_date = $3, lease_expires_at = NULL
-			WHERE id = $1
-			  AND backfill_id IS NOT DISTINCT FROM $5
-			  AND CASE WHEN $4::text IS NULL THEN state IN ('queued', 'running')
-			           ELSE state = 'running' AND worker_id = $4 AND lease_expires_at > $3 END
-			RETURNING `+runColumns,
-			cur.ID, p.State, now, p.WorkerID, cur.BackfillID)
-		if isNoRows(err) {
-			if p.WorkerID != nil {
-				return ErrLeaseLost
-			}
-			return ErrInvalidTransition
-		}
-		if err != nil {
+	err := s.withRetry(ctx, func() error {
+		err := sqlx.GetContext(ctx, s.db, &run, `
+			WITH cur AS MATERIALIZED (
+				SELECT r.id, r.backfill_id,
+					(SELECT b.id FROM backfills b WHERE b.id = r.backfill_id FOR NO KEY UPDATE) AS locked
+				FROM dag_runs r WHERE r.dag_id = $1 AND r.run_id = $2
+			)
+			UPDATE dag_runs d SET state = $3, end_date = $4, lease_expires_at = NULL
+			FROM cur
+			WHERE d.id = cur.id
+			  AND d.backfill_id IS NOT DISTINCT FROM cur.backfill_id
+			  AND CASE WHEN $5::text IS NULL THEN d.state IN ('queued', 'running')
+			           ELSE d.state = 'running' AND d.worker_id = $5 AND d.lease_expires_at > $4 END
+			RETURNING `+prefixed("d.", runColumns),
+			p.DagID, p.RunID, p.State, s.clock(), p.WorkerID)
+		if err != nil && !isNoRows(err) {
 			return fmt.Errorf("report run: %w", err)
 		}
-		return nil
+		return err
 	})
-	return run, err
+	if !isNoRows(err) {
+		return run, err
+	}
+	// Nothing changed: say why.
+	if _, err := s.RunGet(ctx, p.DagID, p.RunID); err != nil {
+		return Run{}, err
+	}
+	if p.WorkerID != nil {
+		return Run{}, ErrLeaseLost
+	}
+	return Run{}, ErrInvalidTransition
 }
 
 // RunHeartbeat extends the lease of the worker that holds it.

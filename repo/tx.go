@@ -34,9 +34,15 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 }
 
 func (s *Store) inTxWithRetry(ctx context.Context, level sql.IsolationLevel, fn func(tx *sqlx.Tx) error) error {
+	return s.withRetry(ctx, func() error { return s.runTx(ctx, level, fn) })
+}
+
+// withRetry runs attempt again, with the same rule, while it fails for concurrency only. A
+// single statement outside a transaction uses it directly.
+func (s *Store) withRetry(ctx context.Context, attemptFn func() error) error {
 	var err error
 	for attempt := 1; attempt <= maxTxAttempts; attempt++ {
-		err = s.runTx(ctx, level, fn)
+		err = attemptFn()
 		if err == nil || !isRetryable(err) {
 			return err
 		}
