@@ -50,14 +50,10 @@ func Up(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// Pending reports whether the database lacks any embedded migration; /readyz uses it.
-func Pending(ctx context.Context, db *sql.DB) (bool, error) {
-	p, err := NewProvider(db)
-	if err != nil {
-		return false, err
-	}
-	// GetVersions reads the version table without taking the session lock, so readiness
-	// probes never queue behind a replica that is migrating.
+// Pending reports whether the database lacks any migration the provider holds; /readyz uses
+// it. GetVersions reads the version table without taking the session lock, so readiness
+// probes never queue behind a replica that is migrating.
+func Pending(ctx context.Context, p *goose.Provider) (bool, error) {
 	current, target, err := p.GetVersions(ctx)
 	if err != nil {
 		return false, fmt.Errorf("migrations: versions: %w", err)

@@ -51,7 +51,7 @@ func TestMigrationsUpDownUpOnEmptyDatabase(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, current)
 	require.Positive(t, target)
-	pending, err := migrations.Pending(ctx, db.DB)
+	pending, err := migrations.Pending(ctx, p)
 	require.NoError(t, err)
 	require.True(t, pending)
 
@@ -59,7 +59,7 @@ func TestMigrationsUpDownUpOnEmptyDatabase(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, results)
 	c2RequireSchema(t, db, true)
-	pending, err = migrations.Pending(ctx, db.DB)
+	pending, err = migrations.Pending(ctx, p)
 	require.NoError(t, err)
 	require.False(t, pending)
 	current, _, err = p.GetVersions(ctx)

@@ -80,10 +80,14 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, logger *slog.Logger) er
 		MaxAttempts:     cfg.MaxAttempts,
 		Observer:        m,
 	})
+	ready, err := readiness(db)
+	if err != nil {
+		return err
+	}
 	handler, err := handlers.New(handlers.Options{
 		Store:      store,
 		Logger:     logger.With("component", "http"),
-		Ready:      readiness(db),
+		Ready:      ready,
 		Metrics:    m.Handler(),
 		APITokens:  cfg.APITokens,
 		Instrument: m.Instrument,
@@ -140,15 +144,20 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, logger *slog.Logger) er
 	return nil
 }
 
-// readiness answers whether the database is reachable and fully migrated.
-func readiness(db *sqlx.DB) handlers.ReadinessFunc {
+// readiness answers whether the database is reachable and fully migrated. The provider is
+// built once: probes come every few seconds.
+func readiness(db *sqlx.DB) (handlers.ReadinessFunc, error) {
+	p, err := migrations.NewProvider(db.DB)
+	if err != nil {
+		return nil, err
+	}
 	return func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		if err := db.PingContext(ctx); err != nil {
 			return fmt.Errorf("ping: %w", err)
 		}
-		pending, err := migrations.Pending(ctx, db.DB)
+		pending, err := migrations.Pending(ctx, p)
 		if err != nil {
 			return err
 		}
@@ -156,7 +165,7 @@ func readiness(db *sqlx.DB) handlers.ReadinessFunc {
 			return errors.New("migrations pending")
 		}
 		return nil
-	}
+	}, nil
 }
 
 func migrate(ctx context.Context, db *sqlx.DB, args []string, stdout io.Writer) error {
