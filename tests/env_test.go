@@ -54,23 +54,32 @@ var specRouter = sync.OnceValue(func() routers.Router {
 	return r
 })
 
-// clock is an injectable clock: tests move time forward instead of sleeping.
+// clock is the test database's clock, stopped at an instant (pgtest.SetClock): tests move it
+// forward instead of sleeping, and every replica over that database sees the same time.
 type clock struct {
+	t   testing.TB
+	db  *sqlx.DB
 	mu  sync.Mutex
 	now time.Time
 }
 
+// Now is the database's time.
 func (c *clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
 }
 
-// Advance moves the clock forward.
+// Advance moves the database's clock forward.
 func (c *clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+	c.set(c.now.Add(d))
+}
+
+func (c *clock) set(now time.Time) {
+	require.NoError(c.t, pgtest.SetClock(context.Background(), c.db, now))
+	c.now = now
 }
 
 // env is one service instance over its own fresh database, served over real HTTP.
@@ -109,7 +118,8 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}
 	db, dsn := pgtest.Open(t)
 	db.SetMaxOpenConns(40)
-	clk := &clock{now: time.Now().UTC().Truncate(time.Second)}
+	clk := &clock{t: t, db: db}
+	clk.set(time.Now().UTC().Truncate(time.Second))
 	m := metrics.New()
 	store := repo.New(db, repo.Config{
 		MaxBackfillRuns: o.maxBackfillRuns,
