@@ -33,7 +33,11 @@ func (s *Store) BackfillCreate(ctx context.Context, p BackfillCreateParams) (Bac
 	if err != nil {
 		return Backfill{}, false, err
 	}
-	plan, err := s.planSlots(dag, p, s.clock())
+	now, err := dbNow(ctx, s.db)
+	if err != nil {
+		return Backfill{}, false, err
+	}
+	plan, err := s.planSlots(dag, p, now)
 	if err != nil {
 		return Backfill{}, false, err
 	}
@@ -97,7 +101,12 @@ const maxCreatePasses = 5
 // planned is the plan made from planDag before the transaction; it is reused (copied: a
 // plan is mutated as slots are decided) unless the DAG's schedule changed since.
 func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCreateParams, hash string, planDag Dag, planned []PlannedSlot) (Backfill, error) {
-	now := s.clock()
+	// The transaction's own "now" (backfill_now() is now(), the transaction's start), read
+	// once: it stamps every row this transaction writes.
+	now, err := dbNow(ctx, tx)
+	if err != nil {
+		return Backfill{}, err
+	}
 	dag, err := dagGet(ctx, tx, p.DagID, "")
 	if err != nil {
 		return Backfill{}, err

@@ -132,7 +132,11 @@ func (s *Store) BackfillDryRun(ctx context.Context, p BackfillCreateParams) ([]P
 	if err != nil {
 		return nil, err
 	}
-	slots, err := s.planSlots(dag, p, s.clock())
+	now, err := dbNow(ctx, s.db)
+	if err != nil {
+		return nil, err
+	}
+	slots, err := s.planSlots(dag, p, now)
 	if err != nil {
 		return nil, err
 	}

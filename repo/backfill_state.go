@@ -20,8 +20,8 @@ func (s *Store) BackfillUnpause(ctx context.Context, id int64) (Backfill, error)
 func (s *Store) backfillToggle(ctx context.Context, id int64, from, to string) (Backfill, error) {
 	var b Backfill
 	err := sqlx.GetContext(ctx, s.db, &b, `
-		UPDATE backfills SET state = $3, updated_at = $4 WHERE id = $1 AND state = $2
-		RETURNING `+backfillColumns, id, from, to, s.clock())
+		UPDATE backfills SET state = $3, updated_at = backfill_now() WHERE id = $1 AND state = $2
+		RETURNING `+backfillColumns, id, from, to)
 	if err == nil {
 		return b, nil
 	}
@@ -44,12 +44,11 @@ func (s *Store) BackfillCancel(ctx context.Context, id int64) (Backfill, error) 
 	var b Backfill
 	var finished bool
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		now := s.clock()
 		finished = false
 		// The state change locks the backfill row before its runs are touched (lock order).
 		res, err := tx.ExecContext(ctx, `
-			UPDATE backfills SET state = 'canceling', updated_at = $2
-			WHERE id = $1 AND state IN ('running', 'paused')`, id, now)
+			UPDATE backfills SET state = 'canceling', updated_at = backfill_now()
+			WHERE id = $1 AND state IN ('running', 'paused')`, id)
 		if err != nil {
 			return fmt.Errorf("cancel backfill %d: %w", id, err)
 		}
@@ -64,14 +63,14 @@ func (s *Store) BackfillCancel(ctx context.Context, id int64) (Backfill, error) 
 			return nil
 		}
 		_, err = tx.ExecContext(ctx, `
-			UPDATE dag_runs SET state = 'canceled', end_date = $2
-			WHERE backfill_id = $1 AND state = 'queued'`, id, now)
+			UPDATE dag_runs SET state = 'canceled', end_date = backfill_now()
+			WHERE backfill_id = $1 AND state = 'queued'`, id)
 		if err != nil {
 			return fmt.Errorf("cancel queued runs of backfill %d: %w", id, err)
 		}
 		res, err = tx.ExecContext(ctx, `
-			UPDATE backfills SET state = 'canceled', completed_at = $2, updated_at = $2
-			WHERE id = $1 AND state = 'canceling' AND num_running = 0 AND num_queued = 0`, id, now)
+			UPDATE backfills SET state = 'canceled', completed_at = backfill_now(), updated_at = backfill_now()
+			WHERE id = $1 AND state = 'canceling' AND num_running = 0 AND num_queued = 0`, id)
 		if err != nil {
 			return fmt.Errorf("finish canceled backfill %d: %w", id, err)
 		}

@@ -3,7 +3,6 @@ package repo
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jmoiron/sqlx"
 )
@@ -29,7 +28,7 @@ func (s *Store) RunClaim(ctx context.Context, p RunClaimParams) ([]Run, error) {
 	var claimed []Run
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		claimed = claimed[:0]
-		c := claimer{tx: tx, p: p, now: s.clock()}
+		c := claimer{tx: tx, p: p}
 		if err := c.claimOutsideBackfills(ctx); err != nil {
 			return err
 		}
@@ -52,7 +51,6 @@ func (s *Store) RunClaim(ctx context.Context, p RunClaimParams) ([]Run, error) {
 type claimer struct {
 	tx   *sqlx.Tx
 	p    RunClaimParams
-	now  time.Time
 	runs []Run
 }
 
@@ -100,8 +98,8 @@ func (c *claimer) claimOutsideBackfills(ctx context.Context) error {
 		}
 		if err := c.take(ctx, `
 			SELECT id, logical_date AS claim_order FROM dag_runs
-			WHERE dag_id = $4 AND backfill_id IS NULL AND state = 'queued'
-			ORDER BY logical_date LIMIT $5 FOR UPDATE SKIP LOCKED`, dagID, take); err != nil {
+			WHERE dag_id = $3 AND backfill_id IS NULL AND state = 'queued'
+			ORDER BY logical_date LIMIT $4 FOR UPDATE SKIP LOCKED`, dagID, take); err != nil {
 			return err
 		}
 	}
@@ -148,27 +146,27 @@ func (c *claimer) claimFromBackfills(ctx context.Context) error {
 		}
 		if err := c.take(ctx, `
 			SELECT id, backfill_sort_ordinal AS claim_order FROM dag_runs
-			WHERE backfill_id = $4 AND state = 'queued'
-			ORDER BY backfill_sort_ordinal LIMIT $5 FOR UPDATE SKIP LOCKED`, id, take); err != nil {
+			WHERE backfill_id = $3 AND state = 'queued'
+			ORDER BY backfill_sort_ordinal LIMIT $4 FOR UPDATE SKIP LOCKED`, id, take); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// take leases the runs that pick selects (parameters $4 and $5 are the owner and the count).
+// take leases the runs that pick selects (parameters $3 and $4 are the owner and the count).
 func (c *claimer) take(ctx context.Context, pick string, owner any, n int) error {
 	var runs []Run
 	err := sqlx.SelectContext(ctx, c.tx, &runs, `
 		WITH picked AS (`+pick+`),
 		claimed AS (
-			UPDATE dag_runs r SET state = 'running', worker_id = $1, start_date = $2::timestamptz, end_date = NULL,
-				lease_seconds = $3::int, lease_expires_at = $2::timestamptz + make_interval(secs => $3::int)
+			UPDATE dag_runs r SET state = 'running', worker_id = $1, start_date = backfill_now(), end_date = NULL,
+				lease_seconds = $2::int, lease_expires_at = backfill_now() + make_interval(secs => $2::int)
 			FROM picked WHERE r.id = picked.id
 			RETURNING r.*, picked.claim_order
 		)
 		SELECT `+runColumns+` FROM claimed ORDER BY claim_order`,
-		c.p.WorkerID, c.now, c.p.LeaseSeconds, owner, n)
+		c.p.WorkerID, c.p.LeaseSeconds, owner, n)
 	if err != nil {
 		return fmt.Errorf("claim runs: %w", err)
 	}

@@ -27,7 +27,6 @@ func (s *Store) DagPut(ctx context.Context, p DagPutParams) (Dag, bool, error) {
 	if _, err := schedule.Parse(p.Schedule, p.Timezone); err != nil {
 		return Dag{}, false, fmt.Errorf("%w: %w", ErrInvalidDag, err)
 	}
-	now := s.clock()
 	var row struct {
 		Dag
 		Created bool `db:"created"`
@@ -35,7 +34,7 @@ func (s *Store) DagPut(ctx context.Context, p DagPutParams) (Dag, bool, error) {
 	// xmax is 0 only on a freshly inserted row: it tells created from replaced in one trip.
 	err := sqlx.GetContext(ctx, s.db, &row, `
 		INSERT INTO dags (dag_id, schedule, timezone, max_active_runs, is_paused, description, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+		VALUES ($1, $2, $3, $4, $5, $6, backfill_now(), backfill_now())
 		ON CONFLICT (dag_id) DO UPDATE SET
 			schedule = EXCLUDED.schedule,
 			timezone = EXCLUDED.timezone,
@@ -45,7 +44,7 @@ func (s *Store) DagPut(ctx context.Context, p DagPutParams) (Dag, bool, error) {
 			updated_at = EXCLUDED.updated_at
 		RETURNING dag_id, schedule, timezone, max_active_runs, is_paused, description, created_at, updated_at,
 			(xmax = 0) AS created`,
-		p.DagID, p.Schedule, p.Timezone, p.MaxActiveRuns, p.IsPaused, p.Description, now)
+		p.DagID, p.Schedule, p.Timezone, p.MaxActiveRuns, p.IsPaused, p.Description)
 	if err != nil {
 		return Dag{}, false, fmt.Errorf("upsert dag %q: %w", p.DagID, err)
 	}

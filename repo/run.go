@@ -39,7 +39,6 @@ type RunCreateParams struct {
 func (s *Store) RunCreate(ctx context.Context, p RunCreateParams) (Run, error) {
 	var run Run
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		now := s.clock()
 		// FOR KEY SHARE: the DAG must exist until this run commits.
 		dag, err := dagGet(ctx, tx, p.DagID, "FOR KEY SHARE")
 		if err != nil {
@@ -53,9 +52,9 @@ func (s *Store) RunCreate(ctx context.Context, p RunCreateParams) (Run, error) {
 		err = sqlx.GetContext(ctx, tx, &run, `
 			INSERT INTO dag_runs (dag_id, run_id, logical_date, data_interval_start, data_interval_end,
 				state, run_type, conf, attempt, queued_at)
-			VALUES ($1, $2, $3, $3, $4, 'queued', 'manual', $5, 1, $6)
+			VALUES ($1, $2, $3, $3, $4, 'queued', 'manual', $5, 1, backfill_now())
 			RETURNING `+runColumns,
-			p.DagID, RunIDFor(RunTypeManual, logical), logical, sched.Next(logical), jsonParam(p.Conf), now)
+			p.DagID, RunIDFor(RunTypeManual, logical), logical, sched.Next(logical), jsonParam(p.Conf))
 		switch uniqueViolation(err) {
 		case constraintRunPerDate, constraintRunIDPerDag:
 			return ErrRunAlreadyExists
@@ -148,14 +147,14 @@ func (s *Store) RunReport(ctx context.Context, p RunReportParams) (Run, error) {
 					(SELECT b.id FROM backfills b WHERE b.id = r.backfill_id FOR NO KEY UPDATE) AS locked
 				FROM dag_runs r WHERE r.dag_id = $1 AND r.run_id = $2
 			)
-			UPDATE dag_runs d SET state = $3, end_date = $4, lease_expires_at = NULL
+			UPDATE dag_runs d SET state = $3, end_date = backfill_now(), lease_expires_at = NULL
 			FROM cur
 			WHERE d.id = cur.id
 			  AND d.backfill_id IS NOT DISTINCT FROM cur.backfill_id
-			  AND CASE WHEN $5::text IS NULL THEN d.state IN ('queued', 'running')
-			           ELSE d.state = 'running' AND d.worker_id = $5 AND d.lease_expires_at > $4 END
+			  AND CASE WHEN $4::text IS NULL THEN d.state IN ('queued', 'running')
+			           ELSE d.state = 'running' AND d.worker_id = $4 AND d.lease_expires_at > backfill_now() END
 			RETURNING `+prefixed("d.", runColumns),
-			p.DagID, p.RunID, p.State, s.clock(), p.WorkerID)
+			p.DagID, p.RunID, p.State, p.WorkerID)
 		if err != nil && !isNoRows(err) {
 			return fmt.Errorf("report run: %w", err)
 		}
@@ -176,20 +175,19 @@ func (s *Store) RunReport(ctx context.Context, p RunReportParams) (Run, error) {
 
 // RunHeartbeat extends the lease of the worker that holds it.
 func (s *Store) RunHeartbeat(ctx context.Context, runPK int64, workerID string) (Heartbeat, error) {
-	now := s.clock()
 	var row struct {
 		LeaseExpiresAt  time.Time `db:"lease_expires_at"`
 		CancelRequested bool      `db:"cancel_requested"`
 	}
 	err := sqlx.GetContext(ctx, s.db, &row, `
 		WITH hb AS (
-			UPDATE dag_runs SET lease_expires_at = $3::timestamptz + make_interval(secs => lease_seconds)
-			WHERE id = $1 AND state = 'running' AND worker_id = $2 AND lease_expires_at > $3
+			UPDATE dag_runs SET lease_expires_at = backfill_now() + make_interval(secs => lease_seconds)
+			WHERE id = $1 AND state = 'running' AND worker_id = $2 AND lease_expires_at > backfill_now()
 			RETURNING lease_expires_at, backfill_id
 		)
 		SELECT hb.lease_expires_at, coalesce(b.state = 'canceling', false) AS cancel_requested
 		FROM hb LEFT JOIN backfills b ON b.id = hb.backfill_id`,
-		runPK, workerID, now)
+		runPK, workerID)
 	if isNoRows(err) {
 		var exists bool
 		if err := sqlx.GetContext(ctx, s.db, &exists, `SELECT EXISTS (SELECT 1 FROM dag_runs WHERE id = $1)`, runPK); err != nil {

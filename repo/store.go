@@ -34,8 +34,6 @@ type Config struct {
 	MaxBackfillRuns int
 	// MaxAttempts is the attempt at which an expired lease fails the run (default 3).
 	MaxAttempts int
-	// Now is the clock; tests inject one to expire leases without sleeping.
-	Now func() time.Time
 	// Observer receives events for metrics; nil means none.
 	Observer Observer
 }
@@ -43,7 +41,6 @@ type Config struct {
 // Store is the repository over one connection pool.
 type Store struct {
 	db              *sqlx.DB
-	now             func() time.Time
 	observer        Observer
 	maxBackfillRuns int
 	maxAttempts     int
@@ -56,13 +53,9 @@ type Store struct {
 func New(db *sqlx.DB, cfg Config) *Store {
 	s := &Store{
 		db:              db,
-		now:             cfg.Now,
 		observer:        cfg.Observer,
 		maxBackfillRuns: cfg.MaxBackfillRuns,
 		maxAttempts:     cfg.MaxAttempts,
-	}
-	if s.now == nil {
-		s.now = time.Now
 	}
 	if s.observer == nil {
 		s.observer = nopObserver{}
@@ -76,10 +69,15 @@ func New(db *sqlx.DB, cfg Config) *Store {
 	return s
 }
 
-// clock returns the one "now" a transaction uses, in UTC and at the database's microsecond
-// precision, so that what is written and what is answered are the same instant.
-func (s *Store) clock() time.Time {
-	return s.now().UTC().Truncate(time.Microsecond)
+// dbNow reads the service's one clock, backfill_now() (migrations/00002_one_clock.sql). Go
+// code that must know "now" (to plan a backfill's slots) asks the database, never the
+// process's own clock, so that replicas whose clocks disagree still agree.
+func dbNow(ctx context.Context, q sqlx.QueryerContext) (time.Time, error) {
+	var now time.Time
+	if err := sqlx.GetContext(ctx, q, &now, `SELECT backfill_now()`); err != nil {
+		return time.Time{}, fmt.Errorf("read the database clock: %w", err)
+	}
+	return now.UTC(), nil
 }
 
 // Ping checks that the database answers.

@@ -15,7 +15,6 @@ import (
 func (s *Store) SweepExpireLeases(ctx context.Context, batch int) (int, error) {
 	var n int
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		now := s.clock()
 		// Backfill rows first (lock order). SKIP LOCKED: a backfill that another replica or a
 		// claim holds is left for the next pass rather than waited for.
 		var locked pq.Int64Array
@@ -23,37 +22,37 @@ func (s *Store) SweepExpireLeases(ctx context.Context, batch int) (int, error) {
 			SELECT id FROM backfills
 			WHERE id IN (
 				SELECT DISTINCT backfill_id FROM dag_runs
-				WHERE state = 'running' AND lease_expires_at <= $1 AND backfill_id IS NOT NULL
-				LIMIT $2)
+				WHERE state = 'running' AND lease_expires_at <= backfill_now() AND backfill_id IS NOT NULL
+				LIMIT $1)
 			ORDER BY id
-			FOR NO KEY UPDATE SKIP LOCKED`, now, batch)
+			FOR NO KEY UPDATE SKIP LOCKED`, batch)
 		if err != nil {
 			return fmt.Errorf("lock backfills with expired leases: %w", err)
 		}
 		res, err := tx.ExecContext(ctx, `
 			WITH expired AS (
 				SELECT id FROM dag_runs
-				WHERE state = 'running' AND lease_expires_at <= $1
-				  AND (backfill_id IS NULL OR backfill_id = ANY($2))
-				ORDER BY lease_expires_at LIMIT $3
+				WHERE state = 'running' AND lease_expires_at <= backfill_now()
+				  AND (backfill_id IS NULL OR backfill_id = ANY($1))
+				ORDER BY lease_expires_at LIMIT $2
 				FOR UPDATE SKIP LOCKED
 			), verdict AS (
 				SELECT r.id, CASE WHEN b.state = 'canceling' THEN 'canceled'
-				                  WHEN r.attempt >= $4 THEN 'failed'
+				                  WHEN r.attempt >= $3 THEN 'failed'
 				                  ELSE 'queued' END AS next_state
 				FROM dag_runs r JOIN expired e ON e.id = r.id LEFT JOIN backfills b ON b.id = r.backfill_id
 			)
 			UPDATE dag_runs r SET
 				state = v.next_state,
 				attempt = r.attempt + (v.next_state = 'queued')::int,
-				queued_at = CASE WHEN v.next_state = 'queued' THEN $1 ELSE r.queued_at END,
+				queued_at = CASE WHEN v.next_state = 'queued' THEN backfill_now() ELSE r.queued_at END,
 				start_date = CASE WHEN v.next_state = 'queued' THEN NULL ELSE r.start_date END,
-				end_date = CASE WHEN v.next_state = 'queued' THEN NULL ELSE $1 END,
+				end_date = CASE WHEN v.next_state = 'queued' THEN NULL ELSE backfill_now() END,
 				worker_id = CASE WHEN v.next_state = 'queued' THEN NULL ELSE r.worker_id END,
 				lease_expires_at = NULL,
 				lease_seconds = NULL
 			FROM verdict v WHERE r.id = v.id`,
-			now, locked, batch, s.maxAttempts)
+			locked, batch, s.maxAttempts)
 		if err != nil {
 			return fmt.Errorf("expire leases: %w", err)
 		}
@@ -76,25 +75,24 @@ func (s *Store) SweepExpireLeases(ctx context.Context, batch int) (int, error) {
 func (s *Store) SweepFinalize(ctx context.Context, batch int) (int, error) {
 	var finished []string
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		now := s.clock()
 		finished = finished[:0]
 		return sqlx.SelectContext(ctx, tx, &finished, `
 			WITH candidates AS (
 				SELECT id FROM backfills
 				WHERE state IN ('running', 'paused', 'canceling') AND num_queued = 0 AND num_running = 0
-				ORDER BY id LIMIT $2
+				ORDER BY id LIMIT $1
 				FOR UPDATE SKIP LOCKED
 			)
 			UPDATE backfills b SET
 				state = CASE WHEN b.state = 'canceling' THEN 'canceled'
 				             WHEN b.num_failed + b.num_canceled > 0 THEN 'failed'
 				             ELSE 'succeeded' END,
-				completed_at = $1,
-				updated_at = $1
+				completed_at = backfill_now(),
+				updated_at = backfill_now()
 			FROM candidates c
 			WHERE b.id = c.id
 			  AND b.state IN ('running', 'paused', 'canceling') AND b.num_queued = 0 AND b.num_running = 0
-			RETURNING b.state`, now, batch)
+			RETURNING b.state`, batch)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("finalize backfills: %w", err)
@@ -109,8 +107,9 @@ func (s *Store) SweepFinalize(ctx context.Context, batch int) (int, error) {
 func (s *Store) SweepPruneIdempotencyKeys(ctx context.Context, maxAge time.Duration, batch int) (int, error) {
 	res, err := s.db.ExecContext(ctx, `
 		DELETE FROM idempotency_keys WHERE key IN (
-			SELECT key FROM idempotency_keys WHERE created_at < $1 ORDER BY created_at LIMIT $2)`,
-		s.clock().Add(-maxAge), batch)
+			SELECT key FROM idempotency_keys
+			WHERE created_at < backfill_now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2)`,
+		maxAge.Seconds(), batch)
 	if err != nil {
 		return 0, fmt.Errorf("prune idempotency keys: %w", err)
 	}

@@ -124,7 +124,6 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	store := repo.New(db, repo.Config{
 		MaxBackfillRuns: o.maxBackfillRuns,
 		MaxAttempts:     o.maxAttempts,
-		Now:             clk.Now,
 		Observer:        m,
 	})
 	logger := slog.New(slog.DiscardHandler)
