@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"runtime/debug"
 	"strings"
@@ -77,7 +78,7 @@ func requireToken(tokens []string) func(http.Handler) http.Handler {
 				next.ServeHTTP(w, r)
 				return
 			}
-			given, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			given, ok := bearerToken(r.Header.Get("Authorization"))
 			digest := sha256.Sum256([]byte(given))
 			match := 0
 			for _, d := range digests {
@@ -91,6 +92,28 @@ func requireToken(tokens []string) func(http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// bearerToken extracts the token of an Authorization header. The scheme name is
+// case-insensitive (RFC 9110 section 11.1): "bearer x" and "BEARER x" carry the token x.
+func bearerToken(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimLeft(token, " "), true
+}
+
+// echoRequestID returns the request's id (the client's X-Request-Id when it sent one, else
+// the one chi's RequestID made) in the X-Request-Id answer header, so that a client can
+// quote it and an operator find the request's log lines.
+func echoRequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id := middleware.GetReqID(r.Context()); id != "" {
+			w.Header().Set(middleware.RequestIDHeader, id)
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // recoverer turns a panic into a logged 500 problem instead of a dropped connection.
@@ -111,13 +134,23 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 	})
 }
 
-// accessLog logs one line per request.
+// accessLog logs one line per request: at debug for health probes and metric scrapes,
+// which arrive every few seconds from machines and would drown the rest, at info otherwise.
 func (s *Server) accessLog(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 		next.ServeHTTP(ww, r)
-		s.log(r).Info("request", "status", ww.Status(), "bytes", ww.BytesWritten(),
+		level := slog.LevelInfo
+		if isProbe(r.URL.Path) {
+			level = slog.LevelDebug
+		}
+		s.log(r).Log(r.Context(), level, "request", "status", ww.Status(), "bytes", ww.BytesWritten(),
 			"duration_ms", float64(time.Since(start).Microseconds())/1000)
 	})
+}
+
+// isProbe tells the paths that machines poll: liveness, readiness and metrics.
+func isProbe(path string) bool {
+	return path == "/healthz" || path == "/readyz" || path == "/metrics"
 }

@@ -10,8 +10,10 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 )
 
-// New builds the service's HTTP handler: request id, panic recovery, access log, metrics,
-// bearer tokens, body limit and spec validation, then the generated router.
+// New builds the service's HTTP handler: request id (echoed in X-Request-Id), access log,
+// metrics, panic recovery, bearer tokens, body limit and spec validation, then the generated
+// router. The recoverer sits inside the access log and metrics so that a panic's 500 is
+// logged and counted like any other answer.
 func New(opts Options) (http.Handler, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -27,11 +29,11 @@ func New(opts Options) (http.Handler, error) {
 		return nil, fmt.Errorf("handlers: %w", err)
 	}
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, s.recoverer, s.accessLog)
+	r.Use(middleware.RequestID, echoRequestID, s.accessLog)
 	if opts.Instrument != nil {
 		r.Use(opts.Instrument)
 	}
-	r.Use(requireToken(opts.APITokens), limitBody, validator.middleware)
+	r.Use(s.recoverer, requireToken(opts.APITokens), limitBody, validator.middleware)
 	return api.HandlerWithOptions(s, api.ChiServerOptions{
 		BaseRouter: r,
 		// Parameters the validator let through but the generated binder cannot read.

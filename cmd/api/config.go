@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
@@ -23,12 +24,19 @@ type config struct {
 	// StatementTimeout stops any single statement that runs away.
 	StatementTimeout time.Duration
 	ShutdownTimeout  time.Duration
+	// LogLevel is the least severe level logged (LOG_LEVEL: debug, info, warn, error);
+	// health probes and metric scrapes are logged at debug.
+	LogLevel slog.Level
 }
+
+// defaultHTTPAddr is where the server listens when HTTP_ADDR is unset; the healthcheck
+// subcommand probes the same port.
+const defaultHTTPAddr = ":8080"
 
 func loadConfig(getenv func(string) string) (config, error) {
 	cfg := config{
 		DatabaseURL:      getenv("DATABASE_URL"),
-		HTTPAddr:         ":8080",
+		HTTPAddr:         defaultHTTPAddr,
 		SweepInterval:    5 * time.Second,
 		MaxBackfillRuns:  100000,
 		MaxAttempts:      3,
@@ -49,6 +57,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 	intVar(getenv, "MAX_BACKFILL_RUNS", &cfg.MaxBackfillRuns, 1, 10_000_000, &errs)
 	intVar(getenv, "MAX_ATTEMPTS", &cfg.MaxAttempts, 1, 1000, &errs)
 	intVar(getenv, "DB_MAX_CONNS", &cfg.DBMaxConns, 2, 1000, &errs)
+	if v := getenv("LOG_LEVEL"); v != "" {
+		if err := cfg.LogLevel.UnmarshalText([]byte(v)); err != nil {
+			errs = append(errs, fmt.Errorf("LOG_LEVEL=%q: want debug, info, warn or error", v))
+		}
+	}
 	for _, t := range strings.Split(getenv("API_TOKEN"), ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			cfg.APITokens = append(cfg.APITokens, t)

@@ -1,5 +1,6 @@
-// Command api serves the backfill service, and with "migrate up|down|status" manages the
-// schema alone.
+// Command api serves the backfill service; with "migrate up|down|status" it manages the
+// schema alone, and with "healthcheck" it asks a running server on HTTP_ADDR whether it is
+// ready (the container image's healthcheck).
 package main
 
 import (
@@ -39,11 +40,14 @@ func main() {
 // run is the whole program; main only wires it to the process. It returns when ctx is done
 // (SIGINT/SIGTERM) after draining, or on a startup error.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	logger := slog.New(slog.NewJSONHandler(stdout, nil))
+	if len(args) > 0 && args[0] == "healthcheck" {
+		return healthcheck(ctx, getenv, stdout)
+	}
 	cfg, err := loadConfig(getenv)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
+	logger := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	dsn, err := sessionDSN(cfg.DatabaseURL, cfg.StatementTimeout)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
@@ -61,7 +65,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return migrate(ctx, db, args[1:], stdout)
 	}
 	if len(args) > 0 {
-		return fmt.Errorf("unknown command %q (want no argument, or migrate up|down|status)", args[0])
+		return fmt.Errorf("unknown command %q (want no argument, migrate up|down|status, or healthcheck)", args[0])
 	}
 	return serve(ctx, cfg, db, logger)
 }
