@@ -736,6 +736,9 @@ type HeartbeatRunJSONRequestBody = HeartbeatRequest
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
+	// GetRoot Start page
+	// (GET /)
+	GetRoot(w http.ResponseWriter, r *http.Request)
 	// ListBackfills List backfills
 	// (GET /api/v1/backfills)
 	ListBackfills(w http.ResponseWriter, r *http.Request, params ListBackfillsParams)
@@ -790,6 +793,9 @@ type ServerInterface interface {
 	// GetDocs API reference page
 	// (GET /docs)
 	GetDocs(w http.ResponseWriter, r *http.Request)
+	// GetDocsSlash API reference page, with a trailing slash
+	// (GET /docs/)
+	GetDocsSlash(w http.ResponseWriter, r *http.Request)
 	// GetDocsAsset API reference page asset
 	// (GET /docs/{asset})
 	GetDocsAsset(w http.ResponseWriter, r *http.Request, asset string)
@@ -810,6 +816,12 @@ type ServerInterface interface {
 // Unimplemented server implementation that returns http.StatusNotImplemented for each endpoint.
 
 type Unimplemented struct{}
+
+// GetRoot Start page
+// (GET /)
+func (_ Unimplemented) GetRoot(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
 
 // ListBackfills List backfills
 // (GET /api/v1/backfills)
@@ -919,6 +931,12 @@ func (_ Unimplemented) GetDocs(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// GetDocsSlash API reference page, with a trailing slash
+// (GET /docs/)
+func (_ Unimplemented) GetDocsSlash(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // GetDocsAsset API reference page asset
 // (GET /docs/{asset})
 func (_ Unimplemented) GetDocsAsset(w http.ResponseWriter, r *http.Request, asset string) {
@@ -957,6 +975,20 @@ type ServerInterfaceWrapper struct {
 }
 
 type MiddlewareFunc func(http.Handler) http.Handler
+
+// GetRoot operation middleware
+func (siw *ServerInterfaceWrapper) GetRoot(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetRoot(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
 
 // ListBackfills operation middleware
 func (siw *ServerInterfaceWrapper) ListBackfills(w http.ResponseWriter, r *http.Request) {
@@ -1612,6 +1644,20 @@ func (siw *ServerInterfaceWrapper) GetDocs(w http.ResponseWriter, r *http.Reques
 	handler.ServeHTTP(w, r)
 }
 
+// GetDocsSlash operation middleware
+func (siw *ServerInterfaceWrapper) GetDocsSlash(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetDocsSlash(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetDocsAsset operation middleware
 func (siw *ServerInterfaceWrapper) GetDocsAsset(w http.ResponseWriter, r *http.Request) {
 
@@ -1859,6 +1905,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Post(options.BaseURL+"/api/v1/runs/{id}/heartbeat", wrapper.HeartbeatRun)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/", wrapper.GetRoot)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/healthz", wrapper.GetHealthz)
 	})
 	r.Group(func(r chi.Router) {
@@ -1872,6 +1921,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/docs", wrapper.GetDocs)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/docs/", wrapper.GetDocsSlash)
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/docs/{asset}", wrapper.GetDocsAsset)

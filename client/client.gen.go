@@ -814,6 +814,13 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 // The interface specification for the client above.
 type ClientInterface interface {
 
+	// GetRoot Start page
+	//
+	// Redirects (302) a person who opens the service's address to `/docs`.
+	//
+	// Corresponds with GET / (the `GetRoot` operationId).
+	GetRoot(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListBackfills List backfills
 	//
 	// Lists backfills, optionally of one DAG, in one state, or only active (`running`,
@@ -1249,6 +1256,13 @@ type ClientInterface interface {
 	// Corresponds with GET /docs (the `GetDocs` operationId).
 	GetDocs(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetDocsSlash API reference page, with a trailing slash
+	//
+	// Redirects (301) to `/docs`, where the page's relative asset URLs resolve.
+	//
+	// Corresponds with GET /docs/ (the `GetDocsSlash` operationId).
+	GetDocsSlash(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetDocsAsset API reference page asset
 	//
 	// A static file of the API reference page: `redoc.standalone.js`, Redoc's browser
@@ -1286,6 +1300,23 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReadyz` operationId).
 	GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// GetRoot Start page
+//
+// Redirects (302) a person who opens the service's address to `/docs`.
+//
+// Corresponds with GET / (the `GetRoot` operationId).
+func (c *RawClient) GetRoot(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetRootRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
 }
 
 // ListBackfills List backfills
@@ -1973,6 +2004,23 @@ func (c *RawClient) GetDocs(ctx context.Context, reqEditors ...RequestEditorFn) 
 	return c.Client.Do(req)
 }
 
+// GetDocsSlash API reference page, with a trailing slash
+//
+// Redirects (301) to `/docs`, where the page's relative asset URLs resolve.
+//
+// Corresponds with GET /docs/ (the `GetDocsSlash` operationId).
+func (c *RawClient) GetDocsSlash(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetDocsSlashRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetDocsAsset API reference page asset
 //
 // A static file of the API reference page: `redoc.standalone.js`, Redoc's browser
@@ -2059,6 +2107,33 @@ func (c *RawClient) GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn
 		return nil, err
 	}
 	return c.Client.Do(req)
+}
+
+// NewGetRootRequest constructs an http.Request for the GetRoot method
+func NewGetRootRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
 }
 
 // NewListBackfillsRequest constructs an http.Request for the ListBackfills method
@@ -2991,6 +3066,33 @@ func NewGetDocsRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewGetDocsSlashRequest constructs an http.Request for the GetDocsSlash method
+func NewGetDocsSlashRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/docs/")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetDocsAssetRequest constructs an http.Request for the GetDocsAsset method
 func NewGetDocsAssetRequest(server string, asset string) (*http.Request, error) {
 	var err error
@@ -3176,6 +3278,15 @@ func WithBaseURL(baseURL string) ClientOption {
 
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
+
+	// GetRootWithResponse Start page
+	//
+	// Redirects (302) a person who opens the service's address to `/docs`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET / (the `GetRoot` operationId).
+	GetRootWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetRootResponse, error)
 
 	// ListBackfillsWithResponse List backfills
 	//
@@ -3634,6 +3745,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /docs (the `GetDocs` operationId).
 	GetDocsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetDocsResponse, error)
 
+	// GetDocsSlashWithResponse API reference page, with a trailing slash
+	//
+	// Redirects (301) to `/docs`, where the page's relative asset URLs resolve.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /docs/ (the `GetDocsSlash` operationId).
+	GetDocsSlashWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetDocsSlashResponse, error)
+
 	// GetDocsAssetWithResponse API reference page asset
 	//
 	// A static file of the API reference page: `redoc.standalone.js`, Redoc's browser
@@ -3681,6 +3801,47 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReadyz` operationId).
 	GetReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadyzResponse, error)
+}
+
+// GetRootResponse302Headers the declared response headers of an HTTP 302 response for GetRoot
+type GetRootResponse302Headers struct {
+	Location *string
+}
+
+type GetRootResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// Headers302 the parsed response headers for an HTTP 302 response
+	Headers302 *GetRootResponse302Headers
+}
+
+// GetBody returns the raw response body bytes
+func (r GetRootResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetRootResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetRootResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetRootResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 // ListBackfillsResponse401Headers the declared response headers of an HTTP 401 response for ListBackfills
@@ -5388,6 +5549,47 @@ func (r GetDocsResponse) ContentType() string {
 	return ""
 }
 
+// GetDocsSlashResponse301Headers the declared response headers of an HTTP 301 response for GetDocsSlash
+type GetDocsSlashResponse301Headers struct {
+	Location *string
+}
+
+type GetDocsSlashResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// Headers301 the parsed response headers for an HTTP 301 response
+	Headers301 *GetDocsSlashResponse301Headers
+}
+
+// GetBody returns the raw response body bytes
+func (r GetDocsSlashResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetDocsSlashResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetDocsSlashResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetDocsSlashResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetDocsAssetResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5598,6 +5800,21 @@ func (r GetReadyzResponse) ContentType() string {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
 	return ""
+}
+
+// GetRootWithResponse Start page
+//
+// Redirects (302) a person who opens the service's address to `/docs`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET / (the `GetRoot` operationId).
+func (c *ClientWithResponses) GetRootWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetRootResponse, error) {
+	rsp, err := c.GetRoot(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetRootResponse(rsp)
 }
 
 // ListBackfillsWithResponse List backfills
@@ -6207,6 +6424,21 @@ func (c *ClientWithResponses) GetDocsWithResponse(ctx context.Context, reqEditor
 	return ParseGetDocsResponse(rsp)
 }
 
+// GetDocsSlashWithResponse API reference page, with a trailing slash
+//
+// Redirects (301) to `/docs`, where the page's relative asset URLs resolve.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /docs/ (the `GetDocsSlash` operationId).
+func (c *ClientWithResponses) GetDocsSlashWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetDocsSlashResponse, error) {
+	rsp, err := c.GetDocsSlash(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetDocsSlashResponse(rsp)
+}
+
 // GetDocsAssetWithResponse API reference page asset
 //
 // A static file of the API reference page: `redoc.standalone.js`, Redoc's browser
@@ -6283,6 +6515,35 @@ func (c *ClientWithResponses) GetReadyzWithResponse(ctx context.Context, reqEdit
 		return nil, err
 	}
 	return ParseGetReadyzResponse(rsp)
+}
+
+// ParseGetRootResponse parses an HTTP response from a GetRootWithResponse call
+func ParseGetRootResponse(rsp *http.Response) (*GetRootResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetRootResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 302:
+		var headers GetRootResponse302Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers302 = &headers
+	}
+
+	return response, nil
 }
 
 // ParseListBackfillsResponse parses an HTTP response from a ListBackfillsWithResponse call
@@ -7880,6 +8141,35 @@ func ParseGetDocsResponse(rsp *http.Response) (*GetDocsResponse, error) {
 	response := &GetDocsResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
+// ParseGetDocsSlashResponse parses an HTTP response from a GetDocsSlashWithResponse call
+func ParseGetDocsSlashResponse(rsp *http.Response) (*GetDocsSlashResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetDocsSlashResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 301:
+		var headers GetDocsSlashResponse301Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers301 = &headers
 	}
 
 	return response, nil

@@ -113,3 +113,14 @@ func etagMatches(header, etag string) bool {
 	}
 	return false
 }
+
+// GetRoot sends a person who opens the service's address to the API reference page.
+func (s *Server) GetRoot(w http.ResponseWriter, r *http.Request) {
+	http.Redirect(w, r, "/docs", http.StatusFound)
+}
+
+// GetDocsSlash sends /docs/ to /docs: the page's asset URLs are relative to /docs, so they
+// would not resolve from /docs/.
+func (s *Server) GetDocsSlash(w http.ResponseWriter, r *http.Request) {
+	http.Redirect(w, r, "/docs", http.StatusMovedPermanently)
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -149,4 +150,30 @@ func runChromium(t *testing.T, args ...string) (string, string, error) {
 		err = errors.New("chromium did not finish within 2 minutes")
 	}
 	return stdout.String(), stderr.String(), err
+}
+
+func TestRootAndDocsWithSlashRedirectToTheDocsPage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for path, status := range map[string]int{"/": http.StatusFound, "/docs/": http.StatusMovedPermanently} {
+		req, err := http.NewRequest(http.MethodGet, e.URL+path, nil)
+		require.NoError(t, err)
+		res, err := noFollow.Do(req)
+		require.NoError(t, err)
+		body, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		require.NoError(t, res.Body.Close())
+		require.Equal(t, status, res.StatusCode, path)
+		require.Equal(t, "/docs", res.Header.Get("Location"), path)
+		require.NoError(t, checkAgainstSpec(req, nil, &response{Status: res.StatusCode, Header: res.Header, Body: body}), path)
+	}
+	// A browser that follows the redirect ends on the page itself.
+	res, err := e.HTTP.Get(e.URL + "/")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	page, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, string(page), "<redoc")
 }

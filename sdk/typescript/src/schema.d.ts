@@ -433,6 +433,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Start page
+         * @description Redirects (302) a person who opens the service's address to `/docs`.
+         */
+        get: operations["getRoot"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -527,6 +547,26 @@ export interface paths {
          *     nothing from elsewhere, and its `Content-Security-Policy` allows nothing else.
          */
         get: operations["getDocs"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/docs/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * API reference page, with a trailing slash
+         * @description Redirects (301) to `/docs`, where the page's relative asset URLs resolve.
+         */
+        get: operations["getDocsSlash"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1620,6 +1660,26 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    getRoot: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description To the API reference page. */
+            302: {
+                headers: {
+                    /** @description `/docs` */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
     getHealthz: {
         parameters: {
             query?: never;
@@ -1718,6 +1778,26 @@ export interface operations {
                 content: {
                     "text/html": string;
                 };
+            };
+        };
+    };
+    getDocsSlash: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description To `/docs`. */
+            301: {
+                headers: {
+                    /** @description `/docs` */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };
