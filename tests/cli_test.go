@@ -131,6 +131,12 @@ func testCLICommands(t *testing.T, bin string) {
 	require.EqualValues(t, 1, list.TotalEntries)
 	require.Regexp(t, `(?m)^`+id+`\s+cli_dag\s+running\s+2024-01-01T00:00:00Z\s+2024-01-05T00:00:00Z\s+0/5\s`, okCLI(t, bin, e, "backfills", "list"))
 	require.Contains(t, okCLI(t, bin, e, "backfills", "list", "--active=false"), "ID  ")
+	// Newest first by default: a second DAG's backfill is listed above the first one.
+	okCLI(t, bin, e, "dags", "put", "cli_dag2", "--schedule", "@daily")
+	newer := cliIDLine.FindStringSubmatch(okCLI(t, bin, e, "backfills", "create", "--dag-id", "cli_dag2",
+		"--from-date", "2024-01-01", "--to-date", "2024-01-02"))
+	require.NotNil(t, newer)
+	require.Regexp(t, `(?s)^ID\s.*\n`+newer[1]+`\s+cli_dag2\s.*\n`+id+`\s+cli_dag\s`, okCLI(t, bin, e, "backfills", "list"))
 
 	out = okCLI(t, bin, e, "backfills", "runs", id, "--limit", "2")
 	require.Regexp(t, `(?m)^1\s+2024-01-01T00:00:00Z\s+backfill__2024-01-01T00:00:00Z\s+queued\s+-$`, out)

@@ -160,7 +160,7 @@ func backfillsList(ctx context.Context, c *cli, args []string) error {
 	state := fs.String("state", "", "only backfills in this state: running, paused, canceling, succeeded, failed, canceled")
 	var active optBool
 	fs.Var(&active, "active", "only active backfills (--active=false: only terminal ones)")
-	orderBy := fs.String("order-by", "id", "id (oldest first) or -id (newest first)")
+	orderBy := fs.String("order-by", "-id", "-id (newest first) or id (oldest first)")
 	limit := fs.Int("limit", 50, "page size, 1..1000")
 	offset := fs.Int("offset", 0, "entries to skip")
 	pos, err := parse(fs, args)

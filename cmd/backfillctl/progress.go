@@ -90,6 +90,12 @@ func (p *progress) lines(b client.Backfill, bar bool) []string {
 	head += fmt.Sprintf("%4s  %d/%d", percent(done, pr.Total), done, pr.Total)
 	rate, ok := p.rate()
 	switch {
+	case b.State == client.BackfillStatePaused:
+		// Nothing is handed out while paused: a rate or an ETA would be a guess.
+		head += "  paused, ETA --"
+	case b.State == client.BackfillStateCanceling || b.State == client.BackfillStateCanceled:
+		// A canceled backfill never reaches its total: there is nothing to estimate.
+		head += "  canceled, no ETA"
 	case !ok:
 		head += "  -- runs/s  ETA --"
 	case b.State.Terminal():

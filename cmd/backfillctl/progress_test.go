@@ -97,3 +97,17 @@ func TestDurationsReadWell(t *testing.T) {
 	require.Equal(t, "2h10m", duration(2*time.Hour+10*time.Minute))
 	require.Equal(t, "<1s", etaString(300*time.Millisecond))
 }
+
+func TestPausedAndCanceledProgressShowNoRateOrETA(t *testing.T) {
+	for _, state := range []client.BackfillState{client.BackfillStatePaused, client.BackfillStateCanceling, client.BackfillStateCanceled} {
+		var out bytes.Buffer
+		clk := &fakeClock{t: time.Unix(0, 0)}
+		p := newProgress(&out, false, 120, clk.now)
+		p.update(backfillAt(client.BackfillStateRunning, 0, 0, 10))
+		clk.t = clk.t.Add(time.Second)
+		p.update(backfillAt(state, 5, 0, 5))
+		require.Contains(t, out.String(), string(state), state)
+		require.NotRegexp(t, `(?m)^`+string(state)+`.*runs/s`, out.String(), "%s shows no rate", state)
+		require.NotRegexp(t, `(?m)^`+string(state)+`.*ETA [0-9]`, out.String(), "%s shows no ETA", state)
+	}
+}
