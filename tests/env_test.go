@@ -126,6 +126,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		MaxAttempts:     o.maxAttempts,
 		Observer:        m,
 	})
+	m.WatchStates(store.StateCounts)
 	logger := slog.New(slog.DiscardHandler)
 	if os.Getenv("TEST_LOG") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))

@@ -84,6 +84,7 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, logger *slog.Logger) er
 		MaxAttempts:     cfg.MaxAttempts,
 		Observer:        m,
 	})
+	m.WatchStates(store.StateCounts)
 	ready, err := readiness(db)
 	if err != nil {
 		return err
