@@ -44,7 +44,6 @@ type bbField struct {
 	required bool
 	nullable bool
 	lo, hi   int // integer range, or string length range
-	enum     []string
 }
 
 // bbTemplate is a valid request of a body route.
