@@ -811,6 +811,12 @@ type ServerInterface interface {
 	// GetReadyz Readiness
 	// (GET /readyz)
 	GetReadyz(w http.ResponseWriter, r *http.Request)
+	// GetUI Web console
+	// (GET /ui)
+	GetUI(w http.ResponseWriter, r *http.Request)
+	// GetUIAsset Web console asset
+	// (GET /ui/{asset})
+	GetUIAsset(w http.ResponseWriter, r *http.Request, asset string)
 }
 
 // Unimplemented server implementation that returns http.StatusNotImplemented for each endpoint.
@@ -964,6 +970,18 @@ func (_ Unimplemented) GetOpenAPISpec(w http.ResponseWriter, r *http.Request) {
 // GetReadyz Readiness
 // (GET /readyz)
 func (_ Unimplemented) GetReadyz(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetUI Web console
+// (GET /ui)
+func (_ Unimplemented) GetUI(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetUIAsset Web console asset
+// (GET /ui/{asset})
+func (_ Unimplemented) GetUIAsset(w http.ResponseWriter, r *http.Request, asset string) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -1740,6 +1758,46 @@ func (siw *ServerInterfaceWrapper) GetReadyz(w http.ResponseWriter, r *http.Requ
 	handler.ServeHTTP(w, r)
 }
 
+// GetUI operation middleware
+func (siw *ServerInterfaceWrapper) GetUI(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetUI(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetUIAsset operation middleware
+func (siw *ServerInterfaceWrapper) GetUIAsset(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "asset" -------------
+	var asset string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "asset", chi.URLParam(r, "asset"), &asset, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "asset", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetUIAsset(w, r, asset)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 type UnescapedCookieParamError struct {
 	ParamName string
 	Err       error
@@ -1921,6 +1979,12 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/docs", wrapper.GetDocs)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/ui", wrapper.GetUI)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/ui/{asset}", wrapper.GetUIAsset)
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/docs/", wrapper.GetDocsSlash)

@@ -816,7 +816,7 @@ type ClientInterface interface {
 
 	// GetRoot Start page
 	//
-	// Redirects (302) a person who opens the service's address to `/docs`.
+	// Redirects (302) a person who opens the service's address to the console, `/ui`.
 	//
 	// Corresponds with GET / (the `GetRoot` operationId).
 	GetRoot(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1300,11 +1300,31 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReadyz` operationId).
 	GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetUI Web console
+	//
+	// A console for people: backfills with their progress, one backfill's slots, events and
+	// live progress with pause / unpause / cancel / retry and its limits, creation bound to
+	// a dry run's plan, and the DAGs. It is served by this service (`/ui/{asset}`) and reads
+	// and writes only through this API; its `Content-Security-Policy` allows nothing from
+	// elsewhere and no inline script or style. With `API_TOKEN` set it asks for a token and
+	// keeps it for the browser tab only.
+	//
+	// Corresponds with GET /ui (the `GetUI` operationId).
+	GetUI(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetUIAsset Web console asset
+	//
+	// The console's script `app.js` or style sheet `style.css`. Answers carry a strong
+	// `ETag`; `If-None-Match` gets 304. Any other name is 404 `not_found`.
+	//
+	// Corresponds with GET /ui/{asset} (the `GetUIAsset` operationId).
+	GetUIAsset(ctx context.Context, asset string, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // GetRoot Start page
 //
-// Redirects (302) a person who opens the service's address to `/docs`.
+// Redirects (302) a person who opens the service's address to the console, `/ui`.
 //
 // Corresponds with GET / (the `GetRoot` operationId).
 func (c *RawClient) GetRoot(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2099,6 +2119,46 @@ func (c *RawClient) GetOpenAPISpec(ctx context.Context, reqEditors ...RequestEdi
 // Corresponds with GET /readyz (the `GetReadyz` operationId).
 func (c *RawClient) GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetReadyzRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetUI Web console
+//
+// A console for people: backfills with their progress, one backfill's slots, events and
+// live progress with pause / unpause / cancel / retry and its limits, creation bound to
+// a dry run's plan, and the DAGs. It is served by this service (`/ui/{asset}`) and reads
+// and writes only through this API; its `Content-Security-Policy` allows nothing from
+// elsewhere and no inline script or style. With `API_TOKEN` set it asks for a token and
+// keeps it for the browser tab only.
+//
+// Corresponds with GET /ui (the `GetUI` operationId).
+func (c *RawClient) GetUI(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetUIRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetUIAsset Web console asset
+//
+// The console's script `app.js` or style sheet `style.css`. Answers carry a strong
+// `ETag`; `If-None-Match` gets 304. Any other name is 404 `not_found`.
+//
+// Corresponds with GET /ui/{asset} (the `GetUIAsset` operationId).
+func (c *RawClient) GetUIAsset(ctx context.Context, asset string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetUIAssetRequest(c.Server, asset)
 	if err != nil {
 		return nil, err
 	}
@@ -3235,6 +3295,67 @@ func NewGetReadyzRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewGetUIRequest constructs an http.Request for the GetUI method
+func NewGetUIRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/ui")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetUIAssetRequest constructs an http.Request for the GetUIAsset method
+func NewGetUIAssetRequest(server string, asset string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "asset", asset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/ui/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 func (c *RawClient) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -3281,7 +3402,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetRootWithResponse Start page
 	//
-	// Redirects (302) a person who opens the service's address to `/docs`.
+	// Redirects (302) a person who opens the service's address to the console, `/ui`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3801,6 +3922,30 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReadyz` operationId).
 	GetReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadyzResponse, error)
+
+	// GetUIWithResponse Web console
+	//
+	// A console for people: backfills with their progress, one backfill's slots, events and
+	// live progress with pause / unpause / cancel / retry and its limits, creation bound to
+	// a dry run's plan, and the DAGs. It is served by this service (`/ui/{asset}`) and reads
+	// and writes only through this API; its `Content-Security-Policy` allows nothing from
+	// elsewhere and no inline script or style. With `API_TOKEN` set it asks for a token and
+	// keeps it for the browser tab only.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /ui (the `GetUI` operationId).
+	GetUIWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetUIResponse, error)
+
+	// GetUIAssetWithResponse Web console asset
+	//
+	// The console's script `app.js` or style sheet `style.css`. Answers carry a strong
+	// `ETag`; `If-None-Match` gets 304. Any other name is 404 `not_found`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /ui/{asset} (the `GetUIAsset` operationId).
+	GetUIAssetWithResponse(ctx context.Context, asset string, reqEditors ...RequestEditorFn) (*GetUIAssetResponse, error)
 }
 
 // GetRootResponse302Headers the declared response headers of an HTTP 302 response for GetRoot
@@ -5802,9 +5947,84 @@ func (r GetReadyzResponse) ContentType() string {
 	return ""
 }
 
+type GetUIResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+}
+
+// GetBody returns the raw response body bytes
+func (r GetUIResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetUIResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetUIResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetUIResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetUIAssetResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetUIAssetResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetUIAssetResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetUIAssetResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetUIAssetResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetUIAssetResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetRootWithResponse Start page
 //
-// Redirects (302) a person who opens the service's address to `/docs`.
+// Redirects (302) a person who opens the service's address to the console, `/ui`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -6515,6 +6735,42 @@ func (c *ClientWithResponses) GetReadyzWithResponse(ctx context.Context, reqEdit
 		return nil, err
 	}
 	return ParseGetReadyzResponse(rsp)
+}
+
+// GetUIWithResponse Web console
+//
+// A console for people: backfills with their progress, one backfill's slots, events and
+// live progress with pause / unpause / cancel / retry and its limits, creation bound to
+// a dry run's plan, and the DAGs. It is served by this service (`/ui/{asset}`) and reads
+// and writes only through this API; its `Content-Security-Policy` allows nothing from
+// elsewhere and no inline script or style. With `API_TOKEN` set it asks for a token and
+// keeps it for the browser tab only.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /ui (the `GetUI` operationId).
+func (c *ClientWithResponses) GetUIWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetUIResponse, error) {
+	rsp, err := c.GetUI(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetUIResponse(rsp)
+}
+
+// GetUIAssetWithResponse Web console asset
+//
+// The console's script `app.js` or style sheet `style.css`. Answers carry a strong
+// `ETag`; `If-None-Match` gets 304. Any other name is 404 `not_found`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /ui/{asset} (the `GetUIAsset` operationId).
+func (c *ClientWithResponses) GetUIAssetWithResponse(ctx context.Context, asset string, reqEditors ...RequestEditorFn) (*GetUIAssetResponse, error) {
+	rsp, err := c.GetUIAsset(ctx, asset, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetUIAssetResponse(rsp)
 }
 
 // ParseGetRootResponse parses an HTTP response from a GetRootWithResponse call
@@ -8313,6 +8569,51 @@ func ParseGetReadyzResponse(rsp *http.Response) (*GetReadyzResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetUIResponse parses an HTTP response from a GetUIWithResponse call
+func ParseGetUIResponse(rsp *http.Response) (*GetUIResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetUIResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
+// ParseGetUIAssetResponse parses an HTTP response from a GetUIAssetWithResponse call
+func ParseGetUIAssetResponse(rsp *http.Response) (*GetUIAssetResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetUIAssetResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 304:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
 	}
 
 	return response, nil

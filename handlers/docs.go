@@ -1,11 +1,8 @@
 package handlers
 
 import (
-	"crypto/sha256"
 	"embed"
-	"encoding/hex"
 	"net/http"
-	"strings"
 )
 
 // The API reference page: Redoc's standalone browser bundle, vendored from npm (see
@@ -45,78 +42,27 @@ const docsCSP = "default-src 'none'; script-src 'self'; style-src 'unsafe-inline
 	"img-src 'self' data:; font-src 'self' data:; connect-src 'self'; worker-src blob:; " +
 	"base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-// docsAsset is one embedded file with what its answer needs, computed once at start.
-type docsAsset struct {
-	body        []byte
-	contentType string
-	etag        string
-}
-
 // docsAssets are the files /docs/{asset} serves, by name. The license files go with the
 // bundle (it points at its LICENSE.txt by that relative name).
-var docsAssets = func() map[string]docsAsset {
-	types := map[string]string{
-		"redoc.standalone.js":             "text/javascript; charset=utf-8",
-		"redoc.standalone.js.LICENSE.txt": "text/plain; charset=utf-8",
-		"LICENSE":                         "text/plain; charset=utf-8",
-	}
-	assets := make(map[string]docsAsset, len(types))
-	for name, ct := range types {
-		body, err := docsFiles.ReadFile("docs_assets/" + name)
-		if err != nil {
-			panic("handlers: embedded docs asset missing: " + name) // a build mistake, not a runtime state
-		}
-		sum := sha256.Sum256(body)
-		assets[name] = docsAsset{body: body, contentType: ct, etag: `"` + hex.EncodeToString(sum[:16]) + `"`}
-	}
-	return assets
-}()
+var docsAssets = loadAssets(docsFiles, "docs_assets", map[string]string{
+	"redoc.standalone.js":             "text/javascript; charset=utf-8",
+	"redoc.standalone.js.LICENSE.txt": "text/plain; charset=utf-8",
+	"LICENSE":                         "text/plain; charset=utf-8",
+})
 
 // GetDocs serves the API reference page.
 func (s *Server) GetDocs(w http.ResponseWriter, r *http.Request) {
-	h := w.Header()
-	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Content-Security-Policy", docsCSP)
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Referrer-Policy", "no-referrer")
-	h.Set("Cache-Control", "no-cache")
-	_, _ = w.Write([]byte(docsPage)) // the client hung up; nothing to do
+	servePage(w, []byte(docsPage), docsCSP)
 }
 
-// GetDocsAsset serves a file of the API reference page. The names carry no version, so
-// browsers revalidate every time (no-cache) and get a 304 while the ETag still matches.
+// GetDocsAsset serves a file of the API reference page.
 func (s *Server) GetDocsAsset(w http.ResponseWriter, r *http.Request, asset string) {
-	a, ok := docsAssets[asset]
-	if !ok {
-		writeProblem(w, problem(http.StatusNotFound, "not_found", "no docs asset of that name"))
-		return
-	}
-	h := w.Header()
-	h.Set("ETag", a.etag)
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Content-Type-Options", "nosniff")
-	if etagMatches(r.Header.Get("If-None-Match"), a.etag) {
-		w.WriteHeader(http.StatusNotModified)
-		return
-	}
-	h.Set("Content-Type", a.contentType)
-	_, _ = w.Write(a.body) // the client hung up; nothing to do
+	serveAsset(w, r, docsAssets, asset)
 }
 
-// etagMatches applies If-None-Match's weak comparison (RFC 9110 13.1.2) to one strong ETag.
-func etagMatches(header, etag string) bool {
-	for candidate := range strings.SplitSeq(header, ",") {
-		candidate = strings.TrimSpace(candidate)
-		if candidate == "*" || strings.TrimPrefix(candidate, "W/") == etag {
-			return true
-		}
-	}
-	return false
-}
-
-// GetRoot sends a person who opens the service's address to the API reference page.
+// GetRoot sends a person who opens the service's address to the web console.
 func (s *Server) GetRoot(w http.ResponseWriter, r *http.Request) {
-	http.Redirect(w, r, "/docs", http.StatusFound)
+	http.Redirect(w, r, "/ui", http.StatusFound)
 }
 
 // GetDocsSlash sends /docs/ to /docs: the page's asset URLs are relative to /docs, so they

@@ -152,11 +152,14 @@ func runChromium(t *testing.T, args ...string) (string, string, error) {
 	return stdout.String(), stderr.String(), err
 }
 
-func TestRootAndDocsWithSlashRedirectToTheDocsPage(t *testing.T) {
+func TestRootRedirectsToTheConsoleAndDocsWithSlashToTheDocsPage(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	for path, status := range map[string]int{"/": http.StatusFound, "/docs/": http.StatusMovedPermanently} {
+	for path, want := range map[string]struct {
+		status   int
+		location string
+	}{"/": {http.StatusFound, "/ui"}, "/docs/": {http.StatusMovedPermanently, "/docs"}} {
 		req, err := http.NewRequest(http.MethodGet, e.URL+path, nil)
 		require.NoError(t, err)
 		res, err := noFollow.Do(req)
@@ -164,16 +167,16 @@ func TestRootAndDocsWithSlashRedirectToTheDocsPage(t *testing.T) {
 		body, err := io.ReadAll(res.Body)
 		require.NoError(t, err)
 		require.NoError(t, res.Body.Close())
-		require.Equal(t, status, res.StatusCode, path)
-		require.Equal(t, "/docs", res.Header.Get("Location"), path)
+		require.Equal(t, want.status, res.StatusCode, path)
+		require.Equal(t, want.location, res.Header.Get("Location"), path)
 		require.NoError(t, checkAgainstSpec(req, nil, &response{Status: res.StatusCode, Header: res.Header, Body: body}), path)
 	}
-	// A browser that follows the redirect ends on the page itself.
+	// A browser that follows the redirect ends on the console.
 	res, err := e.HTTP.Get(e.URL + "/")
 	require.NoError(t, err)
 	defer res.Body.Close()
 	page, err := io.ReadAll(res.Body)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode)
-	require.Contains(t, string(page), "<redoc")
+	require.Contains(t, string(page), "Backfill console")
 }

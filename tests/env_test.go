@@ -35,7 +35,7 @@ func init() {
 	// no decoder for text/html or text/javascript, and decodes application/yaml into an object
 	// that then fails `type: string`; read all three as the strings they are, so that e.Do's
 	// check of every answer against the spec applies to them too.
-	for _, ct := range []string{"text/html", "text/javascript", "application/yaml"} {
+	for _, ct := range []string{"text/html", "text/javascript", "text/css", "application/yaml"} {
 		openapi3filter.RegisterBodyDecoder(ct, openapi3filter.FileBodyDecoder)
 	}
 }

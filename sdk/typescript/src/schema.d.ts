@@ -442,7 +442,7 @@ export interface paths {
         };
         /**
          * Start page
-         * @description Redirects (302) a person who opens the service's address to `/docs`.
+         * @description Redirects (302) a person who opens the service's address to the console, `/ui`.
          */
         get: operations["getRoot"];
         put?: never;
@@ -547,6 +547,52 @@ export interface paths {
          *     nothing from elsewhere, and its `Content-Security-Policy` allows nothing else.
          */
         get: operations["getDocs"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/ui": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Web console
+         * @description A console for people: backfills with their progress, one backfill's slots, events and
+         *     live progress with pause / unpause / cancel / retry and its limits, creation bound to
+         *     a dry run's plan, and the DAGs. It is served by this service (`/ui/{asset}`) and reads
+         *     and writes only through this API; its `Content-Security-Policy` allows nothing from
+         *     elsewhere and no inline script or style. With `API_TOKEN` set it asks for a token and
+         *     keeps it for the browser tab only.
+         */
+        get: operations["getUI"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/ui/{asset}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Web console asset
+         * @description The console's script `app.js` or style sheet `style.css`. Answers carry a strong
+         *     `ETag`; `If-None-Match` gets 304. Any other name is 404 `not_found`.
+         */
+        get: operations["getUIAsset"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1669,10 +1715,10 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description To the API reference page. */
+            /** @description To the web console. */
             302: {
                 headers: {
-                    /** @description `/docs` */
+                    /** @description `/ui` */
                     Location?: string;
                     [name: string]: unknown;
                 };
@@ -1777,6 +1823,66 @@ export interface operations {
                 };
                 content: {
                     "text/html": string;
+                };
+            };
+        };
+    };
+    getUI: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The page. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+        };
+    };
+    getUIAsset: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The file name, `app.js` or `style.css`. */
+                asset: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/javascript": string;
+                    "text/css": string;
+                };
+            };
+            /** @description Not modified since the `ETag` the client sent in `If-None-Match`. */
+            304: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description `not_found`: no asset of that name. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };

@@ -1,0 +1,42 @@
+package handlers
+
+import (
+	"embed"
+	"net/http"
+)
+
+// The web console (GET /ui): plain HTML, CSS and one JavaScript module, embedded in the
+// binary, that read and write only through the public API, the same paths an SDK uses.
+// Nothing is loaded from elsewhere and the Content-Security-Policy forbids it: no inline
+// script or style, no other origin.
+//
+//go:embed ui_assets/index.html ui_assets/app.js ui_assets/style.css
+var uiFiles embed.FS
+
+// uiCSP allows the console's own script and style sheet and requests to this origin only.
+// Styles set through the CSSOM (the progress bars' widths) need no 'unsafe-inline'.
+const uiCSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; " +
+	"img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+var uiPage = func() []byte {
+	page, err := uiFiles.ReadFile("ui_assets/index.html")
+	if err != nil {
+		panic("handlers: embedded console page missing") // a build mistake, not a runtime state
+	}
+	return page
+}()
+
+var uiAssets = loadAssets(uiFiles, "ui_assets", map[string]string{
+	"app.js":    "text/javascript; charset=utf-8",
+	"style.css": "text/css; charset=utf-8",
+})
+
+// GetUI serves the console's page; its asset URLs are relative to /ui.
+func (s *Server) GetUI(w http.ResponseWriter, r *http.Request) {
+	servePage(w, uiPage, uiCSP)
+}
+
+// GetUIAsset serves the console's script and style sheet.
+func (s *Server) GetUIAsset(w http.ResponseWriter, r *http.Request, asset string) {
+	serveAsset(w, r, uiAssets, asset)
+}

@@ -1,0 +1,470 @@
+// The backfill console: a small single-page app over the public API (/api/v1), the same paths
+// an SDK uses. No framework and no build step; every element is made with h(), never from
+// HTML strings, so nothing the API returns can inject markup.
+
+const API = "api/v1";
+const TOKEN_KEY = "backfill.token";
+const TERMINAL = new Set(["succeeded", "failed", "canceled"]);
+const SLOT_STATES = ["queued", "running", "success", "failed", "canceled", "skipped"];
+const GRID_LIMIT = 5000;
+
+// ---- DOM -------------------------------------------------------------------------------
+
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "class") el.className = v;
+    // Through the CSSOM: the Content-Security-Policy forbids style attributes, not this.
+    else if (k === "style") Object.assign(el.style, v);
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+const $ = (sel) => document.querySelector(sel);
+
+function show(...nodes) {
+  const view = $("#view");
+  view.replaceChildren(...nodes);
+}
+
+function showError(err) {
+  const box = $("#error");
+  if (!err) { box.hidden = true; box.textContent = ""; return; }
+  box.hidden = false;
+  box.textContent = err.message || String(err);
+}
+
+// ---- API -------------------------------------------------------------------------------
+
+class APIError extends Error {
+  constructor(status, problem) {
+    super(problem && problem.detail ? `${problem.title || status}: ${problem.detail}` : `HTTP ${status}`);
+    this.status = status;
+    this.problem = problem;
+  }
+}
+
+function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
+
+async function api(method, path, { body, headers = {}, raw = false } = {}) {
+  const init = { method, headers: { Accept: "application/json", ...headers } };
+  if (token()) init.headers.Authorization = `Bearer ${token()}`;
+  if (body !== undefined) {
+    init.body = JSON.stringify(body);
+    if (!init.headers["Content-Type"]) init.headers["Content-Type"] = "application/json";
+  }
+  const res = await fetch(`${API}${path}`, init);
+  if (raw) return res;
+  const text = await res.text();
+  const data = text ? JSON.parse(text) : null;
+  if (res.status === 401) askForToken(data);
+  if (!res.ok) throw new APIError(res.status, data);
+  return { data, res };
+}
+
+function askForToken(problem) {
+  const form = $("#token-form");
+  form.hidden = false;
+  $("#token-reason").textContent = (problem && problem.detail ? problem.detail : "This service needs an API token.") +
+    (token() ? " The token you gave was refused." : "");
+  $("#token-input").focus();
+}
+
+$("#token-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  sessionStorage.setItem(TOKEN_KEY, $("#token-input").value.trim());
+  $("#token-input").value = "";
+  $("#token-form").hidden = true;
+  route();
+});
+
+// ---- Formatting ------------------------------------------------------------------------
+
+function stateBadge(state) {
+  return h("span", { class: `state state-${state || "skipped"}` }, state || "skipped");
+}
+
+function done(p) { return p.success + p.failed + p.canceled + p.skipped; }
+
+function progressBar(p) {
+  const total = Math.max(p.total, 1);
+  const part = (n, cls, label) => n > 0 ? h("span", { class: cls, style: { width: `${(100 * n) / total}%` }, title: `${label} ${n}` }) : null;
+  return h("div", {
+    class: "bar", role: "progressbar", "aria-valuemin": 0, "aria-valuemax": p.total, "aria-valuenow": done(p),
+    "aria-label": `${done(p)} of ${p.total} slots done`,
+  },
+  part(p.success, "b-success", "success"), part(p.failed, "b-failed", "failed"),
+  part(p.canceled, "b-canceled", "canceled"), part(p.skipped, "b-skipped", "skipped"),
+  part(p.running, "b-running", "running"));
+}
+
+function progressText(b, eta) {
+  const p = b.progress;
+  const pct = p.total ? Math.floor((100 * done(p)) / p.total) : 100;
+  let text = `${done(p)}/${p.total} done (${pct}%) · success ${p.success} · failed ${p.failed} · canceled ${p.canceled} · skipped ${p.skipped} · running ${p.running} · queued ${p.queued}`;
+  if (b.state === "running" && eta !== undefined && eta !== null) text += ` · ETA ${formatSeconds(eta)}`;
+  if (b.state === "paused") text += " · paused, no ETA";
+  return text;
+}
+
+function formatSeconds(s) {
+  s = Math.round(s);
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, "0")}s`;
+  return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
+}
+
+const fmtDate = (s) => (s ? s.replace("T", " ").replace(/:00Z$/, "Z") : "—");
+
+// ---- Router ----------------------------------------------------------------------------
+
+let leave = () => {}; // stops the current page's streams and timers
+
+async function route() {
+  leave();
+  leave = () => {};
+  showError(null);
+  const hash = location.hash || "#/backfills";
+  const [, page, id] = hash.match(/^#\/([a-z]+)(?:\/(\d+))?/) || [];
+  for (const a of document.querySelectorAll("nav a[data-nav]")) {
+    if (a.dataset.nav === page) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
+  }
+  try {
+    if (page === "backfills" && id) await backfillPage(Number(id));
+    else if (page === "create") await createPage();
+    else if (page === "dags") await dagsPage();
+    else await backfillsPage();
+  } catch (err) {
+    showError(err);
+  }
+}
+
+window.addEventListener("hashchange", route);
+
+// ---- Backfills -------------------------------------------------------------------------
+
+async function backfillsPage() {
+  const params = new URLSearchParams(location.hash.split("?")[1] || "");
+  const dagSel = h("select", { id: "filter-dag" }, h("option", { value: "" }, "all DAGs"));
+  const stateSel = h("select", { id: "filter-state" }, h("option", { value: "" }, "all states"),
+    ...["running", "paused", "canceling", "succeeded", "failed", "canceled"].map((s) => h("option", { value: s }, s)));
+  const tbody = h("tbody");
+  const summary = h("p", { class: "muted" });
+  const load = async () => {
+    const q = new URLSearchParams({ order_by: "-id", limit: "100" });
+    if (dagSel.value) q.set("dag_id", dagSel.value);
+    if (stateSel.value) q.set("state", stateSel.value);
+    const { data } = await api("GET", `/backfills?${q}`);
+    tbody.replaceChildren(...data.backfills.map((b) => h("tr", {},
+      h("td", {}, h("a", { href: `#/backfills/${b.id}` }, `#${b.id}`)),
+      h("td", {}, b.dag_id),
+      h("td", {}, stateBadge(b.state)),
+      h("td", {}, progressBar(b.progress), h("div", { class: "progress-text" }, `${done(b.progress)}/${b.progress.total}`)),
+      h("td", {}, `${fmtDate(b.from_date)} → ${fmtDate(b.to_date)}`),
+      h("td", {}, fmtDate(b.created_at)))));
+    summary.textContent = `${data.backfills.length} of ${data.total_entries} backfills, newest first`;
+  };
+  const { data: dags } = await api("GET", "/dags?limit=1000");
+  dagSel.append(...dags.dags.map((d) => h("option", { value: d.dag_id }, d.dag_id)));
+  dagSel.value = params.get("dag_id") || "";
+  stateSel.value = params.get("state") || "";
+  dagSel.addEventListener("change", () => load().catch(showError));
+  stateSel.addEventListener("change", () => load().catch(showError));
+  show(
+    h("h2", {}, "Backfills"),
+    h("div", { class: "filters" },
+      h("label", {}, "DAG", dagSel), h("label", {}, "State", stateSel),
+      h("a", { href: "#/create" }, "New backfill…")),
+    summary,
+    h("table", {}, h("thead", {}, h("tr", {}, ...["Backfill", "DAG", "State", "Progress", "Window", "Created"].map((t) => h("th", { scope: "col" }, t)))), tbody));
+  await load();
+  const timer = setInterval(() => load().catch(showError), 5000);
+  leave = () => clearInterval(timer);
+}
+
+// ---- One backfill ----------------------------------------------------------------------
+
+async function backfillPage(id) {
+  const state = { backfill: null, eta: null, gridDirty: true };
+  const title = h("h2", {}, `Backfill #${id}`);
+  const fields = h("dl", { class: "fields", id: "fields" });
+  const bar = h("div", { id: "progress" });
+  const actions = h("div", { class: "actions" });
+  const limits = h("form", { class: "form-row", id: "limits" });
+  const grid = h("div", { class: "grid", id: "grid", role: "list", "aria-label": "Slots by state" });
+  const gridNote = h("p", { class: "muted" });
+  const events = h("tbody", { id: "events" });
+  const legend = h("div", { class: "legend", "aria-hidden": "false" },
+    ...SLOT_STATES.map((s) => h("span", {}, h("span", { class: `cell s-${s}` }), s)));
+
+  const render = () => {
+    const b = state.backfill;
+    title.replaceChildren(`Backfill #${b.id} of ${b.dag_id} `, stateBadge(b.state));
+    const row = (k, v) => [h("dt", {}, k), h("dd", {}, v)];
+    fields.replaceChildren(
+      ...row("DAG", h("a", { href: `#/backfills?dag_id=${encodeURIComponent(b.dag_id)}` }, b.dag_id)),
+      ...row("Window", `${fmtDate(b.from_date)} → ${fmtDate(b.to_date)}${b.run_backwards ? " (backwards)" : ""}`),
+      ...row("State", b.state + (b.pause_reason ? ` (${b.pause_reason === "failure_budget" ? "failure budget reached" : "paused by a user"})` : "")),
+      ...row("Reprocess", b.reprocess_behavior),
+      ...row("Max active runs", b.max_active_runs),
+      ...row("Max failed runs", b.max_failed_runs ?? "no limit"),
+      ...row("Conf", b.dag_run_conf === null ? "—" : JSON.stringify(b.dag_run_conf)),
+      ...row("Description", b.description ?? "—"),
+      ...(b.parent_backfill_id ? row("Retry of", h("a", { href: `#/backfills/${b.parent_backfill_id}` }, `#${b.parent_backfill_id}`)) : []),
+      ...row("Created", fmtDate(b.created_at)),
+      ...row("Completed", fmtDate(b.completed_at)));
+    bar.replaceChildren(progressBar(b.progress), h("div", { class: "progress-text", id: "progress-text" }, progressText(b, state.eta)));
+    const active = !TERMINAL.has(b.state);
+    const act = (label, fn, cls, enabled) => h("button", { type: "button", class: cls, disabled: !enabled, onclick: () => run(fn) }, label);
+    actions.replaceChildren(
+      act("Pause", () => api("PUT", `/backfills/${id}/pause`), "secondary", b.state === "running"),
+      act("Unpause", () => api("PUT", `/backfills/${id}/unpause`), "secondary", b.state === "paused"),
+      act("Cancel", () => api("PUT", `/backfills/${id}/cancel`), "danger", b.state === "running" || b.state === "paused"),
+      act("Retry failed slots", async () => {
+        const { data } = await api("POST", `/backfills/${id}/retry`, { body: {} });
+        location.hash = `#/backfills/${data.id}`;
+      }, "", TERMINAL.has(b.state) && (b.progress.failed + b.progress.canceled) > 0));
+    const mar = h("input", { type: "number", min: 1, max: 1000, value: b.max_active_runs, id: "patch-max-active-runs" });
+    const mfr = h("input", { type: "number", min: 1, value: b.max_failed_runs ?? "", placeholder: "no limit", id: "patch-max-failed-runs" });
+    limits.replaceChildren(
+      h("label", { for: "patch-max-active-runs" }, "Max active runs", mar),
+      h("label", { for: "patch-max-failed-runs" }, "Max failed runs", mfr),
+      h("button", { type: "submit", class: "secondary", disabled: !active }, "Change limits"));
+    limits.onsubmit = (ev) => {
+      ev.preventDefault();
+      run(() => api("PATCH", `/backfills/${id}`, {
+        body: { max_active_runs: Number(mar.value), max_failed_runs: mfr.value === "" ? null : Number(mfr.value) },
+        headers: { "Content-Type": "application/merge-patch+json" },
+      }));
+    };
+  };
+
+  const refresh = async () => {
+    const { data } = await api("GET", `/backfills/${id}`);
+    state.backfill = data;
+    render();
+  };
+
+  const refreshGrid = async () => {
+    const b = state.backfill;
+    const [{ data: slots }, { data: runs }] = await Promise.all([
+      api("GET", `/backfills/${id}/dag_runs?limit=1000`),
+      api("GET", `/dags/${encodeURIComponent(b.dag_id)}/runs?backfill_id=${id}&limit=1000`),
+    ]);
+    let all = slots.backfill_dag_runs;
+    for (let offset = all.length; offset < Math.min(slots.total_entries, GRID_LIMIT); offset += 1000) {
+      const { data: more } = await api("GET", `/backfills/${id}/dag_runs?limit=1000&offset=${offset}`);
+      all = all.concat(more.backfill_dag_runs);
+    }
+    const byRunID = new Map(runs.dag_runs.map((r) => [r.run_id, r]));
+    grid.replaceChildren(...all.map((s) => {
+      const st = s.state || "skipped";
+      const run = s.run_id ? byRunID.get(s.run_id) : null;
+      const tip = [`#${s.sort_ordinal} ${s.logical_date}`, `state: ${st}`];
+      if (s.run_id) tip.push(`run: ${s.run_id}`);
+      if (run) tip.push(`attempt: ${run.attempt}`);
+      if (run && run.note) tip.push(`note: ${run.note}`);
+      if (s.exception_reason) tip.push(`skipped: ${s.exception_reason}`);
+      const text = tip.join("\n");
+      return h("span", { class: `cell s-${st}`, title: text, "aria-label": text, role: "listitem", tabindex: 0, "data-state": st });
+    }));
+    gridNote.textContent = slots.total_entries > all.length ? `Showing the first ${all.length} of ${slots.total_entries} slots.` : `${all.length} slots.`;
+    state.gridDirty = false;
+  };
+
+  const refreshEvents = async () => {
+    const { data } = await api("GET", `/backfills/${id}/events?limit=200`);
+    events.replaceChildren(...data.events.map((e) => h("tr", {},
+      h("td", {}, e.id), h("td", {}, e.type), h("td", {}, fmtDate(e.occurred_at)),
+      h("td", {}, e.data && e.data.reason ? e.data.reason : ""))));
+  };
+
+  const run = async (fn) => {
+    showError(null);
+    try { await fn(); await refresh(); await refreshEvents().catch(() => {}); } catch (err) { showError(err); }
+  };
+
+  await refresh();
+  show(title, fields, h("h3", {}, "Progress"), bar, actions, limits,
+    h("h3", {}, "Slots"), legend, grid, gridNote,
+    h("h3", {}, "Events"), h("div", { class: "scroll" }, h("table", {},
+      h("thead", {}, h("tr", {}, ...["Id", "Type", "When", "Reason"].map((t) => h("th", { scope: "col" }, t)))), events)));
+  await Promise.all([refreshGrid(), refreshEvents().catch(() => {})]);
+
+  // Live: the backfill's event stream; progress messages move the bar, lifecycle events
+  // refresh the page. The grid follows at most once a second.
+  const ctrl = new AbortController();
+  const gridTimer = setInterval(() => { if (state.gridDirty) refreshGrid().catch(showError); }, 1000);
+  leave = () => { ctrl.abort(); clearInterval(gridTimer); };
+  if (!TERMINAL.has(state.backfill.state)) follow(id, ctrl.signal, {
+    progress: (msg) => {
+      state.backfill.progress = msg.progress;
+      state.backfill.state = msg.state;
+      state.eta = msg.eta_seconds;
+      state.gridDirty = true;
+      render();
+    },
+    lifecycle: () => { state.gridDirty = true; refresh().catch(showError); refreshEvents().catch(() => {}); },
+    fallback: () => {
+      const poll = setInterval(() => { state.gridDirty = true; refresh().catch(showError); }, 2000);
+      const prev = leave;
+      leave = () => { prev(); clearInterval(poll); };
+    },
+  });
+}
+
+// follow reads the backfill's Server-Sent Events stream with fetch (EventSource cannot send
+// the Authorization header), resuming after the last event id when the connection drops.
+async function follow(id, signal, on) {
+  let lastID = "";
+  for (let attempt = 0; !signal.aborted; attempt++) {
+    try {
+      const headers = { Accept: "text/event-stream" };
+      if (token()) headers.Authorization = `Bearer ${token()}`;
+      if (lastID) headers["Last-Event-ID"] = lastID;
+      const res = await fetch(`${API}/backfills/${id}/events`, { headers, signal });
+      if (!res.ok || !(res.headers.get("Content-Type") || "").startsWith("text/event-stream")) {
+        on.fallback();
+        return;
+      }
+      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = "";
+      for (;;) {
+        const { value, done: end } = await reader.read();
+        if (end) break;
+        buf += value;
+        let cut;
+        while ((cut = buf.indexOf("\n\n")) >= 0) {
+          const block = buf.slice(0, cut);
+          buf = buf.slice(cut + 2);
+          const msg = { event: "message", data: "", id: "" };
+          for (const line of block.split("\n")) {
+            if (line.startsWith(":")) continue;
+            const [field, ...rest] = line.split(":");
+            const val = rest.join(":").replace(/^ /, "");
+            if (field === "data") msg.data += (msg.data ? "\n" : "") + val;
+            else if (field === "event") msg.event = val;
+            else if (field === "id") msg.id = val;
+          }
+          if (msg.id) lastID = msg.id;
+          if (!msg.data) continue;
+          const data = JSON.parse(msg.data);
+          if (msg.event === "progress") on.progress(data);
+          else {
+            on.lifecycle(data);
+            if (["backfill.succeeded", "backfill.failed", "backfill.canceled"].includes(msg.event)) return;
+          }
+        }
+      }
+    } catch (err) {
+      if (signal.aborted) return;
+    }
+    await new Promise((r) => setTimeout(r, Math.min(1000 * 2 ** attempt, 10000)));
+  }
+}
+
+// ---- Create ----------------------------------------------------------------------------
+
+async function createPage() {
+  const { data: dags } = await api("GET", "/dags?limit=1000");
+  const dag = h("select", { id: "create-dag", required: true }, ...dags.dags.map((d) => h("option", { value: d.dag_id }, `${d.dag_id} (${d.schedule}, ${d.timezone})`)));
+  const from = h("input", { id: "create-from", type: "datetime-local", required: true, step: 1 });
+  const to = h("input", { id: "create-to", type: "datetime-local", required: true, step: 1 });
+  const mar = h("input", { id: "create-max-active-runs", type: "number", min: 1, max: 1000, value: 10 });
+  const mfr = h("input", { id: "create-max-failed-runs", type: "number", min: 1, placeholder: "no limit" });
+  const reprocess = h("select", { id: "create-reprocess" }, ...["none", "failed", "completed"].map((v) => h("option", { value: v }, v)));
+  const backwards = h("input", { id: "create-backwards", type: "checkbox" });
+  const conf = h("textarea", { id: "create-conf", placeholder: '{"full_refresh": true}' });
+  const description = h("input", { id: "create-description", type: "text", maxlength: 1000 });
+  const preview = h("section", { id: "preview", "aria-live": "polite" });
+  const utc = (v) => (v.length === 16 ? `${v}:00Z` : `${v}Z`);
+
+  const request = () => {
+    const body = {
+      dag_id: dag.value, from_date: utc(from.value), to_date: utc(to.value),
+      max_active_runs: Number(mar.value), reprocess_behavior: reprocess.value, run_backwards: backwards.checked,
+    };
+    if (mfr.value !== "") body.max_failed_runs = Number(mfr.value);
+    if (conf.value.trim() !== "") {
+      try { body.dag_run_conf = JSON.parse(conf.value); } catch (err) { throw new Error(`Conf is not JSON: ${err.message}`); }
+    }
+    if (description.value.trim() !== "") body.description = description.value.trim();
+    return body;
+  };
+
+  const form = h("form", { id: "create-form" },
+    h("div", { class: "form-row" },
+      h("label", { for: "create-dag" }, "DAG", dag),
+      h("label", { for: "create-from" }, "From (UTC)", from),
+      h("label", { for: "create-to" }, "To (UTC)", to)),
+    h("div", { class: "form-row" },
+      h("label", { for: "create-max-active-runs" }, "Max active runs", mar),
+      h("label", { for: "create-max-failed-runs" }, "Max failed runs", mfr),
+      h("label", { for: "create-reprocess" }, "Reprocess", reprocess),
+      h("label", { class: "check", for: "create-backwards" }, backwards, "Run backwards")),
+    h("div", { class: "form-row" },
+      h("label", { for: "create-conf" }, "dag_run_conf (JSON)", conf),
+      h("label", { for: "create-description" }, "Description", description)),
+    h("div", { class: "actions" }, h("button", { type: "submit", id: "preview-button" }, "Preview")));
+
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    showError(null);
+    try {
+      const body = request();
+      const { data, res } = await api("POST", "/backfills/dry_run", { body });
+      const counts = { create: 0, reprocess: 0, skip: 0 };
+      for (const r of data.runs) counts[r.action]++;
+      const etag = res.headers.get("ETag") || (data.plan_hash ? `"${data.plan_hash}"` : "*");
+      const createBtn = h("button", { type: "button", id: "create-button", disabled: data.total_entries === 0 }, "Create this backfill");
+      createBtn.addEventListener("click", async () => {
+        showError(null);
+        try {
+          const { data: b } = await api("POST", "/backfills", { body, headers: { "If-Match": etag } });
+          location.hash = `#/backfills/${b.id}`;
+        } catch (err) {
+          showError(err.problem && err.problem.code === "plan_changed"
+            ? new Error("The plan changed since this preview (a run or the schedule changed): preview again.") : err);
+        }
+      });
+      preview.replaceChildren(
+        h("h3", {}, "Preview"),
+        h("div", { class: "counts" },
+          h("div", { id: "count-total" }, h("strong", {}, data.total_entries), "slots"),
+          h("div", { id: "count-create" }, h("strong", {}, counts.create), "create"),
+          h("div", { id: "count-reprocess" }, h("strong", {}, counts.reprocess), "reprocess"),
+          h("div", { id: "count-skip" }, h("strong", {}, counts.skip), "skip")),
+        h("p", { class: "muted" }, `Created only if the plan is still this one (If-Match: ${etag}).`),
+        createBtn,
+        h("div", { class: "scroll" }, h("table", {},
+          h("thead", {}, h("tr", {}, ...["#", "Logical date", "Action", "Reason"].map((t) => h("th", { scope: "col" }, t)))),
+          h("tbody", {}, ...data.runs.map((r) => h("tr", {},
+            h("td", {}, r.sort_ordinal), h("td", {}, r.logical_date), h("td", {}, r.action), h("td", {}, r.exception_reason ?? "")))))));
+    } catch (err) {
+      showError(err);
+    }
+  });
+  show(h("h2", {}, "New backfill"), dags.dags.length ? form : h("p", {}, "No DAG yet: create one with PUT /api/v1/dags/{dag_id}."), preview);
+}
+
+// ---- DAGs ------------------------------------------------------------------------------
+
+async function dagsPage() {
+  const { data } = await api("GET", "/dags?limit=1000");
+  show(h("h2", {}, "DAGs"),
+    h("table", {},
+      h("thead", {}, h("tr", {}, ...["DAG", "Schedule", "Time zone", "Max active runs", "Paused", "Description", ""].map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, ...data.dags.map((d) => h("tr", {},
+        h("td", {}, d.dag_id), h("td", {}, h("code", {}, d.schedule)), h("td", {}, d.timezone),
+        h("td", {}, d.max_active_runs), h("td", {}, d.is_paused ? "yes" : "no"), h("td", {}, d.description ?? ""),
+        h("td", {}, h("a", { href: `#/backfills?dag_id=${encodeURIComponent(d.dag_id)}` }, "backfills")))))));
+}
+
+route();
