@@ -351,7 +351,7 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 	for name, n := range map[string]int64{
 		"backfills created": c.created.Load(), "runs claimed": c.claimed.Load(),
 		"reports accepted": c.reportsOK.Load(),
-		"sweep passes": c.sweepPasses.Load(), "clock advances": c.clockAdvances.Load(),
+		"sweep passes":     c.sweepPasses.Load(), "clock advances": c.clockAdvances.Load(),
 	} {
 		require.Positive(t, n, "the load produced no %s", name)
 	}
