@@ -349,9 +349,11 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 	// The load really ran: a run that created, claimed, reported or swept nothing (a harness
 	// that broke, every request refused) would otherwise pass on invariants that hold vacuously.
 	for name, n := range map[string]int64{
-		"backfills created": c.created.Load(), "runs claimed": c.claimed.Load(),
-		"reports accepted": c.reportsOK.Load(),
-		"sweep passes":     c.sweepPasses.Load(), "clock advances": c.clockAdvances.Load(),
+		"backfills created": c.created.Load(),
+		"runs claimed":      c.claimed.Load(),
+		"reports accepted":  c.reportsOK.Load(),
+		"sweep passes":      c.sweepPasses.Load(),
+		"clock advances":    c.clockAdvances.Load(),
 	} {
 		require.Positive(t, n, "the load produced no %s", name)
 	}
