@@ -336,7 +336,7 @@ type BackfillDagRun struct {
 	RunId       *string `json:"run_id"`
 	SortOrdinal int32   `json:"sort_ordinal"`
 
-	// State The run's state, or the state it had when a later backfill took it over; null for a skipped slot.
+	// State The run's state (see `DagRunState`), or the state it had when a later backfill took it over; null for a skipped slot.
 	State *DagRunState `json:"state"`
 }
 

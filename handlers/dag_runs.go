@@ -22,7 +22,7 @@ func (s *Server) CreateDagRun(w http.ResponseWriter, r *http.Request, dagID stri
 	}
 	conf, err := confIn(body.Conf)
 	if err != nil {
-		s.writeError(w, r, err)
+		writeProblem(w, badRequest("conf cannot be encoded", fieldErr("conf", err.Error())))
 		return
 	}
 	run, err := s.store.RunCreate(r.Context(), repo.RunCreateParams{DagID: dagID, LogicalDate: body.LogicalDate, Conf: conf})

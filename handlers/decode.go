@@ -92,8 +92,11 @@ func findNUL(data []byte) (string, bool) {
 	if !bytes.Contains(data, []byte(`\u0000`)) {
 		return "", false
 	}
+	// UseNumber: into float64, a number like 1e400 would fail the decode and hide the NUL.
 	var doc any
-	if err := json.Unmarshal(data, &doc); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&doc); err != nil {
 		return "", false
 	}
 	return nulIn(doc, "body")
@@ -134,18 +137,25 @@ var (
 	maxTimestamp = time.Date(9000, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
-// checkTimestamps answers 400 for timestamps outside the supported range.
+// checkTimestamps answers 400 for timestamps outside the supported range, and for digits finer
+// than a microsecond: PostgreSQL keeps microseconds and would round the rest, which can move a
+// date across a boundary (a to_date of 23:59:59.9999995 became the next midnight and gained a
+// slot), so finer digits are refused rather than silently changed. Every timestamp a request
+// carries (bodies only: no query parameter is a timestamp) passes here.
 func checkTimestamps(fields map[string]time.Time) *api.Problem {
 	var errs []api.FieldError
 	for name, t := range fields {
-		if t.Before(minTimestamp) || !t.Before(maxTimestamp) {
+		switch {
+		case t.Before(minTimestamp) || !t.Before(maxTimestamp):
 			errs = append(errs, fieldErr(name, "must be from 1900-01-01 to before 9000-01-01"))
+		case t.Nanosecond()%int(time.Microsecond) != 0:
+			errs = append(errs, fieldErr(name, "must have at most microsecond precision (6 fractional digits)"))
 		}
 	}
 	if len(errs) == 0 {
 		return nil
 	}
 	sort.Slice(errs, func(i, j int) bool { return errs[i].Field < errs[j].Field })
-	p := badRequest("a timestamp is out of the supported range", errs...)
+	p := badRequest(summarize(errs), errs...)
 	return &p
 }

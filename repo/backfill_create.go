@@ -2,9 +2,6 @@ package repo
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -100,7 +97,7 @@ const maxCreatePasses = 5
 //
 // planned is the plan made from planDag before the transaction; it is reused (copied: a
 // plan is mutated as slots are decided) unless the DAG's schedule changed since.
-func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCreateParams, hash string, planDag Dag, planned []PlannedSlot) (Backfill, error) {
+func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCreateParams, hash fingerprint, planDag Dag, planned []PlannedSlot) (Backfill, error) {
 	// The transaction's own "now" (backfill_now() is now(), the transaction's start), read
 	// once: it stamps every row this transaction writes.
 	now, err := dbNow(ctx, tx)
@@ -130,8 +127,10 @@ func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCr
 		return Backfill{}, fmt.Errorf("allocate backfill id: %w", err)
 	}
 	if p.IdempotencyKey != "" {
-		_, err := tx.ExecContext(ctx, `INSERT INTO idempotency_keys (key, request_hash, backfill_id, created_at) VALUES ($1, $2, $3, $4)`,
-			p.IdempotencyKey, hash, id, now)
+		_, err := tx.ExecContext(ctx, `
+			INSERT INTO idempotency_keys (key, request_hash, dag_run_conf, backfill_id, created_at)
+			VALUES ($1, $2, $3::jsonb, $4, $5)`,
+			p.IdempotencyKey, hash.hash, jsonParam(hash.conf), id, now)
 		if uniqueViolation(err) == constraintIdempotencyKeyKey {
 			return Backfill{}, errIdempotencyKeyTaken
 		}
@@ -364,7 +363,7 @@ func (s *Store) activeBackfillID(ctx context.Context, dagID string) (int64, bool
 // alreadyRunning answers a request whose DAG has an active backfill: a replay when that
 // backfill is the one an earlier request with the same key created (that request may have
 // committed just after our first look at the key), 409 otherwise.
-func (s *Store) alreadyRunning(ctx context.Context, key, hash string, activeID int64) (Backfill, bool, error) {
+func (s *Store) alreadyRunning(ctx context.Context, key string, hash fingerprint, activeID int64) (Backfill, bool, error) {
 	if b, ok, err := s.idempotentReplay(ctx, key, hash); err != nil || ok {
 		return b, ok, err
 	}
@@ -372,23 +371,27 @@ func (s *Store) alreadyRunning(ctx context.Context, key, hash string, activeID i
 }
 
 // idempotentReplay answers a request whose key is already stored: the backfill as it is now
-// when the request is the same, ErrIdempotencyKeyReused when it differs.
-func (s *Store) idempotentReplay(ctx context.Context, key, hash string) (Backfill, bool, error) {
+// when the request is the same, ErrIdempotencyKeyReused when it differs. The conf is compared
+// by PostgreSQL as jsonb values (see requestHash): key order and spacing do not matter, every
+// digit of a number does.
+func (s *Store) idempotentReplay(ctx context.Context, key string, req fingerprint) (Backfill, bool, error) {
 	if key == "" {
 		return Backfill{}, false, nil
 	}
 	var stored struct {
-		Hash       string `db:"request_hash"`
+		Same       bool   `db:"same"`
 		BackfillID *int64 `db:"backfill_id"`
 	}
-	err := sqlx.GetContext(ctx, s.db, &stored, `SELECT request_hash, backfill_id FROM idempotency_keys WHERE key = $1`, key)
+	err := sqlx.GetContext(ctx, s.db, &stored, `
+		SELECT request_hash = $2 AND dag_run_conf IS NOT DISTINCT FROM $3::jsonb AS same, backfill_id
+		FROM idempotency_keys WHERE key = $1`, key, req.hash, jsonParam(req.conf))
 	if isNoRows(err) {
 		return Backfill{}, false, nil
 	}
 	if err != nil {
 		return Backfill{}, false, fmt.Errorf("read idempotency key: %w", err)
 	}
-	if stored.Hash != hash {
+	if !stored.Same {
 		return Backfill{}, false, ErrIdempotencyKeyReused
 	}
 	if stored.BackfillID == nil {
@@ -396,31 +399,4 @@ func (s *Store) idempotentReplay(ctx context.Context, key, hash string) (Backfil
 	}
 	b, err := s.BackfillGet(ctx, *stored.BackfillID)
 	return b, err == nil, err
-}
-
-// requestHash fingerprints a request after defaults are filled in, so that the same request
-// sent twice matches whatever its JSON spelling (key order, spacing, time zone of the dates).
-func requestHash(p BackfillCreateParams) (string, error) {
-	var conf any
-	if len(p.DagRunConf) > 0 {
-		if err := json.Unmarshal(p.DagRunConf, &conf); err != nil {
-			return "", fmt.Errorf("hash request: dag_run_conf: %w", err)
-		}
-	}
-	canonical, err := json.Marshal(struct {
-		DagID             string  `json:"dag_id"`
-		FromDate          string  `json:"from_date"`
-		ToDate            string  `json:"to_date"`
-		RunBackwards      bool    `json:"run_backwards"`
-		DagRunConf        any     `json:"dag_run_conf"`
-		ReprocessBehavior string  `json:"reprocess_behavior"`
-		MaxActiveRuns     int     `json:"max_active_runs"`
-		Description       *string `json:"description"`
-	}{p.DagID, p.FromDate.UTC().Format(time.RFC3339Nano), p.ToDate.UTC().Format(time.RFC3339Nano),
-		p.RunBackwards, conf, p.ReprocessBehavior, p.MaxActiveRuns, p.Description})
-	if err != nil {
-		return "", fmt.Errorf("hash request: %w", err)
-	}
-	sum := sha256.Sum256(canonical)
-	return hex.EncodeToString(sum[:]), nil
 }

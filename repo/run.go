@@ -15,9 +15,13 @@ const (
 	RunTypeBackfill = "backfill"
 )
 
-// RunIDFor names a run the way Airflow does: its type, two underscores, the logical date in UTC.
+// RunIDFor names a run the way Airflow does: its type, two underscores, the logical date in UTC
+// RFC 3339 with its fractional seconds when they are not zero (trailing zeros dropped:
+// manual__2024-01-01T00:00:00.5Z). Dropping them would give runs at 00:00:00 and 00:00:00.5
+// one run id, and the second a false run_already_exists. Dates carry microseconds at most
+// (finer ones are refused at the edge), so the id is exact.
 func RunIDFor(runType string, logicalDate time.Time) string {
-	return runType + "__" + logicalDate.UTC().Format(time.RFC3339)
+	return runType + "__" + logicalDate.UTC().Format(time.RFC3339Nano)
 }
 
 // jsonParam passes a JSON document to a jsonb parameter; lib/pq would send a []byte as bytea.

@@ -156,6 +156,18 @@ func TestMalformedRequestsAreRejectedWithoutWriting(t *testing.T) {
 		bad("patch empty worker_id", "PATCH", runPath, `{"state":"success","worker_id":""}`),
 		bad("patch array body", "PATCH", runPath, `[{"state":"success"}]`),
 
+		// Precision: timestamps finer than a microsecond are refused, never rounded; numbers
+		// that overflow float64 are refused where the spec wants an integer.
+		bad("to_date with nanoseconds", "POST", "/api/v1/backfills", valid("to_date", `"2024-01-02T23:59:59.9999995Z"`)),
+		bad("from_date with 7 fractional digits", "POST", "/api/v1/backfills", valid("from_date", `"2024-01-01T00:00:00.0000001Z"`)),
+		bad("dry run to_date with nanoseconds", "POST", "/api/v1/backfills/dry_run", valid("to_date", `"2024-01-02T23:59:59.999999999Z"`)),
+		bad("run logical_date with nanoseconds", "POST", "/api/v1/dags/m/runs", `{"logical_date":"2024-01-05T00:00:00.000000001Z"}`),
+		bad("max_active_runs 1e400", "POST", "/api/v1/backfills", valid("max_active_runs", `1e400`)),
+		bad("max_active_runs 2^53+1", "POST", "/api/v1/backfills", valid("max_active_runs", `9007199254740993`)),
+		bad("claim limit 1e400", "POST", "/api/v1/runs/claim", `{"worker_id":"w","limit":1e400}`),
+		bad("limit 1e400", "GET", "/api/v1/backfills?limit=1e400", nil),
+		bad("run conf with NUL next to 1e400", "POST", "/api/v1/dags/m/runs", `{"logical_date":"2024-01-05T00:00:00Z","conf":{"n":1e400,"s":"\u0000"}}`),
+
 		// Well-formed, but nothing there.
 		{"unknown backfill", "GET", "/api/v1/backfills/424242", nil, nil, http.StatusNotFound, "backfill_not_found"},
 		{"pause unknown backfill", "PUT", "/api/v1/backfills/424242/pause", nil, nil, http.StatusNotFound, "backfill_not_found"},
@@ -171,7 +183,16 @@ func TestMalformedRequestsAreRejectedWithoutWriting(t *testing.T) {
 		{"@every schedule", "PUT", "/api/v1/dags/new_dag", `{"schedule":"@every 1h"}`, nil, http.StatusUnprocessableEntity, "invalid_dag"},
 		{"unknown timezone", "PUT", "/api/v1/dags/new_dag", `{"schedule":"@daily","timezone":"Nowhere/Atlantis"}`, nil, http.StatusUnprocessableEntity, "invalid_dag"},
 	}
-	require.GreaterOrEqual(t, len(cases), 25)
+	// The table is the test: it must stay broad (at least 100 cases), each case must be told
+	// apart by its name, and each must say which 4xx and which code it expects.
+	require.GreaterOrEqual(t, len(cases), 100, "the malformed-request table shrank")
+	names := make(map[string]bool, len(cases))
+	for _, c := range cases {
+		require.False(t, names[c.name], "two cases are named %q", c.name)
+		names[c.name] = true
+		require.True(t, c.status >= 400 && c.status < 500, "%s: expects %d, not a 4xx", c.name, c.status)
+		require.NotEmpty(t, c.code, "%s: expects no problem code", c.name)
+	}
 
 	before := c2Counts(t, e)
 	for _, c := range cases {

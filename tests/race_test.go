@@ -346,6 +346,17 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 	loadTook := time.Since(started)
 
 	require.Zero(t, errs.n, "load errors (%d):\n%s", errs.n, strings.Join(errs.msgs, "\n"))
+	// The load really ran: a run that created, claimed, reported or swept nothing (a harness
+	// that broke, every request refused) would otherwise pass on invariants that hold vacuously.
+	for name, n := range map[string]int64{
+		"backfills created": c.created.Load(),
+		"runs claimed":      c.claimed.Load(),
+		"reports accepted":  c.reportsOK.Load(),
+		"sweep passes":      c.sweepPasses.Load(),
+		"clock advances":    c.clockAdvances.Load(),
+	} {
+		require.Positive(t, n, "the load produced no %s", name)
+	}
 	observe(lcCheckInvariants(t, e.DB))
 
 	// (e) Load stopped: one pass finalizes every active backfill whose runs are all terminal.

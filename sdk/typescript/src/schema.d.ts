@@ -913,8 +913,11 @@ export interface components {
             dag_run_id: number | null;
             /** @description The run's `run_id`; null for a skipped slot. */
             run_id: string | null;
-            /** @description The run's state, or the state it had when a later backfill took it over; null for a skipped slot. */
-            state: (string & components["schemas"]["DagRunState"]) | null;
+            /**
+             * @description The run's state (see `DagRunState`), or the state it had when a later backfill took it over; null for a skipped slot.
+             * @enum {string|null}
+             */
+            state: "queued" | "running" | "success" | "failed" | "canceled" | null;
             /** @description `in flight` or `already exists` for a skipped slot; null otherwise. */
             exception_reason: string | null;
         };

@@ -1,0 +1,115 @@
+package repo
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func hashBase() BackfillCreateParams {
+	desc := "d"
+	return BackfillCreateParams{
+		DagID:             "dag",
+		FromDate:          time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC),
+		ToDate:            time.Date(2024, 1, 3, 0, 0, 0, 0, time.UTC),
+		DagRunConf:        JSON(`{"n": 9007199254740993}`),
+		ReprocessBehavior: ReprocessNone,
+		MaxActiveRuns:     10,
+		Description:       &desc,
+		IdempotencyKey:    "k",
+	}
+}
+
+// changed returns v changed to another value of its type, or false for a kind this test does
+// not know yet (add it: a field the hash cannot be shown to cover must not pass).
+func changed(v reflect.Value) (reflect.Value, bool) {
+	out := reflect.New(v.Type()).Elem()
+	switch {
+	case v.Type() == reflect.TypeFor[time.Time]():
+		out.Set(reflect.ValueOf(v.Interface().(time.Time).Add(time.Microsecond)))
+	case v.Kind() == reflect.String:
+		out.SetString(v.String() + "x")
+	case v.Kind() == reflect.Bool:
+		out.SetBool(!v.Bool())
+	case v.CanInt():
+		out.SetInt(v.Int() + 1)
+	case v.CanUint():
+		out.SetUint(v.Uint() + 1)
+	case v.CanFloat():
+		out.SetFloat(v.Float() + 1)
+	case v.Kind() == reflect.Pointer:
+		if v.IsNil() {
+			// nil against a pointer to a zero value, then against a non-zero one.
+			out.Set(reflect.New(v.Type().Elem()))
+			return out, true
+		}
+		inner, ok := changed(v.Elem())
+		if !ok {
+			return out, false
+		}
+		p := reflect.New(v.Type().Elem())
+		p.Elem().Set(inner)
+		out.Set(p)
+	default:
+		return out, false
+	}
+	return out, true
+}
+
+// Every field of a creation request but the key and the conf changes the hash: a field the hash
+// missed would replay a different request under the same key. The conf is compared apart, as
+// jsonb, and the key is what the hash is stored under.
+func TestRequestHashCoversEveryField(t *testing.T) {
+	base := hashBase()
+	want, err := requestHash(base)
+	require.NoError(t, err)
+	require.Equal(t, base.DagRunConf, want.conf)
+
+	typ := reflect.TypeFor[BackfillCreateParams]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		p := hashBase()
+		field := reflect.ValueOf(&p).Elem().Field(i)
+		switch f.Name {
+		case "DagRunConf":
+			field.Set(reflect.ValueOf(JSON(`{"n": 9007199254740992}`)))
+			got, err := requestHash(p)
+			require.NoError(t, err)
+			require.Equal(t, want.hash, got.hash, "the conf is compared as jsonb, not hashed")
+			require.Equal(t, JSON(`{"n": 9007199254740992}`), got.conf, "the conf is kept as sent")
+			continue
+		case "IdempotencyKey":
+			field.SetString("other")
+			got, err := requestHash(p)
+			require.NoError(t, err)
+			require.Equal(t, want, got)
+			continue
+		}
+		for _, start := range []reflect.Value{field, reflect.Zero(f.Type)} {
+			field.Set(start)
+			from, err := requestHash(p)
+			require.NoError(t, err)
+			next, ok := changed(start)
+			require.True(t, ok, "field %s (%s): teach this test how to change it", f.Name, f.Type)
+			field.Set(next)
+			got, err := requestHash(p)
+			require.NoError(t, err)
+			require.NotEqual(t, from.hash, got.hash, "field %s must change the request hash", f.Name)
+		}
+	}
+}
+
+// The same instants in another time zone are the same request.
+func TestRequestHashIgnoresTimeZones(t *testing.T) {
+	base := hashBase()
+	want, err := requestHash(base)
+	require.NoError(t, err)
+	zone := time.FixedZone("plus2", 2*60*60)
+	base.FromDate = base.FromDate.In(zone)
+	base.ToDate = base.ToDate.In(zone)
+	got, err := requestHash(base)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+}
