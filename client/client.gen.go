@@ -132,6 +132,7 @@ const (
 	ProblemCodePayloadTooLarge        ProblemCode = "payload_too_large"
 	ProblemCodeRunAlreadyExists       ProblemCode = "run_already_exists"
 	ProblemCodeRunNotFound            ProblemCode = "run_not_found"
+	ProblemCodeTimeout                ProblemCode = "timeout"
 	ProblemCodeTooManyRuns            ProblemCode = "too_many_runs"
 	ProblemCodeUnauthorized           ProblemCode = "unauthorized"
 	ProblemCodeUnavailable            ProblemCode = "unavailable"
@@ -175,6 +176,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeRunAlreadyExists:
 		return true
 	case ProblemCodeRunNotFound:
+		return true
+	case ProblemCodeTimeout:
 		return true
 	case ProblemCodeTooManyRuns:
 		return true
@@ -1282,7 +1285,8 @@ type ClientInterface interface {
 
 	// GetReadyz Readiness
 	//
-	// 200 when the database is reachable and migrated; otherwise 503 `unavailable`.
+	// 200 when the database accepts a write within 2 s (a transaction that takes a
+	// transaction id and commits) and is migrated; otherwise 503 `unavailable`.
 	//
 	// Corresponds with GET /readyz (the `GetReadyz` operationId).
 	GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2046,7 +2050,8 @@ func (c *RawClient) GetOpenAPISpec(ctx context.Context, reqEditors ...RequestEdi
 
 // GetReadyz Readiness
 //
-// 200 when the database is reachable and migrated; otherwise 503 `unavailable`.
+// 200 when the database accepts a write within 2 s (a transaction that takes a
+// transaction id and commits) and is migrated; otherwise 503 `unavailable`.
 //
 // Corresponds with GET /readyz (the `GetReadyz` operationId).
 func (c *RawClient) GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3675,7 +3680,8 @@ type ClientWithResponsesInterface interface {
 
 	// GetReadyzWithResponse Readiness
 	//
-	// 200 when the database is reachable and migrated; otherwise 503 `unavailable`.
+	// 200 when the database accepts a write within 2 s (a transaction that takes a
+	// transaction id and commits) and is migrated; otherwise 503 `unavailable`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6272,7 +6278,8 @@ func (c *ClientWithResponses) GetOpenAPISpecWithResponse(ctx context.Context, re
 
 // GetReadyzWithResponse Readiness
 //
-// 200 when the database is reachable and migrated; otherwise 503 `unavailable`.
+// 200 when the database accepts a write within 2 s (a transaction that takes a
+// transaction id and commits) and is migrated; otherwise 503 `unavailable`.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -38,6 +38,9 @@ type Config struct {
 	Now func() time.Time
 	// Observer receives events for metrics; nil means none.
 	Observer Observer
+	// ReconnectWait bounds how long a transaction that could not get a usable session
+	// (before anything could commit) is run again before giving up (default 5 s).
+	ReconnectWait time.Duration
 }
 
 // Store is the repository over one connection pool.
@@ -47,6 +50,7 @@ type Store struct {
 	observer        Observer
 	maxBackfillRuns int
 	maxAttempts     int
+	reconnectWait   time.Duration
 
 	stmtMu      sync.Mutex
 	getBackfill *sqlx.Stmt
@@ -60,6 +64,7 @@ func New(db *sqlx.DB, cfg Config) *Store {
 		observer:        cfg.Observer,
 		maxBackfillRuns: cfg.MaxBackfillRuns,
 		maxAttempts:     cfg.MaxAttempts,
+		reconnectWait:   cfg.ReconnectWait,
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -72,6 +77,9 @@ func New(db *sqlx.DB, cfg Config) *Store {
 	}
 	if s.maxAttempts <= 0 {
 		s.maxAttempts = 3
+	}
+	if s.reconnectWait <= 0 {
+		s.reconnectWait = 5 * time.Second
 	}
 	return s
 }
@@ -86,6 +94,26 @@ func (s *Store) clock() time.Time {
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.db.PingContext(ctx); err != nil {
 		return fmt.Errorf("ping: %w", err)
+	}
+	return nil
+}
+
+// ProbeWrite proves that the database accepts a write now: one transaction that takes a
+// transaction id and commits, once, with no retry. A standby or a read-only session fails at
+// BEGIN READ WRITE or at pg_current_xact_id(); a primary whose synchronous standby is gone
+// (or that was left running after a failover) hangs at COMMIT until ctx ends, which is
+// what readiness must see: reads would still work there, writes would not.
+func (s *Store) ProbeWrite(ctx context.Context) error {
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("probe write: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }() // after a COMMIT this is a no-op
+	if _, err := tx.ExecContext(ctx, `SELECT pg_current_xact_id()`); err != nil {
+		return fmt.Errorf("probe write: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("probe write: commit: %w", err)
 	}
 	return nil
 }
