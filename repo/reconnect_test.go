@@ -39,7 +39,7 @@ func connectorStore(t *testing.T, dsn string, conn func(driver.Connector) driver
 	t.Helper()
 	pc, err := pq.NewConnector(dsn)
 	require.NoError(t, err)
-	db := sqlx.NewDb(sql.OpenDB(Connector(conn(pc))), "postgres")
+	db := sqlx.NewDb(sql.OpenDB(Connector(conn(pc), wait)), "postgres")
 	t.Cleanup(func() { _ = db.Close() })
 	_, err = db.Exec(`CREATE TABLE IF NOT EXISTS tx_probe (k integer PRIMARY KEY)`)
 	require.NoError(t, err)
@@ -82,7 +82,7 @@ func TestTxGivesUpConnectingAfterTheReconnectWait(t *testing.T) {
 	require.NoError(t, ln.Close()) // nothing listens there now: connections are refused
 	pc, err := pq.NewConnector("postgres://u@" + addr + "/db?sslmode=disable&connect_timeout=2")
 	require.NoError(t, err)
-	db := sqlx.NewDb(sql.OpenDB(Connector(pc)), "postgres")
+	db := sqlx.NewDb(sql.OpenDB(Connector(pc, 300*time.Millisecond)), "postgres")
 	defer db.Close()
 	s := New(db, Config{ReconnectWait: 300 * time.Millisecond})
 	start := time.Now()

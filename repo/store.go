@@ -104,7 +104,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // (or that was left running after a failover) hangs at COMMIT until ctx ends, which is
 // what readiness must see: reads would still work there, writes would not.
 func (s *Store) ProbeWrite(ctx context.Context) error {
-	tx, err := s.db.BeginTxx(ctx, nil)
+	tx, err := s.db.BeginTxx(WithoutReconnectWait(ctx), nil)
 	if err != nil {
 		return fmt.Errorf("probe write: begin: %w", err)
 	}

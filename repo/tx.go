@@ -100,17 +100,22 @@ type errBeforeCommit struct{ err error }
 func (e *errBeforeCommit) Error() string { return e.err.Error() }
 func (e *errBeforeCommit) Unwrap() error { return e.err }
 
-// isRetrySafe reports whether err is a session failure known to have come before anything
-// could commit: a connection that never opened, or a failure marked by runTx.
+// isRetrySafe reports whether err is a session failure marked by runTx as having come
+// before anything could commit. A failure to connect is not: Connector has already waited
+// for the database for as long as the service waits.
 func isRetrySafe(err error) bool {
 	var before *errBeforeCommit
 	var ce *connectError
-	return errors.As(err, &before) || errors.As(err, &ce)
+	return errors.As(err, &before) && !errors.As(err, &ce)
 }
 
 func (s *Store) runTx(ctx context.Context, level sql.IsolationLevel, fn func(tx *sqlx.Tx) error) (err error) {
 	tx, err := s.db.BeginTxx(ctx, &sql.TxOptions{Isolation: level})
 	if err != nil {
+		var ce *connectError
+		if errors.As(err, &ce) {
+			return fmt.Errorf("begin: %w: %w", ErrUnavailable, err)
+		}
 		err = fmt.Errorf("begin: %w", err)
 		if isSessionFailure(err) {
 			return &errBeforeCommit{err}

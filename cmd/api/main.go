@@ -53,8 +53,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	// repo.Connector marks failures to connect, so that they are retried and answered 503.
-	db := sqlx.NewDb(sql.OpenDB(repo.Connector(connector)), "postgres")
+	// repo.Connector waits up to DB_RECONNECT_WAIT for a session, and marks the failures
+	// that remain so that they are answered 503.
+	db := sqlx.NewDb(sql.OpenDB(repo.Connector(connector, cfg.DBReconnectWait)), "postgres")
 	defer db.Close()
 	db.SetMaxOpenConns(cfg.DBMaxConns)
 	db.SetMaxIdleConns(cfg.DBMaxConns)
