@@ -113,7 +113,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		case repo.IsReadOnly(err):
 			detail = "the database accepts no writes (a standby, or a failover in progress); nothing was changed; retry shortly"
 		case errors.Is(err, repo.ErrUnavailable):
-			detail = "no database host could be reached (or none accepts writes) for the reconnect wait; nothing was changed; retry shortly"
+			detail = "no writable database host could be reached (every host down, read-only or a standby) " +
+				"for the reconnect wait; nothing was changed; retry shortly"
 		}
 		writeProblem(w, problem(http.StatusServiceUnavailable, "unavailable", detail))
 	default:

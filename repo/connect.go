@@ -67,3 +67,7 @@ type connectError struct{ err error }
 
 func (e *connectError) Error() string { return "connect: " + e.err.Error() }
 func (e *connectError) Unwrap() error { return e.err }
+
+// Is makes a failure to connect match ErrUnavailable: no session could be opened for the
+// whole reconnect wait, so nothing was sent.
+func (e *connectError) Is(target error) bool { return target == ErrUnavailable }

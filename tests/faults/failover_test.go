@@ -400,7 +400,7 @@ func TestPostgresAllHostsReadOnly(t *testing.T) {
 		c      *client
 		detail string
 	}{
-		{"multi-host DSN", cm, "cannot be reached"},
+		{"multi-host DSN", cm, "no writable database host"},
 		{"proxy to the standby", cp, "accepts no writes"},
 	} {
 		start := time.Now()
