@@ -1285,8 +1285,9 @@ type ClientInterface interface {
 
 	// GetReadyz Readiness
 	//
-	// 200 when the database accepts a write within 2 s (a transaction that takes a
-	// transaction id and commits) and is migrated; otherwise 503 `unavailable`.
+	// 200 when the database accepts a write within 2 s (a transaction that writes and
+	// commits, so it waits for a synchronous standby like any write) and is migrated;
+	// otherwise 503 `unavailable`.
 	//
 	// Corresponds with GET /readyz (the `GetReadyz` operationId).
 	GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2050,8 +2051,9 @@ func (c *RawClient) GetOpenAPISpec(ctx context.Context, reqEditors ...RequestEdi
 
 // GetReadyz Readiness
 //
-// 200 when the database accepts a write within 2 s (a transaction that takes a
-// transaction id and commits) and is migrated; otherwise 503 `unavailable`.
+// 200 when the database accepts a write within 2 s (a transaction that writes and
+// commits, so it waits for a synchronous standby like any write) and is migrated;
+// otherwise 503 `unavailable`.
 //
 // Corresponds with GET /readyz (the `GetReadyz` operationId).
 func (c *RawClient) GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3680,8 +3682,9 @@ type ClientWithResponsesInterface interface {
 
 	// GetReadyzWithResponse Readiness
 	//
-	// 200 when the database accepts a write within 2 s (a transaction that takes a
-	// transaction id and commits) and is migrated; otherwise 503 `unavailable`.
+	// 200 when the database accepts a write within 2 s (a transaction that writes and
+	// commits, so it waits for a synchronous standby like any write) and is migrated;
+	// otherwise 503 `unavailable`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6278,8 +6281,9 @@ func (c *ClientWithResponses) GetOpenAPISpecWithResponse(ctx context.Context, re
 
 // GetReadyzWithResponse Readiness
 //
-// 200 when the database accepts a write within 2 s (a transaction that takes a
-// transaction id and commits) and is migrated; otherwise 503 `unavailable`.
+// 200 when the database accepts a write within 2 s (a transaction that writes and
+// commits, so it waits for a synchronous standby like any write) and is migrated;
+// otherwise 503 `unavailable`.
 //
 // Returns a wrapper object for the known response body format(s).
 //

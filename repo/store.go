@@ -98,18 +98,18 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// ProbeWrite proves that the database accepts a write now: one transaction that takes a
-// transaction id and commits, once, with no retry. A standby or a read-only session fails at
-// BEGIN READ WRITE or at pg_current_xact_id(); a primary whose synchronous standby is gone
-// (or that was left running after a failover) hangs at COMMIT until ctx ends, which is
-// what readiness must see: reads would still work there, writes would not.
+// ProbeWrite proves that the database accepts a write now: one transaction that writes a
+// WAL record (durableMark) and commits, once, with no retry and no reconnect wait. A standby
+// fails at BEGIN READ WRITE; a primary whose synchronous standby is gone (or that was left
+// running after a failover) hangs at COMMIT until ctx ends, which is what readiness must see:
+// reads still work there, writes do not.
 func (s *Store) ProbeWrite(ctx context.Context) error {
 	tx, err := s.db.BeginTxx(WithoutReconnectWait(ctx), nil)
 	if err != nil {
 		return fmt.Errorf("probe write: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }() // after a COMMIT this is a no-op
-	if _, err := tx.ExecContext(ctx, `SELECT pg_current_xact_id()`); err != nil {
+	if _, err := tx.ExecContext(ctx, durableMark); err != nil {
 		return fmt.Errorf("probe write: %w", err)
 	}
 	if err := tx.Commit(); err != nil {

@@ -183,3 +183,27 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // isNoRows keeps sql.ErrNoRows checks short at call sites.
 func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
+
+// durableMark writes the smallest WAL record a transaction can write without a table (a
+// transactional logical-decoding message, ignored by every consumer that does not ask for
+// its prefix), so that its COMMIT waits for the synchronous standby like any write's.
+// Taking a transaction id alone is not enough: measured here, PostgreSQL skips the wait for
+// a transaction that wrote no WAL before its commit record, and pg_current_xact_id() writes
+// none.
+const durableMark = `SELECT pg_logical_emit_message(true, 'backfill.durable', '')`
+
+// awaitDurable returns once everything this server has seen committed is as durable as a
+// commit of its own: with synchronous replication, durableMark's commit is acknowledged only
+// after the standby has all WAL up to it. Needed before answering from a row another
+// transaction committed: PostgreSQL shows a commit to other sessions while it still waits
+// for its synchronous standby (and keeps it when that wait is canceled), so a replay
+// answered from it could acknowledge a backfill that a failover then loses. Without
+// synchronous replication it costs one short commit.
+func (s *Store) awaitDurable(ctx context.Context) error {
+	return s.inTx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := tx.ExecContext(ctx, durableMark); err != nil {
+			return fmt.Errorf("await durable: %w", err)
+		}
+		return nil
+	})
+}

@@ -503,3 +503,62 @@ func (p *failoverProxy) closeAll() {
 		_ = c.Close()
 	}
 }
+
+// TestPostgresSynchronousStandbyLost: while the primary's synchronous standby is gone,
+// commits wait for it. Readiness must see that (a ping does not), and a client that timed
+// out and retries with its Idempotency-Key must not be told `Idempotent-Replayed: true` for a
+// backfill that is committed on the primary alone (a failover then would lose it): the
+// replay waits for the standby like the creation does. Once the standby is back, the retry
+// answers 201 and the backfill is on the standby.
+func TestPostgresSynchronousStandbyLost(t *testing.T) {
+	pair := newPGPair(t, "sync")
+	srv := startProc(t, "bf_sync_lost", pair.multiHostDSN())
+	c := newClient(srv.URL, true)
+	c.must(t, http.MethodPut, "/api/v1/dags/sync_a", map[string]any{"schedule": "@daily"}, 201)
+	c.must(t, http.MethodGet, "/readyz", nil, 200)
+
+	runPG(t, "pg_ctl", "-D", pair.standby.data(), "-m", "fast", "-w", "stop")
+
+	start := time.Now()
+	c.must(t, http.MethodGet, "/readyz", nil, 503)
+	readyTook := time.Since(start)
+	if readyTook > 3*time.Second {
+		t.Errorf("/readyz took %s to see commits hang; want about 2 s", readyTook)
+	}
+	c.must(t, http.MethodGet, "/api/v1/dags/sync_a", nil, 200) // reads still work there
+
+	body := map[string]any{"dag_id": "sync_a", "from_date": "2024-01-01T00:00:00Z", "to_date": "2024-01-03T00:00:00Z"}
+	post := func(timeout time.Duration) (*answer, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		return c.do(ctx, http.MethodPost, "/api/v1/backfills", body, "Idempotency-Key", "sync-key")
+	}
+	// The first attempt's COMMIT waits for the standby; the client gives up (and the server
+	// cancels the wait: the backfill is then committed on the primary alone).
+	if a, err := post(1500 * time.Millisecond); err == nil {
+		t.Fatalf("a creation answered while its commit could not be replicated: %s", a)
+	}
+	// The retry must not acknowledge it either.
+	a, err := post(2 * time.Second)
+	if err == nil {
+		t.Errorf("a retry with the same Idempotency-Key answered %s (replayed %q) while the backfill was on the primary alone",
+			a, a.Header.Get("Idempotent-Replayed"))
+	}
+	pair.standby.start()
+	var final *answer
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if final, err = post(5 * time.Second); err == nil && final.Status == http.StatusCreated {
+			break
+		}
+	}
+	if final == nil || final.Status != http.StatusCreated {
+		t.Fatalf("after the standby came back the retry answered %v, %v", final, err)
+	}
+	b := decode[api.Backfill](t, final)
+	var n int
+	if err := pair.standby.open("backfill").Get(&n, `SELECT count(*) FROM backfills WHERE id = $1`, b.Id); err != nil || n != 1 {
+		t.Errorf("backfill %d answered 201 is not on the standby (%d, %v)", b.Id, n, err)
+	}
+	t.Logf("synchronous standby stopped: /readyz 503 after %s; a creation and its retry with the same key both waited (no 201); standby back: 201 (Idempotent-Replayed %q), on the standby",
+		readyTook.Round(time.Millisecond), final.Header.Get("Idempotent-Replayed"))
+}
