@@ -112,13 +112,14 @@ func parseURLDSN(raw string) (dsn, error) {
 		if len(vs) > 1 {
 			return dsn{}, fmt.Errorf("DATABASE_URL: %s is given %d times; give it once", k, len(vs))
 		}
-		if _, dup := p[k]; dup {
-			return dsn{}, fmt.Errorf("DATABASE_URL: %s is given both in the URL and as ?%s=; give it once (e.g. %s)", k, k, multiHostForm)
-		}
+		name := k
 		if k == "database" {
-			k = "dbname"
+			name = "dbname"
 		}
-		p[k] = vs[0]
+		if _, dup := p[name]; dup {
+			return dsn{}, fmt.Errorf("DATABASE_URL: %s is given both in the URL and as ?%s=; give it once (e.g. %s)", name, k, multiHostForm)
+		}
+		p[name] = vs[0]
 	}
 	return dsn{params: p}, nil
 }

@@ -56,6 +56,7 @@ func TestDSNRefusesWhatWouldConnectElsewhere(t *testing.T) {
 		{"postgres://u@db1:5433/bf?port=5434", "given both"},
 		{"postgres://u@db1/bf?host=db2", "given both"},
 		{"postgres://u@db1/bf?dbname=other", "given both"},
+		{"postgres://u@db1/bf?database=other", "given both"},
 		{"postgres://u@db1/bf?sslmode=disable&sslmode=require", "given 2 times"},
 		{"host=a host=b", "given twice"},
 		// Several hosts without a read-write target may land on a standby.
