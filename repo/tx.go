@@ -38,11 +38,12 @@ func (s *Store) inTxWithRetry(ctx context.Context, level sql.IsolationLevel, fn 
 }
 
 // withRetry runs attempt again while it fails for concurrency only (40001/40P01, at most
-// maxTxAttempts times), or because it could not get a usable session before anything could
-// have committed (for up to reconnectWait since the first such failure: a failover of a
+// maxTxAttempts times), or because its session failed before anything could have committed
+// (runTx marks those; for up to reconnectWait since the first such failure: a failover of a
 // second or two is ridden inside the server instead of answered 503). A single statement
-// outside a transaction uses it directly; for it only a failure to connect is safe to run
-// again, since the statement commits on its own.
+// outside a transaction uses it directly: its session failures are not retried here (the
+// statement may have committed on its own), and a failure to connect has already been
+// waited out by Connector.
 func (s *Store) withRetry(ctx context.Context, attemptFn func() error) error {
 	var (
 		serialization int
