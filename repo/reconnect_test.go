@@ -242,3 +242,25 @@ func TestTxReadOnlySessionIsUnavailable(t *testing.T) {
 	require.True(t, IsReadOnly(err))
 	require.Greater(t, attempts, 1)
 }
+
+// Readiness does not ride an outage out: ProbeWrite fails at the first refused connection,
+// although the pool waits DB_RECONNECT_WAIT for requests.
+func TestProbeWriteDoesNotWaitForAReconnect(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	pc, err := pq.NewConnector("postgres://u@" + addr + "/db?sslmode=disable&connect_timeout=2")
+	require.NoError(t, err)
+	db := sqlx.NewDb(sql.OpenDB(Connector(pc, 5*time.Second)), "postgres")
+	defer db.Close()
+	s := New(db, Config{ReconnectWait: 5 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	err = s.ProbeWrite(ctx)
+	require.Error(t, err)
+	require.True(t, IsUnavailable(err))
+	require.Less(t, time.Since(start), time.Second)
+}
