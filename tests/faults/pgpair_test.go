@@ -50,10 +50,15 @@ func pgBinDir(t testing.TB) string {
 // pgCmd runs a PostgreSQL binary as the postgres user (or as ourselves when not root).
 func pgCmd(t testing.TB, bin string, args ...string) *exec.Cmd {
 	path := filepath.Join(pgBinDir(t), bin)
+	var cmd *exec.Cmd
 	if os.Geteuid() == 0 {
-		return exec.Command("runuser", append([]string{"-u", "postgres", "--", path}, args...)...)
+		cmd = exec.Command("runuser", append([]string{"-u", "postgres", "--", path}, args...)...)
+	} else {
+		cmd = exec.Command(path, args...)
 	}
-	return exec.Command(path, args...)
+	// The postgres user may not be allowed into the checkout (a clone under /root).
+	cmd.Dir = os.TempDir()
+	return cmd
 }
 
 func runPG(t testing.TB, bin string, args ...string) {
