@@ -89,6 +89,9 @@ func pgTempDir(t testing.TB, name string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.WriteFile(filepath.Join(dir, "owner"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if os.Geteuid() == 0 {
 		if out, err := exec.Command("chown", "postgres:", dir).CombinedOutput(); err != nil {
 			t.Fatalf("chown %s: %v %s", dir, err, out)
@@ -168,8 +171,27 @@ type pgPair struct {
 	primary, standby *pgNode
 }
 
+// stopStaleClusters stops and removes the throwaway clusters of test processes that died
+// without cleaning up (killed by a timeout, say), so that they do not run on for ever.
+func stopStaleClusters(t testing.TB) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "bf-pg-*"))
+	for _, d := range dirs {
+		raw, err := os.ReadFile(filepath.Join(d, "owner"))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+		if err != nil || pid <= 0 || syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue
+		}
+		_ = pgCmd(t, "pg_ctl", "-D", filepath.Join(d, "data"), "-m", "immediate", "-w", "stop").Run()
+		_ = os.RemoveAll(d)
+	}
+}
+
 func newPGPair(t testing.TB, name string) *pgPair {
 	t.Helper()
+	stopStaleClusters(t)
 	start := time.Now()
 	p := &pgPair{
 		primary: &pgNode{t: t, name: name + "-primary", dir: pgTempDir(t, name+"p"), port: freePort(t)},
