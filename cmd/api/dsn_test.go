@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -105,4 +107,34 @@ func TestRedactedDSNMasksThePassword(t *testing.T) {
 		require.True(t, strings.Contains(red, "password='xxxxx'"), red)
 	}
 	require.NotContains(t, redactedDSN("postgres://u:s3cret@h:5432,h2:x/db"), "s3cret")
+}
+
+// A host that accepts TCP but never answers (a hung server, a black-holed VIP) fails a
+// connect within the default connect_timeout instead of hanging it: lib/pq watches only the
+// dial with the caller's context, not the startup that follows.
+func TestDefaultConnectTimeoutBoundsAHungHost(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	d, err := sessionDSN("postgres://u@"+ln.Addr().String()+"/db?sslmode=disable", time.Minute)
+	require.NoError(t, err)
+	c, err := d.connector()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = c.Connect(ctx)
+	took := time.Since(start)
+	require.Error(t, err)
+	require.Less(t, took, 4*time.Second, "connect_timeout=%s s bounds the attempt", defaultConnectTimeout)
+	require.GreaterOrEqual(t, took, 1500*time.Millisecond)
 }
