@@ -126,6 +126,7 @@ const (
 	ProblemCodePayloadTooLarge        ProblemCode = "payload_too_large"
 	ProblemCodeRunAlreadyExists       ProblemCode = "run_already_exists"
 	ProblemCodeRunNotFound            ProblemCode = "run_not_found"
+	ProblemCodeTimeout                ProblemCode = "timeout"
 	ProblemCodeTooManyRuns            ProblemCode = "too_many_runs"
 	ProblemCodeUnauthorized           ProblemCode = "unauthorized"
 	ProblemCodeUnavailable            ProblemCode = "unavailable"
@@ -169,6 +170,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeRunAlreadyExists:
 		return true
 	case ProblemCodeRunNotFound:
+		return true
+	case ProblemCodeTimeout:
 		return true
 	case ProblemCodeTooManyRuns:
 		return true

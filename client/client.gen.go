@@ -132,6 +132,7 @@ const (
 	ProblemCodePayloadTooLarge        ProblemCode = "payload_too_large"
 	ProblemCodeRunAlreadyExists       ProblemCode = "run_already_exists"
 	ProblemCodeRunNotFound            ProblemCode = "run_not_found"
+	ProblemCodeTimeout                ProblemCode = "timeout"
 	ProblemCodeTooManyRuns            ProblemCode = "too_many_runs"
 	ProblemCodeUnauthorized           ProblemCode = "unauthorized"
 	ProblemCodeUnavailable            ProblemCode = "unavailable"
@@ -175,6 +176,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeRunAlreadyExists:
 		return true
 	case ProblemCodeRunNotFound:
+		return true
+	case ProblemCodeTimeout:
 		return true
 	case ProblemCodeTooManyRuns:
 		return true
@@ -1296,7 +1299,9 @@ type ClientInterface interface {
 
 	// GetReadyz Readiness
 	//
-	// 200 when the database is reachable and migrated; otherwise 503 `unavailable`.
+	// 200 when the database accepts a write within 2 s (a transaction that writes and
+	// commits, so it waits for a synchronous standby like any write) and is migrated;
+	// otherwise 503 `unavailable`.
 	//
 	// Corresponds with GET /readyz (the `GetReadyz` operationId).
 	GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2114,7 +2119,9 @@ func (c *RawClient) GetOpenAPISpec(ctx context.Context, reqEditors ...RequestEdi
 
 // GetReadyz Readiness
 //
-// 200 when the database is reachable and migrated; otherwise 503 `unavailable`.
+// 200 when the database accepts a write within 2 s (a transaction that writes and
+// commits, so it waits for a synchronous standby like any write) and is migrated;
+// otherwise 503 `unavailable`.
 //
 // Corresponds with GET /readyz (the `GetReadyz` operationId).
 func (c *RawClient) GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3916,7 +3923,9 @@ type ClientWithResponsesInterface interface {
 
 	// GetReadyzWithResponse Readiness
 	//
-	// 200 when the database is reachable and migrated; otherwise 503 `unavailable`.
+	// 200 when the database accepts a write within 2 s (a transaction that writes and
+	// commits, so it waits for a synchronous standby like any write) and is migrated;
+	// otherwise 503 `unavailable`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6724,7 +6733,9 @@ func (c *ClientWithResponses) GetOpenAPISpecWithResponse(ctx context.Context, re
 
 // GetReadyzWithResponse Readiness
 //
-// 200 when the database is reachable and migrated; otherwise 503 `unavailable`.
+// 200 when the database accepts a write within 2 s (a transaction that writes and
+// commits, so it waits for a synchronous standby like any write) and is migrated;
+// otherwise 503 `unavailable`.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -72,7 +72,8 @@ func decodeProblem(t *testing.T, rec *httptest.ResponseRecorder) problemBody {
 
 // A transaction whose serialization retries ran out answers 503 busy with Retry-After on
 // every route, and the answer carries no internal error text. A database that cannot be
-// reached answers 503 unavailable; any other failure 500 internal, also without its text.
+// reached answers 503 unavailable, a statement timeout 503 timeout with Retry-After; any
+// other failure 500 internal, also without its text.
 func TestStoreFailuresAnswer5xxWithoutInternalText(t *testing.T) {
 	t.Parallel()
 	store := &fakeStore{}
@@ -92,7 +93,8 @@ func TestStoreFailuresAnswer5xxWithoutInternalText(t *testing.T) {
 		{"connection failure", fmt.Errorf("begin: %w", &pq.Error{Code: "08006", Message: secret}), 503, "unavailable"},
 		{"too many connections", fmt.Errorf("begin: %w", &pq.Error{Code: "53300", Message: secret}), 503, "unavailable"},
 		{"network error", fmt.Errorf("begin: %w", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New(secret)}), 503, "unavailable"},
-		{"statement timeout", fmt.Errorf("insert: %w", &pq.Error{Code: "57014", Message: secret}), 503, "unavailable"},
+		{"statement timeout", fmt.Errorf("insert: %w", &pq.Error{Code: "57014", Message: secret}), 503, "timeout"},
+		{"connection lost during commit", fmt.Errorf("commit: %w: %w", repo.ErrCommitOutcomeUnknown, io.EOF), 503, "unavailable"},
 		{"unknown failure", fmt.Errorf("insert: %w", &pq.Error{Code: "XX000", Message: secret}), 500, "internal"},
 		{"plain error", errors.New(secret), 500, "internal"},
 	}
@@ -105,7 +107,7 @@ func TestStoreFailuresAnswer5xxWithoutInternalText(t *testing.T) {
 			require.Equal(t, c.code, p.Code, "%s: %s %s", c.name, r.method, r.path)
 			require.NotContains(t, rec.Body.String(), "SECRET", "%s: a 5xx carries internal error text", c.name)
 			require.NotContains(t, rec.Body.String(), "serialize")
-			if c.code == "busy" {
+			if c.code == "busy" || c.code == "timeout" {
 				ra, err := strconv.Atoi(rec.Header().Get("Retry-After"))
 				require.NoError(t, err, "%s %s: Retry-After %q", r.method, r.path, rec.Header().Get("Retry-After"))
 				require.Positive(t, ra)

@@ -11,12 +11,12 @@ func (s *Server) GetHealthz(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, r, http.StatusOK, api.Health{Status: api.HealthStatusOk})
 }
 
-// GetReadyz answers 200 only while the database is reachable and migrated.
+// GetReadyz answers 200 only while the database accepts a write within 2 s and is migrated.
 func (s *Server) GetReadyz(w http.ResponseWriter, r *http.Request) {
 	if s.ready != nil {
 		if err := s.ready(r.Context()); err != nil {
 			s.log(r).Warn("not ready", "err", err)
-			writeProblem(w, problem(http.StatusServiceUnavailable, "unavailable", "the database is not reachable or not migrated"))
+			writeProblem(w, problem(http.StatusServiceUnavailable, "unavailable", "the database does not accept a write within 2 s (unreachable, read-only, or its synchronous standby is gone), or is not migrated"))
 			return
 		}
 	}

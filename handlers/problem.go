@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -16,6 +15,10 @@ import (
 // busyRetryAfterSeconds is what a client is told to wait after the database kept refusing a
 // transaction for concurrency: long enough for a burst of conflicting requests to drain.
 const busyRetryAfterSeconds = 1
+
+// timeoutRetryAfterSeconds is longer: a statement that ran into its time limit did so under
+// load or on a large request, and the same request at once would likely meet it again.
+const timeoutRetryAfterSeconds = 5
 
 // problem builds an RFC 9457 problem with a stable code.
 func problem(status int, code api.ProblemCode, detail string) api.Problem {
@@ -85,13 +88,35 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.log(r).Warn("transaction retries exhausted", "err", err)
 		w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
 		writeProblem(w, problem(http.StatusServiceUnavailable, "busy", "too many concurrent changes; retry shortly"))
-	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
-		// The client went away; nobody reads this answer.
+	case r.Context().Err() != nil:
+		// The client went away (lib/pq then reports its canceled statement as 57014, like a
+		// timeout); nobody reads this answer.
 		writeProblem(w, problem(http.StatusServiceUnavailable, "unavailable", "request canceled"))
+	case repo.IsStatementTimeout(err):
+		s.log(r).Warn("statement timeout", "err", err)
+		w.Header().Set("Retry-After", strconv.Itoa(timeoutRetryAfterSeconds))
+		writeProblem(w, problem(http.StatusServiceUnavailable, "timeout",
+			"a database statement ran into its time limit and was stopped; nothing was changed. "+
+				"The same request may meet the limit again: retry later or ask for less"))
+	case errors.Is(err, repo.ErrCommitOutcomeUnknown):
+		s.log(r).Error("connection lost during commit", "err", err)
+		w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
+		writeProblem(w, problem(http.StatusServiceUnavailable, "unavailable",
+			"the connection to the database was lost while committing: the outcome is unknown. "+
+				"Retry with the same Idempotency-Key (where the route takes one): the retry answers "+
+				"what was committed instead of doing it twice"))
 	case repo.IsUnavailable(err):
 		s.log(r).Error("database unavailable", "err", err)
 		w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
-		writeProblem(w, problem(http.StatusServiceUnavailable, "unavailable", "the database cannot be reached; retry shortly"))
+		detail := "the database cannot be reached; retry shortly"
+		switch {
+		case repo.IsReadOnly(err):
+			detail = "the database accepts no writes (a standby, or a failover in progress); nothing was changed; retry shortly"
+		case errors.Is(err, repo.ErrUnavailable):
+			detail = "no writable database host could be reached (every host down, read-only or a standby) " +
+				"for the reconnect wait; nothing was changed; retry shortly"
+		}
+		writeProblem(w, problem(http.StatusServiceUnavailable, "unavailable", detail))
 	default:
 		s.log(r).Error("internal error", "err", err)
 		writeProblem(w, problem(http.StatusInternalServerError, "internal", "internal error"))

@@ -398,5 +398,9 @@ func (s *Store) idempotentReplay(ctx context.Context, key string, req fingerprin
 		return Backfill{}, false, fmt.Errorf("idempotency key %q has no backfill", key)
 	}
 	b, err := s.BackfillGet(ctx, *stored.BackfillID)
+	if err == nil {
+		// The creating commit may still be waiting for its synchronous standby.
+		err = s.awaitDurable(ctx)
+	}
 	return b, err == nil, err
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"io"
 	"net"
+	"syscall"
 
 	"github.com/lib/pq"
 	"github.com/lib/pq/pqerror"
@@ -13,19 +15,29 @@ import (
 // Domain errors. Handlers map them to HTTP answers in one place; nothing above this package
 // inspects SQLSTATEs.
 var (
-	ErrDagNotFound             = errors.New("dag not found")
-	ErrBackfillNotFound        = errors.New("backfill not found")
-	ErrRunNotFound             = errors.New("run not found")
-	ErrRunAlreadyExists        = errors.New("run already exists")
-	ErrBackfillAlreadyRunning  = errors.New("backfill already running")
-	ErrBackfillNotActive       = errors.New("backfill not active")
-	ErrInvalidTransition       = errors.New("invalid transition")
-	ErrLeaseLost               = errors.New("lease lost")
-	ErrInvalidBackfill         = errors.New("invalid backfill")
-	ErrNoRunsToCreate          = errors.New("no runs to create")
-	ErrTooManyRuns             = errors.New("too many runs")
-	ErrIdempotencyKeyReused    = errors.New("idempotency key reused")
-	ErrRetriesExhausted        = errors.New("serialization retries exhausted")
+	ErrDagNotFound            = errors.New("dag not found")
+	ErrBackfillNotFound       = errors.New("backfill not found")
+	ErrRunNotFound            = errors.New("run not found")
+	ErrRunAlreadyExists       = errors.New("run already exists")
+	ErrBackfillAlreadyRunning = errors.New("backfill already running")
+	ErrBackfillNotActive      = errors.New("backfill not active")
+	ErrInvalidTransition      = errors.New("invalid transition")
+	ErrLeaseLost              = errors.New("lease lost")
+	ErrInvalidBackfill        = errors.New("invalid backfill")
+	ErrNoRunsToCreate         = errors.New("no runs to create")
+	ErrTooManyRuns            = errors.New("too many runs")
+	ErrIdempotencyKeyReused   = errors.New("idempotency key reused")
+	ErrRetriesExhausted       = errors.New("serialization retries exhausted")
+	// ErrStatementTimeout: a statement ran into its time limit (statement_timeout) and was
+	// stopped. Retrying the same request may well meet the same limit.
+	ErrStatementTimeout = errors.New("statement timeout")
+	// ErrUnavailable: no usable database session within the reconnect wait (no host
+	// answered, or none accepts writes).
+	ErrUnavailable = errors.New("database unavailable")
+	// ErrCommitOutcomeUnknown: the connection was lost after COMMIT was sent and before its
+	// answer came back. The transaction may or may not have committed; it is never retried
+	// inside the server, because a retry could do the work twice.
+	ErrCommitOutcomeUnknown    = errors.New("connection lost during commit; outcome unknown")
 	errIdempotencyKeyTaken     = errors.New("idempotency key taken")
 	errConcurrentRunForDate    = errors.New("a concurrent run took a slot's date")
 	errBackfillUniqueViolation = errors.New("active backfill index violated")
@@ -68,28 +80,68 @@ func uniqueViolation(err error) string {
 	return ""
 }
 
-// IsUnavailable reports whether err means the database could not be reached or is shutting
-// down, as opposed to a fault in the request or in this code.
+// IsUnavailable reports whether err means the database could not be reached, is shutting
+// down, or accepts no writes, as opposed to a fault in the request or in this code.
 func IsUnavailable(err error) bool {
-	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrCommitOutcomeUnknown) ||
+		errors.Is(err, context.DeadlineExceeded) || isSessionFailure(err) {
+		return true
+	}
+	if pqErr := pq.As(err); pqErr != nil {
+		switch pqErr.Code.Class() {
+		case "53", // insufficient resources (too many connections, out of memory, disk full)
+			"57": // operator intervention: shutdown, cannot connect now
+			return pqErr.Code != pqerror.QueryCanceled
+		}
+	}
+	return false
+}
+
+// IsStatementTimeout reports whether a statement was stopped by its time limit. lib/pq
+// also answers 57014 when it cancels a statement because the caller's context ended; that
+// one is the caller's doing and is reported as the context's error instead.
+func IsStatementTimeout(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	return errors.Is(err, ErrStatementTimeout) || pq.As(err, pqerror.QueryCanceled) != nil
+}
+
+// IsReadOnly reports whether the session's host accepts no writes: a hot standby, or a
+// primary set read-only.
+func IsReadOnly(err error) bool {
+	return pq.As(err, pqerror.ReadOnlySQLTransaction) != nil
+}
+
+// isSessionFailure reports whether err means the session could not be used: it never
+// opened, it was lost (closed, reset, terminated, the server shut down), or its host cannot
+// write. Before COMMIT is sent such a transaction has not committed, so running it again on
+// a fresh session is safe.
+func isSessionFailure(err error) bool {
+	var ce *connectError
+	if errors.As(err, &ce) || errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, net.ErrClosed) {
 		return true
 	}
 	var netErr net.Error
 	if errors.As(err, &netErr) {
 		return true
 	}
-	if pqErr := pq.As(err); pqErr != nil {
-		// A FATAL error ends the session before the request ran, whatever its code: for
-		// example 55000 from a database that refuses new connections.
-		if pqErr.Fatal() {
-			return true
-		}
-		switch pqErr.Code.Class() {
-		case "08", // connection exception
-			"53", // insufficient resources (too many connections, out of memory, disk full)
-			"57": // operator intervention: shutdown, statement timeout, cannot connect now
-			return true
-		}
+	pqErr := pq.As(err)
+	if pqErr == nil {
+		return false
+	}
+	// A FATAL error ends the session, whatever its code: for example 55000 from a database
+	// that refuses new connections.
+	if pqErr.Fatal() || pqErr.Code.Class() == pqerror.ClassConnectionException {
+		return true
+	}
+	switch pqErr.Code {
+	case pqerror.AdminShutdown, pqerror.CrashShutdown, pqerror.CannotConnectNow,
+		pqerror.ReadOnlySQLTransaction:
+		return true
 	}
 	return false
 }

@@ -36,6 +36,9 @@ type Config struct {
 	MaxAttempts int
 	// Observer receives events for metrics; nil means none.
 	Observer Observer
+	// ReconnectWait bounds how long a transaction that could not get a usable session
+	// (before anything could commit) is run again before giving up (default 5 s).
+	ReconnectWait time.Duration
 }
 
 // Store is the repository over one connection pool.
@@ -44,6 +47,7 @@ type Store struct {
 	observer        Observer
 	maxBackfillRuns int
 	maxAttempts     int
+	reconnectWait   time.Duration
 
 	stmtMu      sync.Mutex
 	getBackfill *sqlx.Stmt
@@ -56,6 +60,7 @@ func New(db *sqlx.DB, cfg Config) *Store {
 		observer:        cfg.Observer,
 		maxBackfillRuns: cfg.MaxBackfillRuns,
 		maxAttempts:     cfg.MaxAttempts,
+		reconnectWait:   cfg.ReconnectWait,
 	}
 	if s.observer == nil {
 		s.observer = nopObserver{}
@@ -65,6 +70,9 @@ func New(db *sqlx.DB, cfg Config) *Store {
 	}
 	if s.maxAttempts <= 0 {
 		s.maxAttempts = 3
+	}
+	if s.reconnectWait <= 0 {
+		s.reconnectWait = 5 * time.Second
 	}
 	return s
 }
@@ -84,6 +92,26 @@ func dbNow(ctx context.Context, q sqlx.QueryerContext) (time.Time, error) {
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.db.PingContext(ctx); err != nil {
 		return fmt.Errorf("ping: %w", err)
+	}
+	return nil
+}
+
+// ProbeWrite proves that the database accepts a write now: one transaction that writes a
+// WAL record (durableMark) and commits, once, with no retry and no reconnect wait. A standby
+// fails at BEGIN READ WRITE; a primary whose synchronous standby is gone (or that was left
+// running after a failover) hangs at COMMIT until ctx ends, which is what readiness must see:
+// reads still work there, writes do not.
+func (s *Store) ProbeWrite(ctx context.Context) error {
+	tx, err := s.db.BeginTxx(WithoutReconnectWait(ctx), nil)
+	if err != nil {
+		return fmt.Errorf("probe write: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }() // after a COMMIT this is a no-op
+	if _, err := tx.ExecContext(ctx, durableMark); err != nil {
+		return fmt.Errorf("probe write: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("probe write: commit: %w", err)
 	}
 	return nil
 }

@@ -37,30 +37,91 @@ func (s *Store) inTxWithRetry(ctx context.Context, level sql.IsolationLevel, fn 
 	return s.withRetry(ctx, func() error { return s.runTx(ctx, level, fn) })
 }
 
-// withRetry runs attempt again, with the same rule, while it fails for concurrency only. A
-// single statement outside a transaction uses it directly.
+// withRetry runs attempt again while it fails for concurrency only (40001/40P01, at most
+// maxTxAttempts times), or because its session failed before anything could have committed
+// (runTx marks those; for up to reconnectWait since the first such failure: a failover of a
+// second or two is ridden inside the server instead of answered 503). A single statement
+// outside a transaction uses it directly: its session failures are not retried here (the
+// statement may have committed on its own), and a failure to connect has already been
+// waited out by Connector.
 func (s *Store) withRetry(ctx context.Context, attemptFn func() error) error {
-	var err error
-	for attempt := 1; attempt <= maxTxAttempts; attempt++ {
-		err = attemptFn()
-		if err == nil || !isRetryable(err) {
+	var (
+		serialization int
+		reconnects    int
+		firstLost     time.Time
+	)
+	for {
+		err := attemptFn()
+		if err == nil {
+			return nil
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			// lib/pq reports a statement it canceled for the context as 57014, like a
+			// statement timeout; the context's error says whose doing it was.
+			if errors.Is(err, cerr) {
+				return err
+			}
+			return fmt.Errorf("%w: %w", cerr, err)
+		}
+		var delay time.Duration
+		switch {
+		case isRetryable(err):
+			serialization++
+			if serialization >= maxTxAttempts {
+				return fmt.Errorf("%w after %d attempts: %w", ErrRetriesExhausted, maxTxAttempts, err)
+			}
+			s.observer.TxRetried()
+			delay = backoff(serialization)
+		case isRetrySafe(err):
+			if firstLost.IsZero() {
+				firstLost = time.Now()
+			}
+			left := s.reconnectWait - time.Since(firstLost)
+			if left <= 0 {
+				return fmt.Errorf("%w: no usable session for %s (%d retries): %w", ErrUnavailable, s.reconnectWait, reconnects, err)
+			}
+			reconnects++
+			delay = min(reconnectBackoff(reconnects), left)
+		case IsStatementTimeout(err):
+			return fmt.Errorf("%w: %w", ErrStatementTimeout, err)
+		default:
 			return err
 		}
-		if attempt == maxTxAttempts {
-			break
-		}
-		s.observer.TxRetried()
-		if werr := sleepCtx(ctx, backoff(attempt)); werr != nil {
-			return fmt.Errorf("waiting to retry transaction: %w", werr)
+		if werr := sleepCtx(ctx, delay); werr != nil {
+			return fmt.Errorf("waiting to retry transaction: %w: %w", werr, err)
 		}
 	}
-	return fmt.Errorf("%w after %d attempts: %w", ErrRetriesExhausted, maxTxAttempts, err)
+}
+
+// errBeforeCommit marks a session failure that happened before COMMIT was sent: at
+// BEGIN or under one of the transaction's statements. The server rolls such a transaction
+// back, so running it again cannot do its work twice.
+type errBeforeCommit struct{ err error }
+
+func (e *errBeforeCommit) Error() string { return e.err.Error() }
+func (e *errBeforeCommit) Unwrap() error { return e.err }
+
+// isRetrySafe reports whether err is a session failure marked by runTx as having come
+// before anything could commit. A failure to connect is not: Connector has already waited
+// for the database for as long as the service waits.
+func isRetrySafe(err error) bool {
+	var before *errBeforeCommit
+	var ce *connectError
+	return errors.As(err, &before) && !errors.As(err, &ce)
 }
 
 func (s *Store) runTx(ctx context.Context, level sql.IsolationLevel, fn func(tx *sqlx.Tx) error) (err error) {
 	tx, err := s.db.BeginTxx(ctx, &sql.TxOptions{Isolation: level})
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+		var ce *connectError
+		if errors.As(err, &ce) {
+			return fmt.Errorf("begin: %w: %w", ErrUnavailable, err)
+		}
+		err = fmt.Errorf("begin: %w", err)
+		if isSessionFailure(err) {
+			return &errBeforeCommit{err}
+		}
+		return err
 	}
 	defer func() {
 		if err != nil {
@@ -69,12 +130,35 @@ func (s *Store) runTx(ctx context.Context, level sql.IsolationLevel, fn func(tx 
 		}
 	}()
 	if err = fn(tx); err != nil {
+		if isSessionFailure(err) {
+			return &errBeforeCommit{err}
+		}
 		return err
 	}
 	if err = tx.Commit(); err != nil {
+		if isSessionFailure(err) {
+			// COMMIT was sent (or may have been): whether it took effect is unknown.
+			return fmt.Errorf("commit: %w: %w", ErrCommitOutcomeUnknown, err)
+		}
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
+}
+
+// Reconnect backoff: short, because a failover ends at an instant nobody announces and
+// each request should notice within a fraction of a second; jittered, so that the requests
+// that waited do not all reconnect at once.
+const (
+	reconnectBaseDelay = 10 * time.Millisecond
+	reconnectMaxDelay  = 100 * time.Millisecond
+)
+
+func reconnectBackoff(attempt int) time.Duration {
+	ceiling := reconnectBaseDelay << min(attempt, 8)
+	if ceiling > reconnectMaxDelay {
+		ceiling = reconnectMaxDelay
+	}
+	return ceiling/2 + time.Duration(rand.Int64N(int64(ceiling/2)))
 }
 
 // backoff doubles from retryBaseDelay up to retryMaxDelay and draws uniformly below that
@@ -100,3 +184,27 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // isNoRows keeps sql.ErrNoRows checks short at call sites.
 func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
+
+// durableMark writes the smallest WAL record a transaction can write without a table (a
+// transactional logical-decoding message, ignored by every consumer that does not ask for
+// its prefix), so that its COMMIT waits for the synchronous standby like any write's.
+// Taking a transaction id alone is not enough: measured here, PostgreSQL skips the wait for
+// a transaction that wrote no WAL before its commit record, and pg_current_xact_id() writes
+// none.
+const durableMark = `SELECT pg_logical_emit_message(true, 'backfill.durable', '')`
+
+// awaitDurable returns once everything this server has seen committed is as durable as a
+// commit of its own: with synchronous replication, durableMark's commit is acknowledged only
+// after the standby has all WAL up to it. Needed before answering from a row another
+// transaction committed: PostgreSQL shows a commit to other sessions while it still waits
+// for its synchronous standby (and keeps it when that wait is canceled), so a replay
+// answered from it could acknowledge a backfill that a failover then loses. Without
+// synchronous replication it costs one short commit.
+func (s *Store) awaitDurable(ctx context.Context) error {
+	return s.inTx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := tx.ExecContext(ctx, durableMark); err != nil {
+			return fmt.Errorf("await durable: %w", err)
+		}
+		return nil
+	})
+}

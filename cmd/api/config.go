@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +26,14 @@ type config struct {
 	// LogLevel is the least severe level logged (LOG_LEVEL: debug, info, warn, error);
 	// health probes and metric scrapes are logged at debug.
 	LogLevel slog.Level
+
+	// DBReconnectWait bounds how long a request whose transaction could not reach the
+	// database (failed to connect, to BEGIN, or lost its connection before COMMIT) is retried
+	// inside the server before it is answered 503: long enough to ride a failover.
+	DBReconnectWait time.Duration
+	// DBConnMaxLifetime retires pooled connections, so that a pool drifts off an old primary
+	// that stayed up after a failover instead of staying on it for ever.
+	DBConnMaxLifetime time.Duration
 }
 
 // defaultHTTPAddr is where the server listens when HTTP_ADDR is unset; the healthcheck
@@ -43,6 +50,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 		DBMaxConns:       20,
 		StatementTimeout: 60 * time.Second,
 		ShutdownTimeout:  30 * time.Second,
+
+		DBReconnectWait:   5 * time.Second,
+		DBConnMaxLifetime: time.Minute,
 	}
 	var errs []error
 	if cfg.DatabaseURL == "" {
@@ -54,6 +64,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 	durationVar(getenv, "SWEEP_INTERVAL", &cfg.SweepInterval, &errs)
 	durationVar(getenv, "DB_STATEMENT_TIMEOUT", &cfg.StatementTimeout, &errs)
 	durationVar(getenv, "SHUTDOWN_TIMEOUT", &cfg.ShutdownTimeout, &errs)
+	durationVar(getenv, "DB_RECONNECT_WAIT", &cfg.DBReconnectWait, &errs)
+	durationVar(getenv, "DB_CONN_MAX_LIFETIME", &cfg.DBConnMaxLifetime, &errs)
 	intVar(getenv, "MAX_BACKFILL_RUNS", &cfg.MaxBackfillRuns, 1, 10_000_000, &errs)
 	intVar(getenv, "MAX_ATTEMPTS", &cfg.MaxAttempts, 1, 1000, &errs)
 	intVar(getenv, "DB_MAX_CONNS", &cfg.DBMaxConns, 2, 1000, &errs)
@@ -96,27 +108,21 @@ func intVar(getenv func(string) string, name string, dst *int, lo, hi int, errs 
 	*dst = n
 }
 
-// redactedDSN masks the password for the startup log.
-func redactedDSN(dsn string) string {
-	u, err := url.Parse(dsn)
-	if err != nil || u.Scheme == "" {
-		return "(unparseable DSN, not shown)"
-	}
-	return u.Redacted()
-}
+// defaultConnectTimeout (seconds) bounds a connection attempt to each host when the DSN
+// does not: without it a host that accepts TCP but never answers hangs a connect for as long
+// as the kernel keeps trying, whatever the request's deadline.
+const defaultConnectTimeout = "2"
 
-// sessionDSN adds the session settings the service relies on to the operator's DSN: UTC for
-// every timestamp, and the statement timeout. lib/pq sends unknown keys as run-time parameters.
-func sessionDSN(dsn string, statementTimeout time.Duration) (string, error) {
-	u, err := url.Parse(dsn)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return "", fmt.Errorf("DATABASE_URL must be a postgres:// URL")
+// sessionDSN reads the operator's DSN (see dsn.go for the forms) and adds the session
+// settings the service relies on: UTC for every timestamp, the statement timeout and a
+// connect timeout. lib/pq sends unknown keys as run-time parameters.
+func sessionDSN(raw string, statementTimeout time.Duration) (dsn, error) {
+	d, err := parseDSN(raw)
+	if err != nil {
+		return dsn{}, err
 	}
-	q := u.Query()
-	q.Set("timezone", "UTC")
-	if q.Get("statement_timeout") == "" {
-		q.Set("statement_timeout", strconv.FormatInt(statementTimeout.Milliseconds(), 10))
-	}
-	u.RawQuery = q.Encode()
-	return u.String(), nil
+	d.params["timezone"] = "UTC"
+	d = d.withDefault("statement_timeout", strconv.FormatInt(statementTimeout.Milliseconds(), 10))
+	d = d.withDefault("connect_timeout", defaultConnectTimeout)
+	return d, nil
 }

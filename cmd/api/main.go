@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -52,14 +53,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	db, err := sqlx.Open("postgres", dsn)
+	connector, err := dsn.connector()
 	if err != nil {
-		return fmt.Errorf("open database: %w", err)
+		return fmt.Errorf("config: %w", err)
 	}
+	// repo.Connector waits up to DB_RECONNECT_WAIT for a session, and marks the failures
+	// that remain so that they are answered 503.
+	db := sqlx.NewDb(sql.OpenDB(repo.Connector(connector, cfg.DBReconnectWait)), "postgres")
 	defer db.Close()
 	db.SetMaxOpenConns(cfg.DBMaxConns)
 	db.SetMaxIdleConns(cfg.DBMaxConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
+	db.SetConnMaxLifetime(cfg.DBConnMaxLifetime)
 
 	if len(args) > 0 && args[0] == "migrate" {
 		return migrate(ctx, db, args[1:], stdout)
@@ -73,7 +78,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 func serve(ctx context.Context, cfg config, db *sqlx.DB, logger *slog.Logger) error {
 	logger.Info("starting", "http_addr", cfg.HTTPAddr, "database_url", redactedDSN(cfg.DatabaseURL),
 		"sweep_interval", cfg.SweepInterval.String(), "max_backfill_runs", cfg.MaxBackfillRuns,
-		"max_attempts", cfg.MaxAttempts, "db_max_conns", cfg.DBMaxConns, "auth", len(cfg.APITokens) > 0)
+		"max_attempts", cfg.MaxAttempts, "db_max_conns", cfg.DBMaxConns, "auth", len(cfg.APITokens) > 0,
+		"db_reconnect_wait", cfg.DBReconnectWait.String(), "db_conn_max_lifetime", cfg.DBConnMaxLifetime.String())
 
 	if err := migrations.Up(ctx, db.DB); err != nil {
 		return err
@@ -83,9 +89,10 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, logger *slog.Logger) er
 		MaxBackfillRuns: cfg.MaxBackfillRuns,
 		MaxAttempts:     cfg.MaxAttempts,
 		Observer:        m,
+		ReconnectWait:   cfg.DBReconnectWait,
 	})
 	m.WatchStates(store.StateCounts)
-	ready, err := readiness(db)
+	ready, err := readiness(db, store)
 	if err != nil {
 		return err
 	}
@@ -149,9 +156,11 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, logger *slog.Logger) er
 	return nil
 }
 
-// readiness answers whether the database is reachable and fully migrated. The provider is
-// built once: probes come every few seconds.
-func readiness(db *sqlx.DB) (handlers.ReadinessFunc, error) {
+// readiness answers whether the database accepts a write within 2 s and is fully migrated.
+// A ping is not enough: a standby, a read-only primary and a primary whose synchronous
+// standby is gone all answer pings while every write fails or hangs. The provider is built
+// once: probes come every few seconds.
+func readiness(db *sqlx.DB, store *repo.Store) (handlers.ReadinessFunc, error) {
 	p, err := migrations.NewProvider(db.DB)
 	if err != nil {
 		return nil, err
@@ -159,8 +168,8 @@ func readiness(db *sqlx.DB) (handlers.ReadinessFunc, error) {
 	return func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		if err := db.PingContext(ctx); err != nil {
-			return fmt.Errorf("ping: %w", err)
+		if err := store.ProbeWrite(ctx); err != nil {
+			return err
 		}
 		pending, err := migrations.Pending(ctx, p)
 		if err != nil {

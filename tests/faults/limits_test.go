@@ -128,8 +128,8 @@ func TestServerLimits(t *testing.T) {
 		start := time.Now()
 		a := c2.must(t, http.MethodPost, "/api/v1/backfills", bigBackfillBody("big"), 503)
 		took := time.Since(start)
-		if got := a.Problem().Code; got != "unavailable" {
-			t.Errorf("a creation canceled by statement_timeout: want 503 unavailable, got %s", a)
+		if got := a.Problem().Code; got != "timeout" || a.Header.Get("Retry-After") == "" {
+			t.Errorf("a creation canceled by statement_timeout: want 503 timeout with Retry-After, got %s", a)
 		}
 		if strings.Contains(string(a.Body), "statement timeout") || strings.Contains(string(a.Body), "canceling") {
 			t.Errorf("the 503 carries internal error text: %s", a.Body)
@@ -149,7 +149,7 @@ func TestServerLimits(t *testing.T) {
 		c2.must(t, http.MethodPut, "/api/v1/dags/small", map[string]any{"schedule": "@daily"}, 201)
 		c2.must(t, http.MethodPost, "/api/v1/backfills", map[string]any{"dag_id": "small", "from_date": "2024-01-01T00:00:00Z", "to_date": "2024-01-10T00:00:00Z"}, 201)
 		c2.must(t, http.MethodGet, "/readyz", nil, 200)
-		t.Logf("DB_STATEMENT_TIMEOUT=250ms: the 100,000-run creation answered 503 unavailable after %s and wrote nothing; a 10-run creation answered 201", took.Round(time.Millisecond))
+		t.Logf("DB_STATEMENT_TIMEOUT=250ms: the 100,000-run creation answered 503 timeout after %s and wrote nothing; a 10-run creation answered 201", took.Round(time.Millisecond))
 	})
 
 	t.Run("bounded pool", func(t *testing.T) {

@@ -482,7 +482,9 @@ export interface paths {
         };
         /**
          * Readiness
-         * @description 200 when the database is reachable and migrated; otherwise 503 `unavailable`.
+         * @description 200 when the database accepts a write within 2 s (a transaction that writes and
+         *     commits, so it waits for a synchronous standby like any write) and is migrated;
+         *     otherwise 503 `unavailable`.
          */
         get: operations["getReadyz"];
         put?: never;
@@ -690,7 +692,7 @@ export interface components {
          * @description The stable, machine-readable error code. `not_found` and `method_not_allowed` answer requests to a path no route serves, or with a method the route does not serve.
          * @enum {string}
          */
-        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "busy" | "unavailable" | "internal" | "not_found" | "method_not_allowed";
+        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "busy" | "timeout" | "unavailable" | "internal" | "not_found" | "method_not_allowed";
         Dag: {
             dag_id: components["schemas"]["DagId"];
             /**
@@ -1090,8 +1092,12 @@ export interface components {
         };
         /**
          * @description `busy`: the transaction kept failing on serialization failures or deadlocks and its
-         *     retries ran out; always carries `Retry-After`. `unavailable`: the database cannot be
-         *     reached; may carry `Retry-After`.
+         *     retries ran out; always carries `Retry-After`. `timeout`: a database statement ran into
+         *     its time limit and was stopped; always carries `Retry-After`. `unavailable`: the
+         *     database cannot be reached or accepts no writes (after the server retried for
+         *     `DB_RECONNECT_WAIT`), or the connection was lost during COMMIT, when the detail says
+         *     the outcome is unknown and to retry with the same `Idempotency-Key`; may carry
+         *     `Retry-After`.
          */
         ServiceUnavailable: {
             headers: {

@@ -1,0 +1,73 @@
+package repo
+
+import (
+	"context"
+	"database/sql/driver"
+	"time"
+
+	"github.com/lib/pq"
+)
+
+// Connector wraps the driver's connector for the service's pool:
+//
+//   - A failed connection attempt is tried again, with a short jittered backoff, for up to
+//     wait (DB_RECONNECT_WAIT) or until the caller's context ends. Nothing was sent, so this
+//     is always safe, and it is the one place that covers every path: transactions, single
+//     statements, prepared statements, and a stale pooled session that database/sql replaces
+//     with a new one. A failover of a second or two is thus ridden inside the server.
+//   - A failure that remains is marked as one (connectError): lib/pq reports "no host is
+//     writable" (target_session_attrs) and a refused or half-open host as plain errors with
+//     no SQLSTATE, which the mark lets IsUnavailable recognise without reading error text.
+//
+// Wrong credentials or a missing database are configuration, not an outage: they are not
+// waited on.
+func Connector(c driver.Connector, wait time.Duration) driver.Connector {
+	return connector{Connector: c, wait: wait}
+}
+
+type connector struct {
+	driver.Connector
+	wait time.Duration
+}
+
+type noReconnectWaitKey struct{}
+
+// WithoutReconnectWait makes connections opened under ctx fail at the first refusal:
+// readiness must say "not ready" at once rather than ride the outage out.
+func WithoutReconnectWait(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noReconnectWaitKey{}, true)
+}
+
+func (c connector) Connect(ctx context.Context) (driver.Conn, error) {
+	start := time.Now()
+	noWait := ctx.Value(noReconnectWaitKey{}) != nil
+	for attempt := 1; ; attempt++ {
+		conn, err := c.Connector.Connect(ctx)
+		if err == nil {
+			return conn, nil
+		}
+		left := c.wait - time.Since(start)
+		if noWait || left <= 0 || ctx.Err() != nil || isConfigError(err) {
+			return nil, &connectError{err: err}
+		}
+		if sleepCtx(ctx, min(reconnectBackoff(attempt), left)) != nil {
+			return nil, &connectError{err: err}
+		}
+	}
+}
+
+// isConfigError: invalid authorization (28xxx) or a database that does not exist (3D000).
+func isConfigError(err error) bool {
+	pqErr := pq.As(err)
+	return pqErr != nil && (pqErr.Code.Class() == "28" || pqErr.Code == "3D000")
+}
+
+// connectError is a failure to open a session, after the reconnect wait.
+type connectError struct{ err error }
+
+func (e *connectError) Error() string { return "connect: " + e.err.Error() }
+func (e *connectError) Unwrap() error { return e.err }
+
+// Is makes a failure to connect match ErrUnavailable: no session could be opened for the
+// whole reconnect wait, so nothing was sent.
+func (e *connectError) Is(target error) bool { return target == ErrUnavailable }
