@@ -23,6 +23,9 @@ type config struct {
 	// StatementTimeout stops any single statement that runs away.
 	StatementTimeout time.Duration
 	ShutdownTimeout  time.Duration
+	// WebhookAllowLocal lets webhook targets resolve to loopback, link-local and unspecified
+	// addresses (WEBHOOK_ALLOW_LOCAL=true), for development and tests.
+	WebhookAllowLocal bool
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -49,6 +52,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 	intVar(getenv, "MAX_BACKFILL_RUNS", &cfg.MaxBackfillRuns, 1, 10_000_000, &errs)
 	intVar(getenv, "MAX_ATTEMPTS", &cfg.MaxAttempts, 1, 1000, &errs)
 	intVar(getenv, "DB_MAX_CONNS", &cfg.DBMaxConns, 2, 1000, &errs)
+	switch v := getenv("WEBHOOK_ALLOW_LOCAL"); v {
+	case "", "false":
+	case "true":
+		cfg.WebhookAllowLocal = true
+	default:
+		errs = append(errs, fmt.Errorf("WEBHOOK_ALLOW_LOCAL=%q: want true or false", v))
+	}
 	for _, t := range strings.Split(getenv("API_TOKEN"), ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			cfg.APITokens = append(cfg.APITokens, t)

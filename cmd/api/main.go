@@ -20,6 +20,7 @@ import (
 	"github.com/backfillsvc/backfill/migrations"
 	"github.com/backfillsvc/backfill/repo"
 	"github.com/backfillsvc/backfill/sweeper"
+	"github.com/backfillsvc/backfill/webhooks"
 	"github.com/jmoiron/sqlx"
 	_ "github.com/lib/pq"
 	// Schedules are evaluated in IANA zones; embedding the zone database makes their
@@ -69,7 +70,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 func serve(ctx context.Context, cfg config, db *sqlx.DB, logger *slog.Logger) error {
 	logger.Info("starting", "http_addr", cfg.HTTPAddr, "database_url", redactedDSN(cfg.DatabaseURL),
 		"sweep_interval", cfg.SweepInterval.String(), "max_backfill_runs", cfg.MaxBackfillRuns,
-		"max_attempts", cfg.MaxAttempts, "db_max_conns", cfg.DBMaxConns, "auth", len(cfg.APITokens) > 0)
+		"max_attempts", cfg.MaxAttempts, "db_max_conns", cfg.DBMaxConns, "auth", len(cfg.APITokens) > 0,
+		"webhook_allow_local", cfg.WebhookAllowLocal)
 
 	if err := migrations.Up(ctx, db.DB); err != nil {
 		return err
@@ -120,6 +122,14 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, logger *slog.Logger) er
 	sweep.Start(context.WithoutCancel(ctx))
 	defer sweep.Stop()
 
+	deliver := webhooks.New(store, webhooks.Config{
+		AllowLocal: cfg.WebhookAllowLocal,
+		Logger:     logger.With("component", "webhooks"),
+		Observer:   m,
+	})
+	deliver.Start(context.WithoutCancel(ctx))
+	defer deliver.Stop()
+
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	logger.Info("serving", "addr", ln.Addr().String())
@@ -138,8 +148,9 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, logger *slog.Logger) er
 	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", err)
 	}
-	logger.Info("stopping sweeper")
+	logger.Info("stopping sweeper and webhook delivery")
 	sweep.Stop()
+	deliver.Stop()
 	logger.Info("stopped")
 	return nil
 }
