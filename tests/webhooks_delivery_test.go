@@ -281,7 +281,7 @@ func TestWebhookDeliverersRunningTogetherDeliverEachEventOnce(t *testing.T) {
 	const replicas = 4
 	ds := make([]*deliverer, replicas)
 	for i := range ds {
-		ds[i] = e.newDeliverer(webhooks.Config{AllowLocal: true, Batch: 5, Concurrency: 3})
+		ds[i] = e.newDeliverer(webhooks.Config{AllowLocal: true, Concurrency: 3})
 	}
 	ready := make(chan struct{})
 	errs := make(chan error, replicas)
@@ -323,4 +323,36 @@ func repoOutcome(webhookID, eventID int64, attempt, status int, msg string, retr
 	o.WebhookID, o.EventID, o.Attempt = webhookID, eventID, attempt
 	o.StatusCode, o.Error, o.RetryAfter = &status, &msg, retry
 	return o
+}
+
+// The background loop, as each replica runs it: it delivers without RunOnce being called,
+// and Stop is safe before Start, idempotent, and returns after the loop has ended.
+func TestWebhookDelivererLoopDeliversUntilStopped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rc := newReceiver(t, nil)
+	e.createWebhook(rc.URL)
+	idle := e.newDeliverer(webhooks.Config{AllowLocal: true})
+	idle.Stop()
+
+	recorded := make(outcomes, 10)
+	d := e.newDeliverer(webhooks.Config{AllowLocal: true, Interval: 10 * time.Millisecond, Observer: recorded})
+	d.Start(context.Background())
+	d.Start(context.Background())
+	for i := range 3 {
+		id := e.insertEvent("backfill.created", 1, "d")
+		select {
+		case outcome := <-recorded:
+			require.Equal(t, webhooks.OutcomeDelivered, outcome)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("event %d not delivered by the loop within 30 s", id)
+		}
+		require.Len(t, rc.Got(), i+1)
+		require.Equal(t, strconv.FormatInt(id, 10), rc.Got()[i].Header.Get("webhook-id"))
+	}
+	d.Stop()
+	d.Stop()
+	var pending int
+	require.NoError(t, e.DB.Get(&pending, `SELECT count(*) FROM webhook_deliveries WHERE state <> 'delivered'`))
+	require.Zero(t, pending)
 }

@@ -42,9 +42,18 @@ type deliverer struct {
 
 func (e *env) newDeliverer(cfg webhooks.Config) *deliverer {
 	m := metrics.New()
-	cfg.Observer = m
+	if cfg.Observer == nil {
+		cfg.Observer = m
+	}
 	return &deliverer{Deliverer: webhooks.New(e.Store, cfg), metrics: m}
 }
+
+// outcomes is a webhooks.Observer that hands every attempt's outcome to the test, once it
+// is recorded.
+type outcomes chan string
+
+func (o outcomes) WebhookAttempted(outcome string) { o <- outcome }
+func (o outcomes) WebhookDelivered(time.Duration)  {}
 
 // localDeliverer may reach the test's receivers on 127.0.0.1 (WEBHOOK_ALLOW_LOCAL=true).
 func (e *env) localDeliverer() *deliverer {

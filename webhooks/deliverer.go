@@ -46,12 +46,12 @@ func (nopObserver) WebhookDelivered(time.Duration) {}
 
 // Config tunes a Deliverer. Zero values take defaults.
 type Config struct {
-	// Interval between polls for due deliveries (default 1s). A pass that claimed a full
-	// batch is followed at once by another.
+	// Interval between polls for due deliveries (default 1s). While deliveries are due and
+	// attempts finish, the next claim comes as soon as an attempt ends.
 	Interval time.Duration
-	// Batch is the most deliveries one claim takes (default 32).
-	Batch int
-	// Concurrency is the most attempts in flight at once (default 8).
+	// Concurrency is the most attempts in flight at once (default 8). A claim takes only
+	// as many deliveries as there are free slots, so that every claimed delivery is
+	// attempted at once and the log's attempted_at is when its request went out.
 	Concurrency int
 	// Timeout bounds one attempt, from dialing to the end of the answer's headers and the
 	// first 64 KiB of its body (default 10s, the contract's).
@@ -84,9 +84,6 @@ type Deliverer struct {
 func New(store Store, cfg Config) *Deliverer {
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
-	}
-	if cfg.Batch <= 0 {
-		cfg.Batch = 32
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 8
@@ -155,54 +152,76 @@ func (d *Deliverer) Stop() {
 
 func (d *Deliverer) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
+	var inFlight sync.WaitGroup
+	defer inFlight.Wait() // attempts cut off by Stop still record their outcome
 	ticker := time.NewTicker(d.cfg.Interval)
 	defer ticker.Stop()
+	slots := make(chan struct{}, d.cfg.Concurrency) // one token per attempt in flight
+	freed := make(chan struct{}, d.cfg.Concurrency)
 	for {
-		start := time.Now()
-		n, err := d.runOnce(ctx)
-		if d.cfg.OnPass != nil {
-			d.cfg.OnPass(time.Since(start), err)
+		free := cap(slots) - len(slots)
+		claimed := 0
+		if free > 0 {
+			start := time.Now()
+			due, err := d.claim(ctx, free)
+			if d.cfg.OnPass != nil {
+				d.cfg.OnPass(time.Since(start), err)
+			}
+			if err != nil && ctx.Err() == nil {
+				d.log.Error("webhook delivery claim failed", "err", err)
+			}
+			claimed = len(due)
+			for _, item := range due {
+				slots <- struct{}{}
+				inFlight.Go(func() {
+					defer func() {
+						<-slots
+						select {
+						case freed <- struct{}{}:
+						default:
+						}
+					}()
+					if err := d.deliver(ctx, item); err != nil && ctx.Err() == nil {
+						d.log.Error("webhook delivery failed to record", "err", err)
+					}
+				})
+			}
 		}
-		if err != nil && ctx.Err() == nil {
-			d.log.Error("webhook delivery pass failed", "err", err)
-		}
-		if err == nil && n == d.cfg.Batch {
-			continue // a backlog: claim the next batch at once
+		// Every slot taken, or every free slot filled: more may be due, so claim again as
+		// soon as an attempt ends; otherwise poll on the interval.
+		var wake <-chan struct{}
+		if free == 0 || claimed == free {
+			wake = freed
 		}
 		select {
 		case <-ctx.Done():
 			return
+		case <-wake:
 		case <-ticker.C:
 		}
 	}
 }
 
-// RunOnce claims one batch of due deliveries, makes their attempts (up to Concurrency at a
-// time) and records every outcome before it returns.
+// RunOnce claims as many due deliveries as Concurrency allows, makes their attempts at once
+// and records every outcome before it returns. Tests call it instead of waiting for the loop.
 func (d *Deliverer) RunOnce(ctx context.Context) error {
-	_, err := d.runOnce(ctx)
-	return err
-}
-
-func (d *Deliverer) runOnce(ctx context.Context) (int, error) {
-	claimCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	due, err := d.store.WebhookDeliveryClaim(claimCtx, d.cfg.Batch, d.cfg.Lease)
-	cancel()
+	due, err := d.claim(ctx, d.cfg.Concurrency)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	sem := make(chan struct{}, d.cfg.Concurrency)
 	errs := make([]error, len(due))
 	var wg sync.WaitGroup
 	for i, item := range due {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			errs[i] = d.deliver(ctx, item)
-		})
+		wg.Go(func() { errs[i] = d.deliver(ctx, item) })
 	}
 	wg.Wait()
-	return len(due), errors.Join(errs...)
+	return errors.Join(errs...)
+}
+
+func (d *Deliverer) claim(ctx context.Context, n int) ([]repo.WebhookDue, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return d.store.WebhookDeliveryClaim(ctx, n, d.cfg.Lease)
 }
 
 // deliver makes one attempt and records its outcome.
