@@ -1102,7 +1102,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description `dag_not_found`, `backfill_not_found` or `run_not_found`. */
+        /** @description `dag_not_found`, `backfill_not_found`, `run_not_found` or `webhook_not_found`. */
         NotFound: {
             headers: {
                 [name: string]: unknown;
@@ -1145,8 +1145,8 @@ export interface components {
         };
         /**
          * @description Well-formed but semantically impossible: `invalid_dag`, `invalid_backfill`,
-         *     `no_runs_to_create`, `too_many_runs` or `idempotency_key_reused`, as the operation
-         *     describes.
+         *     `no_runs_to_create`, `too_many_runs`, `idempotency_key_reused` or `invalid_webhook`, as
+         *     the operation describes.
          */
         Unprocessable: {
             headers: {
