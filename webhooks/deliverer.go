@@ -63,8 +63,6 @@ type Config struct {
 	AllowLocal bool
 	Logger     *slog.Logger
 	Observer   Observer
-	// OnPass, when set, is told the outcome of every pass.
-	OnPass func(d time.Duration, err error)
 }
 
 // Deliverer is a start/stop background service.
@@ -162,11 +160,7 @@ func (d *Deliverer) loop(ctx context.Context, done chan struct{}) {
 		free := cap(slots) - len(slots)
 		claimed := 0
 		if free > 0 {
-			start := time.Now()
 			due, err := d.claim(ctx, free)
-			if d.cfg.OnPass != nil {
-				d.cfg.OnPass(time.Since(start), err)
-			}
 			if err != nil && ctx.Err() == nil {
 				d.log.Error("webhook delivery claim failed", "err", err)
 			}
@@ -181,8 +175,9 @@ func (d *Deliverer) loop(ctx context.Context, done chan struct{}) {
 						default:
 						}
 					}()
-					if err := d.deliver(ctx, item); err != nil && ctx.Err() == nil {
-						d.log.Error("webhook delivery failed to record", "err", err)
+					if err := d.deliver(ctx, item); err != nil {
+						// The claim's lease makes the delivery due again: at least once holds.
+						d.log.Error("webhook attempt outcome not recorded", "err", err)
 					}
 				})
 			}
@@ -237,8 +232,8 @@ func (d *Deliverer) deliver(ctx context.Context, item repo.WebhookDue) error {
 	switch {
 	case attemptErr == nil && status >= 200 && status < 300:
 		out.Delivered = true
-	case ctx.Err() != nil:
-		// Stopping: the receiver may or may not have the event. Make it due again at once so
+	case attemptErr != nil && ctx.Err() != nil:
+		// Stopping cut the attempt off: the receiver may or may not have the event. Make it due again at once so
 		// that another replica (or this one after a restart) tries it without waiting.
 		msg := "interrupted: the service stopped during the attempt"
 		out.Error = &msg
@@ -267,11 +262,18 @@ func (d *Deliverer) deliver(ctx context.Context, item repo.WebhookDue) error {
 		d.cfg.Observer.WebhookDelivered(item.Now.Sub(item.OccurredAt) + elapsed)
 	}
 	level := slog.LevelDebug
-	if outcome == OutcomeGaveUp {
+	switch outcome {
+	case OutcomeRetry:
+		level = slog.LevelInfo
+	case OutcomeGaveUp:
 		level = slog.LevelWarn
 	}
-	d.log.Log(ctx, level, "webhook attempt", "webhook_id", item.WebhookID, "event_id", item.ID,
-		"attempt", item.Attempt, "status_code", status, "outcome", outcome, "duration_ms", elapsed.Milliseconds())
+	attrs := []any{"webhook_id", item.WebhookID, "event_id", item.ID, "attempt", item.Attempt,
+		"status_code", status, "outcome", outcome, "duration_ms", elapsed.Milliseconds()}
+	if out.Error != nil {
+		attrs = append(attrs, "error", *out.Error)
+	}
+	d.log.Log(context.WithoutCancel(ctx), level, "webhook attempt", attrs...)
 	return nil
 }
 
