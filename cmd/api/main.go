@@ -148,8 +148,9 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, logger *slog.Logger) er
 	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", err)
 	}
-	logger.Info("stopping sweeper and webhook delivery")
+	logger.Info("stopping sweeper")
 	sweep.Stop()
+	logger.Info("stopping webhook delivery")
 	deliver.Stop()
 	logger.Info("stopped")
 	return nil
