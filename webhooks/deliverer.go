@@ -161,7 +161,12 @@ func (d *Deliverer) loop(ctx context.Context, done chan struct{}) {
 		claimed := 0
 		if free > 0 {
 			due, err := d.claim(ctx, free)
-			if err != nil && ctx.Err() == nil {
+			switch {
+			case err == nil || ctx.Err() != nil:
+			case repo.IsUnavailable(err):
+				// An outage: every poll would say so; /readyz and the sweep report it too.
+				d.log.Warn("webhook delivery: database unavailable", "err", err)
+			default:
 				d.log.Error("webhook delivery claim failed", "err", err)
 			}
 			claimed = len(due)
