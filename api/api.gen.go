@@ -119,6 +119,7 @@ const (
 	ProblemCodeInvalidDag             ProblemCode = "invalid_dag"
 	ProblemCodeInvalidRequest         ProblemCode = "invalid_request"
 	ProblemCodeInvalidTransition      ProblemCode = "invalid_transition"
+	ProblemCodeInvalidWebhook         ProblemCode = "invalid_webhook"
 	ProblemCodeLeaseLost              ProblemCode = "lease_lost"
 	ProblemCodeMethodNotAllowed       ProblemCode = "method_not_allowed"
 	ProblemCodeNoRunsToCreate         ProblemCode = "no_runs_to_create"
@@ -130,6 +131,7 @@ const (
 	ProblemCodeTooManyRuns            ProblemCode = "too_many_runs"
 	ProblemCodeUnauthorized           ProblemCode = "unauthorized"
 	ProblemCodeUnavailable            ProblemCode = "unavailable"
+	ProblemCodeWebhookNotFound        ProblemCode = "webhook_not_found"
 )
 
 // Valid indicates whether the value is a known member of the ProblemCode enum.
@@ -157,6 +159,8 @@ func (e ProblemCode) Valid() bool {
 		return true
 	case ProblemCodeInvalidTransition:
 		return true
+	case ProblemCodeInvalidWebhook:
+		return true
 	case ProblemCodeLeaseLost:
 		return true
 	case ProblemCodeMethodNotAllowed:
@@ -178,6 +182,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeUnauthorized:
 		return true
 	case ProblemCodeUnavailable:
+		return true
+	case ProblemCodeWebhookNotFound:
 		return true
 	default:
 		return false
@@ -217,6 +223,42 @@ func (e RunType) Valid() bool {
 	case RunTypeBackfill:
 		return true
 	case RunTypeManual:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookEventType.
+const (
+	WebhookEventTypeBackfillCanceled  WebhookEventType = "backfill.canceled"
+	WebhookEventTypeBackfillCanceling WebhookEventType = "backfill.canceling"
+	WebhookEventTypeBackfillCreated   WebhookEventType = "backfill.created"
+	WebhookEventTypeBackfillFailed    WebhookEventType = "backfill.failed"
+	WebhookEventTypeBackfillPaused    WebhookEventType = "backfill.paused"
+	WebhookEventTypeBackfillSucceeded WebhookEventType = "backfill.succeeded"
+	WebhookEventTypeBackfillUnpaused  WebhookEventType = "backfill.unpaused"
+	WebhookEventTypeBackfillUpdated   WebhookEventType = "backfill.updated"
+)
+
+// Valid indicates whether the value is a known member of the WebhookEventType enum.
+func (e WebhookEventType) Valid() bool {
+	switch e {
+	case WebhookEventTypeBackfillCanceled:
+		return true
+	case WebhookEventTypeBackfillCanceling:
+		return true
+	case WebhookEventTypeBackfillCreated:
+		return true
+	case WebhookEventTypeBackfillFailed:
+		return true
+	case WebhookEventTypeBackfillPaused:
+		return true
+	case WebhookEventTypeBackfillSucceeded:
+		return true
+	case WebhookEventTypeBackfillUnpaused:
+		return true
+	case WebhookEventTypeBackfillUpdated:
 		return true
 	default:
 		return false
@@ -598,6 +640,73 @@ type ReprocessBehavior string
 // RunType `manual` (created by `POST /dags/{dag_id}/runs`) or `backfill`.
 type RunType string
 
+// Webhook defines model for Webhook.
+type Webhook struct {
+	CreatedAt   time.Time          `json:"created_at"`
+	Description *string            `json:"description"`
+	EventTypes  []WebhookEventType `json:"event_types"`
+	Id          int64              `json:"id"`
+	Url         string             `json:"url"`
+}
+
+// WebhookCollection defines model for WebhookCollection.
+type WebhookCollection struct {
+	TotalEntries int64     `json:"total_entries"`
+	Webhooks     []Webhook `json:"webhooks"`
+}
+
+// WebhookCreate defines model for WebhookCreate.
+type WebhookCreate struct {
+	Description *string `json:"description,omitempty"`
+
+	// EventTypes The event types to deliver; every type when absent.
+	EventTypes *[]WebhookEventType `json:"event_types,omitempty"`
+
+	// Url An absolute http or https URL.
+	//
+	// Example: https://hooks.example.com/backfills
+	Url string `json:"url"`
+}
+
+// WebhookDelivery One delivery attempt.
+type WebhookDelivery struct {
+	// Attempt 1 for the first attempt of this event to this webhook.
+	Attempt     int32      `json:"attempt"`
+	AttemptedAt time.Time  `json:"attempted_at"`
+	DeliveredAt *time.Time `json:"delivered_at"`
+
+	// Error Why the attempt did not deliver; null when it delivered.
+	Error   *string `json:"error"`
+	EventId int64   `json:"event_id"`
+
+	// NextAttemptAt When the next attempt is due; null once delivered or given up.
+	NextAttemptAt *time.Time `json:"next_attempt_at"`
+
+	// StatusCode The receiver's HTTP status; null when no HTTP answer came.
+	StatusCode *int32 `json:"status_code"`
+}
+
+// WebhookDeliveryCollection defines model for WebhookDeliveryCollection.
+type WebhookDeliveryCollection struct {
+	Deliveries   []WebhookDelivery `json:"deliveries"`
+	TotalEntries int64             `json:"total_entries"`
+}
+
+// WebhookEventType The type of a lifecycle event.
+type WebhookEventType string
+
+// WebhookWithSecret A webhook as registered, with its signing secret (shown only once).
+type WebhookWithSecret struct {
+	CreatedAt   time.Time          `json:"created_at"`
+	Description *string            `json:"description"`
+	EventTypes  []WebhookEventType `json:"event_types"`
+	Id          int64              `json:"id"`
+
+	// Secret `whsec_` + base64 of 32 random bytes; the HMAC key is the decoded bytes.
+	Secret string `json:"secret"`
+	Url    string `json:"url"`
+}
+
 // BackfillIdPath defines model for BackfillIdPath.
 type BackfillIdPath = int64
 
@@ -716,6 +825,27 @@ type ListDagRunsParams struct {
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
+// ListWebhooksParams defines parameters for ListWebhooks.
+type ListWebhooksParams struct {
+	// Limit Page size.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Entries to skip before the page starts.
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+}
+
+// ListWebhookDeliveriesParams defines parameters for ListWebhookDeliveries.
+type ListWebhookDeliveriesParams struct {
+	// EventId Only the attempts of this event.
+	EventId *int64 `form:"event_id,omitempty" json:"event_id,omitempty"`
+
+	// Limit Page size.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Entries to skip before the page starts.
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+}
+
 // CreateBackfillJSONRequestBody defines body for CreateBackfill for application/json ContentType.
 type CreateBackfillJSONRequestBody = BackfillCreate
 
@@ -736,6 +866,9 @@ type ClaimRunsJSONRequestBody = ClaimRequest
 
 // HeartbeatRunJSONRequestBody defines body for HeartbeatRun for application/json ContentType.
 type HeartbeatRunJSONRequestBody = HeartbeatRequest
+
+// CreateWebhookJSONRequestBody defines body for CreateWebhook for application/json ContentType.
+type CreateWebhookJSONRequestBody = WebhookCreate
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
@@ -793,6 +926,21 @@ type ServerInterface interface {
 	// HeartbeatRun Extend a run's lease
 	// (POST /api/v1/runs/{id}/heartbeat)
 	HeartbeatRun(w http.ResponseWriter, r *http.Request, id RunDbIdPath)
+	// ListWebhooks List webhooks
+	// (GET /api/v1/webhooks)
+	ListWebhooks(w http.ResponseWriter, r *http.Request, params ListWebhooksParams)
+	// CreateWebhook Register a webhook
+	// (POST /api/v1/webhooks)
+	CreateWebhook(w http.ResponseWriter, r *http.Request)
+	// DeleteWebhook Delete a webhook
+	// (DELETE /api/v1/webhooks/{webhook_id})
+	DeleteWebhook(w http.ResponseWriter, r *http.Request, webhookId int64)
+	// GetWebhook Get a webhook
+	// (GET /api/v1/webhooks/{webhook_id})
+	GetWebhook(w http.ResponseWriter, r *http.Request, webhookId int64)
+	// ListWebhookDeliveries The webhook's delivery log
+	// (GET /api/v1/webhooks/{webhook_id}/deliveries)
+	ListWebhookDeliveries(w http.ResponseWriter, r *http.Request, webhookId int64, params ListWebhookDeliveriesParams)
 	// GetDocs API reference page
 	// (GET /docs)
 	GetDocs(w http.ResponseWriter, r *http.Request)
@@ -931,6 +1079,36 @@ func (_ Unimplemented) ClaimRuns(w http.ResponseWriter, r *http.Request) {
 // HeartbeatRun Extend a run's lease
 // (POST /api/v1/runs/{id}/heartbeat)
 func (_ Unimplemented) HeartbeatRun(w http.ResponseWriter, r *http.Request, id RunDbIdPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListWebhooks List webhooks
+// (GET /api/v1/webhooks)
+func (_ Unimplemented) ListWebhooks(w http.ResponseWriter, r *http.Request, params ListWebhooksParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CreateWebhook Register a webhook
+// (POST /api/v1/webhooks)
+func (_ Unimplemented) CreateWebhook(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// DeleteWebhook Delete a webhook
+// (DELETE /api/v1/webhooks/{webhook_id})
+func (_ Unimplemented) DeleteWebhook(w http.ResponseWriter, r *http.Request, webhookId int64) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetWebhook Get a webhook
+// (GET /api/v1/webhooks/{webhook_id})
+func (_ Unimplemented) GetWebhook(w http.ResponseWriter, r *http.Request, webhookId int64) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListWebhookDeliveries The webhook's delivery log
+// (GET /api/v1/webhooks/{webhook_id}/deliveries)
+func (_ Unimplemented) ListWebhookDeliveries(w http.ResponseWriter, r *http.Request, webhookId int64, params ListWebhookDeliveriesParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -1651,6 +1829,186 @@ func (siw *ServerInterfaceWrapper) HeartbeatRun(w http.ResponseWriter, r *http.R
 	handler.ServeHTTP(w, r)
 }
 
+// ListWebhooks operation middleware
+func (siw *ServerInterfaceWrapper) ListWebhooks(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListWebhooksParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "offset" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "offset", r.URL.Query(), &params.Offset, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "offset"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "offset", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListWebhooks(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateWebhook operation middleware
+func (siw *ServerInterfaceWrapper) CreateWebhook(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateWebhook(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteWebhook operation middleware
+func (siw *ServerInterfaceWrapper) DeleteWebhook(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "webhook_id" -------------
+	var webhookId int64
+
+	err = runtime.BindStyledParameterWithOptions("simple", "webhook_id", chi.URLParam(r, "webhook_id"), &webhookId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "int64", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "webhook_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteWebhook(w, r, webhookId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetWebhook operation middleware
+func (siw *ServerInterfaceWrapper) GetWebhook(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "webhook_id" -------------
+	var webhookId int64
+
+	err = runtime.BindStyledParameterWithOptions("simple", "webhook_id", chi.URLParam(r, "webhook_id"), &webhookId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "int64", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "webhook_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetWebhook(w, r, webhookId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListWebhookDeliveries operation middleware
+func (siw *ServerInterfaceWrapper) ListWebhookDeliveries(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "webhook_id" -------------
+	var webhookId int64
+
+	err = runtime.BindStyledParameterWithOptions("simple", "webhook_id", chi.URLParam(r, "webhook_id"), &webhookId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "int64", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "webhook_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListWebhookDeliveriesParams
+
+	// ------------- Optional query parameter "event_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "event_id", r.URL.Query(), &params.EventId, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "event_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "event_id", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "offset" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "offset", r.URL.Query(), &params.Offset, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "offset"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "offset", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListWebhookDeliveries(w, r, webhookId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetDocs operation middleware
 func (siw *ServerInterfaceWrapper) GetDocs(w http.ResponseWriter, r *http.Request) {
 
@@ -1964,6 +2322,21 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/api/v1/runs/{id}/heartbeat", wrapper.HeartbeatRun)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/api/v1/webhooks", wrapper.ListWebhooks)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/api/v1/webhooks", wrapper.CreateWebhook)
+	})
+	r.Group(func(r chi.Router) {
+		r.Delete(options.BaseURL+"/api/v1/webhooks/{webhook_id}", wrapper.DeleteWebhook)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/api/v1/webhooks/{webhook_id}", wrapper.GetWebhook)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/api/v1/webhooks/{webhook_id}/deliveries", wrapper.ListWebhookDeliveries)
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/", wrapper.GetRoot)

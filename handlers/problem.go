@@ -64,6 +64,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, problem(http.StatusNotFound, "backfill_not_found", "no backfill with this id"))
 	case errors.Is(err, repo.ErrRunNotFound):
 		writeProblem(w, problem(http.StatusNotFound, "run_not_found", "no run with this id"))
+	case errors.Is(err, repo.ErrWebhookNotFound):
+		writeProblem(w, problem(http.StatusNotFound, "webhook_not_found", "no webhook with this id"))
+	case errors.Is(err, repo.ErrInvalidWebhook):
+		writeProblem(w, problem(http.StatusUnprocessableEntity, "invalid_webhook", err.Error()))
 	case errors.Is(err, repo.ErrRunAlreadyExists):
 		writeProblem(w, problem(http.StatusConflict, "run_already_exists", "the DAG already has a run for this logical_date"))
 	case errors.Is(err, repo.ErrBackfillNotActive):

@@ -32,6 +32,12 @@ type Store interface {
 	BackfillPause(ctx context.Context, id int64) (repo.Backfill, error)
 	BackfillUnpause(ctx context.Context, id int64) (repo.Backfill, error)
 	BackfillCancel(ctx context.Context, id int64) (repo.Backfill, error)
+
+	WebhookCreate(ctx context.Context, p repo.WebhookCreateParams) (repo.Webhook, error)
+	WebhookGet(ctx context.Context, id int64) (repo.Webhook, error)
+	WebhookList(ctx context.Context, p repo.ListParams) ([]repo.Webhook, int, error)
+	WebhookDelete(ctx context.Context, id int64) error
+	WebhookAttemptList(ctx context.Context, p repo.WebhookAttemptListParams) ([]repo.WebhookAttempt, int, error)
 }
 
 // ReadinessFunc reports whether the service can serve: database reachable and migrated.

@@ -26,6 +26,8 @@ type Metrics struct {
 	sweepErrors        prometheus.Counter
 	httpRequests       *prometheus.CounterVec
 	httpDuration       *prometheus.HistogramVec
+	webhookAttempts    *prometheus.CounterVec
+	webhookLag         prometheus.Histogram
 }
 
 // New registers every collector.
@@ -70,12 +72,22 @@ func New() *Metrics {
 			Help:    "HTTP request latency by route pattern and method.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route", "method"}),
+		webhookAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backfill_webhook_deliveries_total",
+			Help: "Webhook delivery attempts by outcome: delivered, retry (failed, tried again later), gave_up (failed, the last attempt).",
+		}, []string{"outcome"}),
+		webhookLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "backfill_webhook_delivery_lag_seconds",
+			Help:    "From an event's occurred_at to its delivery (a 2xx answer), retries included.",
+			Buckets: []float64{0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 7200, 28800, 86400},
+		}),
 	}
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.backfillsCreated, m.backfillsFinalized, m.runsClaimed, m.leasesExpired, m.txRetries,
 		m.sweepDuration, m.sweepErrors, m.httpRequests, m.httpDuration,
+		m.webhookAttempts, m.webhookLag,
 	)
 	return m
 }
@@ -127,3 +139,9 @@ func (m *Metrics) SweepPassed(d time.Duration, err error) {
 		m.sweepErrors.Inc()
 	}
 }
+
+// WebhookAttempted implements webhooks.Observer.
+func (m *Metrics) WebhookAttempted(outcome string) { m.webhookAttempts.WithLabelValues(outcome).Inc() }
+
+// WebhookDelivered implements webhooks.Observer.
+func (m *Metrics) WebhookDelivered(lag time.Duration) { m.webhookLag.Observe(lag.Seconds()) }

@@ -47,6 +47,11 @@ func authRoutes(e *env) []authRoute {
 		{http.MethodPost, "/api/v1/runs/claim", map[string]any{"worker_id": "auth_worker"}, http.StatusOK},
 		{http.MethodPost, "/api/v1/runs/2/heartbeat", map[string]any{"worker_id": "auth_worker"}, http.StatusOK},
 		{http.MethodPut, "/api/v1/backfills/1/cancel", nil, http.StatusOK},
+		{http.MethodPost, "/api/v1/webhooks", map[string]any{"url": "https://example.com/hook"}, http.StatusCreated},
+		{http.MethodGet, "/api/v1/webhooks", nil, http.StatusOK},
+		{http.MethodGet, "/api/v1/webhooks/1", nil, http.StatusOK},
+		{http.MethodGet, "/api/v1/webhooks/1/deliveries", nil, http.StatusOK},
+		{http.MethodDelete, "/api/v1/webhooks/1", nil, http.StatusNoContent},
 	}
 }
 

@@ -34,6 +34,9 @@ type config struct {
 	// DBConnMaxLifetime retires pooled connections, so that a pool drifts off an old primary
 	// that stayed up after a failover instead of staying on it for ever.
 	DBConnMaxLifetime time.Duration
+	// WebhookAllowLocal lets webhook targets resolve to loopback, link-local and unspecified
+	// addresses (WEBHOOK_ALLOW_LOCAL=true), for development and tests.
+	WebhookAllowLocal bool
 }
 
 // defaultHTTPAddr is where the server listens when HTTP_ADDR is unset; the healthcheck
@@ -73,6 +76,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 		if err := cfg.LogLevel.UnmarshalText([]byte(v)); err != nil {
 			errs = append(errs, fmt.Errorf("LOG_LEVEL=%q: want debug, info, warn or error", v))
 		}
+	}
+	switch v := getenv("WEBHOOK_ALLOW_LOCAL"); v {
+	case "", "false":
+	case "true":
+		cfg.WebhookAllowLocal = true
+	default:
+		errs = append(errs, fmt.Errorf("WEBHOOK_ALLOW_LOCAL=%q: want true or false", v))
 	}
 	for _, t := range strings.Split(getenv("API_TOKEN"), ",") {
 		if t = strings.TrimSpace(t); t != "" {

@@ -22,6 +22,7 @@ import (
 	"github.com/backfillsvc/backfill/migrations"
 	"github.com/backfillsvc/backfill/repo"
 	"github.com/backfillsvc/backfill/sweeper"
+	"github.com/backfillsvc/backfill/webhooks"
 	"github.com/jmoiron/sqlx"
 	_ "github.com/lib/pq"
 	// Schedules are evaluated in IANA zones; embedding the zone database makes their
@@ -79,7 +80,8 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, logger *slog.Logger) er
 	logger.Info("starting", "http_addr", cfg.HTTPAddr, "database_url", redactedDSN(cfg.DatabaseURL),
 		"sweep_interval", cfg.SweepInterval.String(), "max_backfill_runs", cfg.MaxBackfillRuns,
 		"max_attempts", cfg.MaxAttempts, "db_max_conns", cfg.DBMaxConns, "auth", len(cfg.APITokens) > 0,
-		"db_reconnect_wait", cfg.DBReconnectWait.String(), "db_conn_max_lifetime", cfg.DBConnMaxLifetime.String())
+		"db_reconnect_wait", cfg.DBReconnectWait.String(), "db_conn_max_lifetime", cfg.DBConnMaxLifetime.String(),
+		"webhook_allow_local", cfg.WebhookAllowLocal)
 
 	if err := migrations.Up(ctx, db.DB); err != nil {
 		return err
@@ -132,6 +134,14 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, logger *slog.Logger) er
 	sweep.Start(context.WithoutCancel(ctx))
 	defer sweep.Stop()
 
+	deliver := webhooks.New(store, webhooks.Config{
+		AllowLocal: cfg.WebhookAllowLocal,
+		Logger:     logger.With("component", "webhooks"),
+		Observer:   m,
+	})
+	deliver.Start(context.WithoutCancel(ctx))
+	defer deliver.Stop()
+
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	logger.Info("serving", "addr", ln.Addr().String())
@@ -152,6 +162,8 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, logger *slog.Logger) er
 	}
 	logger.Info("stopping sweeper")
 	sweep.Stop()
+	logger.Info("stopping webhook delivery")
+	deliver.Stop()
 	logger.Info("stopped")
 	return nil
 }

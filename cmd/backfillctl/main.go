@@ -65,6 +65,10 @@ var commands = []command{
 	{"backfills pause", backfillsPause},
 	{"backfills unpause", backfillsUnpause},
 	{"backfills cancel", backfillsCancel},
+	{"webhooks add", webhooksAdd},
+	{"webhooks list", webhooksList},
+	{"webhooks rm", webhooksRm},
+	{"webhooks deliveries", webhooksDeliveries},
 	{"watch", watch},
 	{"executor", executor},
 }

@@ -27,6 +27,7 @@ Backfills:
         Redrawn in place on a terminal, one line per change otherwise (with --output json the
         progress goes to stderr and the final backfill, as JSON, to stdout).
 
+` + webhooksUsage + `
 Executor (a demo, to watch a backfill finish without writing code):
   executor [--worker-id ID] [--dag-id ID] [--limit N] [--sleep 1s] [--fail-rate 0]
         Claims runs, "works" on each for --sleep, heartbeats, and reports success (or failed,

@@ -433,6 +433,100 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List webhooks
+         * @description Lists webhooks by id, without their secrets.
+         */
+        get: operations["listWebhooks"];
+        put?: never;
+        /**
+         * Register a webhook
+         * @description Registers an endpoint that receives events per Standard Webhooks
+         *     (https://www.standardwebhooks.com): each event is POSTed as JSON, the same JSON
+         *     `GET /events` answers for it, with the headers `webhook-id` (the event id),
+         *     `webhook-timestamp` (Unix seconds) and `webhook-signature` (`v1,` + base64
+         *     HMAC-SHA256 keyed with the secret's decoded bytes over
+         *     `<webhook-id>.<webhook-timestamp>.<body>`). A 2xx answer within 10 s is delivered;
+         *     anything else is retried with exponential backoff (first retry within 10 s) for at
+         *     least 24 h, from any replica, at least once. Redirects are not followed. Receivers
+         *     de-duplicate by `webhook-id`; no order is promised.
+         *
+         *     The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
+         *     here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
+         *     URL is 422 `invalid_webhook`. Targets that resolve to loopback, link-local or
+         *     unspecified addresses are refused at delivery (on the address dialed) unless the
+         *     server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+         */
+        post: operations["createWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/webhooks/{webhook_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The webhook's id. */
+                webhook_id: number;
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a webhook
+         * @description Answers the webhook without its secret, or 404 `webhook_not_found`.
+         */
+        get: operations["getWebhook"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a webhook
+         * @description Deletes the webhook with its pending deliveries and its delivery log: 204, or 404
+         *     `webhook_not_found`. An attempt already in flight may still reach the receiver.
+         */
+        delete: operations["deleteWebhook"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/webhooks/{webhook_id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The webhook's id. */
+                webhook_id: number;
+            };
+            cookie?: never;
+        };
+        /**
+         * The webhook's delivery log
+         * @description Every delivery attempt of the webhook, in the order they were made (optionally of one
+         *     event): its `status_code` (null when no HTTP answer came), `error`, `attempted_at`,
+         *     `next_attempt_at` (when the next attempt is due after this one failed; null once
+         *     delivered or given up) and `delivered_at` (set on the attempt that delivered). An
+         *     attempt whose outcome is not recorded yet (in flight, or its process stopped) has
+         *     `error` saying so. 404 `webhook_not_found` for an unknown webhook.
+         */
+        get: operations["listWebhookDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/": {
         parameters: {
             query?: never;
@@ -692,7 +786,7 @@ export interface components {
          * @description The stable, machine-readable error code. `not_found` and `method_not_allowed` answer requests to a path no route serves, or with a method the route does not serve.
          * @enum {string}
          */
-        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "busy" | "timeout" | "unavailable" | "internal" | "not_found" | "method_not_allowed";
+        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "webhook_not_found" | "invalid_webhook" | "busy" | "timeout" | "unavailable" | "internal" | "not_found" | "method_not_allowed";
         Dag: {
             dag_id: components["schemas"]["DagId"];
             /**
@@ -988,6 +1082,78 @@ export interface components {
              */
             active_backfill_id?: number;
         };
+        /**
+         * @description The type of a lifecycle event.
+         * @enum {string}
+         */
+        WebhookEventType: "backfill.created" | "backfill.updated" | "backfill.paused" | "backfill.unpaused" | "backfill.canceling" | "backfill.succeeded" | "backfill.failed" | "backfill.canceled";
+        WebhookCreate: {
+            /**
+             * @description An absolute http or https URL.
+             * @example https://hooks.example.com/backfills
+             */
+            url: string;
+            /** @description The event types to deliver; every type when absent. */
+            event_types?: components["schemas"]["WebhookEventType"][];
+            description?: string | null;
+        };
+        Webhook: {
+            /** Format: int64 */
+            id: number;
+            url: string;
+            event_types: components["schemas"]["WebhookEventType"][];
+            description: string | null;
+            /** Format: date-time */
+            created_at: string;
+        };
+        /** @description A webhook as registered, with its signing secret (shown only once). */
+        WebhookWithSecret: {
+            /** Format: int64 */
+            id: number;
+            url: string;
+            event_types: components["schemas"]["WebhookEventType"][];
+            description: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** @description `whsec_` + base64 of 32 random bytes; the HMAC key is the decoded bytes. */
+            secret: string;
+        };
+        WebhookCollection: {
+            webhooks: components["schemas"]["Webhook"][];
+            /** Format: int64 */
+            total_entries: number;
+        };
+        /** @description One delivery attempt. */
+        WebhookDelivery: {
+            /** Format: int64 */
+            event_id: number;
+            /**
+             * Format: int32
+             * @description 1 for the first attempt of this event to this webhook.
+             */
+            attempt: number;
+            /**
+             * Format: int32
+             * @description The receiver's HTTP status; null when no HTTP answer came.
+             */
+            status_code: number | null;
+            /** @description Why the attempt did not deliver; null when it delivered. */
+            error: string | null;
+            /** Format: date-time */
+            attempted_at: string;
+            /**
+             * Format: date-time
+             * @description When the next attempt is due; null once delivered or given up.
+             */
+            next_attempt_at: string | null;
+            /** Format: date-time */
+            delivered_at: string | null;
+        };
+        WebhookDeliveryCollection: {
+            deliveries: components["schemas"]["WebhookDelivery"][];
+            /** Format: int64 */
+            total_entries: number;
+        };
     };
     responses: {
         /**
@@ -1027,7 +1193,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description `dag_not_found`, `backfill_not_found` or `run_not_found`. */
+        /** @description `dag_not_found`, `backfill_not_found`, `run_not_found` or `webhook_not_found`. */
         NotFound: {
             headers: {
                 [name: string]: unknown;
@@ -1070,8 +1236,8 @@ export interface components {
         };
         /**
          * @description Well-formed but semantically impossible: `invalid_dag`, `invalid_backfill`,
-         *     `no_runs_to_create`, `too_many_runs` or `idempotency_key_reused`, as the operation
-         *     describes.
+         *     `no_runs_to_create`, `too_many_runs`, `idempotency_key_reused` or `invalid_webhook`, as
+         *     the operation describes.
          */
         Unprocessable: {
             headers: {
@@ -1711,6 +1877,155 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listWebhooks: {
+        parameters: {
+            query?: {
+                /** @description Page size. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Entries to skip before the page starts. */
+                offset?: components["parameters"]["Offset"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of webhooks. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookCollection"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookCreate"];
+            };
+        };
+        responses: {
+            /** @description Registered; the only answer that shows the secret. */
+            201: {
+                headers: {
+                    Location: components["headers"]["Location"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookWithSecret"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["Unprocessable"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The webhook's id. */
+                webhook_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The webhook. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Webhook"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    deleteWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The webhook's id. */
+                webhook_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listWebhookDeliveries: {
+        parameters: {
+            query?: {
+                /** @description Only the attempts of this event. */
+                event_id?: number;
+                /** @description Page size. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Entries to skip before the page starts. */
+                offset?: components["parameters"]["Offset"];
+            };
+            header?: never;
+            path: {
+                /** @description The webhook's id. */
+                webhook_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of attempts. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDeliveryCollection"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };

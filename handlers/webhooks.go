@@ -1,0 +1,171 @@
+package handlers
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+
+	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/repo"
+)
+
+// allEventTypes is a webhook's event_types when the request names none: every type the
+// spec knows, in its order.
+var allEventTypes = []string{
+	string(api.WebhookEventTypeBackfillCreated),
+	string(api.WebhookEventTypeBackfillUpdated),
+	string(api.WebhookEventTypeBackfillPaused),
+	string(api.WebhookEventTypeBackfillUnpaused),
+	string(api.WebhookEventTypeBackfillCanceling),
+	string(api.WebhookEventTypeBackfillSucceeded),
+	string(api.WebhookEventTypeBackfillFailed),
+	string(api.WebhookEventTypeBackfillCanceled),
+}
+
+// newWebhookSecret is a Standard Webhooks secret: whsec_ + base64 of 32 random bytes.
+func newWebhookSecret() (string, error) {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return "", fmt.Errorf("webhook secret: %w", err)
+	}
+	return "whsec_" + base64.StdEncoding.EncodeToString(key), nil
+}
+
+// checkWebhookURL accepts absolute http and https URLs with a host. Where the host points is
+// judged at delivery, on the address actually dialed.
+func checkWebhookURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("%w: url is not a URL: %w", repo.ErrInvalidWebhook, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("%w: url must be an absolute http or https URL", repo.ErrInvalidWebhook)
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return fmt.Errorf("%w: url has no host", repo.ErrInvalidWebhook)
+	}
+	if u.User != nil {
+		return fmt.Errorf("%w: url must not carry credentials; the signature authenticates deliveries", repo.ErrInvalidWebhook)
+	}
+	return nil
+}
+
+// CreateWebhook registers a webhook and answers its secret, the only time it is shown.
+func (s *Server) CreateWebhook(w http.ResponseWriter, r *http.Request) {
+	var body api.WebhookCreate
+	if p := decodeBody(r, &body); p != nil {
+		writeProblem(w, *p)
+		return
+	}
+	if err := checkWebhookURL(body.Url); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	types := allEventTypes
+	if body.EventTypes != nil {
+		types = nil
+		for _, t := range *body.EventTypes {
+			if !slices.Contains(types, string(t)) {
+				types = append(types, string(t))
+			}
+		}
+	}
+	secret, err := newWebhookSecret()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	wh, err := s.store.WebhookCreate(r.Context(), repo.WebhookCreateParams{
+		URL: body.Url, EventTypes: types, Description: body.Description, Secret: secret,
+	})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := webhookOut(wh)
+	w.Header().Set("Location", "/api/v1/webhooks/"+strconv.FormatInt(wh.ID, 10))
+	w.Header().Set("Cache-Control", "no-store")
+	s.writeJSON(w, r, http.StatusCreated, api.WebhookWithSecret{
+		Id: out.Id, Url: out.Url, EventTypes: out.EventTypes, Description: out.Description,
+		CreatedAt: out.CreatedAt, Secret: wh.Secret,
+	})
+}
+
+// ListWebhooks pages webhooks by id.
+func (s *Server) ListWebhooks(w http.ResponseWriter, r *http.Request, params api.ListWebhooksParams) {
+	limit, offset := page(params.Limit, params.Offset)
+	hooks, total, err := s.store.WebhookList(r.Context(), repo.ListParams{Limit: limit, Offset: offset})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := api.WebhookCollection{Webhooks: make([]api.Webhook, len(hooks)), TotalEntries: int64(total)}
+	for i, h := range hooks {
+		out.Webhooks[i] = webhookOut(h)
+	}
+	s.writeJSON(w, r, http.StatusOK, out)
+}
+
+// GetWebhook answers one webhook, without its secret.
+func (s *Server) GetWebhook(w http.ResponseWriter, r *http.Request, webhookID int64) {
+	wh, err := s.store.WebhookGet(r.Context(), webhookID)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, webhookOut(wh))
+}
+
+// DeleteWebhook removes a webhook with its deliveries.
+func (s *Server) DeleteWebhook(w http.ResponseWriter, r *http.Request, webhookID int64) {
+	if err := s.store.WebhookDelete(r.Context(), webhookID); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// ListWebhookDeliveries pages a webhook's delivery log.
+func (s *Server) ListWebhookDeliveries(w http.ResponseWriter, r *http.Request, webhookID int64, params api.ListWebhookDeliveriesParams) {
+	limit, offset := page(params.Limit, params.Offset)
+	attempts, total, err := s.store.WebhookAttemptList(r.Context(), repo.WebhookAttemptListParams{
+		WebhookID: webhookID, EventID: params.EventId, Limit: limit, Offset: offset,
+	})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := api.WebhookDeliveryCollection{Deliveries: make([]api.WebhookDelivery, len(attempts)), TotalEntries: int64(total)}
+	for i, a := range attempts {
+		out.Deliveries[i] = attemptOut(a)
+	}
+	s.writeJSON(w, r, http.StatusOK, out)
+}
+
+func webhookOut(w repo.Webhook) api.Webhook {
+	types := make([]api.WebhookEventType, len(w.EventTypes))
+	for i, t := range w.EventTypes {
+		types[i] = api.WebhookEventType(t)
+	}
+	return api.Webhook{Id: w.ID, Url: w.URL, EventTypes: types, Description: w.Description, CreatedAt: utc(w.CreatedAt)}
+}
+
+func attemptOut(a repo.WebhookAttempt) api.WebhookDelivery {
+	out := api.WebhookDelivery{
+		EventId:       a.EventID,
+		Attempt:       int32(a.Attempt),
+		Error:         a.Error,
+		AttemptedAt:   utc(a.AttemptedAt),
+		NextAttemptAt: utcPtr(a.NextAttemptAt),
+		DeliveredAt:   utcPtr(a.DeliveredAt),
+	}
+	if a.StatusCode != nil {
+		code := int32(*a.StatusCode)
+		out.StatusCode = &code
+	}
+	return out
+}

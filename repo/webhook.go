@@ -1,0 +1,147 @@
+package repo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
+)
+
+// Webhook errors.
+var (
+	ErrWebhookNotFound = errors.New("webhook not found")
+	ErrInvalidWebhook  = errors.New("invalid webhook")
+)
+
+// Webhook is an endpoint that receives events. Secret is read only by creation and delivery.
+type Webhook struct {
+	ID          int64          `db:"id"`
+	URL         string         `db:"url"`
+	EventTypes  pq.StringArray `db:"event_types"`
+	Description *string        `db:"description"`
+	Secret      string         `db:"secret"`
+	CreatedAt   time.Time      `db:"created_at"`
+}
+
+// webhookColumns leaves the secret out: reads other than creation never show it.
+const webhookColumns = `id, url, event_types, description, created_at`
+
+// WebhookCreateParams registers a webhook; the caller fills in defaults and the secret.
+type WebhookCreateParams struct {
+	URL         string
+	EventTypes  []string
+	Description *string
+	Secret      string
+}
+
+// WebhookCreate registers a webhook. It receives the events written after it commits.
+func (s *Store) WebhookCreate(ctx context.Context, p WebhookCreateParams) (Webhook, error) {
+	var w Webhook
+	err := sqlx.GetContext(ctx, s.db, &w, `
+		INSERT INTO webhooks (url, event_types, description, secret, created_at)
+		VALUES ($1, $2, $3, $4, backfill_now())
+		RETURNING `+webhookColumns+`, secret`,
+		p.URL, pq.StringArray(p.EventTypes), p.Description, p.Secret)
+	if err != nil {
+		return Webhook{}, fmt.Errorf("insert webhook: %w", err)
+	}
+	return w, nil
+}
+
+// WebhookGet returns one webhook without its secret.
+func (s *Store) WebhookGet(ctx context.Context, id int64) (Webhook, error) {
+	var w Webhook
+	err := sqlx.GetContext(ctx, s.db, &w, `SELECT `+webhookColumns+` FROM webhooks WHERE id = $1`, id)
+	if isNoRows(err) {
+		return Webhook{}, ErrWebhookNotFound
+	}
+	if err != nil {
+		return Webhook{}, fmt.Errorf("get webhook %d: %w", id, err)
+	}
+	return w, nil
+}
+
+// WebhookList pages webhooks by id, without secrets.
+func (s *Store) WebhookList(ctx context.Context, p ListParams) ([]Webhook, int, error) {
+	var total int
+	if err := sqlx.GetContext(ctx, s.db, &total, `SELECT count(*) FROM webhooks`); err != nil {
+		return nil, 0, fmt.Errorf("count webhooks: %w", err)
+	}
+	out := []Webhook{}
+	err := sqlx.SelectContext(ctx, s.db, &out, `
+		SELECT `+webhookColumns+` FROM webhooks ORDER BY id LIMIT $1 OFFSET $2`, p.Limit, p.Offset)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list webhooks: %w", err)
+	}
+	return out, total, nil
+}
+
+// WebhookDelete removes a webhook; its deliveries and their log go with it (ON DELETE
+// CASCADE). An event transaction that already matched the webhook holds it FOR KEY SHARE, so
+// the delete waits for it and then removes the deliveries it made too.
+func (s *Store) WebhookDelete(ctx context.Context, id int64) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM webhooks WHERE id = $1`, id)
+	if err != nil {
+		return fmt.Errorf("delete webhook %d: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("delete webhook %d: %w", id, err)
+	}
+	if n == 0 {
+		return ErrWebhookNotFound
+	}
+	return nil
+}
+
+// WebhookAttempt is one entry of a webhook's delivery log.
+type WebhookAttempt struct {
+	EventID       int64      `db:"event_id"`
+	Attempt       int        `db:"attempt"`
+	StatusCode    *int       `db:"status_code"`
+	Error         *string    `db:"error"`
+	AttemptedAt   time.Time  `db:"attempted_at"`
+	NextAttemptAt *time.Time `db:"next_attempt_at"`
+	DeliveredAt   *time.Time `db:"delivered_at"`
+}
+
+// WebhookAttemptListParams pages a webhook's delivery log, optionally of one event.
+type WebhookAttemptListParams struct {
+	WebhookID int64
+	EventID   *int64
+	Limit     int
+	Offset    int
+}
+
+// WebhookAttemptList pages a webhook's delivery attempts in the order they were made.
+func (s *Store) WebhookAttemptList(ctx context.Context, p WebhookAttemptListParams) ([]WebhookAttempt, int, error) {
+	out := []WebhookAttempt{}
+	var total int
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		out, total = []WebhookAttempt{}, 0
+		var exists bool
+		if err := sqlx.GetContext(ctx, tx, &exists, `SELECT EXISTS (SELECT 1 FROM webhooks WHERE id = $1)`, p.WebhookID); err != nil {
+			return fmt.Errorf("find webhook %d: %w", p.WebhookID, err)
+		}
+		if !exists {
+			return ErrWebhookNotFound
+		}
+		// $2 IS NULL: one statement for both the filtered and the unfiltered log.
+		const where = `WHERE webhook_id = $1 AND ($2::bigint IS NULL OR event_id = $2)`
+		if err := sqlx.GetContext(ctx, tx, &total, `SELECT count(*) FROM webhook_attempts `+where, p.WebhookID, p.EventID); err != nil {
+			return fmt.Errorf("count webhook attempts: %w", err)
+		}
+		err := sqlx.SelectContext(ctx, tx, &out, `
+			SELECT event_id, attempt, status_code, error, attempted_at, next_attempt_at, delivered_at
+			FROM webhook_attempts `+where+` ORDER BY id LIMIT $3 OFFSET $4`,
+			p.WebhookID, p.EventID, p.Limit, p.Offset)
+		if err != nil {
+			return fmt.Errorf("list webhook attempts: %w", err)
+		}
+		return nil
+	})
+	return out, total, err
+}

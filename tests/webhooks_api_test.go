@@ -1,0 +1,147 @@
+package tests
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/backfillsvc/backfill/api"
+	"github.com/stretchr/testify/require"
+)
+
+var allWebhookEventTypes = []api.WebhookEventType{
+	"backfill.created", "backfill.updated", "backfill.paused", "backfill.unpaused",
+	"backfill.canceling", "backfill.succeeded", "backfill.failed", "backfill.canceled",
+}
+
+func TestWebhookCreateAnswersTheSecretOnceAndReadsNeverShowIt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	desc := "ops channel"
+	res := e.Do(http.MethodPost, "/api/v1/webhooks", map[string]any{"url": "https://hooks.example.com/b", "description": desc})
+	require.Equal(t, http.StatusCreated, res.Status, "body: %s", res.Body)
+	var w api.WebhookWithSecret
+	res.Decode(t, &w)
+	require.Equal(t, fmt.Sprintf("/api/v1/webhooks/%d", w.Id), res.Header.Get("Location"))
+	require.Equal(t, "https://hooks.example.com/b", w.Url)
+	require.Equal(t, allWebhookEventTypes, w.EventTypes, "event_types defaults to every type")
+	require.Equal(t, desc, *w.Description)
+	require.True(t, w.CreatedAt.Equal(e.Clock.Now()), "created_at %s is the database clock %s", w.CreatedAt, e.Clock.Now())
+	require.True(t, strings.HasPrefix(w.Secret, "whsec_"), w.Secret)
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(w.Secret, "whsec_"))
+	require.NoError(t, err)
+	require.Len(t, key, 32)
+
+	other := e.createWebhook("http://hooks.example.com/2")
+	require.NotEqual(t, w.Secret, other.Secret, "every webhook has its own secret")
+
+	for _, path := range []string{fmt.Sprintf("/api/v1/webhooks/%d", w.Id), "/api/v1/webhooks"} {
+		res := e.Do(http.MethodGet, path, nil)
+		require.Equal(t, http.StatusOK, res.Status)
+		require.NotContains(t, string(res.Body), "secret")
+		require.NotContains(t, string(res.Body), strings.TrimPrefix(w.Secret, "whsec_"))
+	}
+	var got api.Webhook
+	e.Do(http.MethodGet, fmt.Sprintf("/api/v1/webhooks/%d", w.Id), nil).Decode(t, &got)
+	require.Equal(t, api.Webhook{Id: w.Id, Url: w.Url, EventTypes: w.EventTypes, Description: w.Description, CreatedAt: w.CreatedAt}, got)
+
+	var list api.WebhookCollection
+	e.Do(http.MethodGet, "/api/v1/webhooks?limit=1&offset=1", nil).Decode(t, &list)
+	require.EqualValues(t, 2, list.TotalEntries)
+	require.Len(t, list.Webhooks, 1)
+	require.Equal(t, other.Id, list.Webhooks[0].Id)
+}
+
+func TestWebhookEventTypesAreKeptOnceEachInTheOrderGiven(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	w := e.createWebhook("https://example.com/h", "backfill.failed", "backfill.succeeded", "backfill.failed")
+	require.Equal(t, []api.WebhookEventType{"backfill.failed", "backfill.succeeded"}, w.EventTypes)
+}
+
+func TestWebhookCreateRejectsURLsThatAreNotAbsoluteHTTP(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, url := range []string{
+		"ftp://example.com/hook", "example.com/hook", "/hook", "http://", "https:///path",
+		"mailto:ops@example.com", "https://user:pw@example.com/hook", "http://exa mple.com/", "javascript:alert(1)",
+	} {
+		res := e.Do(http.MethodPost, "/api/v1/webhooks", map[string]any{"url": url})
+		require.Equal(t, http.StatusUnprocessableEntity, res.Status, "url %q: %s", url, res.Body)
+		require.Equal(t, api.ProblemCode("invalid_webhook"), res.Problem(t).Code, url)
+	}
+	var n int
+	require.NoError(t, e.DB.Get(&n, `SELECT count(*) FROM webhooks`))
+	require.Zero(t, n, "nothing is registered by a refused request")
+}
+
+func TestWebhookCreateRejectsMalformedBodiesWith400(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for name, body := range map[string]string{
+		"unknown event type":     `{"url": "https://example.com/h", "event_types": ["backfill.exploded"]}`,
+		"empty event types":      `{"url": "https://example.com/h", "event_types": []}`,
+		"event types not a list": `{"url": "https://example.com/h", "event_types": "backfill.created"}`,
+		"unknown field":          `{"url": "https://example.com/h", "secret": "whsec_mine"}`,
+		"no url":                 `{"event_types": ["backfill.created"]}`,
+		"empty url":              `{"url": ""}`,
+		"url not a string":       `{"url": 7}`,
+		"not an object":          `["https://example.com/h"]`,
+		"url too long":           fmt.Sprintf(`{"url": "https://example.com/%s"}`, strings.Repeat("a", 2048)),
+	} {
+		res := e.Do(http.MethodPost, "/api/v1/webhooks", body)
+		require.Equal(t, http.StatusBadRequest, res.Status, "%s: %s", name, res.Body)
+		require.Equal(t, api.ProblemCode("invalid_request"), res.Problem(t).Code, name)
+	}
+}
+
+func TestWebhookDeleteAnswers204ThenTheWebhookIsGone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	w := e.createWebhook("https://example.com/h")
+	e.insertEvent("backfill.created", 1, "d")
+	path := fmt.Sprintf("/api/v1/webhooks/%d", w.Id)
+	res := e.Do(http.MethodDelete, path, nil)
+	require.Equal(t, http.StatusNoContent, res.Status, "body: %s", res.Body)
+	require.Empty(t, res.Body)
+	for _, req := range [][2]string{{http.MethodGet, path}, {http.MethodDelete, path}, {http.MethodGet, path + "/deliveries"}} {
+		res := e.Do(req[0], req[1], nil)
+		require.Equal(t, http.StatusNotFound, res.Status, "%s %s", req[0], req[1])
+		require.Equal(t, api.ProblemCode("webhook_not_found"), res.Problem(t).Code)
+	}
+	var n int
+	require.NoError(t, e.DB.Get(&n, `SELECT count(*) FROM webhook_deliveries`))
+	require.Zero(t, n, "the webhook's pending delivery went with it")
+}
+
+func TestWebhookRoutesRejectBadIdsAndPages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	w := e.createWebhook("https://example.com/h")
+	for _, path := range []string{
+		"/api/v1/webhooks/0", "/api/v1/webhooks/abc", "/api/v1/webhooks?limit=0",
+		"/api/v1/webhooks?limit=1001", "/api/v1/webhooks?offset=-1",
+		fmt.Sprintf("/api/v1/webhooks/%d/deliveries?event_id=0", w.Id),
+		fmt.Sprintf("/api/v1/webhooks/%d/deliveries?limit=x", w.Id),
+	} {
+		res := e.Do(http.MethodGet, path, nil)
+		require.Equal(t, http.StatusBadRequest, res.Status, "%s: %s", path, res.Body)
+	}
+	res := e.Do(http.MethodGet, "/api/v1/webhooks/999999", nil)
+	require.Equal(t, http.StatusNotFound, res.Status)
+}
+
+func TestWebhookDeliveriesOfANewWebhookAreEmpty(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	w := e.createWebhook("https://example.com/h")
+	res := e.Do(http.MethodGet, fmt.Sprintf("/api/v1/webhooks/%d/deliveries", w.Id), nil)
+	require.Equal(t, http.StatusOK, res.Status)
+	var raw map[string]json.RawMessage
+	res.Decode(t, &raw)
+	require.JSONEq(t, `[]`, string(raw["deliveries"]))
+	require.JSONEq(t, `0`, string(raw["total_entries"]))
+}
