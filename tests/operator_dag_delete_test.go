@@ -79,12 +79,12 @@ func TestDagDeleteRacingCreate(t *testing.T) {
 		e.PutDag(dagID, "@hourly", "")
 		manual := round%3 == 2
 		var (
-			wg          sync.WaitGroup
-			start       = make(chan struct{})
-			del, add    *response
-			delE, addE  error
-			addPath     = "/api/v1/backfills"
-			addBody any = backfillBody(dagID, day(1, 1), day(1, 10))
+			wg         sync.WaitGroup
+			start      = make(chan struct{})
+			del, add   *response
+			delE, addE error
+			addPath        = "/api/v1/backfills"
+			addBody    any = backfillBody(dagID, day(1, 1), day(1, 10))
 		)
 		if manual {
 			addPath, addBody = "/api/v1/dags/"+dagID+"/runs", map[string]any{"logical_date": ts(day(5, 1))}
