@@ -376,12 +376,18 @@ type BackfillCreate struct {
 
 // BackfillDagRun One slot of a backfill.
 type BackfillDagRun struct {
+	// Attempt The run's attempt; null for a skipped slot and for a slot whose run a later backfill took over.
+	Attempt *int32 `json:"attempt"`
+
 	// DagRunId The run's numeric `id`; null for a skipped slot.
 	DagRunId *int64 `json:"dag_run_id"`
 
 	// ExceptionReason `in flight` or `already exists` for a skipped slot; null otherwise.
 	ExceptionReason *string   `json:"exception_reason"`
 	LogicalDate     time.Time `json:"logical_date"`
+
+	// Note The run's note (what its last report said); null when none, for a skipped slot, and for a slot whose run a later backfill took over.
+	Note *string `json:"note"`
 
 	// RunId The run's `run_id`; null for a skipped slot.
 	RunId       *string `json:"run_id"`

@@ -161,11 +161,19 @@ func (c *Client) PatchBackfill(ctx context.Context, id int64, patch map[string]a
 	return b, err
 }
 
-// RetryBackfill creates a backfill of a terminal backfill's failed and canceled slots. req
-// overrides the parent's settings (nil keeps them all); idempotencyKey and ifMatch (a plan
-// hash, or "" for none) work as for CreateBackfill. Codes: backfill_not_terminal,
-// no_runs_to_create, backfill_already_running, plan_changed.
-func (c *Client) RetryBackfill(ctx context.Context, id int64, req *BackfillRetry, idempotencyKey, ifMatch string) (Backfill, error) {
+// RetryBackfill creates a backfill of a terminal backfill's failed and canceled slots.
+// overrides sets max_active_runs, max_failed_runs (nil: no limit), dag_run_conf or
+// description of the new backfill; keys left out keep the parent's (nil map: all).
+// idempotencyKey and ifMatch (a plan hash, or "" for none) work as for CreateBackfill. Codes:
+// backfill_not_terminal, no_runs_to_create, backfill_already_running, plan_changed.
+func (c *Client) RetryBackfill(ctx context.Context, id int64, overrides map[string]any, idempotencyKey, ifMatch string) (Backfill, error) {
+	if overrides == nil {
+		overrides = map[string]any{}
+	}
+	body, err := json.Marshal(overrides)
+	if err != nil {
+		return Backfill{}, fmt.Errorf("client: encode retry: %w", err)
+	}
 	var params RetryBackfillParams
 	if idempotencyKey != "" {
 		params.IdempotencyKey = &idempotencyKey
@@ -174,10 +182,7 @@ func (c *Client) RetryBackfill(ctx context.Context, id int64, req *BackfillRetry
 		quoted := `"` + ifMatch + `"`
 		params.IfMatch = &quoted
 	}
-	if req == nil {
-		req = &BackfillRetry{}
-	}
-	resp, err := c.raw().RetryBackfill(ctx, id, &params, *req)
+	resp, err := c.raw().RetryBackfillWithBody(ctx, id, &params, "application/json", bytes.NewReader(body))
 	b, _, err := decode[Backfill](resp, err, http.StatusCreated)
 	return b, err
 }

@@ -138,6 +138,8 @@ func slotOut(s repo.BackfillSlot) api.BackfillDagRun {
 		RunId:           s.RunID,
 		State:           state,
 		ExceptionReason: s.ExceptionReason,
+		Attempt:         int32Ptr(s.Attempt),
+		Note:            s.Note,
 	}
 }
 

@@ -132,6 +132,9 @@ type BackfillSlot struct {
 	RunID           *string   `db:"run_id"`
 	State           *string   `db:"state"`
 	ExceptionReason *string   `db:"exception_reason"`
+	// Attempt and Note are the run's, while this backfill still owns it.
+	Attempt *int    `db:"attempt"`
+	Note    *string `db:"note"`
 }
 
 // Slot actions of a dry run.

@@ -57,6 +57,7 @@ var commands = []command{
 	{"dags put", dagsPut},
 	{"dags get", dagsGet},
 	{"dags list", dagsList},
+	{"dags delete", dagsDelete},
 	{"backfills create", backfillsCreate},
 	{"backfills dry-run", backfillsDryRun},
 	{"backfills get", backfillsGet},
@@ -65,6 +66,8 @@ var commands = []command{
 	{"backfills pause", backfillsPause},
 	{"backfills unpause", backfillsUnpause},
 	{"backfills cancel", backfillsCancel},
+	{"backfills patch", backfillsPatch},
+	{"backfills retry", backfillsRetry},
 	{"watch", watch},
 	{"executor", executor},
 }
