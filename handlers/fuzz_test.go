@@ -346,6 +346,7 @@ var storeErrors = []error{
 	&repo.BackfillAlreadyRunningError{ActiveBackfillID: 7}, repo.ErrRunAlreadyExists, repo.ErrBackfillNotActive,
 	repo.ErrInvalidTransition, repo.ErrLeaseLost, repo.ErrInvalidDag, repo.ErrInvalidBackfill,
 	repo.ErrNoRunsToCreate, repo.ErrTooManyRuns, repo.ErrIdempotencyKeyReused,
+	&repo.PlanChangedError{CurrentPlanHash: "abc"}, repo.ErrBackfillNotTerminal, repo.ErrRunsInFlight,
 }
 
 // validHeaderValue mirrors what net/http's server accepts in a header value.
@@ -500,6 +501,20 @@ func fuzzSeeds() []fuzzSeed {
 		{"PUT", "/api/v1/backfills/1/unpause", "", "", "", "", 24},
 		{"PUT", "/api/v1/backfills/0/cancel", "", "", "", "", 0},
 		{"PUT", "/api/v1/backfills/1/cancel", j, "", "", `{"x":1}`, 0},
+		// Operator control: PATCH, retry, release, DAG delete, notes.
+		{"PATCH", "/api/v1/backfills/1", j, "", "", `{"max_active_runs":3,"max_failed_runs":null,"description":null}`, 0},
+		{"PATCH", "/api/v1/backfills/1", "application/merge-patch+json", "", "", `{"max_failed_runs":0}`, 0},
+		{"PATCH", "/api/v1/backfills/1", j, "", "", `{"max_active_runs":null}`, 0},
+		{"PATCH", "/api/v1/backfills/1", j, "", "", `{"state":"paused"}`, 0},
+		{"POST", "/api/v1/backfills/1/retry", "", "key-2", "", "", 0},
+		{"POST", "/api/v1/backfills/1/retry", j, "", "", `{"max_active_runs":2,"dag_run_conf":{"n":9007199254740993},"max_failed_runs":1}`, 0},
+		{"POST", "/api/v1/backfills/1/retry", j, "", "", `{"reprocess_behavior":"none"}`, 0},
+		{"POST", "/api/v1/runs/7/release", j, "", "", `{"worker_id":"w1"}`, 0},
+		{"POST", "/api/v1/runs/7/release", j, "", "", `{}`, 0},
+		{"POST", "/api/v1/backfills", j, "", "", `{"dag_id":"sales","from_date":"2024-01-01T00:00:00Z","to_date":"2024-01-02T00:00:00Z","max_failed_runs":2}`, 56},
+		{"POST", "/api/v1/backfills/3/retry", j, "", "", `{}`, 60},
+		{"DELETE", "/api/v1/dags/sales", "", "", "", "", 64},
+		{"PATCH", "/api/v1/dags/sales/runs/manual__2024-01-01T00:00:00Z", j, "", "", `{"state":"failed","worker_id":"w1","note":"disk full"}`, 0},
 		// Executors.
 		{"POST", "/api/v1/runs/claim", j, "", "", `{"worker_id":"w1","limit":5,"lease_seconds":60,"dag_id":"sales"}`, 0},
 		{"POST", "/api/v1/runs/claim", j, "", "", `{"worker_id":"w1","limit":101}`, 0},
