@@ -370,7 +370,7 @@ type BackfillCreate struct {
 
 // BackfillDagRun One slot of a backfill.
 type BackfillDagRun struct {
-	// Attempt The run's attempt; null for a skipped slot and for a slot whose run a later backfill took over.
+	// Attempt The run's attempt (for a slot whose run a later backfill took over, the attempt it had then); null for a skipped slot.
 	Attempt *int32 `json:"attempt"`
 
 	// DagRunId The run's numeric `id`; null for a skipped slot.
@@ -380,7 +380,7 @@ type BackfillDagRun struct {
 	ExceptionReason *string   `json:"exception_reason"`
 	LogicalDate     time.Time `json:"logical_date"`
 
-	// Note The run's note (what its last report said); null when none, for a skipped slot, and for a slot whose run a later backfill took over.
+	// Note The run's note, what its last report said (for a slot whose run a later backfill took over, the note it had then); null when none and for a skipped slot.
 	Note *string `json:"note"`
 
 	// RunId The run's `run_id`; null for a skipped slot.

@@ -20,6 +20,12 @@ ALTER TABLE dag_runs
     ADD COLUMN note text,
     ADD CONSTRAINT dag_runs_note_length CHECK (char_length(note) <= 4096);
 
+-- A slot listing shows its run's attempt and note; like frozen_state, they are frozen when a
+-- later backfill takes the run over, so that a terminal backfill's record never changes.
+ALTER TABLE backfill_dag_runs
+    ADD COLUMN frozen_attempt integer,
+    ADD COLUMN frozen_note    text;
+
 -- +goose StatementBegin
 -- The failure budget, in the transaction that fails the run, whichever path failed it (a
 -- report, a lease expiry at MAX_ATTEMPTS, or any later one): every run change moves the
@@ -76,6 +82,7 @@ DROP TRIGGER dag_runs_clear_note_on_claim ON dag_runs;
 DROP FUNCTION dag_runs_clear_note_on_claim();
 DROP TRIGGER backfills_pause_rules ON backfills;
 DROP FUNCTION backfills_pause_rules();
+ALTER TABLE backfill_dag_runs DROP COLUMN frozen_note, DROP COLUMN frozen_attempt;
 ALTER TABLE dag_runs DROP COLUMN note;
 ALTER TABLE backfills
     DROP CONSTRAINT backfills_pause_reason_iff_paused,

@@ -329,7 +329,7 @@ func reprocessRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, conf JSON
 		return nil
 	}
 	_, err := tx.ExecContext(ctx, `
-		UPDATE backfill_dag_runs s SET frozen_state = r.state
+		UPDATE backfill_dag_runs s SET frozen_state = r.state, frozen_attempt = r.attempt, frozen_note = r.note
 		FROM dag_runs r
 		WHERE r.id = ANY($1) AND s.dag_run_id = r.id AND s.backfill_id = r.backfill_id AND s.frozen_state IS NULL`,
 		pq.Array(ids))

@@ -87,4 +87,10 @@ func TestRunNoteShownAndClearedByNextClaim(t *testing.T) {
 	require.Len(t, claimed, 1)
 	require.Nil(t, claimed[0].Note)
 	require.Nil(t, lcGetRun(e, "notes", run.RunId).Note)
+
+	// The parent's slot keeps the attempt and note its run had when the retry took it over.
+	slot := e.Slots(b.Id)[0]
+	require.Equal(t, api.DagRunStateFailed, *slot.State)
+	require.EqualValues(t, 1, *slot.Attempt)
+	require.Equal(t, "disk full on "+strings.Repeat("é", 10), *slot.Note)
 }

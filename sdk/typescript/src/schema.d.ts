@@ -954,10 +954,10 @@ export interface components {
             exception_reason: string | null;
             /**
              * Format: int32
-             * @description The run's attempt; null for a skipped slot and for a slot whose run a later backfill took over.
+             * @description The run's attempt (for a slot whose run a later backfill took over, the attempt it had then); null for a skipped slot.
              */
             attempt: number | null;
-            /** @description The run's note (what its last report said); null when none, for a skipped slot, and for a slot whose run a later backfill took over. */
+            /** @description The run's note, what its last report said (for a slot whose run a later backfill took over, the note it had then); null when none and for a skipped slot. */
             note: string | null;
         };
         BackfillDagRunCollection: {
