@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/internal/invariants"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,6 +23,8 @@ import (
 func TestBudgetPauseUnderConcurrentFailingReports(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	// Every claim commit records the backfill's state in force then (the claim holds the row).
+	require.NoError(t, invariants.InstallClaimAudit(context.Background(), e.DB))
 	e.PutDag("budget16", "@daily", "")
 	b := e.CreateBackfill(backfillBody("budget16", day(1, 1), day(2, 29), "max_active_runs", 16, "max_failed_runs", 3))
 	require.NotNil(t, b.MaxFailedRuns)
@@ -78,7 +82,12 @@ func TestBudgetPauseUnderConcurrentFailingReports(t *testing.T) {
 	require.LessOrEqual(t, duringRace.Load(), int64(2),
 		"claims handed out runs of the backfill after the failure that exhausted its budget")
 	require.Empty(t, opClaimDag(e, "after", "budget16", 16), "a paused backfill's runs were handed out")
-	t.Logf("runs claimed while the 16 failures landed: %d (at most 2 allowed)", duringRace.Load())
+	var audited, whilePaused int
+	require.NoError(t, e.DB.Get(&audited, `SELECT count(*) FROM invariants_claim_audit`))
+	require.NoError(t, e.DB.Get(&whilePaused, `SELECT count(*) FROM invariants_claim_audit WHERE state <> 'running'`))
+	require.Zero(t, whilePaused, "a claim committed after the pausing commit")
+	t.Logf("runs claimed while the 16 failures landed: %d (at most 2 allowed); claim commits audited %d, none while paused",
+		duringRace.Load(), audited)
 
 	// Notes are kept on the failed runs.
 	r := lcGetRun(e, runs[0].DagId, runs[0].RunId)

@@ -9,9 +9,10 @@ import (
 
 // InstallClaimAudit adds to a test database a trigger that runs at the COMMIT of every
 // transaction that starts a backfill run and records the backfill's running count next to
-// the max_active_runs in force at that moment. The claim still holds its lock on the backfill
-// row then, and a PATCH must take that row to change the limit, so each record is exactly
-// "the limit in force when the claim committed".
+// the max_active_runs and state in force at that moment. The claim still holds its lock on the
+// backfill row then, and a PATCH, a pause or a failing report must take that row to change
+// them, so each record is exactly "the limit and state in force when the claim committed":
+// a claim that committed after a pause (by a person or by the failure budget) shows it.
 //
 // Once a backfill's max_active_runs can be lowered while runs are running, "running <=
 // max_active_runs" stops being a property of a snapshot (running runs above a lowered limit go
@@ -19,12 +20,12 @@ import (
 // in production: it adds a query to every claim.
 func InstallClaimAudit(ctx context.Context, db *sqlx.DB) error {
 	_, err := db.ExecContext(ctx, `
-		CREATE TABLE invariants_claim_audit (backfill_id bigint, running int, max_active_runs int);
+		CREATE TABLE invariants_claim_audit (backfill_id bigint, running int, max_active_runs int, state text);
 		CREATE FUNCTION invariants_claim_audit() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
 			INSERT INTO invariants_claim_audit
 			SELECT b.id, (SELECT count(*) FROM dag_runs r WHERE r.backfill_id = b.id AND r.state = 'running'),
-			       b.max_active_runs
+			       b.max_active_runs, b.state
 			FROM backfills b WHERE b.id = NEW.backfill_id;
 			RETURN NULL;
 		END $$;

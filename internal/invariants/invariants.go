@@ -103,6 +103,8 @@ func Check(ctx context.Context, db *sqlx.DB) (Report, error) {
 	if audited {
 		check("(c) claim committed above max_active_runs in force", `
 			SELECT backfill_id, running, max_active_runs FROM invariants_claim_audit WHERE running > max_active_runs`)
+		check("(c) claim committed while its backfill was not running", `
+			SELECT backfill_id, state FROM invariants_claim_audit WHERE state <> 'running'`)
 	}
 
 	var caps []struct {
