@@ -13,6 +13,24 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for BackfillPauseReason.
+const (
+	BackfillPauseReasonFailureBudget BackfillPauseReason = "failure_budget"
+	BackfillPauseReasonUser          BackfillPauseReason = "user"
+)
+
+// Valid indicates whether the value is a known member of the BackfillPauseReason enum.
+func (e BackfillPauseReason) Valid() bool {
+	switch e {
+	case BackfillPauseReasonFailureBudget:
+		return true
+	case BackfillPauseReasonUser:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for BackfillState.
 const (
 	BackfillStateCanceled  BackfillState = "canceled"
@@ -111,6 +129,7 @@ const (
 	ProblemCodeBackfillAlreadyRunning ProblemCode = "backfill_already_running"
 	ProblemCodeBackfillNotActive      ProblemCode = "backfill_not_active"
 	ProblemCodeBackfillNotFound       ProblemCode = "backfill_not_found"
+	ProblemCodeBackfillNotTerminal    ProblemCode = "backfill_not_terminal"
 	ProblemCodeBusy                   ProblemCode = "busy"
 	ProblemCodeDagNotFound            ProblemCode = "dag_not_found"
 	ProblemCodeIdempotencyKeyReused   ProblemCode = "idempotency_key_reused"
@@ -125,8 +144,10 @@ const (
 	ProblemCodeNoRunsToCreate         ProblemCode = "no_runs_to_create"
 	ProblemCodeNotFound               ProblemCode = "not_found"
 	ProblemCodePayloadTooLarge        ProblemCode = "payload_too_large"
+	ProblemCodePlanChanged            ProblemCode = "plan_changed"
 	ProblemCodeRunAlreadyExists       ProblemCode = "run_already_exists"
 	ProblemCodeRunNotFound            ProblemCode = "run_not_found"
+	ProblemCodeRunsInFlight           ProblemCode = "runs_in_flight"
 	ProblemCodeTimeout                ProblemCode = "timeout"
 	ProblemCodeTooManyRuns            ProblemCode = "too_many_runs"
 	ProblemCodeUnauthorized           ProblemCode = "unauthorized"
@@ -142,6 +163,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeBackfillNotActive:
 		return true
 	case ProblemCodeBackfillNotFound:
+		return true
+	case ProblemCodeBackfillNotTerminal:
 		return true
 	case ProblemCodeBusy:
 		return true
@@ -171,9 +194,13 @@ func (e ProblemCode) Valid() bool {
 		return true
 	case ProblemCodePayloadTooLarge:
 		return true
+	case ProblemCodePlanChanged:
+		return true
 	case ProblemCodeRunAlreadyExists:
 		return true
 	case ProblemCodeRunNotFound:
+		return true
+	case ProblemCodeRunsInFlight:
 		return true
 	case ProblemCodeTimeout:
 		return true
@@ -322,6 +349,18 @@ type Backfill struct {
 	IsPaused      bool  `json:"is_paused"`
 	MaxActiveRuns int32 `json:"max_active_runs"`
 
+	// MaxFailedRuns The failure budget; null for none.
+	MaxFailedRuns *int32 `json:"max_failed_runs"`
+
+	// ParentBackfillId The backfill this one retries; null unless it was made by a retry.
+	ParentBackfillId *int64 `json:"parent_backfill_id"`
+
+	// PauseReason Why the backfill is paused: `user` (a pause request) or `failure_budget` (its `failed` count reached `max_failed_runs`); null unless `state` is `paused`.
+	PauseReason *BackfillPauseReason `json:"pause_reason"`
+
+	// PlanHash The digest of the plan the backfill was created from (as a dry run answers it); null for backfills created before plans were digested.
+	PlanHash *string `json:"plan_hash"`
+
 	// Progress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others.
 	Progress BackfillProgress `json:"progress"`
 
@@ -334,6 +373,9 @@ type Backfill struct {
 	ToDate    time.Time     `json:"to_date"`
 	UpdatedAt time.Time     `json:"updated_at"`
 }
+
+// BackfillPauseReason Why the backfill is paused: `user` (a pause request) or `failure_budget` (its `failed` count reached `max_failed_runs`); null unless `state` is `paused`.
+type BackfillPauseReason string
 
 // BackfillCollection defines model for BackfillCollection.
 type BackfillCollection struct {
@@ -358,6 +400,9 @@ type BackfillCreate struct {
 	// MaxActiveRuns The most runs of this backfill that may run at once.
 	MaxActiveRuns *int32 `json:"max_active_runs,omitempty"`
 
+	// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
+	MaxFailedRuns *MaxFailedRuns `json:"max_failed_runs,omitempty"`
+
 	// ReprocessBehavior What a backfill does with a slot whose run already exists and is terminal: `none` skips it; `failed` reprocesses a `failed` or `canceled` run; `completed` reprocesses any terminal run. A `queued` or `running` run is always skipped.
 	ReprocessBehavior *ReprocessBehavior `json:"reprocess_behavior,omitempty"`
 
@@ -370,12 +415,18 @@ type BackfillCreate struct {
 
 // BackfillDagRun One slot of a backfill.
 type BackfillDagRun struct {
+	// Attempt The run's attempt (for a slot whose run a later backfill took over, the attempt it had then); null for a skipped slot.
+	Attempt *int32 `json:"attempt"`
+
 	// DagRunId The run's numeric `id`; null for a skipped slot.
 	DagRunId *int64 `json:"dag_run_id"`
 
 	// ExceptionReason `in flight` or `already exists` for a skipped slot; null otherwise.
 	ExceptionReason *string   `json:"exception_reason"`
 	LogicalDate     time.Time `json:"logical_date"`
+
+	// Note The run's note, what its last report said (for a slot whose run a later backfill took over, the note it had then); null when none and for a skipped slot.
+	Note *string `json:"note"`
 
 	// RunId The run's `run_id`; null for a skipped slot.
 	RunId       *string `json:"run_id"`
@@ -391,6 +442,15 @@ type BackfillDagRunCollection struct {
 	TotalEntries    int64            `json:"total_entries"`
 }
 
+// BackfillPatch A JSON merge patch; fields left out keep their value.
+type BackfillPatch struct {
+	Description   *string `json:"description,omitempty"`
+	MaxActiveRuns *int32  `json:"max_active_runs,omitempty"`
+
+	// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
+	MaxFailedRuns *MaxFailedRuns `json:"max_failed_runs,omitempty"`
+}
+
 // BackfillProgress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others.
 type BackfillProgress struct {
 	Canceled int64 `json:"canceled"`
@@ -400,6 +460,17 @@ type BackfillProgress struct {
 	Skipped  int64 `json:"skipped"`
 	Success  int64 `json:"success"`
 	Total    int64 `json:"total"`
+}
+
+// BackfillRetry Settings of the new backfill; each left out is the parent's.
+type BackfillRetry struct {
+	// DagRunConf Free-form run configuration; null when none was given.
+	DagRunConf    Conf    `json:"dag_run_conf,omitempty"`
+	Description   *string `json:"description,omitempty"`
+	MaxActiveRuns *int32  `json:"max_active_runs,omitempty"`
+
+	// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
+	MaxFailedRuns *MaxFailedRuns `json:"max_failed_runs,omitempty"`
 }
 
 // BackfillState Active: `running`, `paused`, `canceling`. Terminal: `succeeded` (every run succeeded), `failed` (at least one run failed or was canceled), `canceled`.
@@ -514,8 +585,11 @@ type DagRun struct {
 	LeaseExpiresAt *time.Time `json:"lease_expires_at"`
 
 	// LogicalDate Unique per DAG.
-	LogicalDate time.Time  `json:"logical_date"`
-	QueuedAt    *time.Time `json:"queued_at"`
+	LogicalDate time.Time `json:"logical_date"`
+
+	// Note What the last report said about the outcome (for example why the run failed); null when none. A new claim of the run clears it.
+	Note     *string    `json:"note"`
+	QueuedAt *time.Time `json:"queued_at"`
 
 	// RunId `manual__` or `backfill__` plus the logical date in UTC RFC 3339, e.g. `backfill__2024-01-01T00:00:00Z`. Unique per DAG; kept when a run is reprocessed.
 	//
@@ -548,6 +622,9 @@ type DagRunCreate struct {
 
 // DagRunPatch defines model for DagRunPatch.
 type DagRunPatch struct {
+	// Note Why the run ended as it did, shown as the run's `note`.
+	Note *string `json:"note,omitempty"`
+
 	// State `queued` (waiting for a claim), `running` (claimed and leased to a worker), and the terminal `success`, `failed`, `canceled`.
 	State DagRunState `json:"state"`
 
@@ -563,6 +640,8 @@ type DryRunAction string
 
 // DryRunCollection defines model for DryRunCollection.
 type DryRunCollection struct {
+	// PlanHash A digest of the DAG's schedule and timezone and of every slot's `logical_date`, `action` and `exception_reason`; send it as `If-Match` to create this plan.
+	PlanHash     string        `json:"plan_hash"`
 	Runs         []DryRunEntry `json:"runs"`
 	TotalEntries int64         `json:"total_entries"`
 }
@@ -605,6 +684,9 @@ type HeartbeatResponse struct {
 	LeaseExpiresAt  time.Time `json:"lease_expires_at"`
 }
 
+// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
+type MaxFailedRuns = int32
+
 // Problem An RFC 9457 problem detail with a stable `code`.
 type Problem struct {
 	// ActiveBackfillId Present with `backfill_already_running`; the DAG's active backfill.
@@ -612,6 +694,9 @@ type Problem struct {
 
 	// Code The stable, machine-readable error code. `not_found` and `method_not_allowed` answer requests to a path no route serves, or with a method the route does not serve.
 	Code ProblemCode `json:"code"`
+
+	// CurrentPlanHash Present with `plan_changed`; the digest of the plan as it is now.
+	CurrentPlanHash *string `json:"current_plan_hash,omitempty"`
 
 	// Detail An explanation of this occurrence. Never internal error text.
 	Detail string `json:"detail"`
@@ -633,6 +718,11 @@ type Problem struct {
 
 // ProblemCode The stable, machine-readable error code. `not_found` and `method_not_allowed` answer requests to a path no route serves, or with a method the route does not serve.
 type ProblemCode string
+
+// ReleaseRequest defines model for ReleaseRequest.
+type ReleaseRequest struct {
+	WorkerId string `json:"worker_id"`
+}
 
 // ReprocessBehavior What a backfill does with a slot whose run already exists and is terminal: `none` skips it; `failed` reprocesses a `failed` or `canceled` run; `completed` reprocesses any terminal run. A `queued` or `running` run is always skipped.
 type ReprocessBehavior string
@@ -718,6 +808,9 @@ type DagIdPath = DagId
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
 
+// IfMatch defines model for IfMatch.
+type IfMatch = string
+
 // Limit defines model for Limit.
 type Limit = int
 
@@ -744,6 +837,9 @@ type NotFound = Problem
 
 // PayloadTooLarge An RFC 9457 problem detail with a stable `code`.
 type PayloadTooLarge = Problem
+
+// PreconditionFailed An RFC 9457 problem detail with a stable `code`.
+type PreconditionFailed = Problem
 
 // ServiceUnavailable An RFC 9457 problem detail with a stable `code`.
 type ServiceUnavailable = Problem
@@ -784,6 +880,11 @@ type CreateBackfillParams struct {
 	// IdempotencyKey 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
 	// operation's description.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
+	// IfMatch `"<plan_hash>"` from a dry run (several may be listed, comma-separated): create only
+	// if the plan made inside the creating transaction has that digest, else 412
+	// `plan_changed`. `*` checks nothing.
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
 }
 
 // ListBackfillDagRunsParams defines parameters for ListBackfillDagRuns.
@@ -800,6 +901,18 @@ type ListBackfillDagRunsParams struct {
 
 // ListBackfillDagRunsParamsOrderBy defines parameters for ListBackfillDagRuns.
 type ListBackfillDagRunsParamsOrderBy string
+
+// RetryBackfillParams defines parameters for RetryBackfill.
+type RetryBackfillParams struct {
+	// IdempotencyKey 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
+	// operation's description.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
+	// IfMatch `"<plan_hash>"` from a dry run (several may be listed, comma-separated): create only
+	// if the plan made inside the creating transaction has that digest, else 412
+	// `plan_changed`. `*` checks nothing.
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+}
 
 // ListDagsParams defines parameters for ListDags.
 type ListDagsParams struct {
@@ -852,6 +965,15 @@ type CreateBackfillJSONRequestBody = BackfillCreate
 // DryRunBackfillJSONRequestBody defines body for DryRunBackfill for application/json ContentType.
 type DryRunBackfillJSONRequestBody = BackfillCreate
 
+// PatchBackfillJSONRequestBody defines body for PatchBackfill for application/json ContentType.
+type PatchBackfillJSONRequestBody = BackfillPatch
+
+// PatchBackfillApplicationMergePatchPlusJSONRequestBody defines body for PatchBackfill for application/merge-patch+json ContentType.
+type PatchBackfillApplicationMergePatchPlusJSONRequestBody = BackfillPatch
+
+// RetryBackfillJSONRequestBody defines body for RetryBackfill for application/json ContentType.
+type RetryBackfillJSONRequestBody = BackfillRetry
+
 // PutDagJSONRequestBody defines body for PutDag for application/json ContentType.
 type PutDagJSONRequestBody = DagPut
 
@@ -866,6 +988,9 @@ type ClaimRunsJSONRequestBody = ClaimRequest
 
 // HeartbeatRunJSONRequestBody defines body for HeartbeatRun for application/json ContentType.
 type HeartbeatRunJSONRequestBody = HeartbeatRequest
+
+// ReleaseRunJSONRequestBody defines body for ReleaseRun for application/json ContentType.
+type ReleaseRunJSONRequestBody = ReleaseRequest
 
 // CreateWebhookJSONRequestBody defines body for CreateWebhook for application/json ContentType.
 type CreateWebhookJSONRequestBody = WebhookCreate
@@ -887,6 +1012,9 @@ type ServerInterface interface {
 	// GetBackfill Get a backfill
 	// (GET /api/v1/backfills/{backfill_id})
 	GetBackfill(w http.ResponseWriter, r *http.Request, backfillId BackfillIdPath)
+	// PatchBackfill Change a backfill's settings
+	// (PATCH /api/v1/backfills/{backfill_id})
+	PatchBackfill(w http.ResponseWriter, r *http.Request, backfillId BackfillIdPath)
 	// CancelBackfill Cancel a backfill
 	// (PUT /api/v1/backfills/{backfill_id}/cancel)
 	CancelBackfill(w http.ResponseWriter, r *http.Request, backfillId BackfillIdPath)
@@ -896,12 +1024,18 @@ type ServerInterface interface {
 	// PauseBackfill Pause a backfill
 	// (PUT /api/v1/backfills/{backfill_id}/pause)
 	PauseBackfill(w http.ResponseWriter, r *http.Request, backfillId BackfillIdPath)
+	// RetryBackfill Retry a backfill's failed slots
+	// (POST /api/v1/backfills/{backfill_id}/retry)
+	RetryBackfill(w http.ResponseWriter, r *http.Request, backfillId BackfillIdPath, params RetryBackfillParams)
 	// UnpauseBackfill Unpause a backfill
 	// (PUT /api/v1/backfills/{backfill_id}/unpause)
 	UnpauseBackfill(w http.ResponseWriter, r *http.Request, backfillId BackfillIdPath)
 	// ListDags List DAGs
 	// (GET /api/v1/dags)
 	ListDags(w http.ResponseWriter, r *http.Request, params ListDagsParams)
+	// DeleteDag Delete a DAG
+	// (DELETE /api/v1/dags/{dag_id})
+	DeleteDag(w http.ResponseWriter, r *http.Request, dagId DagIdPath)
 	// GetDag Get a DAG
 	// (GET /api/v1/dags/{dag_id})
 	GetDag(w http.ResponseWriter, r *http.Request, dagId DagIdPath)
@@ -926,6 +1060,9 @@ type ServerInterface interface {
 	// HeartbeatRun Extend a run's lease
 	// (POST /api/v1/runs/{id}/heartbeat)
 	HeartbeatRun(w http.ResponseWriter, r *http.Request, id RunDbIdPath)
+	// ReleaseRun Hand a run back
+	// (POST /api/v1/runs/{id}/release)
+	ReleaseRun(w http.ResponseWriter, r *http.Request, id RunDbIdPath)
 	// ListWebhooks List webhooks
 	// (GET /api/v1/webhooks)
 	ListWebhooks(w http.ResponseWriter, r *http.Request, params ListWebhooksParams)
@@ -1004,6 +1141,12 @@ func (_ Unimplemented) GetBackfill(w http.ResponseWriter, r *http.Request, backf
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// PatchBackfill Change a backfill's settings
+// (PATCH /api/v1/backfills/{backfill_id})
+func (_ Unimplemented) PatchBackfill(w http.ResponseWriter, r *http.Request, backfillId BackfillIdPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // CancelBackfill Cancel a backfill
 // (PUT /api/v1/backfills/{backfill_id}/cancel)
 func (_ Unimplemented) CancelBackfill(w http.ResponseWriter, r *http.Request, backfillId BackfillIdPath) {
@@ -1022,6 +1165,12 @@ func (_ Unimplemented) PauseBackfill(w http.ResponseWriter, r *http.Request, bac
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// RetryBackfill Retry a backfill's failed slots
+// (POST /api/v1/backfills/{backfill_id}/retry)
+func (_ Unimplemented) RetryBackfill(w http.ResponseWriter, r *http.Request, backfillId BackfillIdPath, params RetryBackfillParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // UnpauseBackfill Unpause a backfill
 // (PUT /api/v1/backfills/{backfill_id}/unpause)
 func (_ Unimplemented) UnpauseBackfill(w http.ResponseWriter, r *http.Request, backfillId BackfillIdPath) {
@@ -1031,6 +1180,12 @@ func (_ Unimplemented) UnpauseBackfill(w http.ResponseWriter, r *http.Request, b
 // ListDags List DAGs
 // (GET /api/v1/dags)
 func (_ Unimplemented) ListDags(w http.ResponseWriter, r *http.Request, params ListDagsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// DeleteDag Delete a DAG
+// (DELETE /api/v1/dags/{dag_id})
+func (_ Unimplemented) DeleteDag(w http.ResponseWriter, r *http.Request, dagId DagIdPath) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -1079,6 +1234,12 @@ func (_ Unimplemented) ClaimRuns(w http.ResponseWriter, r *http.Request) {
 // HeartbeatRun Extend a run's lease
 // (POST /api/v1/runs/{id}/heartbeat)
 func (_ Unimplemented) HeartbeatRun(w http.ResponseWriter, r *http.Request, id RunDbIdPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ReleaseRun Hand a run back
+// (POST /api/v1/runs/{id}/release)
+func (_ Unimplemented) ReleaseRun(w http.ResponseWriter, r *http.Request, id RunDbIdPath) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -1317,6 +1478,25 @@ func (siw *ServerInterfaceWrapper) CreateBackfill(w http.ResponseWriter, r *http
 
 	}
 
+	// ------------- Optional header parameter "If-Match" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("If-Match")]; found {
+		var IfMatch IfMatch
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "If-Match", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "If-Match", valueList[0], &IfMatch, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "If-Match", Err: err})
+			return
+		}
+
+		params.IfMatch = &IfMatch
+
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.CreateBackfill(w, r, params)
 	}))
@@ -1359,6 +1539,32 @@ func (siw *ServerInterfaceWrapper) GetBackfill(w http.ResponseWriter, r *http.Re
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetBackfill(w, r, backfillId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PatchBackfill operation middleware
+func (siw *ServerInterfaceWrapper) PatchBackfill(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "backfill_id" -------------
+	var backfillId BackfillIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "backfill_id", chi.URLParam(r, "backfill_id"), &backfillId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "int64", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "backfill_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PatchBackfill(w, r, backfillId)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1488,6 +1694,75 @@ func (siw *ServerInterfaceWrapper) PauseBackfill(w http.ResponseWriter, r *http.
 	handler.ServeHTTP(w, r)
 }
 
+// RetryBackfill operation middleware
+func (siw *ServerInterfaceWrapper) RetryBackfill(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "backfill_id" -------------
+	var backfillId BackfillIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "backfill_id", chi.URLParam(r, "backfill_id"), &backfillId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "int64", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "backfill_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params RetryBackfillParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	// ------------- Optional header parameter "If-Match" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("If-Match")]; found {
+		var IfMatch IfMatch
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "If-Match", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "If-Match", valueList[0], &IfMatch, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "If-Match", Err: err})
+			return
+		}
+
+		params.IfMatch = &IfMatch
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RetryBackfill(w, r, backfillId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // UnpauseBackfill operation middleware
 func (siw *ServerInterfaceWrapper) UnpauseBackfill(w http.ResponseWriter, r *http.Request) {
 
@@ -1551,6 +1826,32 @@ func (siw *ServerInterfaceWrapper) ListDags(w http.ResponseWriter, r *http.Reque
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ListDags(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteDag operation middleware
+func (siw *ServerInterfaceWrapper) DeleteDag(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "dag_id" -------------
+	var dagId DagIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "dag_id", chi.URLParam(r, "dag_id"), &dagId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "dag_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteDag(w, r, dagId)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1820,6 +2121,32 @@ func (siw *ServerInterfaceWrapper) HeartbeatRun(w http.ResponseWriter, r *http.R
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.HeartbeatRun(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ReleaseRun operation middleware
+func (siw *ServerInterfaceWrapper) ReleaseRun(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id RunDbIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", chi.URLParam(r, "id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "int64", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReleaseRun(w, r, id)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2276,6 +2603,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/api/v1/dags", wrapper.ListDags)
 	})
 	r.Group(func(r chi.Router) {
+		r.Delete(options.BaseURL+"/api/v1/dags/{dag_id}", wrapper.DeleteDag)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/api/v1/dags/{dag_id}", wrapper.GetDag)
 	})
 	r.Group(func(r chi.Router) {
@@ -2306,6 +2636,12 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/api/v1/backfills/{backfill_id}", wrapper.GetBackfill)
 	})
 	r.Group(func(r chi.Router) {
+		r.Patch(options.BaseURL+"/api/v1/backfills/{backfill_id}", wrapper.PatchBackfill)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/api/v1/backfills/{backfill_id}/retry", wrapper.RetryBackfill)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/api/v1/backfills/{backfill_id}/dag_runs", wrapper.ListBackfillDagRuns)
 	})
 	r.Group(func(r chi.Router) {
@@ -2322,6 +2658,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/api/v1/runs/{id}/heartbeat", wrapper.HeartbeatRun)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/api/v1/runs/{id}/release", wrapper.ReleaseRun)
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/api/v1/webhooks", wrapper.ListWebhooks)

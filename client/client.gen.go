@@ -19,6 +19,24 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for BackfillPauseReason.
+const (
+	BackfillPauseReasonFailureBudget BackfillPauseReason = "failure_budget"
+	BackfillPauseReasonUser          BackfillPauseReason = "user"
+)
+
+// Valid indicates whether the value is a known member of the BackfillPauseReason enum.
+func (e BackfillPauseReason) Valid() bool {
+	switch e {
+	case BackfillPauseReasonFailureBudget:
+		return true
+	case BackfillPauseReasonUser:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for BackfillState.
 const (
 	BackfillStateCanceled  BackfillState = "canceled"
@@ -117,6 +135,7 @@ const (
 	ProblemCodeBackfillAlreadyRunning ProblemCode = "backfill_already_running"
 	ProblemCodeBackfillNotActive      ProblemCode = "backfill_not_active"
 	ProblemCodeBackfillNotFound       ProblemCode = "backfill_not_found"
+	ProblemCodeBackfillNotTerminal    ProblemCode = "backfill_not_terminal"
 	ProblemCodeBusy                   ProblemCode = "busy"
 	ProblemCodeDagNotFound            ProblemCode = "dag_not_found"
 	ProblemCodeIdempotencyKeyReused   ProblemCode = "idempotency_key_reused"
@@ -131,8 +150,10 @@ const (
 	ProblemCodeNoRunsToCreate         ProblemCode = "no_runs_to_create"
 	ProblemCodeNotFound               ProblemCode = "not_found"
 	ProblemCodePayloadTooLarge        ProblemCode = "payload_too_large"
+	ProblemCodePlanChanged            ProblemCode = "plan_changed"
 	ProblemCodeRunAlreadyExists       ProblemCode = "run_already_exists"
 	ProblemCodeRunNotFound            ProblemCode = "run_not_found"
+	ProblemCodeRunsInFlight           ProblemCode = "runs_in_flight"
 	ProblemCodeTimeout                ProblemCode = "timeout"
 	ProblemCodeTooManyRuns            ProblemCode = "too_many_runs"
 	ProblemCodeUnauthorized           ProblemCode = "unauthorized"
@@ -148,6 +169,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeBackfillNotActive:
 		return true
 	case ProblemCodeBackfillNotFound:
+		return true
+	case ProblemCodeBackfillNotTerminal:
 		return true
 	case ProblemCodeBusy:
 		return true
@@ -177,9 +200,13 @@ func (e ProblemCode) Valid() bool {
 		return true
 	case ProblemCodePayloadTooLarge:
 		return true
+	case ProblemCodePlanChanged:
+		return true
 	case ProblemCodeRunAlreadyExists:
 		return true
 	case ProblemCodeRunNotFound:
+		return true
+	case ProblemCodeRunsInFlight:
 		return true
 	case ProblemCodeTimeout:
 		return true
@@ -328,6 +355,18 @@ type Backfill struct {
 	IsPaused      bool  `json:"is_paused"`
 	MaxActiveRuns int32 `json:"max_active_runs"`
 
+	// MaxFailedRuns The failure budget; null for none.
+	MaxFailedRuns *int32 `json:"max_failed_runs"`
+
+	// ParentBackfillId The backfill this one retries; null unless it was made by a retry.
+	ParentBackfillId *int64 `json:"parent_backfill_id"`
+
+	// PauseReason Why the backfill is paused: `user` (a pause request) or `failure_budget` (its `failed` count reached `max_failed_runs`); null unless `state` is `paused`.
+	PauseReason *BackfillPauseReason `json:"pause_reason"`
+
+	// PlanHash The digest of the plan the backfill was created from (as a dry run answers it); null for backfills created before plans were digested.
+	PlanHash *string `json:"plan_hash"`
+
 	// Progress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others.
 	Progress BackfillProgress `json:"progress"`
 
@@ -340,6 +379,9 @@ type Backfill struct {
 	ToDate    time.Time     `json:"to_date"`
 	UpdatedAt time.Time     `json:"updated_at"`
 }
+
+// BackfillPauseReason Why the backfill is paused: `user` (a pause request) or `failure_budget` (its `failed` count reached `max_failed_runs`); null unless `state` is `paused`.
+type BackfillPauseReason string
 
 // BackfillCollection defines model for BackfillCollection.
 type BackfillCollection struct {
@@ -364,6 +406,9 @@ type BackfillCreate struct {
 	// MaxActiveRuns The most runs of this backfill that may run at once.
 	MaxActiveRuns *int32 `json:"max_active_runs,omitempty"`
 
+	// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
+	MaxFailedRuns *MaxFailedRuns `json:"max_failed_runs,omitempty"`
+
 	// ReprocessBehavior What a backfill does with a slot whose run already exists and is terminal: `none` skips it; `failed` reprocesses a `failed` or `canceled` run; `completed` reprocesses any terminal run. A `queued` or `running` run is always skipped.
 	ReprocessBehavior *ReprocessBehavior `json:"reprocess_behavior,omitempty"`
 
@@ -376,12 +421,18 @@ type BackfillCreate struct {
 
 // BackfillDagRun One slot of a backfill.
 type BackfillDagRun struct {
+	// Attempt The run's attempt (for a slot whose run a later backfill took over, the attempt it had then); null for a skipped slot.
+	Attempt *int32 `json:"attempt"`
+
 	// DagRunId The run's numeric `id`; null for a skipped slot.
 	DagRunId *int64 `json:"dag_run_id"`
 
 	// ExceptionReason `in flight` or `already exists` for a skipped slot; null otherwise.
 	ExceptionReason *string   `json:"exception_reason"`
 	LogicalDate     time.Time `json:"logical_date"`
+
+	// Note The run's note, what its last report said (for a slot whose run a later backfill took over, the note it had then); null when none and for a skipped slot.
+	Note *string `json:"note"`
 
 	// RunId The run's `run_id`; null for a skipped slot.
 	RunId       *string `json:"run_id"`
@@ -397,6 +448,15 @@ type BackfillDagRunCollection struct {
 	TotalEntries    int64            `json:"total_entries"`
 }
 
+// BackfillPatch A JSON merge patch; fields left out keep their value.
+type BackfillPatch struct {
+	Description   *string `json:"description,omitempty"`
+	MaxActiveRuns *int32  `json:"max_active_runs,omitempty"`
+
+	// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
+	MaxFailedRuns *MaxFailedRuns `json:"max_failed_runs,omitempty"`
+}
+
 // BackfillProgress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others.
 type BackfillProgress struct {
 	Canceled int64 `json:"canceled"`
@@ -406,6 +466,17 @@ type BackfillProgress struct {
 	Skipped  int64 `json:"skipped"`
 	Success  int64 `json:"success"`
 	Total    int64 `json:"total"`
+}
+
+// BackfillRetry Settings of the new backfill; each left out is the parent's.
+type BackfillRetry struct {
+	// DagRunConf Free-form run configuration; null when none was given.
+	DagRunConf    Conf    `json:"dag_run_conf,omitempty"`
+	Description   *string `json:"description,omitempty"`
+	MaxActiveRuns *int32  `json:"max_active_runs,omitempty"`
+
+	// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
+	MaxFailedRuns *MaxFailedRuns `json:"max_failed_runs,omitempty"`
 }
 
 // BackfillState Active: `running`, `paused`, `canceling`. Terminal: `succeeded` (every run succeeded), `failed` (at least one run failed or was canceled), `canceled`.
@@ -520,8 +591,11 @@ type DagRun struct {
 	LeaseExpiresAt *time.Time `json:"lease_expires_at"`
 
 	// LogicalDate Unique per DAG.
-	LogicalDate time.Time  `json:"logical_date"`
-	QueuedAt    *time.Time `json:"queued_at"`
+	LogicalDate time.Time `json:"logical_date"`
+
+	// Note What the last report said about the outcome (for example why the run failed); null when none. A new claim of the run clears it.
+	Note     *string    `json:"note"`
+	QueuedAt *time.Time `json:"queued_at"`
 
 	// RunId `manual__` or `backfill__` plus the logical date in UTC RFC 3339, e.g. `backfill__2024-01-01T00:00:00Z`. Unique per DAG; kept when a run is reprocessed.
 	//
@@ -554,6 +628,9 @@ type DagRunCreate struct {
 
 // DagRunPatch defines model for DagRunPatch.
 type DagRunPatch struct {
+	// Note Why the run ended as it did, shown as the run's `note`.
+	Note *string `json:"note,omitempty"`
+
 	// State `queued` (waiting for a claim), `running` (claimed and leased to a worker), and the terminal `success`, `failed`, `canceled`.
 	State DagRunState `json:"state"`
 
@@ -569,6 +646,8 @@ type DryRunAction string
 
 // DryRunCollection defines model for DryRunCollection.
 type DryRunCollection struct {
+	// PlanHash A digest of the DAG's schedule and timezone and of every slot's `logical_date`, `action` and `exception_reason`; send it as `If-Match` to create this plan.
+	PlanHash     string        `json:"plan_hash"`
 	Runs         []DryRunEntry `json:"runs"`
 	TotalEntries int64         `json:"total_entries"`
 }
@@ -611,6 +690,9 @@ type HeartbeatResponse struct {
 	LeaseExpiresAt  time.Time `json:"lease_expires_at"`
 }
 
+// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
+type MaxFailedRuns = int32
+
 // Problem An RFC 9457 problem detail with a stable `code`.
 type Problem struct {
 	// ActiveBackfillId Present with `backfill_already_running`; the DAG's active backfill.
@@ -618,6 +700,9 @@ type Problem struct {
 
 	// Code The stable, machine-readable error code. `not_found` and `method_not_allowed` answer requests to a path no route serves, or with a method the route does not serve.
 	Code ProblemCode `json:"code"`
+
+	// CurrentPlanHash Present with `plan_changed`; the digest of the plan as it is now.
+	CurrentPlanHash *string `json:"current_plan_hash,omitempty"`
 
 	// Detail An explanation of this occurrence. Never internal error text.
 	Detail string `json:"detail"`
@@ -639,6 +724,11 @@ type Problem struct {
 
 // ProblemCode The stable, machine-readable error code. `not_found` and `method_not_allowed` answer requests to a path no route serves, or with a method the route does not serve.
 type ProblemCode string
+
+// ReleaseRequest defines model for ReleaseRequest.
+type ReleaseRequest struct {
+	WorkerId string `json:"worker_id"`
+}
 
 // ReprocessBehavior What a backfill does with a slot whose run already exists and is terminal: `none` skips it; `failed` reprocesses a `failed` or `canceled` run; `completed` reprocesses any terminal run. A `queued` or `running` run is always skipped.
 type ReprocessBehavior string
@@ -724,6 +814,9 @@ type DagIdPath = DagId
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
 
+// IfMatch defines model for IfMatch.
+type IfMatch = string
+
 // Limit defines model for Limit.
 type Limit = int
 
@@ -750,6 +843,9 @@ type NotFound = Problem
 
 // PayloadTooLarge An RFC 9457 problem detail with a stable `code`.
 type PayloadTooLarge = Problem
+
+// PreconditionFailed An RFC 9457 problem detail with a stable `code`.
+type PreconditionFailed = Problem
 
 // ServiceUnavailable An RFC 9457 problem detail with a stable `code`.
 type ServiceUnavailable = Problem
@@ -790,6 +886,11 @@ type CreateBackfillParams struct {
 	// IdempotencyKey 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
 	// operation's description.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
+	// IfMatch `"<plan_hash>"` from a dry run (several may be listed, comma-separated): create only
+	// if the plan made inside the creating transaction has that digest, else 412
+	// `plan_changed`. `*` checks nothing.
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
 }
 
 // ListBackfillDagRunsParams defines parameters for ListBackfillDagRuns.
@@ -806,6 +907,18 @@ type ListBackfillDagRunsParams struct {
 
 // ListBackfillDagRunsParamsOrderBy defines parameters for ListBackfillDagRuns.
 type ListBackfillDagRunsParamsOrderBy string
+
+// RetryBackfillParams defines parameters for RetryBackfill.
+type RetryBackfillParams struct {
+	// IdempotencyKey 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
+	// operation's description.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
+	// IfMatch `"<plan_hash>"` from a dry run (several may be listed, comma-separated): create only
+	// if the plan made inside the creating transaction has that digest, else 412
+	// `plan_changed`. `*` checks nothing.
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+}
 
 // ListDagsParams defines parameters for ListDags.
 type ListDagsParams struct {
@@ -858,6 +971,15 @@ type CreateBackfillJSONRequestBody = BackfillCreate
 // DryRunBackfillJSONRequestBody defines body for DryRunBackfill for application/json ContentType.
 type DryRunBackfillJSONRequestBody = BackfillCreate
 
+// PatchBackfillJSONRequestBody defines body for PatchBackfill for application/json ContentType.
+type PatchBackfillJSONRequestBody = BackfillPatch
+
+// PatchBackfillApplicationMergePatchPlusJSONRequestBody defines body for PatchBackfill for application/merge-patch+json ContentType.
+type PatchBackfillApplicationMergePatchPlusJSONRequestBody = BackfillPatch
+
+// RetryBackfillJSONRequestBody defines body for RetryBackfill for application/json ContentType.
+type RetryBackfillJSONRequestBody = BackfillRetry
+
 // PutDagJSONRequestBody defines body for PutDag for application/json ContentType.
 type PutDagJSONRequestBody = DagPut
 
@@ -872,6 +994,9 @@ type ClaimRunsJSONRequestBody = ClaimRequest
 
 // HeartbeatRunJSONRequestBody defines body for HeartbeatRun for application/json ContentType.
 type HeartbeatRunJSONRequestBody = HeartbeatRequest
+
+// ReleaseRunJSONRequestBody defines body for ReleaseRun for application/json ContentType.
+type ReleaseRunJSONRequestBody = ReleaseRequest
 
 // CreateWebhookJSONRequestBody defines body for CreateWebhook for application/json ContentType.
 type CreateWebhookJSONRequestBody = WebhookCreate
@@ -1014,6 +1139,17 @@ type ClientInterface interface {
 	// stores nothing under its key. Concurrent requests with one key create at most one
 	// backfill.
 	//
+	// **If-Match.** With `If-Match: "<plan_hash>"` (the `plan_hash`, or `ETag`, of a dry
+	// run), the backfill is created only if the plan made inside the creating transaction
+	// has that digest; otherwise nothing is written and the answer is 412 `plan_changed`
+	// with `current_plan_hash`. `If-Match: *` checks nothing. Every created backfill
+	// carries the `plan_hash` of the plan it was created from.
+	//
+	// **Failure budget.** With `max_failed_runs` N, whenever a run of the backfill becomes
+	// `failed` (a report, or a lease expiry at `MAX_ATTEMPTS`) while its `failed` count is
+	// at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
+	// the transaction that failed the run: no claim after it hands out a run of it.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/backfills (the `CreateBackfill` operationId).
@@ -1067,6 +1203,17 @@ type ClientInterface interface {
 	// stores nothing under its key. Concurrent requests with one key create at most one
 	// backfill.
 	//
+	// **If-Match.** With `If-Match: "<plan_hash>"` (the `plan_hash`, or `ETag`, of a dry
+	// run), the backfill is created only if the plan made inside the creating transaction
+	// has that digest; otherwise nothing is written and the answer is 412 `plan_changed`
+	// with `current_plan_hash`. `If-Match: *` checks nothing. Every created backfill
+	// carries the `plan_hash` of the plan it was created from.
+	//
+	// **Failure budget.** With `max_failed_runs` N, whenever a run of the backfill becomes
+	// `failed` (a report, or a lease expiry at `MAX_ATTEMPTS`) while its `failed` count is
+	// at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
+	// the transaction that failed the run: no claim after it hands out a run of it.
+	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /api/v1/backfills (the `CreateBackfill` operationId).
@@ -1083,6 +1230,11 @@ type ClientInterface interface {
 	// window is 200 with no entries (not `no_runs_to_create`). Every other error of
 	// `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
 	// `invalid_backfill`, `too_many_runs`.
+	//
+	// It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
+	// DAG's schedule and timezone and of every slot's `logical_date`, `action` and
+	// `exception_reason`. Send it as `If-Match` with the creation to create exactly this
+	// plan or nothing.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1101,6 +1253,11 @@ type ClientInterface interface {
 	// `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
 	// `invalid_backfill`, `too_many_runs`.
 	//
+	// It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
+	// DAG's schedule and timezone and of every slot's `logical_date`, `action` and
+	// `exception_reason`. Send it as `If-Match` with the creation to create exactly this
+	// plan or nothing.
+	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /api/v1/backfills/dry_run (the `DryRunBackfill` operationId).
@@ -1113,6 +1270,51 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1/backfills/{backfill_id} (the `GetBackfill` operationId).
 	GetBackfill(ctx context.Context, backfillId BackfillIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PatchBackfillWithBody Change a backfill's settings
+	//
+	// A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
+	// limit) and `description` of an active backfill; fields left out keep their value.
+	// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+	//
+	// The next claim obeys a new `max_active_runs`; runs already running above it are not
+	// stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
+	// the backfill by itself; the next failure does.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PATCH /api/v1/backfills/{backfill_id} (the `PatchBackfill` operationId).
+	PatchBackfillWithBody(ctx context.Context, backfillId BackfillIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PatchBackfill Change a backfill's settings
+	//
+	// A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
+	// limit) and `description` of an active backfill; fields left out keep their value.
+	// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+	//
+	// The next claim obeys a new `max_active_runs`; runs already running above it are not
+	// stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
+	// the backfill by itself; the next failure does.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PATCH /api/v1/backfills/{backfill_id} (the `PatchBackfill` operationId).
+	PatchBackfill(ctx context.Context, backfillId BackfillIdPath, body PatchBackfillJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PatchBackfillWithApplicationMergePatchPlusJSONBody Change a backfill's settings
+	//
+	// A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
+	// limit) and `description` of an active backfill; fields left out keep their value.
+	// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+	//
+	// The next claim obeys a new `max_active_runs`; runs already running above it are not
+	// stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
+	// the backfill by itself; the next failure does.
+	//
+	// Takes a body of the `application/merge-patch+json` content type.
+	//
+	// Corresponds with PATCH /api/v1/backfills/{backfill_id} (the `PatchBackfill` operationId).
+	PatchBackfillWithApplicationMergePatchPlusJSONBody(ctx context.Context, backfillId BackfillIdPath, body PatchBackfillApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CancelBackfill Cancel a backfill
 	//
@@ -1147,6 +1349,48 @@ type ClientInterface interface {
 	// Corresponds with PUT /api/v1/backfills/{backfill_id}/pause (the `PauseBackfill` operationId).
 	PauseBackfill(ctx context.Context, backfillId BackfillIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// RetryBackfillWithBody Retry a backfill's failed slots
+	//
+	// Creates a new backfill of the same DAG whose slots are this (terminal) backfill's
+	// slots whose run ended `failed` or `canceled`, as its record shows, in its
+	// `sort_ordinal` order; each is decided with `reprocess_behavior` `failed`: a run that
+	// has since succeeded is skipped as `already exists`, one in flight as `in flight`.
+	// The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
+	// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
+	// `dag_run_conf` and `description`.
+	//
+	// It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
+	// transaction; `Idempotency-Key` and `If-Match` are honoured. 404
+	// `backfill_not_found`; 409 `backfill_not_terminal` while the backfill is active; 422
+	// `no_runs_to_create` when none of its slots failed or was canceled; 409
+	// `backfill_already_running` when the DAG has another active backfill.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/backfills/{backfill_id}/retry (the `RetryBackfill` operationId).
+	RetryBackfillWithBody(ctx context.Context, backfillId BackfillIdPath, params *RetryBackfillParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RetryBackfill Retry a backfill's failed slots
+	//
+	// Creates a new backfill of the same DAG whose slots are this (terminal) backfill's
+	// slots whose run ended `failed` or `canceled`, as its record shows, in its
+	// `sort_ordinal` order; each is decided with `reprocess_behavior` `failed`: a run that
+	// has since succeeded is skipped as `already exists`, one in flight as `in flight`.
+	// The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
+	// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
+	// `dag_run_conf` and `description`.
+	//
+	// It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
+	// transaction; `Idempotency-Key` and `If-Match` are honoured. 404
+	// `backfill_not_found`; 409 `backfill_not_terminal` while the backfill is active; 422
+	// `no_runs_to_create` when none of its slots failed or was canceled; 409
+	// `backfill_already_running` when the DAG has another active backfill.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/backfills/{backfill_id}/retry (the `RetryBackfill` operationId).
+	RetryBackfill(ctx context.Context, backfillId BackfillIdPath, params *RetryBackfillParams, body RetryBackfillJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// UnpauseBackfill Unpause a backfill
 	//
 	// Moves a `paused` backfill back to `running`, so its queued runs can be claimed again.
@@ -1162,6 +1406,18 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1/dags (the `ListDags` operationId).
 	ListDags(ctx context.Context, params *ListDagsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteDag Delete a DAG
+	//
+	// Removes the DAG with its runs and its backfills' history (slots and idempotency keys
+	// included). Answers 204. It is 409 `backfill_already_running` (with
+	// `active_backfill_id`) while the DAG has an active backfill, and 409 `runs_in_flight`
+	// while one of its runs outside backfills is `queued` or `running`. A backfill or a
+	// manual run created concurrently either commits first (and the delete answers 409) or
+	// finds the DAG gone (404 `dag_not_found`); it never survives the DAG.
+	//
+	// Corresponds with DELETE /api/v1/dags/{dag_id} (the `DeleteDag` operationId).
+	DeleteDag(ctx context.Context, dagId DagIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetDag Get a DAG
 	//
@@ -1382,6 +1638,32 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /api/v1/runs/{id}/heartbeat (the `HeartbeatRun` operationId).
 	HeartbeatRun(ctx context.Context, id RunDbIdPath, body HeartbeatRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReleaseRunWithBody Hand a run back
+	//
+	// A worker that stops cleanly hands back a run it holds: the run becomes `queued`
+	// again with the same `attempt` (a clean hand-back is not a failed attempt), to be
+	// claimed again; a run whose backfill is canceling becomes `canceled` instead, as an
+	// expired lease would make it. 409 `lease_lost` unless the run is `running` under a
+	// live lease of `worker_id`; 404 `run_not_found` for an unknown id.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/runs/{id}/release (the `ReleaseRun` operationId).
+	ReleaseRunWithBody(ctx context.Context, id RunDbIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReleaseRun Hand a run back
+	//
+	// A worker that stops cleanly hands back a run it holds: the run becomes `queued`
+	// again with the same `attempt` (a clean hand-back is not a failed attempt), to be
+	// claimed again; a run whose backfill is canceling becomes `canceled` instead, as an
+	// expired lease would make it. 409 `lease_lost` unless the run is `running` under a
+	// live lease of `worker_id`; 404 `run_not_found` for an unknown id.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/runs/{id}/release (the `ReleaseRun` operationId).
+	ReleaseRun(ctx context.Context, id RunDbIdPath, body ReleaseRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListWebhooks List webhooks
 	//
@@ -1624,6 +1906,17 @@ func (c *RawClient) ListBackfills(ctx context.Context, params *ListBackfillsPara
 // stores nothing under its key. Concurrent requests with one key create at most one
 // backfill.
 //
+// **If-Match.** With `If-Match: "<plan_hash>"` (the `plan_hash`, or `ETag`, of a dry
+// run), the backfill is created only if the plan made inside the creating transaction
+// has that digest; otherwise nothing is written and the answer is 412 `plan_changed`
+// with `current_plan_hash`. `If-Match: *` checks nothing. Every created backfill
+// carries the `plan_hash` of the plan it was created from.
+//
+// **Failure budget.** With `max_failed_runs` N, whenever a run of the backfill becomes
+// `failed` (a report, or a lease expiry at `MAX_ATTEMPTS`) while its `failed` count is
+// at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
+// the transaction that failed the run: no claim after it hands out a run of it.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/backfills (the `CreateBackfill` operationId).
@@ -1687,6 +1980,17 @@ func (c *RawClient) CreateBackfillWithBody(ctx context.Context, params *CreateBa
 // stores nothing under its key. Concurrent requests with one key create at most one
 // backfill.
 //
+// **If-Match.** With `If-Match: "<plan_hash>"` (the `plan_hash`, or `ETag`, of a dry
+// run), the backfill is created only if the plan made inside the creating transaction
+// has that digest; otherwise nothing is written and the answer is 412 `plan_changed`
+// with `current_plan_hash`. `If-Match: *` checks nothing. Every created backfill
+// carries the `plan_hash` of the plan it was created from.
+//
+// **Failure budget.** With `max_failed_runs` N, whenever a run of the backfill becomes
+// `failed` (a report, or a lease expiry at `MAX_ATTEMPTS`) while its `failed` count is
+// at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
+// the transaction that failed the run: no claim after it hands out a run of it.
+//
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /api/v1/backfills (the `CreateBackfill` operationId).
@@ -1713,6 +2017,11 @@ func (c *RawClient) CreateBackfill(ctx context.Context, params *CreateBackfillPa
 // window is 200 with no entries (not `no_runs_to_create`). Every other error of
 // `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
 // `invalid_backfill`, `too_many_runs`.
+//
+// It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
+// DAG's schedule and timezone and of every slot's `logical_date`, `action` and
+// `exception_reason`. Send it as `If-Match` with the creation to create exactly this
+// plan or nothing.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1741,6 +2050,11 @@ func (c *RawClient) DryRunBackfillWithBody(ctx context.Context, contentType stri
 // `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
 // `invalid_backfill`, `too_many_runs`.
 //
+// It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
+// DAG's schedule and timezone and of every slot's `logical_date`, `action` and
+// `exception_reason`. Send it as `If-Match` with the creation to create exactly this
+// plan or nothing.
+//
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /api/v1/backfills/dry_run (the `DryRunBackfill` operationId).
@@ -1764,6 +2078,81 @@ func (c *RawClient) DryRunBackfill(ctx context.Context, body DryRunBackfillJSONR
 // Corresponds with GET /api/v1/backfills/{backfill_id} (the `GetBackfill` operationId).
 func (c *RawClient) GetBackfill(ctx context.Context, backfillId BackfillIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetBackfillRequest(c.Server, backfillId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PatchBackfillWithBody Change a backfill's settings
+//
+// A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
+// limit) and `description` of an active backfill; fields left out keep their value.
+// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+//
+// The next claim obeys a new `max_active_runs`; runs already running above it are not
+// stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
+// the backfill by itself; the next failure does.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PATCH /api/v1/backfills/{backfill_id} (the `PatchBackfill` operationId).
+func (c *RawClient) PatchBackfillWithBody(ctx context.Context, backfillId BackfillIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPatchBackfillRequestWithBody(c.Server, backfillId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PatchBackfill Change a backfill's settings
+//
+// A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
+// limit) and `description` of an active backfill; fields left out keep their value.
+// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+//
+// The next claim obeys a new `max_active_runs`; runs already running above it are not
+// stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
+// the backfill by itself; the next failure does.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PATCH /api/v1/backfills/{backfill_id} (the `PatchBackfill` operationId).
+func (c *RawClient) PatchBackfill(ctx context.Context, backfillId BackfillIdPath, body PatchBackfillJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPatchBackfillRequest(c.Server, backfillId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PatchBackfillWithApplicationMergePatchPlusJSONBody Change a backfill's settings
+//
+// A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
+// limit) and `description` of an active backfill; fields left out keep their value.
+// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+//
+// The next claim obeys a new `max_active_runs`; runs already running above it are not
+// stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
+// the backfill by itself; the next failure does.
+//
+// Takes a body of the `application/merge-patch+json` content type.
+//
+// Corresponds with PATCH /api/v1/backfills/{backfill_id} (the `PatchBackfill` operationId).
+func (c *RawClient) PatchBackfillWithApplicationMergePatchPlusJSONBody(ctx context.Context, backfillId BackfillIdPath, body PatchBackfillApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPatchBackfillRequestWithApplicationMergePatchPlusJSONBody(c.Server, backfillId, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1837,6 +2226,68 @@ func (c *RawClient) PauseBackfill(ctx context.Context, backfillId BackfillIdPath
 	return c.Client.Do(req)
 }
 
+// RetryBackfillWithBody Retry a backfill's failed slots
+//
+// Creates a new backfill of the same DAG whose slots are this (terminal) backfill's
+// slots whose run ended `failed` or `canceled`, as its record shows, in its
+// `sort_ordinal` order; each is decided with `reprocess_behavior` `failed`: a run that
+// has since succeeded is skipped as `already exists`, one in flight as `in flight`.
+// The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
+// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
+// `dag_run_conf` and `description`.
+//
+// It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
+// transaction; `Idempotency-Key` and `If-Match` are honoured. 404
+// `backfill_not_found`; 409 `backfill_not_terminal` while the backfill is active; 422
+// `no_runs_to_create` when none of its slots failed or was canceled; 409
+// `backfill_already_running` when the DAG has another active backfill.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/backfills/{backfill_id}/retry (the `RetryBackfill` operationId).
+func (c *RawClient) RetryBackfillWithBody(ctx context.Context, backfillId BackfillIdPath, params *RetryBackfillParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRetryBackfillRequestWithBody(c.Server, backfillId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RetryBackfill Retry a backfill's failed slots
+//
+// Creates a new backfill of the same DAG whose slots are this (terminal) backfill's
+// slots whose run ended `failed` or `canceled`, as its record shows, in its
+// `sort_ordinal` order; each is decided with `reprocess_behavior` `failed`: a run that
+// has since succeeded is skipped as `already exists`, one in flight as `in flight`.
+// The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
+// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
+// `dag_run_conf` and `description`.
+//
+// It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
+// transaction; `Idempotency-Key` and `If-Match` are honoured. 404
+// `backfill_not_found`; 409 `backfill_not_terminal` while the backfill is active; 422
+// `no_runs_to_create` when none of its slots failed or was canceled; 409
+// `backfill_already_running` when the DAG has another active backfill.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/backfills/{backfill_id}/retry (the `RetryBackfill` operationId).
+func (c *RawClient) RetryBackfill(ctx context.Context, backfillId BackfillIdPath, params *RetryBackfillParams, body RetryBackfillJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRetryBackfillRequest(c.Server, backfillId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // UnpauseBackfill Unpause a backfill
 //
 // Moves a `paused` backfill back to `running`, so its queued runs can be claimed again.
@@ -1863,6 +2314,28 @@ func (c *RawClient) UnpauseBackfill(ctx context.Context, backfillId BackfillIdPa
 // Corresponds with GET /api/v1/dags (the `ListDags` operationId).
 func (c *RawClient) ListDags(ctx context.Context, params *ListDagsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListDagsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteDag Delete a DAG
+//
+// Removes the DAG with its runs and its backfills' history (slots and idempotency keys
+// included). Answers 204. It is 409 `backfill_already_running` (with
+// `active_backfill_id`) while the DAG has an active backfill, and 409 `runs_in_flight`
+// while one of its runs outside backfills is `queued` or `running`. A backfill or a
+// manual run created concurrently either commits first (and the delete answers 409) or
+// finds the DAG gone (404 `dag_not_found`); it never survives the DAG.
+//
+// Corresponds with DELETE /api/v1/dags/{dag_id} (the `DeleteDag` operationId).
+func (c *RawClient) DeleteDag(ctx context.Context, dagId DagIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteDagRequest(c.Server, dagId)
 	if err != nil {
 		return nil, err
 	}
@@ -2213,6 +2686,52 @@ func (c *RawClient) HeartbeatRunWithBody(ctx context.Context, id RunDbIdPath, co
 // Corresponds with POST /api/v1/runs/{id}/heartbeat (the `HeartbeatRun` operationId).
 func (c *RawClient) HeartbeatRun(ctx context.Context, id RunDbIdPath, body HeartbeatRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewHeartbeatRunRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleaseRunWithBody Hand a run back
+//
+// A worker that stops cleanly hands back a run it holds: the run becomes `queued`
+// again with the same `attempt` (a clean hand-back is not a failed attempt), to be
+// claimed again; a run whose backfill is canceling becomes `canceled` instead, as an
+// expired lease would make it. 409 `lease_lost` unless the run is `running` under a
+// live lease of `worker_id`; 404 `run_not_found` for an unknown id.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/runs/{id}/release (the `ReleaseRun` operationId).
+func (c *RawClient) ReleaseRunWithBody(ctx context.Context, id RunDbIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleaseRunRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleaseRun Hand a run back
+//
+// A worker that stops cleanly hands back a run it holds: the run becomes `queued`
+// again with the same `attempt` (a clean hand-back is not a failed attempt), to be
+// claimed again; a run whose backfill is canceling becomes `canceled` instead, as an
+// expired lease would make it. 409 `lease_lost` unless the run is `running` under a
+// live lease of `worker_id`; 404 `run_not_found` for an unknown id.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/runs/{id}/release (the `ReleaseRun` operationId).
+func (c *RawClient) ReleaseRun(ctx context.Context, id RunDbIdPath, body ReleaseRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleaseRunRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2720,6 +3239,17 @@ func NewCreateBackfillRequestWithBody(server string, params *CreateBackfillParam
 			req.Header.Set("Idempotency-Key", headerParam0)
 		}
 
+		if params.IfMatch != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam1)
+		}
+
 	}
 
 	return req, nil
@@ -2795,6 +3325,64 @@ func NewGetBackfillRequest(server string, backfillId BackfillIdPath) (*http.Requ
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewPatchBackfillRequest calls the generic PatchBackfill builder with application/json body
+func NewPatchBackfillRequest(server string, backfillId BackfillIdPath, body PatchBackfillJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPatchBackfillRequestWithBody(server, backfillId, "application/json", bodyReader)
+}
+
+// NewPatchBackfillRequestWithApplicationMergePatchPlusJSONBody calls the generic PatchBackfill builder with application/merge-patch+json body
+func NewPatchBackfillRequestWithApplicationMergePatchPlusJSONBody(server string, backfillId BackfillIdPath, body PatchBackfillApplicationMergePatchPlusJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPatchBackfillRequestWithBody(server, backfillId, "application/merge-patch+json", bodyReader)
+}
+
+// NewPatchBackfillRequestWithBody constructs an http.Request for the PatchBackfill method, with any body, and a specified content type
+func NewPatchBackfillRequestWithBody(server string, backfillId BackfillIdPath, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "backfill_id", backfillId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/backfills/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -2952,6 +3540,79 @@ func NewPauseBackfillRequest(server string, backfillId BackfillIdPath) (*http.Re
 	return req, nil
 }
 
+// NewRetryBackfillRequest calls the generic RetryBackfill builder with application/json body
+func NewRetryBackfillRequest(server string, backfillId BackfillIdPath, params *RetryBackfillParams, body RetryBackfillJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRetryBackfillRequestWithBody(server, backfillId, params, "application/json", bodyReader)
+}
+
+// NewRetryBackfillRequestWithBody constructs an http.Request for the RetryBackfill method, with any body, and a specified content type
+func NewRetryBackfillRequestWithBody(server string, backfillId BackfillIdPath, params *RetryBackfillParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "backfill_id", backfillId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/backfills/%s/retry", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+		if params.IfMatch != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewUnpauseBackfillRequest constructs an http.Request for the UnpauseBackfill method
 func NewUnpauseBackfillRequest(server string, backfillId BackfillIdPath) (*http.Request, error) {
 	var err error
@@ -3045,6 +3706,40 @@ func NewListDagsRequest(server string, params *ListDagsParams) (*http.Request, e
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDeleteDagRequest constructs an http.Request for the DeleteDag method
+func NewDeleteDagRequest(server string, dagId DagIdPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "dag_id", dagId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/dags/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -3440,6 +4135,53 @@ func NewHeartbeatRunRequestWithBody(server string, id RunDbIdPath, contentType s
 	}
 
 	operationPath := fmt.Sprintf("/api/v1/runs/%s/heartbeat", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewReleaseRunRequest calls the generic ReleaseRun builder with application/json body
+func NewReleaseRunRequest(server string, id RunDbIdPath, body ReleaseRunJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewReleaseRunRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewReleaseRunRequestWithBody constructs an http.Request for the ReleaseRun method, with any body, and a specified content type
+func NewReleaseRunRequestWithBody(server string, id RunDbIdPath, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/runs/%s/release", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -4087,6 +4829,17 @@ type ClientWithResponsesInterface interface {
 	// stores nothing under its key. Concurrent requests with one key create at most one
 	// backfill.
 	//
+	// **If-Match.** With `If-Match: "<plan_hash>"` (the `plan_hash`, or `ETag`, of a dry
+	// run), the backfill is created only if the plan made inside the creating transaction
+	// has that digest; otherwise nothing is written and the answer is 412 `plan_changed`
+	// with `current_plan_hash`. `If-Match: *` checks nothing. Every created backfill
+	// carries the `plan_hash` of the plan it was created from.
+	//
+	// **Failure budget.** With `max_failed_runs` N, whenever a run of the backfill becomes
+	// `failed` (a report, or a lease expiry at `MAX_ATTEMPTS`) while its `failed` count is
+	// at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
+	// the transaction that failed the run: no claim after it hands out a run of it.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/backfills (the `CreateBackfill` operationId).
@@ -4140,6 +4893,17 @@ type ClientWithResponsesInterface interface {
 	// stores nothing under its key. Concurrent requests with one key create at most one
 	// backfill.
 	//
+	// **If-Match.** With `If-Match: "<plan_hash>"` (the `plan_hash`, or `ETag`, of a dry
+	// run), the backfill is created only if the plan made inside the creating transaction
+	// has that digest; otherwise nothing is written and the answer is 412 `plan_changed`
+	// with `current_plan_hash`. `If-Match: *` checks nothing. Every created backfill
+	// carries the `plan_hash` of the plan it was created from.
+	//
+	// **Failure budget.** With `max_failed_runs` N, whenever a run of the backfill becomes
+	// `failed` (a report, or a lease expiry at `MAX_ATTEMPTS`) while its `failed` count is
+	// at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
+	// the transaction that failed the run: no claim after it hands out a run of it.
+	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/backfills (the `CreateBackfill` operationId).
@@ -4156,6 +4920,11 @@ type ClientWithResponsesInterface interface {
 	// window is 200 with no entries (not `no_runs_to_create`). Every other error of
 	// `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
 	// `invalid_backfill`, `too_many_runs`.
+	//
+	// It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
+	// DAG's schedule and timezone and of every slot's `logical_date`, `action` and
+	// `exception_reason`. Send it as `If-Match` with the creation to create exactly this
+	// plan or nothing.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4174,6 +4943,11 @@ type ClientWithResponsesInterface interface {
 	// `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
 	// `invalid_backfill`, `too_many_runs`.
 	//
+	// It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
+	// DAG's schedule and timezone and of every slot's `logical_date`, `action` and
+	// `exception_reason`. Send it as `If-Match` with the creation to create exactly this
+	// plan or nothing.
+	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/backfills/dry_run (the `DryRunBackfill` operationId).
@@ -4188,6 +4962,51 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1/backfills/{backfill_id} (the `GetBackfill` operationId).
 	GetBackfillWithResponse(ctx context.Context, backfillId BackfillIdPath, reqEditors ...RequestEditorFn) (*GetBackfillResponse, error)
+
+	// PatchBackfillWithBodyWithResponse Change a backfill's settings
+	//
+	// A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
+	// limit) and `description` of an active backfill; fields left out keep their value.
+	// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+	//
+	// The next claim obeys a new `max_active_runs`; runs already running above it are not
+	// stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
+	// the backfill by itself; the next failure does.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /api/v1/backfills/{backfill_id} (the `PatchBackfill` operationId).
+	PatchBackfillWithBodyWithResponse(ctx context.Context, backfillId BackfillIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PatchBackfillResponse, error)
+
+	// PatchBackfillWithResponse Change a backfill's settings
+	//
+	// A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
+	// limit) and `description` of an active backfill; fields left out keep their value.
+	// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+	//
+	// The next claim obeys a new `max_active_runs`; runs already running above it are not
+	// stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
+	// the backfill by itself; the next failure does.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /api/v1/backfills/{backfill_id} (the `PatchBackfill` operationId).
+	PatchBackfillWithResponse(ctx context.Context, backfillId BackfillIdPath, body PatchBackfillJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchBackfillResponse, error)
+
+	// PatchBackfillWithApplicationMergePatchPlusJSONBodyWithResponse Change a backfill's settings
+	//
+	// A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
+	// limit) and `description` of an active backfill; fields left out keep their value.
+	// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+	//
+	// The next claim obeys a new `max_active_runs`; runs already running above it are not
+	// stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
+	// the backfill by itself; the next failure does.
+	//
+	// Takes a body of the `application/merge-patch+json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /api/v1/backfills/{backfill_id} (the `PatchBackfill` operationId).
+	PatchBackfillWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, backfillId BackfillIdPath, body PatchBackfillApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchBackfillResponse, error)
 
 	// CancelBackfillWithResponse Cancel a backfill
 	//
@@ -4228,6 +5047,48 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PUT /api/v1/backfills/{backfill_id}/pause (the `PauseBackfill` operationId).
 	PauseBackfillWithResponse(ctx context.Context, backfillId BackfillIdPath, reqEditors ...RequestEditorFn) (*PauseBackfillResponse, error)
 
+	// RetryBackfillWithBodyWithResponse Retry a backfill's failed slots
+	//
+	// Creates a new backfill of the same DAG whose slots are this (terminal) backfill's
+	// slots whose run ended `failed` or `canceled`, as its record shows, in its
+	// `sort_ordinal` order; each is decided with `reprocess_behavior` `failed`: a run that
+	// has since succeeded is skipped as `already exists`, one in flight as `in flight`.
+	// The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
+	// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
+	// `dag_run_conf` and `description`.
+	//
+	// It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
+	// transaction; `Idempotency-Key` and `If-Match` are honoured. 404
+	// `backfill_not_found`; 409 `backfill_not_terminal` while the backfill is active; 422
+	// `no_runs_to_create` when none of its slots failed or was canceled; 409
+	// `backfill_already_running` when the DAG has another active backfill.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/backfills/{backfill_id}/retry (the `RetryBackfill` operationId).
+	RetryBackfillWithBodyWithResponse(ctx context.Context, backfillId BackfillIdPath, params *RetryBackfillParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RetryBackfillResponse, error)
+
+	// RetryBackfillWithResponse Retry a backfill's failed slots
+	//
+	// Creates a new backfill of the same DAG whose slots are this (terminal) backfill's
+	// slots whose run ended `failed` or `canceled`, as its record shows, in its
+	// `sort_ordinal` order; each is decided with `reprocess_behavior` `failed`: a run that
+	// has since succeeded is skipped as `already exists`, one in flight as `in flight`.
+	// The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
+	// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
+	// `dag_run_conf` and `description`.
+	//
+	// It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
+	// transaction; `Idempotency-Key` and `If-Match` are honoured. 404
+	// `backfill_not_found`; 409 `backfill_not_terminal` while the backfill is active; 422
+	// `no_runs_to_create` when none of its slots failed or was canceled; 409
+	// `backfill_already_running` when the DAG has another active backfill.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/backfills/{backfill_id}/retry (the `RetryBackfill` operationId).
+	RetryBackfillWithResponse(ctx context.Context, backfillId BackfillIdPath, params *RetryBackfillParams, body RetryBackfillJSONRequestBody, reqEditors ...RequestEditorFn) (*RetryBackfillResponse, error)
+
 	// UnpauseBackfillWithResponse Unpause a backfill
 	//
 	// Moves a `paused` backfill back to `running`, so its queued runs can be claimed again.
@@ -4247,6 +5108,20 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1/dags (the `ListDags` operationId).
 	ListDagsWithResponse(ctx context.Context, params *ListDagsParams, reqEditors ...RequestEditorFn) (*ListDagsResponse, error)
+
+	// DeleteDagWithResponse Delete a DAG
+	//
+	// Removes the DAG with its runs and its backfills' history (slots and idempotency keys
+	// included). Answers 204. It is 409 `backfill_already_running` (with
+	// `active_backfill_id`) while the DAG has an active backfill, and 409 `runs_in_flight`
+	// while one of its runs outside backfills is `queued` or `running`. A backfill or a
+	// manual run created concurrently either commits first (and the delete answers 409) or
+	// finds the DAG gone (404 `dag_not_found`); it never survives the DAG.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/dags/{dag_id} (the `DeleteDag` operationId).
+	DeleteDagWithResponse(ctx context.Context, dagId DagIdPath, reqEditors ...RequestEditorFn) (*DeleteDagResponse, error)
 
 	// GetDagWithResponse Get a DAG
 	//
@@ -4473,6 +5348,32 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/runs/{id}/heartbeat (the `HeartbeatRun` operationId).
 	HeartbeatRunWithResponse(ctx context.Context, id RunDbIdPath, body HeartbeatRunJSONRequestBody, reqEditors ...RequestEditorFn) (*HeartbeatRunResponse, error)
+
+	// ReleaseRunWithBodyWithResponse Hand a run back
+	//
+	// A worker that stops cleanly hands back a run it holds: the run becomes `queued`
+	// again with the same `attempt` (a clean hand-back is not a failed attempt), to be
+	// claimed again; a run whose backfill is canceling becomes `canceled` instead, as an
+	// expired lease would make it. 409 `lease_lost` unless the run is `running` under a
+	// live lease of `worker_id`; 404 `run_not_found` for an unknown id.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/runs/{id}/release (the `ReleaseRun` operationId).
+	ReleaseRunWithBodyWithResponse(ctx context.Context, id RunDbIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReleaseRunResponse, error)
+
+	// ReleaseRunWithResponse Hand a run back
+	//
+	// A worker that stops cleanly hands back a run it holds: the run becomes `queued`
+	// again with the same `attempt` (a clean hand-back is not a failed attempt), to be
+	// claimed again; a run whose backfill is canceling becomes `canceled` instead, as an
+	// expired lease would make it. 409 `lease_lost` unless the run is `running` under a
+	// live lease of `worker_id`; 404 `run_not_found` for an unknown id.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/runs/{id}/release (the `ReleaseRun` operationId).
+	ReleaseRunWithResponse(ctx context.Context, id RunDbIdPath, body ReleaseRunJSONRequestBody, reqEditors ...RequestEditorFn) (*ReleaseRunResponse, error)
 
 	// ListWebhooksWithResponse List webhooks
 	//
@@ -4810,6 +5711,8 @@ type CreateBackfillResponse struct {
 	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *PayloadTooLarge
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
@@ -4849,6 +5752,11 @@ func (r CreateBackfillResponse) GetApplicationproblemJSON404() *NotFound {
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r CreateBackfillResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r CreateBackfillResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
 }
 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -4900,6 +5808,11 @@ func (r CreateBackfillResponse) ContentType() string {
 	return ""
 }
 
+// DryRunBackfillResponse200Headers the declared response headers of an HTTP 200 response for DryRunBackfill
+type DryRunBackfillResponse200Headers struct {
+	ETag *string
+}
+
 // DryRunBackfillResponse401Headers the declared response headers of an HTTP 401 response for DryRunBackfill
 type DryRunBackfillResponse401Headers struct {
 	WWWAuthenticate *string
@@ -4929,6 +5842,8 @@ type DryRunBackfillResponse struct {
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *DryRunBackfillResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *DryRunBackfillResponse401Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -5088,6 +6003,110 @@ func (r GetBackfillResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetBackfillResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PatchBackfillResponse401Headers the declared response headers of an HTTP 401 response for PatchBackfill
+type PatchBackfillResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// PatchBackfillResponse503Headers the declared response headers of an HTTP 503 response for PatchBackfill
+type PatchBackfillResponse503Headers struct {
+	RetryAfter *int
+}
+
+type PatchBackfillResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Backfill
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PatchBackfillResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PatchBackfillResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PatchBackfillResponse) GetJSON200() *Backfill {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PatchBackfillResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PatchBackfillResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PatchBackfillResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r PatchBackfillResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r PatchBackfillResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r PatchBackfillResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r PatchBackfillResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r PatchBackfillResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PatchBackfillResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PatchBackfillResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PatchBackfillResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5392,6 +6411,132 @@ func (r PauseBackfillResponse) ContentType() string {
 	return ""
 }
 
+// RetryBackfillResponse201Headers the declared response headers of an HTTP 201 response for RetryBackfill
+type RetryBackfillResponse201Headers struct {
+	IdempotentReplayed *string
+	Location           *string
+}
+
+// RetryBackfillResponse401Headers the declared response headers of an HTTP 401 response for RetryBackfill
+type RetryBackfillResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// RetryBackfillResponse503Headers the declared response headers of an HTTP 503 response for RetryBackfill
+type RetryBackfillResponse503Headers struct {
+	RetryAfter *int
+}
+
+type RetryBackfillResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Backfill
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *RetryBackfillResponse201Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RetryBackfillResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RetryBackfillResponse503Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r RetryBackfillResponse) GetJSON201() *Backfill {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RetryBackfillResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RetryBackfillResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RetryBackfillResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RetryBackfillResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r RetryBackfillResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RetryBackfillResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RetryBackfillResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RetryBackfillResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RetryBackfillResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RetryBackfillResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RetryBackfillResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RetryBackfillResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RetryBackfillResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // UnpauseBackfillResponse401Headers the declared response headers of an HTTP 401 response for UnpauseBackfill
 type UnpauseBackfillResponse401Headers struct {
 	WWWAuthenticate *string
@@ -5573,6 +6718,96 @@ func (r ListDagsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListDagsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// DeleteDagResponse401Headers the declared response headers of an HTTP 401 response for DeleteDag
+type DeleteDagResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeleteDagResponse503Headers the declared response headers of an HTTP 503 response for DeleteDag
+type DeleteDagResponse503Headers struct {
+	RetryAfter *int
+}
+
+type DeleteDagResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteDagResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *DeleteDagResponse503Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeleteDagResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteDagResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteDagResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r DeleteDagResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r DeleteDagResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r DeleteDagResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteDagResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteDagResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteDagResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteDagResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6363,6 +7598,110 @@ func (r HeartbeatRunResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r HeartbeatRunResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ReleaseRunResponse401Headers the declared response headers of an HTTP 401 response for ReleaseRun
+type ReleaseRunResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ReleaseRunResponse503Headers the declared response headers of an HTTP 503 response for ReleaseRun
+type ReleaseRunResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ReleaseRunResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *DagRun
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReleaseRunResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ReleaseRunResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReleaseRunResponse) GetJSON200() *DagRun {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ReleaseRunResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReleaseRunResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ReleaseRunResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ReleaseRunResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ReleaseRunResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ReleaseRunResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ReleaseRunResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ReleaseRunResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReleaseRunResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReleaseRunResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReleaseRunResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -7261,6 +8600,17 @@ func (c *ClientWithResponses) ListBackfillsWithResponse(ctx context.Context, par
 // stores nothing under its key. Concurrent requests with one key create at most one
 // backfill.
 //
+// **If-Match.** With `If-Match: "<plan_hash>"` (the `plan_hash`, or `ETag`, of a dry
+// run), the backfill is created only if the plan made inside the creating transaction
+// has that digest; otherwise nothing is written and the answer is 412 `plan_changed`
+// with `current_plan_hash`. `If-Match: *` checks nothing. Every created backfill
+// carries the `plan_hash` of the plan it was created from.
+//
+// **Failure budget.** With `max_failed_runs` N, whenever a run of the backfill becomes
+// `failed` (a report, or a lease expiry at `MAX_ATTEMPTS`) while its `failed` count is
+// at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
+// the transaction that failed the run: no claim after it hands out a run of it.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/backfills (the `CreateBackfill` operationId).
@@ -7320,6 +8670,17 @@ func (c *ClientWithResponses) CreateBackfillWithBodyWithResponse(ctx context.Con
 // stores nothing under its key. Concurrent requests with one key create at most one
 // backfill.
 //
+// **If-Match.** With `If-Match: "<plan_hash>"` (the `plan_hash`, or `ETag`, of a dry
+// run), the backfill is created only if the plan made inside the creating transaction
+// has that digest; otherwise nothing is written and the answer is 412 `plan_changed`
+// with `current_plan_hash`. `If-Match: *` checks nothing. Every created backfill
+// carries the `plan_hash` of the plan it was created from.
+//
+// **Failure budget.** With `max_failed_runs` N, whenever a run of the backfill becomes
+// `failed` (a report, or a lease expiry at `MAX_ATTEMPTS`) while its `failed` count is
+// at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
+// the transaction that failed the run: no claim after it hands out a run of it.
+//
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/backfills (the `CreateBackfill` operationId).
@@ -7343,6 +8704,11 @@ func (c *ClientWithResponses) CreateBackfillWithResponse(ctx context.Context, pa
 // `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
 // `invalid_backfill`, `too_many_runs`.
 //
+// It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
+// DAG's schedule and timezone and of every slot's `logical_date`, `action` and
+// `exception_reason`. Send it as `If-Match` with the creation to create exactly this
+// plan or nothing.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/backfills/dry_run (the `DryRunBackfill` operationId).
@@ -7365,6 +8731,11 @@ func (c *ClientWithResponses) DryRunBackfillWithBodyWithResponse(ctx context.Con
 // window is 200 with no entries (not `no_runs_to_create`). Every other error of
 // `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
 // `invalid_backfill`, `too_many_runs`.
+//
+// It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
+// DAG's schedule and timezone and of every slot's `logical_date`, `action` and
+// `exception_reason`. Send it as `If-Match` with the creation to create exactly this
+// plan or nothing.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7391,6 +8762,69 @@ func (c *ClientWithResponses) GetBackfillWithResponse(ctx context.Context, backf
 		return nil, err
 	}
 	return ParseGetBackfillResponse(rsp)
+}
+
+// PatchBackfillWithBodyWithResponse Change a backfill's settings
+//
+// A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
+// limit) and `description` of an active backfill; fields left out keep their value.
+// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+//
+// The next claim obeys a new `max_active_runs`; runs already running above it are not
+// stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
+// the backfill by itself; the next failure does.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /api/v1/backfills/{backfill_id} (the `PatchBackfill` operationId).
+func (c *ClientWithResponses) PatchBackfillWithBodyWithResponse(ctx context.Context, backfillId BackfillIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PatchBackfillResponse, error) {
+	rsp, err := c.PatchBackfillWithBody(ctx, backfillId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePatchBackfillResponse(rsp)
+}
+
+// PatchBackfillWithResponse Change a backfill's settings
+//
+// A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
+// limit) and `description` of an active backfill; fields left out keep their value.
+// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+//
+// The next claim obeys a new `max_active_runs`; runs already running above it are not
+// stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
+// the backfill by itself; the next failure does.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /api/v1/backfills/{backfill_id} (the `PatchBackfill` operationId).
+func (c *ClientWithResponses) PatchBackfillWithResponse(ctx context.Context, backfillId BackfillIdPath, body PatchBackfillJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchBackfillResponse, error) {
+	rsp, err := c.PatchBackfill(ctx, backfillId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePatchBackfillResponse(rsp)
+}
+
+// PatchBackfillWithApplicationMergePatchPlusJSONBodyWithResponse Change a backfill's settings
+//
+// A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
+// limit) and `description` of an active backfill; fields left out keep their value.
+// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+//
+// The next claim obeys a new `max_active_runs`; runs already running above it are not
+// stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
+// the backfill by itself; the next failure does.
+//
+// Takes a body of the `application/merge-patch+json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /api/v1/backfills/{backfill_id} (the `PatchBackfill` operationId).
+func (c *ClientWithResponses) PatchBackfillWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, backfillId BackfillIdPath, body PatchBackfillApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchBackfillResponse, error) {
+	rsp, err := c.PatchBackfillWithApplicationMergePatchPlusJSONBody(ctx, backfillId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePatchBackfillResponse(rsp)
 }
 
 // CancelBackfillWithResponse Cancel a backfill
@@ -7450,6 +8884,60 @@ func (c *ClientWithResponses) PauseBackfillWithResponse(ctx context.Context, bac
 	return ParsePauseBackfillResponse(rsp)
 }
 
+// RetryBackfillWithBodyWithResponse Retry a backfill's failed slots
+//
+// Creates a new backfill of the same DAG whose slots are this (terminal) backfill's
+// slots whose run ended `failed` or `canceled`, as its record shows, in its
+// `sort_ordinal` order; each is decided with `reprocess_behavior` `failed`: a run that
+// has since succeeded is skipped as `already exists`, one in flight as `in flight`.
+// The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
+// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
+// `dag_run_conf` and `description`.
+//
+// It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
+// transaction; `Idempotency-Key` and `If-Match` are honoured. 404
+// `backfill_not_found`; 409 `backfill_not_terminal` while the backfill is active; 422
+// `no_runs_to_create` when none of its slots failed or was canceled; 409
+// `backfill_already_running` when the DAG has another active backfill.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/backfills/{backfill_id}/retry (the `RetryBackfill` operationId).
+func (c *ClientWithResponses) RetryBackfillWithBodyWithResponse(ctx context.Context, backfillId BackfillIdPath, params *RetryBackfillParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RetryBackfillResponse, error) {
+	rsp, err := c.RetryBackfillWithBody(ctx, backfillId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRetryBackfillResponse(rsp)
+}
+
+// RetryBackfillWithResponse Retry a backfill's failed slots
+//
+// Creates a new backfill of the same DAG whose slots are this (terminal) backfill's
+// slots whose run ended `failed` or `canceled`, as its record shows, in its
+// `sort_ordinal` order; each is decided with `reprocess_behavior` `failed`: a run that
+// has since succeeded is skipped as `already exists`, one in flight as `in flight`.
+// The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
+// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
+// `dag_run_conf` and `description`.
+//
+// It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
+// transaction; `Idempotency-Key` and `If-Match` are honoured. 404
+// `backfill_not_found`; 409 `backfill_not_terminal` while the backfill is active; 422
+// `no_runs_to_create` when none of its slots failed or was canceled; 409
+// `backfill_already_running` when the DAG has another active backfill.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/backfills/{backfill_id}/retry (the `RetryBackfill` operationId).
+func (c *ClientWithResponses) RetryBackfillWithResponse(ctx context.Context, backfillId BackfillIdPath, params *RetryBackfillParams, body RetryBackfillJSONRequestBody, reqEditors ...RequestEditorFn) (*RetryBackfillResponse, error) {
+	rsp, err := c.RetryBackfill(ctx, backfillId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRetryBackfillResponse(rsp)
+}
+
 // UnpauseBackfillWithResponse Unpause a backfill
 //
 // Moves a `paused` backfill back to `running`, so its queued runs can be claimed again.
@@ -7480,6 +8968,26 @@ func (c *ClientWithResponses) ListDagsWithResponse(ctx context.Context, params *
 		return nil, err
 	}
 	return ParseListDagsResponse(rsp)
+}
+
+// DeleteDagWithResponse Delete a DAG
+//
+// Removes the DAG with its runs and its backfills' history (slots and idempotency keys
+// included). Answers 204. It is 409 `backfill_already_running` (with
+// `active_backfill_id`) while the DAG has an active backfill, and 409 `runs_in_flight`
+// while one of its runs outside backfills is `queued` or `running`. A backfill or a
+// manual run created concurrently either commits first (and the delete answers 409) or
+// finds the DAG gone (404 `dag_not_found`); it never survives the DAG.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/dags/{dag_id} (the `DeleteDag` operationId).
+func (c *ClientWithResponses) DeleteDagWithResponse(ctx context.Context, dagId DagIdPath, reqEditors ...RequestEditorFn) (*DeleteDagResponse, error) {
+	rsp, err := c.DeleteDag(ctx, dagId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteDagResponse(rsp)
 }
 
 // GetDagWithResponse Get a DAG
@@ -7784,6 +9292,44 @@ func (c *ClientWithResponses) HeartbeatRunWithResponse(ctx context.Context, id R
 		return nil, err
 	}
 	return ParseHeartbeatRunResponse(rsp)
+}
+
+// ReleaseRunWithBodyWithResponse Hand a run back
+//
+// A worker that stops cleanly hands back a run it holds: the run becomes `queued`
+// again with the same `attempt` (a clean hand-back is not a failed attempt), to be
+// claimed again; a run whose backfill is canceling becomes `canceled` instead, as an
+// expired lease would make it. 409 `lease_lost` unless the run is `running` under a
+// live lease of `worker_id`; 404 `run_not_found` for an unknown id.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/runs/{id}/release (the `ReleaseRun` operationId).
+func (c *ClientWithResponses) ReleaseRunWithBodyWithResponse(ctx context.Context, id RunDbIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReleaseRunResponse, error) {
+	rsp, err := c.ReleaseRunWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleaseRunResponse(rsp)
+}
+
+// ReleaseRunWithResponse Hand a run back
+//
+// A worker that stops cleanly hands back a run it holds: the run becomes `queued`
+// again with the same `attempt` (a clean hand-back is not a failed attempt), to be
+// claimed again; a run whose backfill is canceling becomes `canceled` instead, as an
+// expired lease would make it. 409 `lease_lost` unless the run is `running` under a
+// live lease of `worker_id`; 404 `run_not_found` for an unknown id.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/runs/{id}/release (the `ReleaseRun` operationId).
+func (c *ClientWithResponses) ReleaseRunWithResponse(ctx context.Context, id RunDbIdPath, body ReleaseRunJSONRequestBody, reqEditors ...RequestEditorFn) (*ReleaseRunResponse, error) {
+	rsp, err := c.ReleaseRun(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleaseRunResponse(rsp)
 }
 
 // ListWebhooksWithResponse List webhooks
@@ -8213,6 +9759,13 @@ func ParseCreateBackfillResponse(rsp *http.Response) (*CreateBackfillResponse, e
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest PayloadTooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8359,6 +9912,16 @@ func ParseDryRunBackfillResponse(rsp *http.Response) (*DryRunBackfillResponse, e
 	}
 
 	switch {
+	case rsp.StatusCode == 200:
+		var headers DryRunBackfillResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers200 = &headers
 	case rsp.StatusCode == 401:
 		var headers DryRunBackfillResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -8455,6 +10018,104 @@ func ParseGetBackfillResponse(rsp *http.Response) (*GetBackfillResponse, error) 
 		response.Headers401 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetBackfillResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePatchBackfillResponse parses an HTTP response from a PatchBackfillWithResponse call
+func ParsePatchBackfillResponse(rsp *http.Response) (*PatchBackfillResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PatchBackfillResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Backfill
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers PatchBackfillResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers PatchBackfillResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
@@ -8748,6 +10409,135 @@ func ParsePauseBackfillResponse(rsp *http.Response) (*PauseBackfillResponse, err
 	return response, nil
 }
 
+// ParseRetryBackfillResponse parses an HTTP response from a RetryBackfillWithResponse call
+func ParseRetryBackfillResponse(rsp *http.Response) (*RetryBackfillResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RetryBackfillResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Backfill
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers RetryBackfillResponse201Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: "uri-reference"}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 401:
+		var headers RetryBackfillResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers RetryBackfillResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseUnpauseBackfillResponse parses an HTTP response from a UnpauseBackfillWithResponse call
 func ParseUnpauseBackfillResponse(rsp *http.Response) (*UnpauseBackfillResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -8910,6 +10700,93 @@ func ParseListDagsResponse(rsp *http.Response) (*ListDagsResponse, error) {
 		response.Headers401 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListDagsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDeleteDagResponse parses an HTTP response from a DeleteDagWithResponse call
+func ParseDeleteDagResponse(rsp *http.Response) (*DeleteDagResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteDagResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers DeleteDagResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers DeleteDagResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
@@ -9658,6 +11535,104 @@ func ParseHeartbeatRunResponse(rsp *http.Response) (*HeartbeatRunResponse, error
 		response.Headers401 = &headers
 	case rsp.StatusCode == 503:
 		var headers HeartbeatRunResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseReleaseRunResponse parses an HTTP response from a ReleaseRunWithResponse call
+func ParseReleaseRunResponse(rsp *http.Response) (*ReleaseRunResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReleaseRunResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest DagRun
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ReleaseRunResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers ReleaseRunResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

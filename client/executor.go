@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // Causes of a work function's context ending, read with context.Cause.
@@ -84,10 +85,14 @@ func (cfg *ExecutorConfig) defaults() error {
 // gone (nothing is reported then: the run is no longer this worker's). A panic in work is
 // reported as failed.
 //
-// RunExecutor returns when ctx is done, after every work function has returned; work cut
-// short by ctx is not reported, so the service hands its run out again when the lease
-// expires. It returns nil then, or an error for an invalid cfg or a claim the service
-// refuses for good (400, 401).
+// A failed run is reported with the work's error as its note (at most 4,096 characters).
+//
+// RunExecutor returns when ctx is done, after every work function has returned. A run whose
+// work was cut short by ctx (or that was claimed just as ctx ended) is released: handed back
+// queued with the same attempt, so another worker takes it at once instead of after its lease
+// expires, and a clean stop costs no attempt. A release that fails leaves the run to its
+// lease. It returns nil then, or an error for an invalid cfg or a claim the service refuses
+// for good (400, 401).
 func (c *Client) RunExecutor(ctx context.Context, cfg ExecutorConfig, work func(ctx context.Context, run DagRun) error) error {
 	if err := cfg.defaults(); err != nil {
 		return err
@@ -118,7 +123,10 @@ func (c *Client) RunExecutor(ctx context.Context, cfg ExecutorConfig, work func(
 			<-slots
 		}
 		if ctx.Err() != nil {
-			// Runs claimed just as ctx ended are left to their leases, like cut-short work.
+			// Runs claimed just as ctx ended go back at once, like cut-short work.
+			for _, run := range runs {
+				c.release(ctx, log.With("dag_id", run.DagId, "run_id", run.RunId), run, cfg.WorkerID)
+			}
 			return nil
 		}
 		if err != nil {
@@ -175,7 +183,8 @@ func (c *Client) execute(ctx context.Context, cfg ExecutorConfig, log *slog.Logg
 		log.Warn("lease lost; not reporting", "work_err", err)
 		return
 	case err != nil && ctx.Err() != nil:
-		log.Info("stopped before the run finished; its lease will expire", "work_err", err)
+		log.Info("stopped before the run finished; releasing it", "work_err", err)
+		c.release(ctx, log, run, cfg.WorkerID)
 		return
 	case err == nil:
 		state = DagRunStateSuccess
@@ -185,7 +194,11 @@ func (c *Client) execute(ctx context.Context, cfg ExecutorConfig, log *slog.Logg
 		state = DagRunStateFailed
 	}
 	// A finished run is reported even while the executor stops.
-	if err := c.report(context.WithoutCancel(ctx), run, state, cfg.WorkerID); err != nil {
+	note := ""
+	if state == DagRunStateFailed {
+		note = truncateNote(err.Error())
+	}
+	if err := c.report(context.WithoutCancel(ctx), run, state, cfg.WorkerID, note); err != nil {
 		log.Error("report failed", "state", state, "err", err)
 		return
 	}
@@ -234,10 +247,10 @@ func (c *Client) heartbeats(ctx context.Context, cfg ExecutorConfig, log *slog.L
 // expiry, and the run is handed out again.
 const reportAttempts = 5
 
-func (c *Client) report(ctx context.Context, run DagRun, state DagRunState, workerID string) error {
+func (c *Client) report(ctx context.Context, run DagRun, state DagRunState, workerID, note string) error {
 	wait := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		_, err := c.ReportRun(ctx, run.DagId, run.RunId, state, workerID)
+		_, err := c.ReportRunWithNote(ctx, run.DagId, run.RunId, state, workerID, note)
 		var p *ProblemError
 		if err == nil || attempt == reportAttempts || (errors.As(err, &p) && !p.Temporary()) {
 			return err
@@ -250,6 +263,33 @@ func (c *Client) report(ctx context.Context, run DagRun, state DagRunState, work
 		}
 		wait *= 2
 	}
+}
+
+// releaseTimeout bounds a release at shutdown: a stopping process must not hang on it, and
+// a release that does not land only costs the wait for the lease.
+const releaseTimeout = 5 * time.Second
+
+// release hands a run back to the service after ctx (the executor's) ended.
+func (c *Client) release(ctx context.Context, log *slog.Logger, run DagRun, workerID string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if _, err := c.ReleaseRun(rctx, run.Id, workerID); err != nil {
+		log.Warn("release failed; the run waits for its lease", "err", err)
+		return
+	}
+	log.Info("released run")
+}
+
+// maxNoteRunes is the service's limit on a report's note.
+const maxNoteRunes = 4096
+
+// truncateNote keeps a note within the service's limit, cutting at a character boundary.
+func truncateNote(s string) string {
+	if utf8.RuneCountInString(s) <= maxNoteRunes {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:maxNoteRunes-1]) + "…"
 }
 
 // jitter spreads d over [0.75d, 1.25d) so that idle workers do not claim in lockstep.

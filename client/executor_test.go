@@ -21,6 +21,7 @@ type fakeExecutorAPI struct {
 	heartbeat func(id int64) (HeartbeatResponse, *Problem) // nil: a plain extension
 	reports   map[string]DagRunPatch
 	reported  chan string
+	released  []string // "<id> <worker_id>" of each release
 }
 
 func newFakeExecutorAPI(runs ...DagRun) *fakeExecutorAPI {
@@ -59,6 +60,14 @@ func (f *fakeExecutorAPI) handler() http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusOK, hb)
+	})
+	mux.HandleFunc("POST /api/v1/runs/{id}/release", func(w http.ResponseWriter, r *http.Request) {
+		var body ReleaseRequest
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		f.mu.Lock()
+		f.released = append(f.released, r.PathValue("id")+" "+body.WorkerId)
+		f.mu.Unlock()
+		writeJSON(w, http.StatusOK, DagRun{State: DagRunStateQueued})
 	})
 	mux.HandleFunc("PATCH /api/v1/dags/{dag}/runs/{run}", func(w http.ResponseWriter, r *http.Request) {
 		var body DagRunPatch
@@ -141,6 +150,11 @@ func TestRunExecutorReportsSuccessAndFailureWithWorkerID(t *testing.T) {
 		require.Equal(t, want, p.State, runID)
 		require.Equal(t, "w1", *p.WorkerId)
 	}
+	bad, _ := f.report("bad")
+	require.NotNil(t, bad.Note)
+	require.Equal(t, "boom", *bad.Note, "a failure is reported with the work's error as its note")
+	ok, _ := f.report("ok")
+	require.Nil(t, ok.Note)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	require.Equal(t, "sales", *f.claims[0].DagId)
@@ -192,7 +206,7 @@ func TestRunExecutorDoesNotReportARunWhoseLeaseIsLost(t *testing.T) {
 	require.False(t, reported)
 }
 
-func TestRunExecutorLeavesWorkCutShortByShutdownToItsLease(t *testing.T) {
+func TestRunExecutorReleasesWorkCutShortByShutdown(t *testing.T) {
 	t.Parallel()
 	f := newFakeExecutorAPI(run(1, "interrupted"))
 	c := serve(t, f.handler(), "")
@@ -207,6 +221,9 @@ func TestRunExecutorLeavesWorkCutShortByShutdownToItsLease(t *testing.T) {
 	require.NoError(t, stop())
 	_, reported := f.report("interrupted")
 	require.False(t, reported)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Equal(t, []string{"1 w1"}, f.released, "the cut-short run is handed back by its worker")
 }
 
 func TestRunExecutorStopsWhenTheClaimIsRefused(t *testing.T) {

@@ -1,7 +1,10 @@
 package client
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 )
 
@@ -120,6 +123,93 @@ func (c *Client) ReportRun(ctx context.Context, dagID, runID string, state DagRu
 	resp, err := c.raw().PatchDagRun(ctx, dagID, runID, body)
 	r, _, err := decode[DagRun](resp, err, http.StatusOK)
 	return r, err
+}
+
+// ReportRunWithNote is ReportRun with a note on the outcome (why the run failed, at most
+// 4,096 characters); an empty note sends none.
+func (c *Client) ReportRunWithNote(ctx context.Context, dagID, runID string, state DagRunState, workerID, note string) (DagRun, error) {
+	body := DagRunPatch{State: state}
+	if workerID != "" {
+		body.WorkerId = &workerID
+	}
+	if note != "" {
+		body.Note = &note
+	}
+	resp, err := c.raw().PatchDagRun(ctx, dagID, runID, body)
+	r, _, err := decode[DagRun](resp, err, http.StatusOK)
+	return r, err
+}
+
+// ReleaseRun hands a running run back: it is queued again with the same attempt. A run the
+// worker no longer holds is a *ProblemError with code lease_lost.
+func (c *Client) ReleaseRun(ctx context.Context, id int64, workerID string) (DagRun, error) {
+	resp, err := c.raw().ReleaseRun(ctx, id, ReleaseRequest{WorkerId: workerID})
+	r, _, err := decode[DagRun](resp, err, http.StatusOK)
+	return r, err
+}
+
+// PatchBackfill changes settings of an active backfill with a JSON merge patch: keys
+// max_active_runs, max_failed_runs and description; a nil value clears max_failed_runs (no
+// limit) or description. A terminal backfill is code backfill_not_active.
+func (c *Client) PatchBackfill(ctx context.Context, id int64, patch map[string]any) (Backfill, error) {
+	body, err := json.Marshal(patch)
+	if err != nil {
+		return Backfill{}, fmt.Errorf("client: encode patch: %w", err)
+	}
+	resp, err := c.raw().PatchBackfillWithBody(ctx, id, "application/merge-patch+json", bytes.NewReader(body))
+	b, _, err := decode[Backfill](resp, err, http.StatusOK)
+	return b, err
+}
+
+// RetryBackfill creates a backfill of a terminal backfill's failed and canceled slots.
+// overrides sets max_active_runs, max_failed_runs (nil: no limit), dag_run_conf or
+// description of the new backfill; keys left out keep the parent's (nil map: all).
+// idempotencyKey and ifMatch (a plan hash, or "" for none) work as for CreateBackfill. Codes:
+// backfill_not_terminal, no_runs_to_create, backfill_already_running, plan_changed.
+func (c *Client) RetryBackfill(ctx context.Context, id int64, overrides map[string]any, idempotencyKey, ifMatch string) (Backfill, error) {
+	if overrides == nil {
+		overrides = map[string]any{}
+	}
+	body, err := json.Marshal(overrides)
+	if err != nil {
+		return Backfill{}, fmt.Errorf("client: encode retry: %w", err)
+	}
+	var params RetryBackfillParams
+	if idempotencyKey != "" {
+		params.IdempotencyKey = &idempotencyKey
+	}
+	if ifMatch != "" {
+		quoted := `"` + ifMatch + `"`
+		params.IfMatch = &quoted
+	}
+	resp, err := c.raw().RetryBackfillWithBody(ctx, id, &params, "application/json", bytes.NewReader(body))
+	b, _, err := decode[Backfill](resp, err, http.StatusCreated)
+	return b, err
+}
+
+// CreateBackfillIfPlan creates a backfill only if its plan still has planHash (the
+// PlanHash of a DryRunBackfill); otherwise it is code plan_changed, with CurrentPlanHash.
+func (c *Client) CreateBackfillIfPlan(ctx context.Context, req BackfillCreate, idempotencyKey, planHash string) (Backfill, error) {
+	var params CreateBackfillParams
+	if idempotencyKey != "" {
+		params.IdempotencyKey = &idempotencyKey
+	}
+	quoted := `"` + planHash + `"`
+	params.IfMatch = &quoted
+	resp, err := c.raw().CreateBackfill(ctx, &params, req)
+	b, _, err := decode[Backfill](resp, err, http.StatusCreated)
+	return b, err
+}
+
+// DeleteDag removes a DAG with its runs and backfill history. Codes:
+// backfill_already_running, runs_in_flight, dag_not_found.
+func (c *Client) DeleteDag(ctx context.Context, dagID string) error {
+	resp, err := c.raw().DeleteDag(ctx, dagID)
+	if err == nil && resp.StatusCode == http.StatusNoContent {
+		return resp.Body.Close()
+	}
+	_, _, err = decode[struct{}](resp, err) // any other status is a problem
+	return err
 }
 
 // Terminal reports whether a backfill in this state will never change again.

@@ -3,7 +3,6 @@ package handlers
 import (
 	"context"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
@@ -45,6 +44,10 @@ func backfillParams(r *http.Request) (repo.BackfillCreateParams, *api.Problem) {
 	if body.MaxActiveRuns != nil {
 		p.MaxActiveRuns = int(*body.MaxActiveRuns)
 	}
+	if body.MaxFailedRuns != nil {
+		n := int(*body.MaxFailedRuns)
+		p.MaxFailedRuns = &n
+	}
 	return p, nil
 }
 
@@ -58,16 +61,16 @@ func (s *Server) CreateBackfill(w http.ResponseWriter, r *http.Request, params a
 	if params.IdempotencyKey != nil {
 		p.IdempotencyKey = *params.IdempotencyKey
 	}
+	if p.IfMatch, prob = parseIfMatch(params.IfMatch); prob != nil {
+		writeProblem(w, *prob)
+		return
+	}
 	b, replayed, err := s.store.BackfillCreate(r.Context(), p)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if replayed {
-		w.Header().Set("Idempotent-Replayed", "true")
-	}
-	w.Header().Set("Location", "/api/v1/backfills/"+strconv.FormatInt(b.ID, 10))
-	s.writeJSON(w, r, http.StatusCreated, backfillOut(b))
+	s.answerCreated(w, r, b, replayed)
 }
 
 // DryRunBackfill answers what a creation would do, writing nothing.
@@ -77,15 +80,16 @@ func (s *Server) DryRunBackfill(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, *prob)
 		return
 	}
-	slots, err := s.store.BackfillDryRun(r.Context(), p)
+	plan, err := s.store.BackfillDryRun(r.Context(), p)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	out := api.DryRunCollection{Runs: make([]api.DryRunEntry, len(slots)), TotalEntries: int64(len(slots))}
-	for i, sl := range slots {
+	out := api.DryRunCollection{Runs: make([]api.DryRunEntry, len(plan.Slots)), TotalEntries: int64(len(plan.Slots)), PlanHash: plan.PlanHash}
+	for i, sl := range plan.Slots {
 		out.Runs[i] = plannedOut(sl)
 	}
+	w.Header().Set("ETag", etag(plan.PlanHash))
 	s.writeJSON(w, r, http.StatusOK, out)
 }
 

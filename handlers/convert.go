@@ -73,6 +73,7 @@ func runOut(r repo.Run) api.DagRun {
 		StartDate:         utcPtr(r.StartDate),
 		EndDate:           utcPtr(r.EndDate),
 		LeaseExpiresAt:    utcPtr(r.LeaseExpiresAt),
+		Note:              r.Note,
 	}
 }
 
@@ -100,6 +101,10 @@ func backfillOut(b repo.Backfill) api.Backfill {
 		CreatedAt:         utc(b.CreatedAt),
 		UpdatedAt:         utc(b.UpdatedAt),
 		CompletedAt:       utcPtr(b.CompletedAt),
+		MaxFailedRuns:     int32Ptr(b.MaxFailedRuns),
+		PauseReason:       (*api.BackfillPauseReason)(b.PauseReason),
+		PlanHash:          b.PlanHash,
+		ParentBackfillId:  b.ParentBackfillID,
 		Progress: api.BackfillProgress{
 			Total:    b.Total(),
 			Queued:   b.Queued,
@@ -110,6 +115,14 @@ func backfillOut(b repo.Backfill) api.Backfill {
 			Skipped:  b.Skipped,
 		},
 	}
+}
+
+func int32Ptr(n *int) *int32 {
+	if n == nil {
+		return nil
+	}
+	v := int32(*n)
+	return &v
 }
 
 func slotOut(s repo.BackfillSlot) api.BackfillDagRun {
@@ -125,6 +138,8 @@ func slotOut(s repo.BackfillSlot) api.BackfillDagRun {
 		RunId:           s.RunID,
 		State:           state,
 		ExceptionReason: s.ExceptionReason,
+		Attempt:         int32Ptr(s.Attempt),
+		Note:            s.Note,
 	}
 }
 

@@ -233,9 +233,49 @@ func (f *fakeStore) BackfillCreate(ctx context.Context, p repo.BackfillCreatePar
 	return fakeBackfill(1, p.DagID), false, err
 }
 
-func (f *fakeStore) BackfillDryRun(ctx context.Context, p repo.BackfillCreateParams) ([]repo.PlannedSlot, error) {
+func (f *fakeStore) BackfillDryRun(ctx context.Context, p repo.BackfillCreateParams) (repo.DryRun, error) {
 	err := f.call("BackfillDryRun", false, f.checkCreate(p)...)
-	return []repo.PlannedSlot{{SortOrdinal: 1, LogicalDate: fakeTime, IntervalEnd: fakeTime.Add(time.Hour), Action: "create"}}, err
+	slots := []repo.PlannedSlot{{SortOrdinal: 1, LogicalDate: fakeTime, IntervalEnd: fakeTime.Add(time.Hour), Action: "create"}}
+	return repo.DryRun{Slots: slots, PlanHash: repo.PlanHash("@daily", "UTC", slots)}, err
+}
+
+func (f *fakeStore) BackfillPatch(ctx context.Context, p repo.BackfillPatchParams) (repo.Backfill, error) {
+	problems := []string{checkPos("backfill_id", p.ID)}
+	if p.MaxActiveRuns != nil {
+		problems = append(problems, checkRange("max_active_runs", *p.MaxActiveRuns, 1, 1000))
+	}
+	if p.MaxFailedRuns != nil {
+		problems = append(problems, checkRange("max_failed_runs", *p.MaxFailedRuns, 1, 1<<31-1))
+	}
+	if p.Description != nil {
+		problems = append(problems, checkLen("description", *p.Description, 0, 10000))
+	}
+	err := f.call("BackfillPatch", true, problems...)
+	return fakeBackfill(p.ID, "d"), err
+}
+
+func (f *fakeStore) BackfillRetry(ctx context.Context, p repo.BackfillRetryParams) (repo.Backfill, bool, error) {
+	problems := []string{checkPos("backfill_id", p.ParentID), checkConf("dag_run_conf", p.DagRunConf)}
+	if p.MaxActiveRuns != nil {
+		problems = append(problems, checkRange("max_active_runs", *p.MaxActiveRuns, 1, 1000))
+	}
+	if p.MaxFailedRuns != nil {
+		problems = append(problems, checkRange("max_failed_runs", *p.MaxFailedRuns, 1, 1<<31-1))
+	}
+	if p.IdempotencyKey != "" && !fakeIdempotencyKey.MatchString(p.IdempotencyKey) {
+		problems = append(problems, fmt.Sprintf("Idempotency-Key %q is not 1-255 printable ASCII", p.IdempotencyKey))
+	}
+	err := f.call("BackfillRetry", true, problems...)
+	return fakeBackfill(2, "d"), false, err
+}
+
+func (f *fakeStore) RunRelease(ctx context.Context, runPK int64, workerID string) (repo.Run, error) {
+	err := f.call("RunRelease", true, checkPos("id", runPK), checkLen("worker_id", workerID, 1, 255))
+	return fakeRun("d", "manual__2024-01-01T00:00:00Z"), err
+}
+
+func (f *fakeStore) DagDelete(ctx context.Context, dagID string) error {
+	return f.call("DagDelete", true, checkDagID(dagID))
 }
 
 func (f *fakeStore) BackfillGet(ctx context.Context, id int64) (repo.Backfill, error) {
@@ -306,6 +346,7 @@ var storeErrors = []error{
 	&repo.BackfillAlreadyRunningError{ActiveBackfillID: 7}, repo.ErrRunAlreadyExists, repo.ErrBackfillNotActive,
 	repo.ErrInvalidTransition, repo.ErrLeaseLost, repo.ErrInvalidDag, repo.ErrInvalidBackfill,
 	repo.ErrNoRunsToCreate, repo.ErrTooManyRuns, repo.ErrIdempotencyKeyReused,
+	&repo.PlanChangedError{CurrentPlanHash: "abc"}, repo.ErrBackfillNotTerminal, repo.ErrRunsInFlight,
 }
 
 // validHeaderValue mirrors what net/http's server accepts in a header value.
@@ -394,6 +435,8 @@ func checkOneRequest(t *testing.T, method, path, contentType, idempotencyKey, au
 		if method != http.MethodHead && !json.Valid(rec.Body.Bytes()) {
 			t.Fatalf("%s: application/json that is not JSON: %q", desc, rec.Body.String())
 		}
+	case res.StatusCode == http.StatusNoContent && rec.Body.Len() == 0:
+		// DELETE answers no content.
 	case res.StatusCode < 300 && !apiPath && (method == http.MethodGet || method == http.MethodHead):
 		// The operations and documentation routes (/openapi.yaml, /docs, ...) serve other
 		// media types.
@@ -458,6 +501,20 @@ func fuzzSeeds() []fuzzSeed {
 		{"PUT", "/api/v1/backfills/1/unpause", "", "", "", "", 24},
 		{"PUT", "/api/v1/backfills/0/cancel", "", "", "", "", 0},
 		{"PUT", "/api/v1/backfills/1/cancel", j, "", "", `{"x":1}`, 0},
+		// Operator control: PATCH, retry, release, DAG delete, notes.
+		{"PATCH", "/api/v1/backfills/1", j, "", "", `{"max_active_runs":3,"max_failed_runs":null,"description":null}`, 0},
+		{"PATCH", "/api/v1/backfills/1", "application/merge-patch+json", "", "", `{"max_failed_runs":0}`, 0},
+		{"PATCH", "/api/v1/backfills/1", j, "", "", `{"max_active_runs":null}`, 0},
+		{"PATCH", "/api/v1/backfills/1", j, "", "", `{"state":"paused"}`, 0},
+		{"POST", "/api/v1/backfills/1/retry", "", "key-2", "", "", 0},
+		{"POST", "/api/v1/backfills/1/retry", j, "", "", `{"max_active_runs":2,"dag_run_conf":{"n":9007199254740993},"max_failed_runs":1}`, 0},
+		{"POST", "/api/v1/backfills/1/retry", j, "", "", `{"reprocess_behavior":"none"}`, 0},
+		{"POST", "/api/v1/runs/7/release", j, "", "", `{"worker_id":"w1"}`, 0},
+		{"POST", "/api/v1/runs/7/release", j, "", "", `{}`, 0},
+		{"POST", "/api/v1/backfills", j, "", "", `{"dag_id":"sales","from_date":"2024-01-01T00:00:00Z","to_date":"2024-01-02T00:00:00Z","max_failed_runs":2}`, 56},
+		{"POST", "/api/v1/backfills/3/retry", j, "", "", `{}`, 60},
+		{"DELETE", "/api/v1/dags/sales", "", "", "", "", 64},
+		{"PATCH", "/api/v1/dags/sales/runs/manual__2024-01-01T00:00:00Z", j, "", "", `{"state":"failed","worker_id":"w1","note":"disk full"}`, 0},
 		// Executors.
 		{"POST", "/api/v1/runs/claim", j, "", "", `{"worker_id":"w1","limit":5,"lease_seconds":60,"dag_id":"sales"}`, 0},
 		{"POST", "/api/v1/runs/claim", j, "", "", `{"worker_id":"w1","limit":101}`, 0},

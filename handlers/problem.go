@@ -52,7 +52,17 @@ func writeProblem(w http.ResponseWriter, p api.Problem) {
 // meet HTTP. Unknown errors are logged once here and answered without their text.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var running *repo.BackfillAlreadyRunningError
+	var planChanged *repo.PlanChangedError
 	switch {
+	case errors.As(err, &planChanged):
+		p := problem(http.StatusPreconditionFailed, "plan_changed",
+			"the plan is no longer the one If-Match names; nothing was created: dry-run again")
+		p.CurrentPlanHash = &planChanged.CurrentPlanHash
+		writeProblem(w, p)
+	case errors.Is(err, repo.ErrBackfillNotTerminal):
+		writeProblem(w, problem(http.StatusConflict, "backfill_not_terminal", err.Error()))
+	case errors.Is(err, repo.ErrRunsInFlight):
+		writeProblem(w, problem(http.StatusConflict, "runs_in_flight", err.Error()))
 	case errors.As(err, &running):
 		p := problem(http.StatusConflict, "backfill_already_running",
 			"the DAG already has an active backfill; wait for it to finish or cancel it")

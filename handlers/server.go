@@ -16,6 +16,7 @@ type Store interface {
 	DagPut(ctx context.Context, p repo.DagPutParams) (repo.Dag, bool, error)
 	DagGet(ctx context.Context, dagID string) (repo.Dag, error)
 	DagList(ctx context.Context, p repo.ListParams) ([]repo.Dag, int, error)
+	DagDelete(ctx context.Context, dagID string) error
 
 	RunCreate(ctx context.Context, p repo.RunCreateParams) (repo.Run, error)
 	RunGet(ctx context.Context, dagID, runID string) (repo.Run, error)
@@ -23,9 +24,10 @@ type Store interface {
 	RunReport(ctx context.Context, p repo.RunReportParams) (repo.Run, error)
 	RunClaim(ctx context.Context, p repo.RunClaimParams) ([]repo.Run, error)
 	RunHeartbeat(ctx context.Context, runPK int64, workerID string) (repo.Heartbeat, error)
+	RunRelease(ctx context.Context, runPK int64, workerID string) (repo.Run, error)
 
 	BackfillCreate(ctx context.Context, p repo.BackfillCreateParams) (repo.Backfill, bool, error)
-	BackfillDryRun(ctx context.Context, p repo.BackfillCreateParams) ([]repo.PlannedSlot, error)
+	BackfillDryRun(ctx context.Context, p repo.BackfillCreateParams) (repo.DryRun, error)
 	BackfillGet(ctx context.Context, id int64) (repo.Backfill, error)
 	BackfillList(ctx context.Context, p repo.BackfillListParams) ([]repo.Backfill, int, error)
 	BackfillSlots(ctx context.Context, p repo.BackfillSlotsParams) ([]repo.BackfillSlot, int64, error)
@@ -38,6 +40,8 @@ type Store interface {
 	WebhookList(ctx context.Context, p repo.ListParams) ([]repo.Webhook, int, error)
 	WebhookDelete(ctx context.Context, id int64) error
 	WebhookAttemptList(ctx context.Context, p repo.WebhookAttemptListParams) ([]repo.WebhookAttempt, int, error)
+	BackfillPatch(ctx context.Context, p repo.BackfillPatchParams) (repo.Backfill, error)
+	BackfillRetry(ctx context.Context, p repo.BackfillRetryParams) (repo.Backfill, bool, error)
 }
 
 // ReadinessFunc reports whether the service can serve: database reachable and migrated.

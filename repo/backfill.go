@@ -108,7 +108,9 @@ func (s *Store) BackfillSlots(ctx context.Context, p BackfillSlotsParams) ([]Bac
 	slots := []BackfillSlot{}
 	err = sqlx.SelectContext(ctx, s.db, &slots, `
 		SELECT s.sort_ordinal, s.logical_date, s.dag_run_id, r.run_id,
-			coalesce(s.frozen_state, r.state) AS state, s.exception_reason
+			coalesce(s.frozen_state, r.state) AS state, s.exception_reason,
+			CASE WHEN s.frozen_state IS NULL THEN r.attempt ELSE s.frozen_attempt END AS attempt,
+			CASE WHEN s.frozen_state IS NULL THEN r.note ELSE s.frozen_note END AS note
 		FROM backfill_dag_runs s LEFT JOIN dag_runs r ON r.id = s.dag_run_id
 		WHERE s.backfill_id = $1`+order+` LIMIT $2 OFFSET $3`,
 		p.BackfillID, p.Limit, p.Offset)

@@ -153,6 +153,11 @@ func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCr
 			return Backfill{}, err
 		}
 	}
+	// The slots are settled: this is the plan the backfill is created from.
+	planHash, err := checkPlan(dag, slots, p.IfMatch)
+	if err != nil {
+		return Backfill{}, err
+	}
 	var queued, skipped int
 	for _, sl := range slots {
 		if sl.Action == ActionSkip {
@@ -164,12 +169,13 @@ func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCr
 	var b Backfill
 	err = sqlx.GetContext(ctx, tx, &b, `
 		INSERT INTO backfills (id, dag_id, from_date, to_date, run_backwards, dag_run_conf, reprocess_behavior,
-			max_active_runs, description, state, created_at, updated_at, num_queued, num_skipped)
+			max_active_runs, description, state, created_at, updated_at, num_queued, num_skipped,
+			max_failed_runs, plan_hash, parent_backfill_id)
 		OVERRIDING SYSTEM VALUE
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $10, $11, $12)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $10, $11, $12, $13, $14, $15)
 		RETURNING `+backfillColumns,
 		id, p.DagID, p.FromDate, p.ToDate, p.RunBackwards, jsonParam(p.DagRunConf), p.ReprocessBehavior,
-		p.MaxActiveRuns, p.Description, now, queued, skipped)
+		p.MaxActiveRuns, p.Description, now, queued, skipped, p.MaxFailedRuns, planHash, p.ParentBackfillID)
 	if uniqueViolation(err) == constraintOneActivePerDag {
 		return Backfill{}, errBackfillUniqueViolation
 	}
@@ -322,7 +328,7 @@ func reprocessRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, conf JSON
 		return nil
 	}
 	_, err := tx.ExecContext(ctx, `
-		UPDATE backfill_dag_runs s SET frozen_state = r.state
+		UPDATE backfill_dag_runs s SET frozen_state = r.state, frozen_attempt = r.attempt, frozen_note = r.note
 		FROM dag_runs r
 		WHERE r.id = ANY($1) AND s.dag_run_id = r.id AND s.backfill_id = r.backfill_id AND s.frozen_state IS NULL`,
 		pq.Array(ids))

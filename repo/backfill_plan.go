@@ -23,6 +23,16 @@ type BackfillCreateParams struct {
 	Description       *string
 	// IdempotencyKey is "" when the request carries none.
 	IdempotencyKey string
+	// MaxFailedRuns is the failure budget; nil for none.
+	MaxFailedRuns *int
+	// IfMatch binds the creation to a plan: nil checks nothing, otherwise the settled plan's
+	// digest must be one of these.
+	IfMatch []string
+	// Dates, when not nil, are the slots' logical dates in sort order, instead of the
+	// schedule's ticks in the window (a retry's slots).
+	Dates []time.Time
+	// ParentBackfillID is the backfill a retry is made from.
+	ParentBackfillID *int64
 }
 
 // Reprocess behaviours.
@@ -38,6 +48,9 @@ func (s *Store) planSlots(dag Dag, p BackfillCreateParams, now time.Time) ([]Pla
 	sched, err := schedule.Parse(dag.Schedule, dag.Timezone)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidDag, err)
+	}
+	if p.Dates != nil {
+		return slotsForDates(sched, p.Dates), nil
 	}
 	if p.FromDate.After(p.ToDate) {
 		return nil, fmt.Errorf("%w: from_date is after to_date", ErrInvalidBackfill)
@@ -126,22 +139,28 @@ func skipReason(behavior, state string) (string, bool) {
 	}
 }
 
+// DryRun is what a creation would do: its slots and the digest of that plan.
+type DryRun struct {
+	Slots    []PlannedSlot
+	PlanHash string
+}
+
 // BackfillDryRun answers what a creation would do, writing nothing.
-func (s *Store) BackfillDryRun(ctx context.Context, p BackfillCreateParams) ([]PlannedSlot, error) {
+func (s *Store) BackfillDryRun(ctx context.Context, p BackfillCreateParams) (DryRun, error) {
 	dag, err := dagGet(ctx, s.db, p.DagID, "")
 	if err != nil {
-		return nil, err
+		return DryRun{}, err
 	}
 	now, err := dbNow(ctx, s.db)
 	if err != nil {
-		return nil, err
+		return DryRun{}, err
 	}
 	slots, err := s.planSlots(dag, p, now)
 	if err != nil {
-		return nil, err
+		return DryRun{}, err
 	}
 	if err := decideSlots(ctx, s.db, p.DagID, p.ReprocessBehavior, slots); err != nil {
-		return nil, err
+		return DryRun{}, err
 	}
-	return slots, nil
+	return DryRun{Slots: slots, PlanHash: PlanHash(dag.Schedule, dag.Timezone, slots)}, nil
 }

@@ -20,7 +20,9 @@ func (s *Store) BackfillUnpause(ctx context.Context, id int64) (Backfill, error)
 func (s *Store) backfillToggle(ctx context.Context, id int64, from, to string) (Backfill, error) {
 	var b Backfill
 	err := sqlx.GetContext(ctx, s.db, &b, `
-		UPDATE backfills SET state = $3, updated_at = backfill_now() WHERE id = $1 AND state = $2
+		UPDATE backfills SET state = $3, updated_at = backfill_now(),
+			pause_reason = CASE WHEN $3 = 'paused' THEN 'user' END
+		WHERE id = $1 AND state = $2
 		RETURNING `+backfillColumns, id, from, to)
 	if err == nil {
 		return b, nil

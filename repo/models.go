@@ -55,11 +55,13 @@ type Run struct {
 	StartDate         *time.Time `db:"start_date"`
 	EndDate           *time.Time `db:"end_date"`
 	LeaseExpiresAt    *time.Time `db:"lease_expires_at"`
+	// Note is what the last report said about the run; a new claim clears it.
+	Note *string `db:"note"`
 }
 
 // runColumns selects a Run; keep it in step with the struct.
 const runColumns = `id, dag_id, run_id, logical_date, data_interval_start, data_interval_end, state,
-	run_type, backfill_id, conf, attempt, worker_id, queued_at, start_date, end_date, lease_expires_at`
+	run_type, backfill_id, conf, attempt, worker_id, queued_at, start_date, end_date, lease_expires_at, note`
 
 // prefixed qualifies each column of a list like runColumns with a table alias.
 func prefixed(alias, columns string) string {
@@ -100,12 +102,27 @@ type Backfill struct {
 	CreatedAt         time.Time  `db:"created_at"`
 	UpdatedAt         time.Time  `db:"updated_at"`
 	CompletedAt       *time.Time `db:"completed_at"`
+	// MaxFailedRuns is the failure budget: nil for none.
+	MaxFailedRuns *int `db:"max_failed_runs"`
+	// PauseReason is PauseReasonUser or PauseReasonFailureBudget while paused, nil otherwise.
+	PauseReason *string `db:"pause_reason"`
+	// PlanHash digests the plan the backfill was created from (see PlanHash).
+	PlanHash *string `db:"plan_hash"`
+	// ParentBackfillID is the backfill a retry was made from.
+	ParentBackfillID *int64 `db:"parent_backfill_id"`
 	Progress
 }
 
+// Why a backfill is paused.
+const (
+	PauseReasonUser          = "user"
+	PauseReasonFailureBudget = "failure_budget"
+)
+
 const backfillColumns = `id, dag_id, from_date, to_date, run_backwards, dag_run_conf, reprocess_behavior,
 	max_active_runs, description, state, created_at, updated_at, completed_at,
-	num_queued, num_running, num_success, num_failed, num_canceled, num_skipped`
+	num_queued, num_running, num_success, num_failed, num_canceled, num_skipped,
+	max_failed_runs, pause_reason, plan_hash, parent_backfill_id`
 
 // BackfillSlot is one slot of a backfill as its listing shows it.
 type BackfillSlot struct {
@@ -115,6 +132,9 @@ type BackfillSlot struct {
 	RunID           *string   `db:"run_id"`
 	State           *string   `db:"state"`
 	ExceptionReason *string   `db:"exception_reason"`
+	// Attempt and Note are the run's, while this backfill still owns it.
+	Attempt *int    `db:"attempt"`
+	Note    *string `db:"note"`
 }
 
 // Slot actions of a dry run.

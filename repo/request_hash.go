@@ -9,9 +9,11 @@ import (
 
 // requestHash fingerprints a creation request after defaults are filled in, so that the same
 // request sent twice matches whatever its JSON spelling (key order, spacing, time zone of the
-// dates). It covers every field of BackfillCreateParams except two:
+// dates). It covers every field of BackfillCreateParams except three:
 //
 //   - IdempotencyKey, which is what the hash is stored under;
+//   - IfMatch, a precondition on the plan rather than part of what is asked for: a request
+//     that already created its backfill is answered with it whatever it now expects;
 //   - DagRunConf, which is stored beside the hash as jsonb and compared with jsonb's `=`
 //     (idempotentReplay). Hashing it in Go would mean deciding number equality in Go:
 //     encoding/json into `any` makes 2^53 and 2^53+1 one float64 and cannot read 1e400 at all,
@@ -27,6 +29,7 @@ import (
 func requestHash(p BackfillCreateParams) (fingerprint, error) {
 	conf := p.DagRunConf
 	p.IdempotencyKey = ""
+	p.IfMatch = nil
 	p.DagRunConf = nil
 	// The same instant in any zone is the same request; Go encodes a time with its zone.
 	p.FromDate = p.FromDate.UTC()

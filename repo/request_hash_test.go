@@ -24,6 +24,14 @@ func hashBase() BackfillCreateParams {
 
 // changed returns v changed to another value of its type, or false for a kind this test does
 // not know yet (add it: a field the hash cannot be shown to cover must not pass).
+func sliceValues(v reflect.Value) []reflect.Value {
+	out := make([]reflect.Value, v.Len())
+	for i := range out {
+		out[i] = v.Index(i)
+	}
+	return out
+}
+
 func changed(v reflect.Value) (reflect.Value, bool) {
 	out := reflect.New(v.Type()).Elem()
 	switch {
@@ -52,13 +60,21 @@ func changed(v reflect.Value) (reflect.Value, bool) {
 		p := reflect.New(v.Type().Elem())
 		p.Elem().Set(inner)
 		out.Set(p)
+	case v.Kind() == reflect.Slice:
+		// A slice changes by gaining an element.
+		elem, ok := changed(reflect.New(v.Type().Elem()).Elem())
+		if !ok {
+			return out, false
+		}
+		out.Set(reflect.Append(reflect.MakeSlice(v.Type(), 0, v.Len()+1), append(sliceValues(v), elem)...))
 	default:
 		return out, false
 	}
 	return out, true
 }
 
-// Every field of a creation request but the key and the conf changes the hash: a field the hash
+// Every field of a creation request but the key, the If-Match precondition and the conf
+// changes the hash: a field the hash
 // missed would replay a different request under the same key. The conf is compared apart, as
 // jsonb, and the key is what the hash is stored under.
 func TestRequestHashCoversEveryField(t *testing.T) {
@@ -79,6 +95,12 @@ func TestRequestHashCoversEveryField(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, want.hash, got.hash, "the conf is compared as jsonb, not hashed")
 			require.Equal(t, JSON(`{"n": 9007199254740992}`), got.conf, "the conf is kept as sent")
+			continue
+		case "IfMatch":
+			field.Set(reflect.ValueOf([]string{"other"}))
+			got, err := requestHash(p)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "a precondition is not part of the request")
 			continue
 		case "IdempotencyKey":
 			field.SetString("other")

@@ -128,6 +128,8 @@ type RunReportParams struct {
 	State string
 	// WorkerID, when set, requires the run to be running under this worker's live lease.
 	WorkerID *string
+	// Note is what the reporter says about the outcome (why a run failed); nil for none.
+	Note *string
 }
 
 // RunReport moves a queued or running run to a terminal state.
@@ -151,14 +153,14 @@ func (s *Store) RunReport(ctx context.Context, p RunReportParams) (Run, error) {
 					(SELECT b.id FROM backfills b WHERE b.id = r.backfill_id FOR NO KEY UPDATE) AS locked
 				FROM dag_runs r WHERE r.dag_id = $1 AND r.run_id = $2
 			)
-			UPDATE dag_runs d SET state = $3, end_date = backfill_now(), lease_expires_at = NULL
+			UPDATE dag_runs d SET state = $3, end_date = backfill_now(), lease_expires_at = NULL, note = $5
 			FROM cur
 			WHERE d.id = cur.id
 			  AND d.backfill_id IS NOT DISTINCT FROM cur.backfill_id
 			  AND CASE WHEN $4::text IS NULL THEN d.state IN ('queued', 'running')
 			           ELSE d.state = 'running' AND d.worker_id = $4 AND d.lease_expires_at > backfill_now() END
 			RETURNING `+prefixed("d.", runColumns),
-			p.DagID, p.RunID, p.State, p.WorkerID)
+			p.DagID, p.RunID, p.State, p.WorkerID, p.Note)
 		if err != nil && !isNoRows(err) {
 			return fmt.Errorf("report run: %w", err)
 		}

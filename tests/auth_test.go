@@ -46,12 +46,16 @@ func authRoutes(e *env) []authRoute {
 		{http.MethodPut, "/api/v1/backfills/1/unpause", nil, http.StatusOK},
 		{http.MethodPost, "/api/v1/runs/claim", map[string]any{"worker_id": "auth_worker"}, http.StatusOK},
 		{http.MethodPost, "/api/v1/runs/2/heartbeat", map[string]any{"worker_id": "auth_worker"}, http.StatusOK},
+		{http.MethodPatch, "/api/v1/backfills/1", map[string]any{"max_active_runs": 3}, http.StatusOK},
+		{http.MethodPost, "/api/v1/runs/2/release", map[string]any{"worker_id": "auth_worker"}, http.StatusOK},
 		{http.MethodPut, "/api/v1/backfills/1/cancel", nil, http.StatusOK},
 		{http.MethodPost, "/api/v1/webhooks", map[string]any{"url": "https://example.com/hook"}, http.StatusCreated},
 		{http.MethodGet, "/api/v1/webhooks", nil, http.StatusOK},
 		{http.MethodGet, "/api/v1/webhooks/1", nil, http.StatusOK},
 		{http.MethodGet, "/api/v1/webhooks/1/deliveries", nil, http.StatusOK},
 		{http.MethodDelete, "/api/v1/webhooks/1", nil, http.StatusNoContent},
+		{http.MethodPost, "/api/v1/backfills/1/retry", nil, http.StatusCreated},
+		{http.MethodDelete, "/api/v1/dags/auth_dag", nil, http.StatusConflict},
 	}
 }
 

@@ -421,8 +421,8 @@ func bbGenerate(seed uint64, n int, fx bbFixture) []bbRequest {
 			out = append(out, bbRequest{"bad query parameter: " + name, "GET " + qr.path, "GET", path + "?" + q, nil, nil})
 		default: // methods no route takes
 			routes := []struct{ method, path string }{
-				{"DELETE", "/api/v1/dags/bb_daily"}, {"POST", "/api/v1/dags"}, {"DELETE", "/api/v1/backfills/" + id},
-				{"PATCH", "/api/v1/backfills/" + id}, {"POST", "/api/v1/backfills/" + id + "/pause"}, {"GET", "/api/v1/runs/claim"},
+				{"POST", "/api/v1/dags/bb_daily"}, {"POST", "/api/v1/dags"}, {"DELETE", "/api/v1/backfills/" + id},
+				{"PUT", "/api/v1/backfills/" + id}, {"POST", "/api/v1/backfills/" + id + "/pause"}, {"GET", "/api/v1/runs/claim"},
 				{"PUT", "/api/v1/runs/claim"}, {"GET", "/api/v1/backfills/dry_run"}, {"DELETE", "/api/v1/dags/bb_daily/runs/x"},
 				{"POST", "/api/v1/nowhere"}, {"GET", "/api/v2/dags"}, {"POST", "/api/v1/backfills/" + id + "/dag_runs"},
 			}

@@ -31,6 +31,7 @@ func TestCLI(t *testing.T) {
 	t.Run("TerminalProgressBarUntilSucceeded", func(t *testing.T) { t.Parallel(); testCLITerminal(t, bin, false) })
 	t.Run("TerminalProgressBarExitsOneWhenFailed", func(t *testing.T) { t.Parallel(); testCLITerminal(t, bin, true) })
 	t.Run("DemoExecutorFinishesABackfill", func(t *testing.T) { t.Parallel(); testCLIExecutor(t, bin) })
+	t.Run("OperatorPatchRetryPlanNotesDelete", func(t *testing.T) { t.Parallel(); testCLIOperator(t, bin) })
 }
 
 // buildCLI compiles backfillctl into a directory that outlives the subtests.
@@ -139,10 +140,10 @@ func testCLICommands(t *testing.T, bin string) {
 	require.Regexp(t, `(?s)^ID\s.*\n`+newer[1]+`\s+cli_dag2\s.*\n`+id+`\s+cli_dag\s`, okCLI(t, bin, e, "backfills", "list"))
 
 	out = okCLI(t, bin, e, "backfills", "runs", id, "--limit", "2")
-	require.Regexp(t, `(?m)^1\s+2024-01-01T00:00:00Z\s+backfill__2024-01-01T00:00:00Z\s+queued\s+-$`, out)
+	require.Regexp(t, `(?m)^1\s+2024-01-01T00:00:00Z\s+backfill__2024-01-01T00:00:00Z\s+queued\s+1\s+-\s+-$`, out)
 	require.Contains(t, out, "(1-2 of 5; see --limit and --offset)")
 
-	require.Regexp(t, `(?m)^STATE:\s+paused$`, okCLI(t, bin, e, "backfills", "pause", id))
+	require.Regexp(t, `(?m)^STATE:\s+paused \(user\)$`, okCLI(t, bin, e, "backfills", "pause", id))
 	require.Regexp(t, `(?m)^STATE:\s+running$`, okCLI(t, bin, e, "backfills", "unpause", id))
 	require.Regexp(t, `(?m)^STATE:\s+canceled$`, okCLI(t, bin, e, "backfills", "cancel", id))
 

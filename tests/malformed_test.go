@@ -175,7 +175,7 @@ func TestMalformedRequestsAreRejectedWithoutWriting(t *testing.T) {
 		{"backfill of unknown DAG", "POST", "/api/v1/backfills", valid("dag_id", `"ghost"`), nil, http.StatusNotFound, "dag_not_found"},
 		{"heartbeat of unknown run", "POST", "/api/v1/runs/424242/heartbeat", `{"worker_id":"w"}`, nil, http.StatusNotFound, "run_not_found"},
 		{"unknown route", "GET", "/api/v1/nothing-here", nil, nil, http.StatusNotFound, "not_found"},
-		{"method not allowed", "DELETE", "/api/v1/dags/m", nil, nil, http.StatusMethodNotAllowed, "method_not_allowed"},
+		{"method not allowed", "POST", "/api/v1/dags/m", nil, nil, http.StatusMethodNotAllowed, "method_not_allowed"},
 
 		// Well-formed but semantically impossible.
 		{"inverted window", "POST", "/api/v1/backfills", valid("from_date", `"2024-01-09T00:00:00Z"`), nil, http.StatusUnprocessableEntity, "invalid_backfill"},

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/internal/invariants"
 	"github.com/backfillsvc/backfill/sweeper"
 	"github.com/stretchr/testify/require"
 )
@@ -81,6 +82,8 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 		loadFor  = 6 * time.Second
 	)
 	e := newEnv(t)
+	// PATCHes lower max_active_runs below what runs: check the limit at each claim's commit.
+	require.NoError(t, invariants.InstallClaimAudit(context.Background(), e.DB))
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 
@@ -266,6 +269,13 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 		}
 	})
 
+	// Operator: failure budgets, PATCHes, retries, releases and notes (operator_race_test.go).
+	operator := lcStartOperatorLoad(e, goLoad, pickBackfill, func(id int64) {
+		known.Lock()
+		known.ids = append(known.ids, id)
+		known.Unlock()
+	}, &errs, dags)
+
 	// Two sweepers, as two replicas would run them, in tight loops.
 	for i := range 2 {
 		sw := sweeper.New(e.Store, sweeper.Config{Batch: 50})
@@ -415,6 +425,7 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 	t.Logf("sweep passes %d (two sweepers), clock advances %d, checkpoints %d, drained runs %d, backfills finalized by the last pass %d",
 		c.sweepPasses.Load(), c.clockAdvances.Load(), checkpoints, drained, leftForSweep)
 	t.Logf("peak running/max_active_runs %d/%d (%.2f)", peak.PeakRunning, peak.PeakMax, peak.PeakRatio)
+	operator.log(t)
 	for _, f := range final {
 		t.Logf("backfills %s: %d", f.State, f.N)
 	}

@@ -62,14 +62,22 @@ func backfillsCreate(ctx context.Context, c *cli, args []string) error {
 	var wf waitFlags
 	fs.BoolVar(&wf.wait, "wait", false, "watch the backfill's progress until it is terminal; the exit code tells how it ended")
 	wf.register(fs)
+	var pf planFlags
+	pf.register(fs)
 	req, api, err := c.backfillRequest(fs, &bf, args)
 	if err != nil {
 		return err
 	}
+	pf.apply(fs, &req)
 	if *dryRun {
 		return c.dryRun(ctx, api, req)
 	}
-	b, err := api.CreateBackfill(ctx, req, *key)
+	var b client.Backfill
+	if pf.ifMatch != "" {
+		b, err = api.CreateBackfillIfPlan(ctx, req, *key, pf.ifMatch)
+	} else {
+		b, err = api.CreateBackfill(ctx, req, *key)
+	}
 	if err != nil {
 		return err
 	}
@@ -152,6 +160,25 @@ var (
 	backfillsPause   = byID("backfills pause", (*client.Client).PauseBackfill)
 	backfillsUnpause = byID("backfills unpause", (*client.Client).UnpauseBackfill)
 	backfillsCancel  = byID("backfills cancel", (*client.Client).CancelBackfill)
+	dagsDelete       = func(ctx context.Context, c *cli, args []string) error {
+		fs := newFlagSet("dags delete", "dags delete DAG_ID", &c.g, c.stderr)
+		pos, err := parse(fs, args)
+		if err != nil {
+			return err
+		}
+		if len(pos) != 1 {
+			return usageErrorf("expected one DAG_ID, got %d arguments", len(pos))
+		}
+		api, err := c.client()
+		if err != nil {
+			return err
+		}
+		if err := api.DeleteDag(ctx, pos[0]); err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(c.stdout, "DAG %s deleted with its runs and backfill history\n", pos[0])
+		return err
+	}
 )
 
 func backfillsList(ctx context.Context, c *cli, args []string) error {

@@ -57,6 +57,7 @@ var commands = []command{
 	{"dags put", dagsPut},
 	{"dags get", dagsGet},
 	{"dags list", dagsList},
+	{"dags delete", dagsDelete},
 	{"backfills create", backfillsCreate},
 	{"backfills dry-run", backfillsDryRun},
 	{"backfills get", backfillsGet},
@@ -69,6 +70,8 @@ var commands = []command{
 	{"webhooks list", webhooksList},
 	{"webhooks rm", webhooksRm},
 	{"webhooks deliveries", webhooksDeliveries},
+	{"backfills patch", backfillsPatch},
+	{"backfills retry", backfillsRetry},
 	{"watch", watch},
 	{"executor", executor},
 }

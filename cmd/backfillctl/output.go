@@ -63,16 +63,31 @@ func (c *cli) printBackfill(b client.Backfill) error {
 	if b.CompletedAt != nil {
 		completed = stamp(*b.CompletedAt)
 	}
+	state := string(b.State)
+	if b.PauseReason != nil {
+		state += " (" + string(*b.PauseReason) + ")"
+	}
+	budget := "none"
+	if b.MaxFailedRuns != nil {
+		budget = fmt.Sprint(*b.MaxFailedRuns)
+	}
+	parent := "-"
+	if b.ParentBackfillId != nil {
+		parent = fmt.Sprint(*b.ParentBackfillId)
+	}
 	return c.table([][]string{
 		{"ID:", fmt.Sprint(b.Id)},
 		{"DAG ID:", b.DagId},
-		{"STATE:", string(b.State)},
+		{"STATE:", state},
 		{"FROM DATE:", stamp(b.FromDate)},
 		{"TO DATE:", stamp(b.ToDate)},
 		{"PROGRESS:", fmt.Sprintf("%d/%d done (%s)", p.Done(), p.Total, percent(p.Done(), p.Total))},
 		{"RUNS:", countsLine(p)},
 		{"REPROCESS BEHAVIOR:", string(b.ReprocessBehavior)},
 		{"MAX ACTIVE RUNS:", fmt.Sprint(b.MaxActiveRuns)},
+		{"MAX FAILED RUNS:", budget},
+		{"RETRY OF:", parent},
+		{"PLAN HASH:", deref(b.PlanHash)},
 		{"RUN BACKWARDS:", fmt.Sprint(b.RunBackwards)},
 		{"DAG RUN CONF:", conf},
 		{"DESCRIPTION:", deref(b.Description)},
@@ -106,19 +121,23 @@ func (c *cli) printDryRun(l client.DryRunCollection) error {
 	if err := c.table(rows); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(c.stdout, "%d slots: %d create, %d reprocess, %d skip (nothing was written)\n", l.TotalEntries,
-		actions[client.DryRunActionCreate], actions[client.DryRunActionReprocess], actions[client.DryRunActionSkip])
+	_, err := fmt.Fprintf(c.stdout, "%d slots: %d create, %d reprocess, %d skip (nothing was written)\nplan hash %s (create exactly this plan with --if-match %s)\n", l.TotalEntries,
+		actions[client.DryRunActionCreate], actions[client.DryRunActionReprocess], actions[client.DryRunActionSkip], l.PlanHash, l.PlanHash)
 	return err
 }
 
 func (c *cli) printSlots(slots []client.BackfillDagRun) error {
-	rows := [][]string{{"SORT_ORDINAL", "LOGICAL_DATE", "RUN_ID", "STATE", "REASON"}}
+	rows := [][]string{{"SORT_ORDINAL", "LOGICAL_DATE", "RUN_ID", "STATE", "ATTEMPT", "REASON", "NOTE"}}
 	for _, s := range slots {
-		state := "-"
+		state, attempt := "-", "-"
 		if s.State != nil {
 			state = string(*s.State)
 		}
-		rows = append(rows, []string{fmt.Sprint(s.SortOrdinal), stamp(s.LogicalDate), deref(s.RunId), state, deref(s.ExceptionReason)})
+		if s.Attempt != nil {
+			attempt = fmt.Sprint(*s.Attempt)
+		}
+		rows = append(rows, []string{fmt.Sprint(s.SortOrdinal), stamp(s.LogicalDate), deref(s.RunId), state, attempt,
+			deref(s.ExceptionReason), oneLine(deref(s.Note))})
 	}
 	return c.table(rows)
 }
@@ -134,6 +153,15 @@ func percent(done, total int64) string {
 		return "100%"
 	}
 	return fmt.Sprintf("%d%%", done*100/total)
+}
+
+// oneLine keeps a table row on one line: a note may hold newlines and be long.
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > 80 {
+		s = string(r[:79]) + "…"
+	}
+	return s
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

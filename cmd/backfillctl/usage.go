@@ -9,18 +9,28 @@ DAGs:
   dags put DAG_ID --schedule CRON [--timezone TZ] [--max-active-runs N] [--paused] [--description TEXT]
   dags get DAG_ID
   dags list [--limit N] [--offset N]
+  dags delete DAG_ID
+        Removes the DAG with its runs and backfill history (refused while it has an active
+        backfill or a queued or running run).
 
 Backfills:
   backfills create --dag-id ID --from-date DATE --to-date DATE [--reprocess-behavior none|failed|completed]
                    [--max-active-runs N] [--run-backwards] [--dag-run-conf JSON] [--description TEXT]
+                   [--max-failed-runs N] [--if-match PLAN_HASH]
                    [--idempotency-key KEY] [--dry-run] [--wait [--interval 1s] [--timeout 0]]
   backfills dry-run --dag-id ID --from-date DATE --to-date DATE [same flags as create]
   backfills get ID
   backfills list [--dag-id ID] [--state STATE] [--active[=false]] [--order-by id|-id] [--limit N] [--offset N]
   backfills runs ID [--order-by sort_ordinal|-sort_ordinal] [--limit N] [--offset N]
+        The slots with their run's state, attempt, skip reason and note (why it failed).
   backfills pause ID
   backfills unpause ID
   backfills cancel ID
+  backfills patch ID [--max-active-runs N] [--max-failed-runs N|none] [--description TEXT]
+        Changes a running or paused backfill's settings; the next claim obeys them.
+  backfills retry ID [--max-active-runs N] [--max-failed-runs N] [--dag-run-conf JSON]
+                   [--description TEXT] [--idempotency-key KEY] [--if-match PLAN_HASH] [--wait]
+        A new backfill of the failed and canceled slots of a finished backfill.
   watch ID [--interval 1s] [--timeout 0]
         Live progress until the backfill is succeeded, failed or canceled: a bar of done/total
         (done = success + failed + canceled + skipped), counts per state, rate and ETA.

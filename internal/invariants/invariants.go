@@ -49,7 +49,16 @@ type TerminalRow struct {
 //	    run (frozen state for a slot whose run a later backfill took over, skipped for a slot
 //	    without run), and a slot that is not frozen points at a run this backfill owns;
 //	(e) a succeeded backfill has no failed or canceled run, a failed one has at least one,
-//	    and completed_at is set exactly when the state is terminal.
+//	    and completed_at is set exactly when the state is terminal;
+//	(f) pause_reason is set exactly when the backfill is paused, and is user or
+//	    failure_budget (a running backfill may be over its budget after an unpause or a
+//	    lowered max_failed_runs, so the budget itself is no property of a snapshot: the
+//	    tests check it at the failures);
+//	(g) a retry's slots are slots of its parent whose run ended failed or canceled, and its
+//	    parent is terminal.
+//
+// With InstallClaimAudit, (c) for backfills is checked on every claim's commit (running never
+// above the max_active_runs in force then), since a PATCH may lower the limit below what runs.
 //
 // It returns an error only when it could not read.
 func Check(ctx context.Context, db *sqlx.DB) (Report, error) {
@@ -87,6 +96,17 @@ func Check(ctx context.Context, db *sqlx.DB) (Report, error) {
 		WHERE state IN ('running', 'paused', 'canceling')
 		GROUP BY dag_id HAVING count(*) > 1`)
 
+	audited, err := claimAuditInstalled(ctx, tx)
+	if err != nil {
+		return rep, fmt.Errorf("claim audit: %w", err)
+	}
+	if audited {
+		check("(c) claim committed above max_active_runs in force", `
+			SELECT backfill_id, running, max_active_runs FROM invariants_claim_audit WHERE running > max_active_runs`)
+		check("(c) claim committed while its backfill was not running", `
+			SELECT backfill_id, state FROM invariants_claim_audit WHERE state <> 'running'`)
+	}
+
 	var caps []struct {
 		ID            int64  `db:"id"`
 		State         string `db:"state"`
@@ -105,7 +125,7 @@ func Check(ctx context.Context, db *sqlx.DB) (Report, error) {
 		case "running", "paused", "canceling":
 			rep.Active++
 		}
-		if c.Running > c.MaxActiveRuns {
+		if c.Running > c.MaxActiveRuns && !audited {
 			rep.Violations = append(rep.Violations, fmt.Sprintf(
 				"invariant (c) violated: backfill %d (%s) has %d running runs, max_active_runs %d",
 				c.ID, c.State, c.Running, c.MaxActiveRuns))
@@ -179,6 +199,22 @@ func Check(ctx context.Context, db *sqlx.DB) (Report, error) {
 		WHERE (state = 'succeeded' AND num_failed + num_canceled > 0)
 		   OR (state = 'failed' AND num_failed + num_canceled = 0)
 		   OR ((completed_at IS NOT NULL) <> (state IN ('succeeded', 'failed', 'canceled')))`)
+
+	check("(f) pause_reason iff paused", `
+		SELECT id, state, pause_reason FROM backfills
+		WHERE (pause_reason IS NOT NULL) <> (state = 'paused')
+		   OR pause_reason NOT IN ('user', 'failure_budget')`)
+
+	check("(g) a retry retries its terminal parent's failed or canceled slots", `
+		SELECT c.id AS backfill_id, c.parent_backfill_id, p.state AS parent_state, s.logical_date
+		FROM backfills c
+		JOIN backfills p ON p.id = c.parent_backfill_id
+		JOIN backfill_dag_runs s ON s.backfill_id = c.id
+		WHERE p.state NOT IN ('succeeded', 'failed', 'canceled')
+		   OR NOT EXISTS (
+				SELECT 1 FROM backfill_dag_runs ps LEFT JOIN dag_runs pr ON pr.id = ps.dag_run_id
+				WHERE ps.backfill_id = p.id AND ps.logical_date = s.logical_date
+				  AND coalesce(ps.frozen_state, pr.state) IN ('failed', 'canceled'))`)
 
 	if firstErr != nil {
 		return rep, firstErr

@@ -57,7 +57,16 @@ export interface paths {
          */
         put: operations["putDag"];
         post?: never;
-        delete?: never;
+        /**
+         * Delete a DAG
+         * @description Removes the DAG with its runs and its backfills' history (slots and idempotency keys
+         *     included). Answers 204. It is 409 `backfill_already_running` (with
+         *     `active_backfill_id`) while the DAG has an active backfill, and 409 `runs_in_flight`
+         *     while one of its runs outside backfills is `queued` or `running`. A backfill or a
+         *     manual run created concurrently either commits first (and the delete answers 409) or
+         *     finds the DAG gone (404 `dag_not_found`); it never survives the DAG.
+         */
+        delete: operations["deleteDag"];
         options?: never;
         head?: never;
         patch?: never;
@@ -204,6 +213,17 @@ export interface paths {
          *     with a different request is 422 `idempotency_key_reused`. A request that failed
          *     stores nothing under its key. Concurrent requests with one key create at most one
          *     backfill.
+         *
+         *     **If-Match.** With `If-Match: "<plan_hash>"` (the `plan_hash`, or `ETag`, of a dry
+         *     run), the backfill is created only if the plan made inside the creating transaction
+         *     has that digest; otherwise nothing is written and the answer is 412 `plan_changed`
+         *     with `current_plan_hash`. `If-Match: *` checks nothing. Every created backfill
+         *     carries the `plan_hash` of the plan it was created from.
+         *
+         *     **Failure budget.** With `max_failed_runs` N, whenever a run of the backfill becomes
+         *     `failed` (a report, or a lease expiry at `MAX_ATTEMPTS`) while its `failed` count is
+         *     at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
+         *     the transaction that failed the run: no claim after it hands out a run of it.
          */
         post: operations["createBackfill"];
         delete?: never;
@@ -232,6 +252,11 @@ export interface paths {
          *     window is 200 with no entries (not `no_runs_to_create`). Every other error of
          *     `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
          *     `invalid_backfill`, `too_many_runs`.
+         *
+         *     It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
+         *     DAG's schedule and timezone and of every slot's `logical_date`, `action` and
+         *     `exception_reason`. Send it as `If-Match` with the creation to create exactly this
+         *     plan or nothing.
          */
         post: operations["dryRunBackfill"];
         delete?: never;
@@ -258,6 +283,51 @@ export interface paths {
         get: operations["getBackfill"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Change a backfill's settings
+         * @description A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
+         *     limit) and `description` of an active backfill; fields left out keep their value.
+         *     Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+         *
+         *     The next claim obeys a new `max_active_runs`; runs already running above it are not
+         *     stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
+         *     the backfill by itself; the next failure does.
+         */
+        patch: operations["patchBackfill"];
+        trace?: never;
+    };
+    "/api/v1/backfills/{backfill_id}/retry": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The backfill's id. */
+                backfill_id: components["parameters"]["BackfillIdPath"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Retry a backfill's failed slots
+         * @description Creates a new backfill of the same DAG whose slots are this (terminal) backfill's
+         *     slots whose run ended `failed` or `canceled`, as its record shows, in its
+         *     `sort_ordinal` order; each is decided with `reprocess_behavior` `failed`: a run that
+         *     has since succeeded is skipped as `already exists`, one in flight as `in flight`.
+         *     The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
+         *     settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
+         *     `dag_run_conf` and `description`.
+         *
+         *     It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
+         *     transaction; `Idempotency-Key` and `If-Match` are honoured. 404
+         *     `backfill_not_found`; 409 `backfill_not_terminal` while the backfill is active; 422
+         *     `no_runs_to_create` when none of its slots failed or was canceled; 409
+         *     `backfill_already_running` when the DAG has another active backfill.
+         */
+        post: operations["retryBackfill"];
         delete?: never;
         options?: never;
         head?: never;
@@ -427,6 +497,33 @@ export interface paths {
          *     that does not exist is 404 `run_not_found`.
          */
         post: operations["heartbeatRun"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runs/{id}/release": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The run's numeric `id` (not its `run_id`). */
+                id: components["parameters"]["RunDbIdPath"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Hand a run back
+         * @description A worker that stops cleanly hands back a run it holds: the run becomes `queued`
+         *     again with the same `attempt` (a clean hand-back is not a failed attempt), to be
+         *     claimed again; a run whose backfill is canceling becomes `canceled` instead, as an
+         *     expired lease would make it. 409 `lease_lost` unless the run is `running` under a
+         *     live lease of `worker_id`; 404 `run_not_found` for an unknown id.
+         */
+        post: operations["releaseRun"];
         delete?: never;
         options?: never;
         head?: never;
@@ -786,7 +883,7 @@ export interface components {
          * @description The stable, machine-readable error code. `not_found` and `method_not_allowed` answer requests to a path no route serves, or with a method the route does not serve.
          * @enum {string}
          */
-        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "webhook_not_found" | "invalid_webhook" | "busy" | "timeout" | "unavailable" | "internal" | "not_found" | "method_not_allowed";
+        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "plan_changed" | "backfill_not_terminal" | "runs_in_flight" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "webhook_not_found" | "invalid_webhook" | "busy" | "timeout" | "unavailable" | "internal" | "not_found" | "method_not_allowed";
         Dag: {
             dag_id: components["schemas"]["DagId"];
             /**
@@ -889,6 +986,8 @@ export interface components {
              * @description When the current lease expires, while the run is running.
              */
             lease_expires_at: string | null;
+            /** @description What the last report said about the outcome (for example why the run failed); null when none. A new claim of the run clears it. */
+            note: string | null;
         };
         DagRunCreate: {
             /** Format: date-time */
@@ -899,6 +998,8 @@ export interface components {
             state: components["schemas"]["DagRunState"];
             /** @description When given, the run must be running under this worker's live lease (else 409 `lease_lost`). */
             worker_id?: string;
+            /** @description Why the run ended as it did, shown as the run's `note`. */
+            note?: string;
         };
         DagRunCollection: {
             dag_runs: components["schemas"]["DagRun"][];
@@ -931,6 +1032,7 @@ export interface components {
              */
             max_active_runs?: number;
             description?: string | null;
+            max_failed_runs?: components["schemas"]["MaxFailedRuns"];
         };
         Backfill: {
             /** Format: int64 */
@@ -959,6 +1061,23 @@ export interface components {
              */
             completed_at: string | null;
             progress: components["schemas"]["BackfillProgress"];
+            /**
+             * Format: int32
+             * @description The failure budget; null for none.
+             */
+            max_failed_runs: number | null;
+            /**
+             * @description Why the backfill is paused: `user` (a pause request) or `failure_budget` (its `failed` count reached `max_failed_runs`); null unless `state` is `paused`.
+             * @enum {string|null}
+             */
+            pause_reason: "user" | "failure_budget" | null;
+            /** @description The digest of the plan the backfill was created from (as a dry run answers it); null for backfills created before plans were digested. */
+            plan_hash: string | null;
+            /**
+             * Format: int64
+             * @description The backfill this one retries; null unless it was made by a retry.
+             */
+            parent_backfill_id: number | null;
         };
         /** @description Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others. */
         BackfillProgress: {
@@ -992,6 +1111,8 @@ export interface components {
             exception_reason: string | null;
         };
         DryRunCollection: {
+            /** @description A digest of the DAG's schedule and timezone and of every slot's `logical_date`, `action` and `exception_reason`; send it as `If-Match` to create this plan. */
+            plan_hash: string;
             runs: components["schemas"]["DryRunEntry"][];
             /** Format: int64 */
             total_entries: number;
@@ -1016,11 +1137,41 @@ export interface components {
             state: "queued" | "running" | "success" | "failed" | "canceled" | null;
             /** @description `in flight` or `already exists` for a skipped slot; null otherwise. */
             exception_reason: string | null;
+            /**
+             * Format: int32
+             * @description The run's attempt (for a slot whose run a later backfill took over, the attempt it had then); null for a skipped slot.
+             */
+            attempt: number | null;
+            /** @description The run's note, what its last report said (for a slot whose run a later backfill took over, the note it had then); null when none and for a skipped slot. */
+            note: string | null;
         };
         BackfillDagRunCollection: {
             backfill_dag_runs: components["schemas"]["BackfillDagRun"][];
             /** Format: int64 */
             total_entries: number;
+        };
+        /**
+         * Format: int32
+         * @description The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
+         */
+        MaxFailedRuns: number | null;
+        /** @description A JSON merge patch; fields left out keep their value. */
+        BackfillPatch: {
+            /** Format: int32 */
+            max_active_runs?: number;
+            max_failed_runs?: components["schemas"]["MaxFailedRuns"];
+            description?: string | null;
+        };
+        /** @description Settings of the new backfill; each left out is the parent's. */
+        BackfillRetry: {
+            /** Format: int32 */
+            max_active_runs?: number;
+            max_failed_runs?: components["schemas"]["MaxFailedRuns"];
+            dag_run_conf?: components["schemas"]["Conf"];
+            description?: string | null;
+        };
+        ReleaseRequest: {
+            worker_id: string;
         };
         ClaimRequest: {
             worker_id: string;
@@ -1081,6 +1232,8 @@ export interface components {
              * @description Present with `backfill_already_running`; the DAG's active backfill.
              */
             active_backfill_id?: number;
+            /** @description Present with `plan_changed`; the digest of the plan as it is now. */
+            current_plan_hash?: string;
         };
         /**
          * @description The type of a lifecycle event.
@@ -1204,8 +1357,8 @@ export interface components {
         };
         /**
          * @description `backfill_already_running` (with `active_backfill_id`), `backfill_not_active`,
-         *     `run_already_exists`, `invalid_transition` or `lease_lost`, as the operation
-         *     describes.
+         *     `backfill_not_terminal`, `run_already_exists`, `runs_in_flight`,
+         *     `invalid_transition` or `lease_lost`, as the operation describes.
          */
         Conflict: {
             headers: {
@@ -1222,6 +1375,18 @@ export interface components {
                  *       "active_backfill_id": 42
                  *     }
                  */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /**
+         * @description `plan_changed`: the plan made inside the creating transaction is not the one
+         *     `If-Match` named; nothing was written. `current_plan_hash` is the plan's digest now.
+         */
+        PreconditionFailed: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
@@ -1294,6 +1459,13 @@ export interface components {
          * @example 5f0c8a4e-6f0e-4a53-9a57-1f7f3c2b1d2e
          */
         IdempotencyKey: string;
+        /**
+         * @description `"<plan_hash>"` from a dry run (several may be listed, comma-separated): create only
+         *     if the plan made inside the creating transaction has that digest, else 412
+         *     `plan_changed`. `*` checks nothing.
+         * @example "3f0a9c5d0b6e1c2a4f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a3928"
+         */
+        IfMatch: string;
     };
     requestBodies: {
         BackfillCreate: {
@@ -1415,6 +1587,33 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             413: components["responses"]["PayloadTooLarge"];
             422: components["responses"]["Unprocessable"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    deleteDag: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The DAG's id. */
+                dag_id: components["parameters"]["DagIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The DAG and its history were removed. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -1607,6 +1806,13 @@ export interface operations {
                  * @example 5f0c8a4e-6f0e-4a53-9a57-1f7f3c2b1d2e
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /**
+                 * @description `"<plan_hash>"` from a dry run (several may be listed, comma-separated): create only
+                 *     if the plan made inside the creating transaction has that digest, else 412
+                 *     `plan_changed`. `*` checks nothing.
+                 * @example "3f0a9c5d0b6e1c2a4f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a3928"
+                 */
+                "If-Match"?: components["parameters"]["IfMatch"];
             };
             path?: never;
             cookie?: never;
@@ -1632,6 +1838,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            412: components["responses"]["PreconditionFailed"];
             413: components["responses"]["PayloadTooLarge"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
@@ -1650,6 +1857,8 @@ export interface operations {
             /** @description The slots the backfill would have. */
             200: {
                 headers: {
+                    /** @description The plan's `plan_hash`, quoted. */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1689,6 +1898,93 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    patchBackfill: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The backfill's id. */
+                backfill_id: components["parameters"]["BackfillIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/merge-patch+json": components["schemas"]["BackfillPatch"];
+                "application/json": components["schemas"]["BackfillPatch"];
+            };
+        };
+        responses: {
+            /** @description The backfill with its new settings. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Backfill"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    retryBackfill: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
+                 *     operation's description.
+                 * @example 5f0c8a4e-6f0e-4a53-9a57-1f7f3c2b1d2e
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /**
+                 * @description `"<plan_hash>"` from a dry run (several may be listed, comma-separated): create only
+                 *     if the plan made inside the creating transaction has that digest, else 412
+                 *     `plan_changed`. `*` checks nothing.
+                 * @example "3f0a9c5d0b6e1c2a4f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a3928"
+                 */
+                "If-Match"?: components["parameters"]["IfMatch"];
+            };
+            path: {
+                /** @description The backfill's id. */
+                backfill_id: components["parameters"]["BackfillIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["BackfillRetry"];
+            };
+        };
+        responses: {
+            /** @description The new backfill was created (or replayed, with `Idempotent-Replayed`). */
+            201: {
+                headers: {
+                    Location: components["headers"]["Location"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Backfill"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            412: components["responses"]["PreconditionFailed"];
+            413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -1870,6 +2166,40 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HeartbeatResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    releaseRun: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The run's numeric `id` (not its `run_id`). */
+                id: components["parameters"]["RunDbIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ReleaseRequest"];
+            };
+        };
+        responses: {
+            /** @description The run, queued again (or canceled). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DagRun"];
                 };
             };
             400: components["responses"]["BadRequest"];

@@ -1,0 +1,50 @@
+package repo
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// BackfillPatchParams changes settings of an active backfill (JSON merge patch: a field is
+// changed only when Set*, and a null clears it where the field allows null).
+type BackfillPatchParams struct {
+	ID             int64
+	MaxActiveRuns  *int
+	SetMaxFailed   bool
+	MaxFailedRuns  *int
+	SetDescription bool
+	Description    *string
+}
+
+// BackfillPatch changes max_active_runs, max_failed_runs and description of an active
+// backfill in one guarded statement. Claims lock the backfill row and re-read
+// max_active_runs, so the next claim obeys a new limit; running runs above it go on.
+// Lowering max_failed_runs to at or below the failed count does not pause by itself: the
+// budget is checked when a run fails (migrations/00006).
+func (s *Store) BackfillPatch(ctx context.Context, p BackfillPatchParams) (Backfill, error) {
+	var b Backfill
+	err := s.withRetry(ctx, func() error {
+		return sqlx.GetContext(ctx, s.db, &b, `
+			UPDATE backfills SET
+				max_active_runs = coalesce($2, max_active_runs),
+				max_failed_runs = CASE WHEN $3 THEN $4 ELSE max_failed_runs END,
+				description = CASE WHEN $5 THEN $6 ELSE description END,
+				updated_at = backfill_now()
+			WHERE id = $1 AND state IN ('running', 'paused', 'canceling')
+			RETURNING `+backfillColumns,
+			p.ID, p.MaxActiveRuns, p.SetMaxFailed, p.MaxFailedRuns, p.SetDescription, p.Description)
+	})
+	if err == nil {
+		return b, nil
+	}
+	if !isNoRows(err) {
+		return Backfill{}, fmt.Errorf("patch backfill %d: %w", p.ID, err)
+	}
+	cur, err := s.BackfillGet(ctx, p.ID)
+	if err != nil {
+		return Backfill{}, err
+	}
+	return Backfill{}, fmt.Errorf("%w: backfill %d is %s", ErrBackfillNotActive, p.ID, cur.State)
+}

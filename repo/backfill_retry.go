@@ -1,0 +1,98 @@
+package repo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/backfillsvc/backfill/schedule"
+	"github.com/jmoiron/sqlx"
+)
+
+// ErrBackfillNotTerminal means a retry was asked of a backfill that is still active.
+var ErrBackfillNotTerminal = errors.New("backfill not terminal")
+
+// BackfillRetryParams asks for a new backfill of a terminal backfill's failed and canceled
+// slots. Nil fields default to the parent's.
+type BackfillRetryParams struct {
+	ParentID       int64
+	MaxActiveRuns  *int
+	MaxFailedRuns  *int
+	SetMaxFailed   bool // MaxFailedRuns was given (null included)
+	DagRunConf     JSON
+	SetConf        bool // DagRunConf was given (null included)
+	Description    *string
+	SetDescription bool
+	IdempotencyKey string
+	IfMatch        []string
+}
+
+// BackfillRetry creates a backfill of the same DAG whose slots are the parent's slots whose
+// run ended failed or canceled as the parent's record shows, each decided with
+// reprocess_behavior "failed". It goes through BackfillCreate, so it is one SERIALIZABLE
+// transaction with the same answers (409 while the DAG has an active backfill,
+// Idempotency-Key, If-Match). A terminal backfill's record never changes again, so the
+// slots read here outside the transaction stay true.
+func (s *Store) BackfillRetry(ctx context.Context, rp BackfillRetryParams) (Backfill, bool, error) {
+	parent, err := s.BackfillGet(ctx, rp.ParentID)
+	if err != nil {
+		return Backfill{}, false, err
+	}
+	switch parent.State {
+	case BackfillSucceeded, BackfillFailed, BackfillCanceled:
+	default:
+		return Backfill{}, false, fmt.Errorf("%w: backfill %d is %s", ErrBackfillNotTerminal, parent.ID, parent.State)
+	}
+	var dates []time.Time
+	err = sqlx.SelectContext(ctx, s.db, &dates, `
+		SELECT s.logical_date
+		FROM backfill_dag_runs s JOIN dag_runs r ON r.id = s.dag_run_id
+		WHERE s.backfill_id = $1 AND coalesce(s.frozen_state, r.state) IN ('failed', 'canceled')
+		ORDER BY s.sort_ordinal`, parent.ID)
+	if err != nil {
+		return Backfill{}, false, fmt.Errorf("read failed slots of backfill %d: %w", parent.ID, err)
+	}
+	if len(dates) == 0 {
+		return Backfill{}, false, fmt.Errorf("%w: no slot of backfill %d failed or was canceled", ErrNoRunsToCreate, parent.ID)
+	}
+	p := BackfillCreateParams{
+		DagID:             parent.DagID,
+		FromDate:          parent.FromDate,
+		ToDate:            parent.ToDate,
+		RunBackwards:      parent.RunBackwards,
+		DagRunConf:        parent.DagRunConf,
+		ReprocessBehavior: ReprocessFailed,
+		MaxActiveRuns:     parent.MaxActiveRuns,
+		Description:       parent.Description,
+		MaxFailedRuns:     parent.MaxFailedRuns,
+		IdempotencyKey:    rp.IdempotencyKey,
+		IfMatch:           rp.IfMatch,
+		Dates:             dates,
+		ParentBackfillID:  &parent.ID,
+	}
+	if rp.MaxActiveRuns != nil {
+		p.MaxActiveRuns = *rp.MaxActiveRuns
+	}
+	if rp.SetMaxFailed {
+		p.MaxFailedRuns = rp.MaxFailedRuns
+	}
+	if rp.SetConf {
+		p.DagRunConf = rp.DagRunConf
+	}
+	if rp.SetDescription {
+		p.Description = rp.Description
+	}
+	return s.BackfillCreate(ctx, p)
+}
+
+// slotsForDates lists explicit slot dates (a retry's) as slots in the given order.
+func slotsForDates(sched *schedule.Schedule, dates []time.Time) []PlannedSlot {
+	slots := make([]PlannedSlot, len(dates))
+	for i, d := range dates {
+		d = d.UTC()
+		slots[i] = PlannedSlot{SortOrdinal: i + 1, LogicalDate: d, IntervalEnd: sched.Next(d), Action: ActionCreate}
+	}
+	return slots
+}
+

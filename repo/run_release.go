@@ -1,0 +1,59 @@
+package repo
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// RunRelease hands a running run back from the worker that holds its live lease: it becomes
+// queued again with the same attempt, since a clean hand-back is not a failed attempt. A run
+// whose backfill is canceling becomes canceled instead, as an expired lease would make it:
+// a queued run would keep a canceling backfill from ever finishing.
+func (s *Store) RunRelease(ctx context.Context, runPK int64, workerID string) (Run, error) {
+	var run Run
+	err := s.withRetry(ctx, func() error {
+		// The backfill row is locked before the run (the order every path takes), in the
+		// CTE's scalar subquery, which the UPDATE needs before it can lock the run.
+		err := sqlx.GetContext(ctx, s.db, &run, `
+			WITH cur AS MATERIALIZED (
+				SELECT r.id, r.backfill_id,
+					(SELECT b.state FROM backfills b WHERE b.id = r.backfill_id FOR NO KEY UPDATE) AS backfill_state
+				FROM dag_runs r WHERE r.id = $1
+			), verdict AS (
+				SELECT id, backfill_id,
+					CASE WHEN backfill_state = 'canceling' THEN 'canceled' ELSE 'queued' END AS next_state
+				FROM cur
+			)
+			UPDATE dag_runs d SET
+				state = v.next_state,
+				queued_at = CASE WHEN v.next_state = 'queued' THEN backfill_now() ELSE d.queued_at END,
+				start_date = CASE WHEN v.next_state = 'queued' THEN NULL ELSE d.start_date END,
+				end_date = CASE WHEN v.next_state = 'queued' THEN NULL ELSE backfill_now() END,
+				worker_id = CASE WHEN v.next_state = 'queued' THEN NULL ELSE d.worker_id END,
+				lease_expires_at = NULL,
+				lease_seconds = NULL
+			FROM verdict v
+			WHERE d.id = v.id
+			  AND d.backfill_id IS NOT DISTINCT FROM v.backfill_id
+			  AND d.state = 'running' AND d.worker_id = $2 AND d.lease_expires_at > backfill_now()
+			RETURNING `+prefixed("d.", runColumns),
+			runPK, workerID)
+		if err != nil && !isNoRows(err) {
+			return fmt.Errorf("release run %d: %w", runPK, err)
+		}
+		return err
+	})
+	if !isNoRows(err) {
+		return run, err
+	}
+	var exists bool
+	if err := sqlx.GetContext(ctx, s.db, &exists, `SELECT EXISTS (SELECT 1 FROM dag_runs WHERE id = $1)`, runPK); err != nil {
+		return Run{}, fmt.Errorf("find run %d: %w", runPK, err)
+	}
+	if !exists {
+		return Run{}, ErrRunNotFound
+	}
+	return Run{}, ErrLeaseLost
+}
