@@ -22,16 +22,11 @@ func backfillParams(r *http.Request) (repo.BackfillCreateParams, *api.Problem) {
 	if p := checkTimestamps(map[string]time.Time{"from_date": body.FromDate, "to_date": body.ToDate}); p != nil {
 		return repo.BackfillCreateParams{}, p
 	}
-	conf, err := confIn(body.DagRunConf)
-	if err != nil {
-		p := badRequest("dag_run_conf cannot be encoded", fieldErr("dag_run_conf", err.Error()))
-		return repo.BackfillCreateParams{}, &p
-	}
 	p := repo.BackfillCreateParams{
 		DagID:             body.DagId,
 		FromDate:          body.FromDate.UTC(),
 		ToDate:            body.ToDate.UTC(),
-		DagRunConf:        conf,
+		DagRunConf:        confIn(body.DagRunConf),
 		ReprocessBehavior: repo.ReprocessNone,
 		MaxActiveRuns:     defaultBackfillMaxActiveRuns,
 		Description:       body.Description,

@@ -20,12 +20,7 @@ func (s *Server) CreateDagRun(w http.ResponseWriter, r *http.Request, dagID stri
 		writeProblem(w, *p)
 		return
 	}
-	conf, err := confIn(body.Conf)
-	if err != nil {
-		writeProblem(w, badRequest("conf cannot be encoded", fieldErr("conf", err.Error())))
-		return
-	}
-	run, err := s.store.RunCreate(r.Context(), repo.RunCreateParams{DagID: dagID, LogicalDate: body.LogicalDate, Conf: conf})
+	run, err := s.store.RunCreate(r.Context(), repo.RunCreateParams{DagID: dagID, LogicalDate: body.LogicalDate, Conf: confIn(body.Conf)})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
