@@ -31,7 +31,7 @@ func (s *Server) CreateDagRun(w http.ResponseWriter, r *http.Request, dagID stri
 
 // ListDagRuns pages a DAG's runs by logical date.
 func (s *Server) ListDagRuns(w http.ResponseWriter, r *http.Request, dagID string, params api.ListDagRunsParams) {
-	limit, offset := page(params.Limit, params.Offset)
+	limit, offset := s.page(params.Limit, params.Offset)
 	p := repo.RunListParams{DagID: dagID, BackfillID: params.BackfillId, ListParams: repo.ListParams{Limit: limit, Offset: offset}}
 	if params.State != nil {
 		state := string(*params.State)

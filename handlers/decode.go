@@ -117,9 +117,9 @@ func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v
 	_, _ = w.Write(buf.Bytes()) // the client hung up; nothing to do
 }
 
-// page returns limit and offset with the contract's defaults.
-func page(limit, offset *int) (int, int) {
-	l, o := 50, 0
+// page returns limit and offset with the spec's defaults.
+func (s *Server) page(limit, offset *int) (int, int) {
+	l, o := s.defaults.limit, s.defaults.offset
 	if limit != nil {
 		l = *limit
 	}

@@ -57,6 +57,8 @@ type Server struct {
 	logger  *slog.Logger
 	ready   ReadinessFunc
 	metrics http.Handler
+	// defaults are api/openapi.yaml's, for what a request leaves out.
+	defaults specDefaults
 }
 
 var _ api.ServerInterface = (*Server)(nil)

@@ -32,7 +32,8 @@ import (
 // it as json.Number too. Where the spec wants an integer, 1e400 fails that conversion and
 // 2^53+1 fails its maximum: 400 either way, never a rounded value.
 type specValidator struct {
-	router routers.Router
+	router   routers.Router
+	defaults specDefaults
 }
 
 func newSpecValidator() (*specValidator, error) {
@@ -42,6 +43,10 @@ func newSpecValidator() (*specValidator, error) {
 	}
 	if err := doc.Validate(context.Background()); err != nil {
 		return nil, fmt.Errorf("openapi spec is invalid: %w", err)
+	}
+	defaults, err := loadDefaults(doc)
+	if err != nil {
+		return nil, err
 	}
 	// The spec's servers name a host; match on paths alone, whatever host serves us.
 	doc.Servers = openapi3.Servers{{URL: "/"}}
@@ -57,7 +62,7 @@ func newSpecValidator() (*specValidator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("openapi router: %w", err)
 	}
-	return &specValidator{router: router}, nil
+	return &specValidator{router: router, defaults: defaults}, nil
 }
 
 func (v *specValidator) middleware(next http.Handler) http.Handler {
