@@ -346,7 +346,7 @@ type Backfill struct {
 	DagId DagId `json:"dag_id"`
 
 	// DagRunConf Free-form run configuration; null when none was given.
-	DagRunConf  Conf      `json:"dag_run_conf"`
+	DagRunConf  *Conf     `json:"dag_run_conf"`
 	Description *string   `json:"description"`
 	FromDate    time.Time `json:"from_date"`
 	Id          int64     `json:"id"`
@@ -397,7 +397,7 @@ type BackfillCreate struct {
 	DagId DagId `json:"dag_id"`
 
 	// DagRunConf Free-form run configuration; null when none was given.
-	DagRunConf  Conf    `json:"dag_run_conf,omitempty"`
+	DagRunConf  *Conf   `json:"dag_run_conf,omitempty"`
 	Description *string `json:"description,omitempty"`
 
 	// FromDate Inclusive start of the window.
@@ -471,7 +471,7 @@ type BackfillProgress struct {
 // BackfillRetry Settings of the new backfill; each left out is the parent's.
 type BackfillRetry struct {
 	// DagRunConf Free-form run configuration; null when none was given.
-	DagRunConf    Conf    `json:"dag_run_conf,omitempty"`
+	DagRunConf    *Conf   `json:"dag_run_conf,omitempty"`
 	Description   *string `json:"description,omitempty"`
 	MaxActiveRuns *int32  `json:"max_active_runs,omitempty"`
 
@@ -503,7 +503,7 @@ type ClaimResponse struct {
 }
 
 // Conf Free-form run configuration; null when none was given.
-type Conf map[string]interface{}
+type Conf = json.RawMessage
 
 // Dag defines model for Dag.
 type Dag struct {
@@ -574,7 +574,7 @@ type DagRun struct {
 	BackfillId *int64 `json:"backfill_id"`
 
 	// Conf Free-form run configuration; null when none was given.
-	Conf Conf `json:"conf"`
+	Conf *Conf `json:"conf"`
 
 	// DagId 1-250 characters of `[A-Za-z0-9_.-]`.
 	//
@@ -622,7 +622,7 @@ type DagRunCollection struct {
 // DagRunCreate defines model for DagRunCreate.
 type DagRunCreate struct {
 	// Conf Free-form run configuration; null when none was given.
-	Conf        Conf      `json:"conf,omitempty"`
+	Conf        *Conf     `json:"conf,omitempty"`
 	LogicalDate time.Time `json:"logical_date"`
 }
 

@@ -9,11 +9,8 @@ import (
 	"github.com/backfillsvc/backfill/repo"
 )
 
-// Defaults of a backfill the contract fills in.
-const defaultBackfillMaxActiveRuns = 10
-
-// backfillParams reads a creation body, with the contract's defaults filled in.
-func backfillParams(r *http.Request) (repo.BackfillCreateParams, *api.Problem) {
+// backfillParams reads a creation body, with the spec's defaults filled in.
+func (s *Server) backfillParams(r *http.Request) (repo.BackfillCreateParams, *api.Problem) {
 	var body api.BackfillCreate
 	if p := decodeBody(r, &body); p != nil {
 		return repo.BackfillCreateParams{}, p
@@ -21,18 +18,14 @@ func backfillParams(r *http.Request) (repo.BackfillCreateParams, *api.Problem) {
 	if p := checkTimestamps(map[string]time.Time{"from_date": body.FromDate, "to_date": body.ToDate}); p != nil {
 		return repo.BackfillCreateParams{}, p
 	}
-	conf, err := confIn(body.DagRunConf)
-	if err != nil {
-		p := badRequest("dag_run_conf cannot be encoded", fieldErr("dag_run_conf", err.Error()))
-		return repo.BackfillCreateParams{}, &p
-	}
 	p := repo.BackfillCreateParams{
 		DagID:             body.DagId,
 		FromDate:          body.FromDate.UTC(),
 		ToDate:            body.ToDate.UTC(),
-		DagRunConf:        conf,
-		ReprocessBehavior: repo.ReprocessNone,
-		MaxActiveRuns:     defaultBackfillMaxActiveRuns,
+		DagRunConf:        confIn(body.DagRunConf),
+		RunBackwards:      s.defaults.backfillRunBackwards,
+		ReprocessBehavior: s.defaults.reprocessBehavior,
+		MaxActiveRuns:     s.defaults.backfillMaxActiveRuns,
 		Description:       body.Description,
 	}
 	if body.RunBackwards != nil {
@@ -53,7 +46,7 @@ func backfillParams(r *http.Request) (repo.BackfillCreateParams, *api.Problem) {
 
 // CreateBackfill creates a backfill with all its runs, or replays an idempotent request.
 func (s *Server) CreateBackfill(w http.ResponseWriter, r *http.Request, params api.CreateBackfillParams) {
-	p, prob := backfillParams(r)
+	p, prob := s.backfillParams(r)
 	if prob != nil {
 		writeProblem(w, *prob)
 		return
@@ -75,7 +68,7 @@ func (s *Server) CreateBackfill(w http.ResponseWriter, r *http.Request, params a
 
 // DryRunBackfill answers what a creation would do, writing nothing.
 func (s *Server) DryRunBackfill(w http.ResponseWriter, r *http.Request) {
-	p, prob := backfillParams(r)
+	p, prob := s.backfillParams(r)
 	if prob != nil {
 		writeProblem(w, *prob)
 		return
@@ -95,11 +88,15 @@ func (s *Server) DryRunBackfill(w http.ResponseWriter, r *http.Request) {
 
 // ListBackfills pages backfills.
 func (s *Server) ListBackfills(w http.ResponseWriter, r *http.Request, params api.ListBackfillsParams) {
-	limit, offset := page(params.Limit, params.Offset)
+	limit, offset := s.page(params.Limit, params.Offset)
+	order := s.defaults.backfillOrderBy
+	if params.OrderBy != nil {
+		order = *params.OrderBy
+	}
 	p := repo.BackfillListParams{
 		DagID:      params.DagId,
 		Active:     params.Active,
-		Descending: params.OrderBy != nil && *params.OrderBy == api.ListBackfillsParamsOrderByIdDesc,
+		Descending: order == api.ListBackfillsParamsOrderByIdDesc,
 		ListParams: repo.ListParams{Limit: limit, Offset: offset},
 	}
 	if params.State != nil {
@@ -125,10 +122,14 @@ func (s *Server) GetBackfill(w http.ResponseWriter, r *http.Request, id int64) {
 
 // ListBackfillDagRuns pages a backfill's slots.
 func (s *Server) ListBackfillDagRuns(w http.ResponseWriter, r *http.Request, id int64, params api.ListBackfillDagRunsParams) {
-	limit, offset := page(params.Limit, params.Offset)
+	limit, offset := s.page(params.Limit, params.Offset)
+	order := s.defaults.slotOrderBy
+	if params.OrderBy != nil {
+		order = *params.OrderBy
+	}
 	slots, total, err := s.store.BackfillSlots(r.Context(), repo.BackfillSlotsParams{
 		BackfillID: id,
-		Descending: params.OrderBy != nil && *params.OrderBy == api.ListBackfillDagRunsParamsOrderBySortOrdinalDesc,
+		Descending: order == api.ListBackfillDagRunsParamsOrderBySortOrdinalDesc,
 		ListParams: repo.ListParams{Limit: limit, Offset: offset},
 	})
 	if err != nil {

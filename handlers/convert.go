@@ -1,8 +1,6 @@
 package handlers
 
 import (
-	"bytes"
-	"encoding/json"
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
@@ -20,26 +18,23 @@ func utcPtr(t *time.Time) *time.Time {
 	return &u
 }
 
-// confOut decodes a stored JSON object for an answer; numbers keep their exact digits.
-func confOut(raw repo.JSON) api.Conf {
+// confOut answers a stored JSON object as PostgreSQL gives it back: raw bytes, never decoded
+// into Go values, so every number keeps its digits. SQL NULL answers null.
+func confOut(raw repo.JSON) *api.Conf {
 	if len(raw) == 0 {
 		return nil
 	}
-	var c api.Conf
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if err := dec.Decode(&c); err != nil {
-		return nil
-	}
-	return c
+	c := api.Conf(raw)
+	return &c
 }
 
-// confIn encodes a request's free-form object for storage; nil stays nil (SQL NULL).
-func confIn(c api.Conf) (repo.JSON, error) {
+// confIn takes a request's free-form object as the client sent it (the spec validator has
+// checked that it is an object or null); null and absent both store SQL NULL.
+func confIn(c *api.Conf) repo.JSON {
 	if c == nil {
-		return nil, nil
+		return nil
 	}
-	return json.Marshal(c)
+	return repo.JSON(*c)
 }
 
 func dagOut(d repo.Dag) api.Dag {

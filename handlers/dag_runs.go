@@ -20,12 +20,7 @@ func (s *Server) CreateDagRun(w http.ResponseWriter, r *http.Request, dagID stri
 		writeProblem(w, *p)
 		return
 	}
-	conf, err := confIn(body.Conf)
-	if err != nil {
-		writeProblem(w, badRequest("conf cannot be encoded", fieldErr("conf", err.Error())))
-		return
-	}
-	run, err := s.store.RunCreate(r.Context(), repo.RunCreateParams{DagID: dagID, LogicalDate: body.LogicalDate, Conf: conf})
+	run, err := s.store.RunCreate(r.Context(), repo.RunCreateParams{DagID: dagID, LogicalDate: body.LogicalDate, Conf: confIn(body.Conf)})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -36,7 +31,7 @@ func (s *Server) CreateDagRun(w http.ResponseWriter, r *http.Request, dagID stri
 
 // ListDagRuns pages a DAG's runs by logical date.
 func (s *Server) ListDagRuns(w http.ResponseWriter, r *http.Request, dagID string, params api.ListDagRunsParams) {
-	limit, offset := page(params.Limit, params.Offset)
+	limit, offset := s.page(params.Limit, params.Offset)
 	p := repo.RunListParams{DagID: dagID, BackfillID: params.BackfillId, ListParams: repo.ListParams{Limit: limit, Offset: offset}}
 	if params.State != nil {
 		state := string(*params.State)

@@ -8,12 +8,6 @@ import (
 	"github.com/backfillsvc/backfill/repo"
 )
 
-// Defaults of a DAG the contract fills in.
-const (
-	defaultTimezone         = "UTC"
-	defaultDagMaxActiveRuns = 16
-)
-
 // PutDag creates or replaces a DAG.
 func (s *Server) PutDag(w http.ResponseWriter, r *http.Request, dagID string) {
 	var body api.DagPut
@@ -24,8 +18,9 @@ func (s *Server) PutDag(w http.ResponseWriter, r *http.Request, dagID string) {
 	params := repo.DagPutParams{
 		DagID:         dagID,
 		Schedule:      body.Schedule,
-		Timezone:      defaultTimezone,
-		MaxActiveRuns: defaultDagMaxActiveRuns,
+		Timezone:      s.defaults.dagTimezone,
+		MaxActiveRuns: s.defaults.dagMaxActiveRuns,
+		IsPaused:      s.defaults.dagIsPaused,
 		Description:   body.Description,
 	}
 	if body.Timezone != nil {
@@ -62,7 +57,7 @@ func (s *Server) GetDag(w http.ResponseWriter, r *http.Request, dagID string) {
 
 // ListDags pages DAGs by dag_id.
 func (s *Server) ListDags(w http.ResponseWriter, r *http.Request, params api.ListDagsParams) {
-	limit, offset := page(params.Limit, params.Offset)
+	limit, offset := s.page(params.Limit, params.Offset)
 	dags, total, err := s.store.DagList(r.Context(), repo.ListParams{Limit: limit, Offset: offset})
 	if err != nil {
 		s.writeError(w, r, err)

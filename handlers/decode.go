@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"sort"
 	"strings"
 	"time"
@@ -17,6 +18,9 @@ import (
 func fieldErr(field, message string) api.FieldError {
 	return api.FieldError{Field: field, Message: message}
 }
+
+// errTrailingData is a body with more after its JSON object.
+var errTrailingData = errors.New("has data after the JSON object")
 
 // decodeBody reads the JSON object of a request into v. The spec validator has already
 // checked shape, types and ranges; this decode is strict too (unknown fields, trailing data),
@@ -34,31 +38,71 @@ func decodeBody(r *http.Request, v any) *api.Problem {
 	err = dec.Decode(v)
 	if err == nil {
 		if _, extra := dec.Token(); extra != io.EOF {
-			err = errors.New("unexpected data after the JSON object")
+			err = errTrailingData
 		}
 	}
 	if err == nil {
 		if field, ok := findNUL(data); ok {
-			p := badRequest("strings cannot contain the NUL character", fieldErr(field, "contains the NUL character (\\u0000)"))
+			p := badRequest(field+" must not contain the NUL character", fieldErr(field, "must not contain the NUL character (\\u0000)"))
 			return &p
 		}
 		return nil
 	}
-	field, msg := "body", "is not valid JSON"
+	field, msg := decodeError(err, data, dec.InputOffset())
+	p := badRequest(field+" "+msg, fieldErr(field, msg))
+	return &p
+}
+
+// decodeError names the field and what is wrong with it, from the decoder's typed errors only:
+// what a person can act on is where the body breaks (line and column) or which field has the
+// wrong type. offset is where the decoder stopped.
+func decodeError(err error, data []byte, offset int64) (field, msg string) {
+	var syntaxErr *json.SyntaxError
 	var typeErr *json.UnmarshalTypeError
 	var timeErr *time.ParseError
 	switch {
-	case errors.As(err, &typeErr):
-		field, msg = typeErr.Field, fmt.Sprintf("must be %s", typeErr.Type)
+	case errors.As(err, &typeErr) && typeErr.Field != "":
+		return typeErr.Field, "must be " + jsonKind(typeErr.Type)
 	case errors.As(err, &timeErr):
-		msg = "contains a timestamp that is not a valid RFC 3339 date-time"
-	case strings.HasPrefix(err.Error(), "json: unknown field"):
-		msg = err.Error()
+		return "body", "contains a timestamp that is not an RFC 3339 date-time such as 2024-03-01T00:00:00Z"
+	case errors.As(err, &syntaxErr):
+		line, col := position(data, syntaxErr.Offset)
+		return "body", fmt.Sprintf("is not valid JSON: %s at line %d, column %d", syntaxErr.Error(), line, col)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		line, col := position(data, int64(len(data)))
+		return "body", fmt.Sprintf("is not valid JSON: it ends at line %d, column %d before the JSON value is complete", line, col)
 	case errors.Is(err, io.EOF):
-		msg = "is empty"
+		return "body", "is empty: send a JSON object"
+	case errors.Is(err, errTrailingData):
+		line, col := position(data, offset)
+		return "body", fmt.Sprintf("%s (at line %d, column %d): send one JSON object", err.Error(), line, col)
 	}
-	p := badRequest("the request body is invalid: "+msg, fieldErr(field, msg))
-	return &p
+	// encoding/json's other errors (an unknown field) have no type of their own; their text
+	// names the field and is shown as it is.
+	return "body", "is invalid: " + err.Error()
+}
+
+// jsonKind names a Go type as the JSON a client should send for it.
+func jsonKind(t reflect.Type) string {
+	if t == reflect.TypeFor[time.Time]() {
+		return "an RFC 3339 date-time such as 2024-03-01T00:00:00Z"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "of another type"
 }
 
 // writeJSON answers with a JSON body.
@@ -73,9 +117,9 @@ func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v
 	_, _ = w.Write(buf.Bytes()) // the client hung up; nothing to do
 }
 
-// page returns limit and offset with the contract's defaults.
-func page(limit, offset *int) (int, int) {
-	l, o := 50, 0
+// page returns limit and offset with the spec's defaults.
+func (s *Server) page(limit, offset *int) (int, int) {
+	l, o := s.defaults.limit, s.defaults.offset
 	if limit != nil {
 		l = *limit
 	}

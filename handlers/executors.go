@@ -7,12 +7,6 @@ import (
 	"github.com/backfillsvc/backfill/repo"
 )
 
-// Claim defaults of the contract.
-const (
-	defaultClaimLimit   = 1
-	defaultLeaseSeconds = 300
-)
-
 // ClaimRuns leases queued runs to a worker.
 func (s *Server) ClaimRuns(w http.ResponseWriter, r *http.Request) {
 	var body api.ClaimRequest
@@ -20,7 +14,7 @@ func (s *Server) ClaimRuns(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, *p)
 		return
 	}
-	params := repo.RunClaimParams{WorkerID: body.WorkerId, Limit: defaultClaimLimit, LeaseSeconds: defaultLeaseSeconds, DagID: body.DagId}
+	params := repo.RunClaimParams{WorkerID: body.WorkerId, Limit: s.defaults.claimLimit, LeaseSeconds: s.defaults.leaseSeconds, DagID: body.DagId}
 	if body.Limit != nil {
 		params.Limit = *body.Limit
 	}

@@ -28,6 +28,7 @@ func New(opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("handlers: %w", err)
 	}
+	s.defaults = validator.defaults
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID, echoRequestID, s.accessLog)
 	if opts.Instrument != nil {

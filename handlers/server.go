@@ -67,6 +67,8 @@ type Server struct {
 	logger  *slog.Logger
 	ready   ReadinessFunc
 	metrics http.Handler
+	// defaults are api/openapi.yaml's, for what a request leaves out.
+	defaults specDefaults
 }
 
 var _ api.ServerInterface = (*Server)(nil)

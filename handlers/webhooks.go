@@ -97,7 +97,7 @@ func (s *Server) CreateWebhook(w http.ResponseWriter, r *http.Request) {
 
 // ListWebhooks pages webhooks by id.
 func (s *Server) ListWebhooks(w http.ResponseWriter, r *http.Request, params api.ListWebhooksParams) {
-	limit, offset := page(params.Limit, params.Offset)
+	limit, offset := s.page(params.Limit, params.Offset)
 	hooks, total, err := s.store.WebhookList(r.Context(), repo.ListParams{Limit: limit, Offset: offset})
 	if err != nil {
 		s.writeError(w, r, err)
@@ -131,7 +131,7 @@ func (s *Server) DeleteWebhook(w http.ResponseWriter, r *http.Request, webhookID
 
 // ListWebhookDeliveries pages a webhook's delivery log.
 func (s *Server) ListWebhookDeliveries(w http.ResponseWriter, r *http.Request, webhookID int64, params api.ListWebhookDeliveriesParams) {
-	limit, offset := page(params.Limit, params.Offset)
+	limit, offset := s.page(params.Limit, params.Offset)
 	attempts, total, err := s.store.WebhookAttemptList(r.Context(), repo.WebhookAttemptListParams{
 		WebhookID: webhookID, EventID: params.EventId, Limit: limit, Offset: offset,
 	})

@@ -95,4 +95,3 @@ func slotsForDates(sched *schedule.Schedule, dates []time.Time) []PlannedSlot {
 	}
 	return slots
 }
-

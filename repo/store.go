@@ -28,11 +28,19 @@ func (nopObserver) BackfillFinalized(string) {}
 func (nopObserver) RunsClaimed(int)          {}
 func (nopObserver) LeasesExpired(int)        {}
 
-// Config tunes a Store. Zero values take the contract's defaults.
+// The service's defaults for Config, stated once: cmd/api's configuration starts from them
+// (MAX_BACKFILL_RUNS, MAX_ATTEMPTS) and New falls back to them for a zero value, which tests
+// and tools rely on.
+const (
+	DefaultMaxBackfillRuns = 100000
+	DefaultMaxAttempts     = 3
+)
+
+// Config tunes a Store. Zero values take DefaultMaxBackfillRuns and DefaultMaxAttempts.
 type Config struct {
-	// MaxBackfillRuns caps the slots of one backfill (default 100000).
+	// MaxBackfillRuns caps the slots of one backfill.
 	MaxBackfillRuns int
-	// MaxAttempts is the attempt at which an expired lease fails the run (default 3).
+	// MaxAttempts is the attempt at which an expired lease fails the run.
 	MaxAttempts int
 	// Observer receives events for metrics; nil means none.
 	Observer Observer
@@ -66,10 +74,10 @@ func New(db *sqlx.DB, cfg Config) *Store {
 		s.observer = nopObserver{}
 	}
 	if s.maxBackfillRuns <= 0 {
-		s.maxBackfillRuns = 100000
+		s.maxBackfillRuns = DefaultMaxBackfillRuns
 	}
 	if s.maxAttempts <= 0 {
-		s.maxAttempts = 3
+		s.maxAttempts = DefaultMaxAttempts
 	}
 	if s.reconnectWait <= 0 {
 		s.reconnectWait = 5 * time.Second

@@ -196,14 +196,14 @@ func TestBackfillCreateCopiesConfAndOptionsToEveryRun(t *testing.T) {
 	conf := map[string]any{"full_refresh": true, "tables": []any{"a", "b"}, "n": float64(3)}
 	b := e.CreateBackfill(backfillBody("sales", day(1, 1), day(1, 3),
 		"dag_run_conf", conf, "max_active_runs", 4, "description", "rerun", "reprocess_behavior", "failed"))
-	require.Equal(t, api.Conf(conf), b.DagRunConf)
+	requireConf(t, conf, b.DagRunConf)
 	require.EqualValues(t, 4, b.MaxActiveRuns)
 	require.Equal(t, "rerun", c2Str(b.Description))
 	require.Equal(t, api.ReprocessBehavior("failed"), b.ReprocessBehavior)
 	runs := c2ListRuns(t, e, "sales", "")
 	require.Len(t, runs.DagRuns, 3)
 	for _, r := range runs.DagRuns {
-		require.Equal(t, api.Conf(conf), r.Conf)
+		requireConf(t, conf, r.Conf)
 	}
 }
 
@@ -441,7 +441,7 @@ func TestBackfillCreateReprocessBehaviors(t *testing.T) {
 					r := c2GetRun(t, e, "rp", *sl.RunId)
 					require.Equal(t, api.RunType("backfill"), r.RunType)
 					require.Equal(t, api.DagRunState("queued"), r.State)
-					require.Equal(t, api.Conf(c.conf), r.Conf)
+					requireConf(t, c.conf, r.Conf)
 					require.EqualValues(t, 1, r.Attempt)
 				case "reprocess":
 					prev := before[d]
@@ -462,7 +462,7 @@ func TestBackfillCreateReprocessBehaviors(t *testing.T) {
 					require.Nil(t, r.StartDate)
 					require.Nil(t, r.LeaseExpiresAt)
 					if c.conf != nil {
-						require.Equal(t, api.Conf(c.conf), r.Conf, "conf replaced, day %d", d)
+						requireConf(t, c.conf, r.Conf, "conf replaced, day %d", d)
 					} else {
 						require.Equal(t, prev.Conf, r.Conf, "conf kept when dag_run_conf is null, day %d", d)
 					}

@@ -49,7 +49,7 @@ func TestDagRunCreateManualRunQueued(t *testing.T) {
 
 	// With conf.
 	withConf := c2CreateRun(t, e, "man", day(1, 2), map[string]any{"source": "manual-rerun", "n": float64(2)})
-	require.Equal(t, api.Conf{"source": "manual-rerun", "n": float64(2)}, withConf.Conf)
+	requireConf(t, map[string]any{"source": "manual-rerun", "n": 2}, withConf.Conf)
 	require.Equal(t, withConf, c2GetRun(t, e, "man", "manual__2024-01-02T00:00:00Z"))
 }
 

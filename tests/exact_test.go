@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/client"
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/require"
@@ -54,6 +55,20 @@ func confField(t *testing.T, body []byte, path ...any) any {
 		}
 	}
 	return v
+}
+
+// requireConf checks an answered conf against want (any value JSON can encode; nil for null),
+// as JSON values: a conf is the raw JSON the service answered, not Go values.
+func requireConf(t testing.TB, want any, got *api.Conf, msgAndArgs ...any) {
+	t.Helper()
+	raw, err := json.Marshal(want)
+	require.NoError(t, err)
+	if string(raw) == "null" { // nil, or a nil map
+		require.Nil(t, got, msgAndArgs...)
+		return
+	}
+	require.NotNil(t, got, msgAndArgs...)
+	require.JSONEq(t, string(raw), string(*got), msgAndArgs...)
 }
 
 func TestConfKeepsEveryNumberOnEveryEndpoint(t *testing.T) {
@@ -362,4 +377,68 @@ components:
           items: {$ref: '#/components/schemas/Slot'}
 `
 	require.Error(t, strictValidate(t, strictSchema(t, []byte(old), "BackfillDagRunCollection"), res.Body))
+}
+
+// sdkConf is the conf of issue 9 that float64 cannot carry: 2^53+1 and 1e400.
+const sdkConf = `{"n": 9007199254740993, "x": 1e400}`
+
+// storedConf is the dag_run_conf the database holds for a backfill, with exact numbers.
+func storedConf(t *testing.T, e *env, id int64) any {
+	t.Helper()
+	var text string
+	require.NoError(t, e.DB.GetContext(context.Background(), &text, `SELECT dag_run_conf::text FROM backfills WHERE id = $1`, id))
+	return exactJSON(t, []byte(text))
+}
+
+func TestSDKKeepsConfExactThroughCreateGetAndClaim(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.PutDag("sdk_exact", "@daily", "")
+	ctx := context.Background()
+	c := e.sdk(t)
+	want := jsonbOf(t, e, sdkConf)
+	require.Equal(t, json.Number("9007199254740993"), want.(map[string]any)["n"])
+
+	conf := client.Conf(sdkConf)
+	b, err := c.CreateBackfill(ctx, client.BackfillCreate{DagId: "sdk_exact", FromDate: day(1, 1), ToDate: day(1, 1), DagRunConf: &conf}, "sdk-exact")
+	require.NoError(t, err)
+	require.Equal(t, want, storedConf(t, e, b.Id), "the SDK sent the conf exactly")
+	require.NotNil(t, b.DagRunConf)
+	require.Equal(t, want, exactJSON(t, *b.DagRunConf), "create")
+
+	got, err := c.GetBackfill(ctx, b.Id)
+	require.NoError(t, err)
+	require.Equal(t, want, exactJSON(t, *got.DagRunConf), "get")
+
+	runs, err := c.ClaimRuns(ctx, client.ClaimRequest{WorkerId: "w"})
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+	require.NotNil(t, runs[0].Conf)
+	require.Equal(t, want, exactJSON(t, *runs[0].Conf), "claim")
+
+	manual, err := c.Raw.CreateDagRunWithResponse(ctx, "sdk_exact", client.DagRunCreate{LogicalDate: day(2, 1), Conf: &conf})
+	require.NoError(t, err)
+	require.NotNil(t, manual.JSON201, "body: %s", manual.Body)
+	require.Equal(t, want, exactJSON(t, *manual.JSON201.Conf), "manual run")
+
+	// No conf is nil, not the bytes "null".
+	plain, err := c.Raw.CreateDagRunWithResponse(ctx, "sdk_exact", client.DagRunCreate{LogicalDate: day(2, 2)})
+	require.NoError(t, err)
+	require.NotNil(t, plain.JSON201, "body: %s", plain.Body)
+	require.Nil(t, plain.JSON201.Conf)
+}
+
+func TestCLISendsConfExactly(t *testing.T) {
+	t.Parallel()
+	bin := buildCLI(t)
+	e := newEnv(t)
+	e.PutDag("cli_exact", "@daily", "")
+	want := jsonbOf(t, e, sdkConf)
+
+	out := okCLI(t, bin, e, "backfills", "create", "-o", "json", "--dag-id", "cli_exact",
+		"--from-date", "2024-01-01", "--to-date", "2024-01-02", "--dag-run-conf", sdkConf)
+	id, err := confField(t, []byte(out), "id").(json.Number).Int64()
+	require.NoError(t, err)
+	require.Equal(t, want, storedConf(t, e, id), "the CLI sent the conf exactly")
+	require.Equal(t, want, confField(t, []byte(out), "dag_run_conf"), "and prints it exactly")
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/backfillsvc/backfill/api"
 	"github.com/stretchr/testify/require"
 )
 
@@ -56,6 +57,7 @@ func TestMalformedRequestsAreRejectedWithoutWriting(t *testing.T) {
 	cases := []tc{
 		// Bodies of POST /backfills.
 		bad("broken JSON", "POST", "/api/v1/backfills", `{"dag_id": "m",`),
+		bad("JSON syntax error on line 2", "POST", "/api/v1/backfills", "{\"dag_id\":\"m\",\n\"from_date\": 2024-01-01}"),
 		bad("JSON array body", "POST", "/api/v1/backfills", `[]`),
 		bad("JSON string body", "POST", "/api/v1/backfills", `"m"`),
 		bad("JSON null body", "POST", "/api/v1/backfills", `null`),
@@ -90,6 +92,9 @@ func TestMalformedRequestsAreRejectedWithoutWriting(t *testing.T) {
 		bad("Idempotency-Key not printable ASCII", "POST", "/api/v1/backfills", valid(), "Idempotency-Key", "ключ"),
 		bad("wrong Content-Type", "POST", "/api/v1/backfills", valid(), "Content-Type", "text/plain"),
 		bad("form Content-Type", "POST", "/api/v1/backfills", valid(), "Content-Type", "application/x-www-form-urlencoded"),
+		bad("no Content-Type", "POST", "/api/v1/backfills", valid(), "Content-Type", ""),
+		bad("two unknown fields", "POST", "/api/v1/backfills", valid("foo", `1`, "bar", `2`)),
+		bad("dates without time", "POST", "/api/v1/backfills", valid("from_date", `"2024-03-01"`, "to_date", `"2024-03-02"`)),
 		bad("empty body", "POST", "/api/v1/backfills", ``),
 		bad("no body at all", "POST", "/api/v1/backfills", nil),
 		{"body over 1 MiB", "POST", "/api/v1/backfills", huge, nil, http.StatusRequestEntityTooLarge, "payload_too_large"},
@@ -194,6 +199,43 @@ func TestMalformedRequestsAreRejectedWithoutWriting(t *testing.T) {
 		require.NotEmpty(t, c.code, "%s: expects no problem code", c.name)
 	}
 
+	// What a person reads: the detail of these cases, exactly. A date says what it must be
+	// with an example (never the format's regular expression), broken JSON says where, and a
+	// body sent as anything but JSON says to send application/json.
+	const rfc3339 = "must be an RFC 3339 date-time such as 2024-03-01T00:00:00Z"
+	sendJSON := func(got string) string {
+		return "Content-Type must be application/json: send the body as JSON with the header Content-Type: application/json (this request has " + got + ")"
+	}
+	details := map[string]string{
+		"date without time":               "from_date " + rfc3339,
+		"dates without time":              "from_date " + rfc3339 + "; to_date " + rfc3339,
+		"timestamp without offset":        "to_date " + rfc3339,
+		"run logical_date yesterday":      "logical_date " + rfc3339,
+		"February 30th":                   "from_date " + rfc3339 + " (day out of range)",
+		"broken JSON":                     "body is not valid JSON: it ends at line 1, column 16 before the JSON value is complete",
+		"JSON syntax error on line 2":     "body is not valid JSON: invalid character '-' after object key:value pair at line 2, column 19",
+		"PUT dag broken JSON":             "body is not valid JSON: it ends at line 1, column 13 before the JSON value is complete",
+		"wrong Content-Type":              sendJSON(`Content-Type "text/plain"`),
+		"form Content-Type":               sendJSON(`Content-Type "application/x-www-form-urlencoded"`),
+		"no Content-Type":                 sendJSON("no Content-Type"),
+		"unknown field":                   "foo is not a field of this request",
+		"two unknown fields":              "bar is not a field of this request; foo is not a field of this request",
+		"claim unknown field":             "queue is not a field of this request",
+		"empty body":                      "body is required: send a JSON object",
+		"max_active_runs 1001":            "max_active_runs must be at most 1000",
+		"reprocess_behavior sometimes":    "reprocess_behavior must be one of none, failed, completed",
+		"string for max_active_runs":      "max_active_runs must be an integer",
+		"run conf with NUL next to 1e400": "conf.s must not contain the NUL character",
+	}
+	fieldsOf := map[string][]api.FieldError{
+		"dates without time": {{Field: "from_date", Message: rfc3339}, {Field: "to_date", Message: rfc3339}},
+		"two unknown fields": {{Field: "bar", Message: "is not a field of this request"}, {Field: "foo", Message: "is not a field of this request"}},
+		"no Content-Type":    {{Field: "Content-Type", Message: strings.TrimPrefix(sendJSON("no Content-Type"), "Content-Type ")}},
+	}
+	for name := range details {
+		require.True(t, names[name], "details names no case %q", name)
+	}
+
 	before := c2Counts(t, e)
 	for _, c := range cases {
 		res, err := e.do(c.method, c.path, c.body, c.headers...)
@@ -202,6 +244,16 @@ func TestMalformedRequestsAreRejectedWithoutWriting(t *testing.T) {
 		require.Equal(t, c.status, res.Status, "%s: %s", c.name, res.Body)
 		p := c2RequireProblem(t, res, c.status, c.code)
 		require.NotEmpty(t, p.Detail, c.name)
+		if want, ok := details[c.name]; ok {
+			require.Equal(t, want, p.Detail, c.name)
+		}
+		if want, ok := fieldsOf[c.name]; ok {
+			require.Equal(t, want, *p.Errors, c.name)
+		}
+		// No answer quotes a format's regular expression or ends a sentence in nothing.
+		require.NotContains(t, p.Detail, "(0[1-9]|", c.name)
+		require.NotRegexp(t, `: *(;|$)`, p.Detail, c.name)
+		require.Less(t, len(p.Detail), 400, "%s: a detail a person reads: %s", c.name, p.Detail)
 		require.Equal(t, before, c2Counts(t, e), "%s wrote something", c.name)
 	}
 

@@ -51,7 +51,7 @@ func TestRetryCreatesBackfillOfFailedSlots(t *testing.T) {
 	require.Equal(t, api.ReprocessBehaviorFailed, child.ReprocessBehavior)
 	require.EqualValues(t, 2, child.MaxActiveRuns)
 	require.Nil(t, child.MaxFailedRuns, "null in the body removes the parent's budget")
-	require.Equal(t, map[string]any{"again": true}, map[string]any(child.DagRunConf))
+	requireConf(t, map[string]any{"again": true}, child.DagRunConf)
 	require.EqualValues(t, 3, child.Progress.Total)
 	require.EqualValues(t, 3, child.Progress.Queued)
 	require.NotNil(t, child.PlanHash)

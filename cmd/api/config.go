@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/backfillsvc/backfill/repo"
 )
 
 // config is everything the process reads from its environment; no other package reads it.
@@ -43,13 +45,16 @@ type config struct {
 // subcommand probes the same port.
 const defaultHTTPAddr = ":8080"
 
+// loadConfig reads the environment over the defaults below, the one place each service default
+// is written (the repository's two are its own documented fallbacks, reused here); the tables of
+// docs/OPERATIONS.md and README.md are checked against these values (defaults_test.go).
 func loadConfig(getenv func(string) string) (config, error) {
 	cfg := config{
 		DatabaseURL:      getenv("DATABASE_URL"),
 		HTTPAddr:         defaultHTTPAddr,
 		SweepInterval:    5 * time.Second,
-		MaxBackfillRuns:  100000,
-		MaxAttempts:      3,
+		MaxBackfillRuns:  repo.DefaultMaxBackfillRuns,
+		MaxAttempts:      repo.DefaultMaxAttempts,
 		DBMaxConns:       20,
 		StatementTimeout: 60 * time.Second,
 		ShutdownTimeout:  30 * time.Second,

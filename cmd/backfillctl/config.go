@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -156,7 +157,7 @@ func (o *optBool) Set(s string) error {
 }
 
 // confValue is --dag-run-conf: a JSON object.
-type confValue struct{ conf client.Conf }
+type confValue struct{ conf *client.Conf }
 
 func (c *confValue) String() string {
 	if c == nil || c.conf == nil {
@@ -166,12 +167,19 @@ func (c *confValue) String() string {
 	return string(b)
 }
 
+// Set keeps the object's bytes as typed (compacted): decoding it into Go values first would
+// turn 9007199254740993 into ...992 and fail on 1e400 before the service ever saw them.
 func (c *confValue) Set(s string) error {
-	var conf client.Conf
-	if err := json.Unmarshal([]byte(s), &conf); err != nil || conf == nil {
+	raw := bytes.TrimSpace([]byte(s))
+	if len(raw) == 0 || raw[0] != '{' || !json.Valid(raw) {
 		return errors.New(`want a JSON object, e.g. '{"full_refresh": true}'`)
 	}
-	c.conf = conf
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return errors.New(`want a JSON object, e.g. '{"full_refresh": true}'`)
+	}
+	conf := client.Conf(buf.Bytes())
+	c.conf = &conf
 	return nil
 }
 

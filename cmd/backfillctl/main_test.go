@@ -59,7 +59,9 @@ func TestFlagValuesParseDatesConfAndOptionalBools(t *testing.T) {
 
 	var c confValue
 	require.NoError(t, c.Set(`{"a": 1}`))
-	require.Equal(t, client.Conf{"a": float64(1)}, c.conf)
+	require.Equal(t, `{"a":1}`, c.String())
+	require.NoError(t, c.Set(` {"n": 9007199254740993, "x": 1e400} `))
+	require.Equal(t, `{"n":9007199254740993,"x":1e400}`, c.String(), "digits kept as typed")
 	require.Error(t, c.Set(`[1]`))
 	require.Error(t, c.Set(`null`))
 

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// docDefaults reads a configuration table of a Markdown file: variable → default as written.
+func docDefaults(t *testing.T, path string) map[string]string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	row := regexp.MustCompile("(?m)^\\| `([A-Z_]+)` \\| ([^|]+) \\|")
+	out := map[string]string{}
+	for _, m := range row.FindAllStringSubmatch(string(data), -1) {
+		out[m[1]] = strings.Trim(strings.TrimSpace(m[2]), "`")
+	}
+	require.NotEmpty(t, out, "%s has no configuration table", path)
+	return out
+}
+
+// TestDocsStateTheDefaultsConfigApplies holds the docs to config.go, the one place the service's
+// defaults are written: every variable loadConfig reads is in OPERATIONS.md's table, and every
+// default either table states is the one loadConfig applies.
+func TestDocsStateTheDefaultsConfigApplies(t *testing.T) {
+	asked := map[string]bool{}
+	cfg, err := loadConfig(func(name string) string {
+		asked[name] = true
+		if name == "DATABASE_URL" {
+			return "postgres://u@h/db?sslmode=disable"
+		}
+		return ""
+	})
+	require.NoError(t, err)
+	applied := map[string]any{
+		"DATABASE_URL":         "(required)",
+		"HTTP_ADDR":            cfg.HTTPAddr,
+		"SWEEP_INTERVAL":       cfg.SweepInterval,
+		"MAX_BACKFILL_RUNS":    fmt.Sprint(cfg.MaxBackfillRuns),
+		"MAX_ATTEMPTS":         fmt.Sprint(cfg.MaxAttempts),
+		"API_TOKEN":            "(none)",
+		"DB_MAX_CONNS":         fmt.Sprint(cfg.DBMaxConns),
+		"DB_STATEMENT_TIMEOUT": cfg.StatementTimeout,
+		"SHUTDOWN_TIMEOUT":     cfg.ShutdownTimeout,
+		"LOG_LEVEL":            strings.ToLower(cfg.LogLevel.String()),
+		"DB_RECONNECT_WAIT":    cfg.DBReconnectWait,
+		"DB_CONN_MAX_LIFETIME": cfg.DBConnMaxLifetime,
+		"WEBHOOK_ALLOW_LOCAL":  fmt.Sprint(cfg.WebhookAllowLocal),
+	}
+	for name := range asked {
+		require.Contains(t, applied, name, "loadConfig reads %s: add it to this test and the docs", name)
+	}
+	require.Empty(t, cfg.APITokens)
+
+	ops := docDefaults(t, "../../docs/OPERATIONS.md")
+	for name := range asked {
+		require.Contains(t, ops, name, "docs/OPERATIONS.md does not list %s", name)
+	}
+	for path, table := range map[string]map[string]string{"docs/OPERATIONS.md": ops, "README.md": docDefaults(t, "../../README.md")} {
+		for name, doc := range table {
+			require.Contains(t, applied, name, "%s lists %s, which loadConfig does not read", path, name)
+			want := applied[name]
+			if d, ok := want.(time.Duration); ok {
+				got, err := time.ParseDuration(doc)
+				require.NoError(t, err, "%s: the default of %s", path, name)
+				require.Equal(t, d, got, "%s: the default of %s", path, name)
+				continue
+			}
+			require.Equal(t, want, doc, "%s: the default of %s", path, name)
+		}
+	}
+}
