@@ -60,6 +60,7 @@ type config struct {
 	workers        []int         // P4 worker counts; the target is at 4
 	claimRuns      int           // P4 queued runs available to each side
 	bulkSizes      []int         // P6 backfill sizes, ascending; the last one carries the targets
+	bulkRounds     int           // P6 rounds per size in each of its two runs
 	only           map[string]bool
 }
 
@@ -92,7 +93,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		loadDuration: 5 * time.Second, statusClients: 32,
 		activeFills: 1_000, historySmall: 10_000, historyLarge: 1_000_000, sweepPasses: 50,
 		workers: []int{1, 4, 16}, claimRuns: 100_000,
-		bulkSizes: []int{10_000, 100_000},
+		bulkSizes: []int{10_000, 100_000}, bulkRounds: 3,
 	}
 	if cfg.smoke {
 		cfg.sizes = []int{100, 1_000}
@@ -100,7 +101,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		cfg.loadDuration = time.Second
 		cfg.activeFills, cfg.historySmall, cfg.historyLarge, cfg.sweepPasses = 100, 1_000, 10_000, 20
 		cfg.claimRuns = 10_000
-		cfg.bulkSizes = []int{100, 1_000}
+		cfg.bulkSizes, cfg.bulkRounds = []int{100, 1_000}, 1
 	}
 	if *rounds > 0 {
 		cfg.rounds = *rounds
