@@ -51,13 +51,13 @@ type bulkResult struct {
 	runs [][]bulkSize // [run][size], sizes ascending
 }
 
-// scenarioBulk is P6. Each run, for each size N, rounds (median reported) of: a fresh DAG, the timed POST of its N-run
-// backfill, then the timed PUT cancel (which must answer canceled with N canceled runs); and
-// a second fresh DAG, the timed POST of its backfill, every run set to failed and the
-// backfill finalized (not timed), then the timed POST of the same window with
-// reprocess_behavior failed (which must take all N runs over). Before the first run every
-// connection of the service's pool has run the counter trigger on zero rows, the way a
-// service's sweep does first.
+// scenarioBulk is P6. Each run, for each size N, rounds (the median is reported) of: a fresh
+// DAG, the timed POST of its N-run backfill, then the timed PUT cancel (which must answer
+// canceled with N canceled runs); and a second fresh DAG, the timed POST of its backfill,
+// every run set to failed and the backfill finalized (not timed), then the timed POST of the
+// same window with reprocess_behavior failed (which must take all N runs over). Before the
+// first run every connection of the service's pool has run the counter trigger on zero rows,
+// the way a service's sweep does first.
 func (b *bench) scenarioBulk(ctx context.Context) (bulkResult, error) {
 	var res bulkResult
 	if err := b.warmPool(ctx); err != nil {
