@@ -150,9 +150,17 @@ func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCr
 			return Backfill{}, fmt.Errorf("set work_mem: %w", err)
 		}
 	}
-	taken, err := insertNewRuns(ctx, tx, id, p, slots, known, now)
-	if err != nil {
-		return Backfill{}, err
+	copied := false
+	if len(known) == 0 && len(slots) >= copyAbove {
+		if copied, err = copyNewRuns(ctx, tx, id, p, slots, now); err != nil {
+			return Backfill{}, err
+		}
+	}
+	var taken []int
+	if !copied {
+		if taken, err = insertNewRuns(ctx, tx, id, p, slots, known, now); err != nil {
+			return Backfill{}, err
+		}
 	}
 	if len(taken) > 0 {
 		if err := settleTakenSlots(ctx, tx, id, p, slots, taken, now); err != nil {
