@@ -2,6 +2,7 @@ package repo
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -47,6 +48,10 @@ func (s *Store) BackfillCreate(ctx context.Context, p BackfillCreateParams) (Bac
 		}
 		return s.alreadyRunning(ctx, p.IdempotencyKey, hash, id)
 	}
+	known, err := s.existingRunDates(ctx, p.DagID, plan)
+	if err != nil {
+		return Backfill{}, false, err
+	}
 	// Each pass of this loop follows a concurrent request that changed the ground between our
 	// transaction and our look-up (a winner that finished, a key holder that rolled back).
 	// That takes a very unlucky interleaving; a few passes are plenty, and the bound keeps a
@@ -55,7 +60,7 @@ func (s *Store) BackfillCreate(ctx context.Context, p BackfillCreateParams) (Bac
 		var b Backfill
 		err := s.inSerializableTx(ctx, func(tx *sqlx.Tx) error {
 			var err error
-			b, err = s.backfillInsertAll(ctx, tx, p, hash, dag, plan)
+			b, err = s.backfillInsertAll(ctx, tx, p, hash, dag, plan, known)
 			return err
 		})
 		switch {
@@ -96,8 +101,9 @@ const maxCreatePasses = 5
 // insert is where backfills_one_active_per_dag refuses a second active backfill for the DAG.
 //
 // planned is the plan made from planDag before the transaction; it is reused (copied: a
-// plan is mutated as slots are decided) unless the DAG's schedule changed since.
-func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCreateParams, hash fingerprint, planDag Dag, planned []PlannedSlot) (Backfill, error) {
+// plan is mutated as slots are decided) unless the DAG's schedule changed since. known is
+// the dates that had a run before the transaction (see insertNewRuns).
+func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCreateParams, hash fingerprint, planDag Dag, planned []PlannedSlot, known runDates) (Backfill, error) {
 	// The transaction's own "now" (backfill_now() is now(), the transaction's start), read
 	// once: it stamps every row this transaction writes.
 	now, err := dbNow(ctx, tx)
@@ -144,9 +150,17 @@ func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCr
 			return Backfill{}, fmt.Errorf("set work_mem: %w", err)
 		}
 	}
-	taken, err := insertNewRuns(ctx, tx, id, p, slots, now)
-	if err != nil {
-		return Backfill{}, err
+	copied := false
+	if len(known) == 0 && len(slots) >= copyAbove {
+		if copied, err = copyNewRuns(ctx, tx, id, p, slots, now); err != nil {
+			return Backfill{}, err
+		}
+	}
+	var taken []int
+	if !copied {
+		if taken, err = insertNewRuns(ctx, tx, id, p, slots, known, now); err != nil {
+			return Backfill{}, err
+		}
 	}
 	if len(taken) > 0 {
 		if err := settleTakenSlots(ctx, tx, id, p, slots, taken, now); err != nil {
@@ -201,42 +215,77 @@ const largeBackfill = 10000
 
 // insertNewRuns inserts a queued run for every slot whose date has none, with its slot row,
 // in one statement: the slots are parallel arrays, unnested, so 100,000 slots cost one round
-// trip. It returns the indexes (into slots) of the slots whose date already had a run.
-func insertNewRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p BackfillCreateParams, slots []PlannedSlot, now time.Time) ([]int, error) {
-	n := len(slots)
+// trip. Slots whose date known says has a run are not tried (a reprocess of 100,000 runs
+// would otherwise pay for 100,000 conflicts); the others are inserted blindly, and a run that
+// appeared since known was read shows as a conflict. It returns the indexes (into slots) of
+// the slots whose date already had a run.
+func insertNewRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p BackfillCreateParams, slots []PlannedSlot, known runDates, now time.Time) ([]int, error) {
+	var try []int
+	for i, sl := range slots {
+		if !known[sl.LogicalDate.UnixMicro()] {
+			try = append(try, i)
+		}
+	}
+	got := make([]bool, len(slots))
+	if len(try) > 0 {
+		linked, err := insertRunsAndSlots(ctx, tx, backfillID, p, slots, try, now)
+		if err != nil {
+			return nil, err
+		}
+		if linked == nil {
+			for _, i := range try {
+				got[i] = true
+			}
+		}
+		for _, ord := range linked {
+			got[ord-1] = true // ordinals are 1..N in slice order
+		}
+	}
+	var taken []int
+	for i := range got {
+		if !got[i] {
+			taken = append(taken, i)
+		}
+	}
+	return taken, nil
+}
+
+// insertRunsAndSlots is the statement of insertNewRuns for the slots at indexes try. It
+// returns nil when every one got a run, else the ordinals of those that did.
+func insertRunsAndSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p BackfillCreateParams, slots []PlannedSlot, try []int, now time.Time) (pq.Int64Array, error) {
+	n := len(try)
 	ordinals := make(pq.Int64Array, n)
 	dates := make(pq.StringArray, n)
 	ends := make(pq.StringArray, n)
 	runIDs := make(pq.StringArray, n)
-	for i, sl := range slots {
-		ordinals[i] = int64(sl.SortOrdinal)
-		dates[i] = sl.LogicalDate.Format(time.RFC3339Nano)
-		ends[i] = sl.IntervalEnd.Format(time.RFC3339Nano)
-		runIDs[i] = RunIDFor(RunTypeBackfill, sl.LogicalDate)
+	for j, i := range try {
+		sl := slots[i]
+		ordinals[j] = int64(sl.SortOrdinal)
+		dates[j] = sl.LogicalDate.Format(time.RFC3339Nano)
+		ends[j] = sl.IntervalEnd.Format(time.RFC3339Nano)
+		runIDs[j] = RunIDFor(RunTypeBackfill, sl.LogicalDate)
 	}
-	// The final SELECT reads the statement's own results, not a table: it tells which slots
-	// got a run without reading dag_runs. In the common case every slot got one, and only the
-	// count comes back; otherwise the linked ordinals too.
+	// The slot rows are made from the run insert's own RETURNING (no join back to the
+	// parameters), and the final SELECT reads the statement's own results, not a table: it
+	// tells which slots got a run without reading dag_runs. In the common case every slot got
+	// one, and only the count comes back; otherwise the linked ordinals too.
 	var res struct {
 		Linked   int           `db:"linked"`
 		Ordinals pq.Int64Array `db:"ordinals"`
 	}
 	err := sqlx.GetContext(ctx, tx, &res, `
-		WITH slot AS (
-			SELECT * FROM unnest($2::int[], $3::timestamptz[], $4::timestamptz[], $5::text[])
-				AS s(sort_ordinal, logical_date, interval_end, run_id)
-		), created AS (
+		WITH created AS (
 			INSERT INTO dag_runs (dag_id, run_id, logical_date, data_interval_start, data_interval_end, state,
 				run_type, backfill_id, backfill_sort_ordinal, conf, attempt, queued_at)
-			SELECT $6, run_id, logical_date, logical_date, interval_end, 'queued',
-				'backfill', $1, sort_ordinal, $7::jsonb, 1, $8
-			FROM slot
+			SELECT $6, s.run_id, s.logical_date, s.logical_date, s.interval_end, 'queued',
+				'backfill', $1, s.sort_ordinal, $7::jsonb, 1, $8
+			FROM unnest($2::int[], $3::timestamptz[], $4::timestamptz[], $5::text[])
+				AS s(sort_ordinal, logical_date, interval_end, run_id)
 			ON CONFLICT (dag_id, logical_date) DO NOTHING
-			RETURNING id, backfill_sort_ordinal
+			RETURNING id, backfill_sort_ordinal, logical_date
 		), linked AS (
 			INSERT INTO backfill_dag_runs (backfill_id, sort_ordinal, logical_date, dag_run_id)
-			SELECT $1, s.sort_ordinal, s.logical_date, c.id
-			FROM slot s JOIN created c ON c.backfill_sort_ordinal = s.sort_ordinal
+			SELECT $1, backfill_sort_ordinal, logical_date, id FROM created
 			RETURNING sort_ordinal
 		)
 		SELECT count(*) AS linked,
@@ -249,54 +298,96 @@ func insertNewRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p Backfil
 	if res.Linked == n {
 		return nil, nil
 	}
-	got := make([]bool, n)
-	for _, ord := range res.Ordinals {
-		got[ord-1] = true // ordinals are 1..N in slice order
+	if res.Ordinals == nil {
+		res.Ordinals = pq.Int64Array{} // none linked: not nil, which means all
 	}
-	var taken []int
-	for i := range got {
-		if !got[i] {
-			taken = append(taken, i)
-		}
-	}
-	return taken, nil
+	return res.Ordinals, nil
 }
 
-// settleTakenSlots decides the slots whose date already had a run, reading only those runs:
-// each is reprocessed (the run is taken over) or skipped with a reason. It then writes those
-// slots' rows.
-func settleTakenSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p BackfillCreateParams, slots []PlannedSlot, taken []int, now time.Time) error {
-	dates := make(pq.StringArray, len(taken))
-	for i, idx := range taken {
-		dates[i] = slots[idx].LogicalDate.Format(time.RFC3339Nano)
+// runDates is a set of logical dates (Unix microseconds) that have a run.
+type runDates map[int64]bool
+
+// existingRunDates reads which dates of the plan's window already have a run of the DAG. It
+// runs before the creating transaction, on purpose: under SERIALIZABLE a read of the DAG's
+// key range would take predicate locks that make creations for neighbouring DAGs abort each
+// other. It is only a hint (see insertNewRuns); a range scan of one index, it costs little
+// when the window is empty, the common case.
+func (s *Store) existingRunDates(ctx context.Context, dagID string, plan []PlannedSlot) (runDates, error) {
+	first, last := windowOf(plan)
+	var dates []time.Time
+	err := sqlx.SelectContext(ctx, s.db, &dates, `
+		SELECT logical_date FROM dag_runs WHERE dag_id = $1 AND logical_date BETWEEN $2 AND $3`, dagID, first, last)
+	if err != nil {
+		return nil, fmt.Errorf("read existing runs of %q: %w", dagID, err)
 	}
-	var runs []existingRun
+	known := make(runDates, len(dates))
+	for _, d := range dates {
+		known[d.UnixMicro()] = true
+	}
+	return known, nil
+}
+
+// windowOf is the first and last logical date of slots, in either order of the plan.
+func windowOf(slots []PlannedSlot) (time.Time, time.Time) {
+	first, last := slots[0].LogicalDate, slots[len(slots)-1].LogicalDate
+	if first.After(last) {
+		first, last = last, first
+	}
+	return first, last
+}
+
+// takenRun is a run that exists for a slot's date, with where it sits in the backfill that
+// owns it (if any), so that the takeover can freeze that backfill's slot by primary key.
+type takenRun struct {
+	existingRun
+	BackfillID  *int64  `db:"backfill_id"`
+	SortOrdinal *int64  `db:"backfill_sort_ordinal"`
+	Attempt     int     `db:"attempt"`
+	Note        *string `db:"note"`
+}
+
+// settleTakenSlots decides the slots whose date already had a run, reading those runs in one
+// range scan of the window they span: each is reprocessed (the run is taken over) or skipped
+// with a reason. It then writes those slots' rows.
+func settleTakenSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p BackfillCreateParams, slots []PlannedSlot, taken []int, now time.Time) error {
+	takenSlots := make([]PlannedSlot, len(taken))
+	for i, idx := range taken {
+		takenSlots[i] = slots[idx]
+	}
+	first, last := windowOf(takenSlots)
+	var runs []takenRun
 	err := sqlx.SelectContext(ctx, tx, &runs, `
-		SELECT id, logical_date, state FROM dag_runs WHERE dag_id = $1 AND logical_date = ANY($2::timestamptz[])`,
-		p.DagID, dates)
+		SELECT id, logical_date, state, backfill_id, backfill_sort_ordinal, attempt, note FROM dag_runs
+		WHERE dag_id = $1 AND logical_date BETWEEN $2 AND $3`, p.DagID, first, last)
 	if err != nil {
 		return fmt.Errorf("read existing runs: %w", err)
 	}
-	byDate := make(map[int64]existingRun, len(runs))
+	byDate := make(map[int64]takenRun, len(runs))
 	for _, r := range runs {
 		byDate[r.LogicalDate.UnixMicro()] = r
 	}
+	var over []takeover
 	for _, idx := range taken {
 		r, ok := byDate[slots[idx].LogicalDate.UnixMicro()]
 		if !ok {
 			// A run_id clash without a date clash: only a corrupt history can do that.
 			return fmt.Errorf("slot %s conflicted with no run of its date", slots[idx].LogicalDate)
 		}
-		decide(&slots[idx], p.ReprocessBehavior, r)
+		decide(&slots[idx], p.ReprocessBehavior, r.existingRun)
+		if slots[idx].Action == ActionReprocess {
+			over = append(over, takeover{run: r, ordinal: slots[idx].SortOrdinal})
+		}
 	}
-	if err := reprocessRuns(ctx, tx, backfillID, p.DagRunConf, slots, now); err != nil {
+	if err := reprocessRuns(ctx, tx, backfillID, p, over, now); err != nil {
 		return err
 	}
 	ordinals := make(pq.Int64Array, len(taken))
+	dates := make(pq.StringArray, len(taken))
 	runIDs := make(pq.Int64Array, len(taken))
 	reasons := make(pq.StringArray, len(taken))
 	for i, idx := range taken {
 		ordinals[i] = int64(slots[idx].SortOrdinal)
+		dates[i] = slots[idx].LogicalDate.Format(time.RFC3339Nano)
 		runIDs[i] = slots[idx].ExistingRunID
 		if r := slots[idx].ExceptionReason; r != nil {
 			reasons[i] = *r
@@ -313,35 +404,83 @@ func settleTakenSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p Back
 	return nil
 }
 
-// reprocessRuns takes over the runs that slots reprocess: it first freezes their state in the
-// slot listing of the (terminal) backfill that owned them, then clears them back to queued.
-func reprocessRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, conf JSON, slots []PlannedSlot, now time.Time) error {
-	var ids []int64
-	var ordinals []int64
-	for _, sl := range slots {
-		if sl.Action == ActionReprocess {
-			ids = append(ids, sl.ExistingRunID)
-			ordinals = append(ordinals, int64(sl.SortOrdinal))
-		}
-	}
-	if len(ids) == 0 {
+// takeover is a run a slot of the new backfill reprocesses, and that slot's ordinal.
+type takeover struct {
+	run     takenRun
+	ordinal int
+}
+
+// reprocessRuns takes the runs over: it first freezes their state in the slot listing of the
+// (terminal) backfill that owned them, by that slot's primary key, then clears them back to
+// queued. The state frozen is the one read in this transaction; the takeover below proves it
+// still held (a run that changed fails the count and the transaction is tried again).
+//
+// Both statements bound what they read by a range of an index (the owners' slots between
+// the lowest and highest ordinal taken; the DAG's runs between the first and last date
+// taken) besides the join on the arrays: with the join alone, the planner hashed the whole
+// table when the arrays were a few percent of it (a 10,000-run reprocess read every one of
+// 825,000 runs), a cost that grew with history instead of with the runs taken over.
+func reprocessRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p BackfillCreateParams, over []takeover, now time.Time) error {
+	if len(over) == 0 {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, `
-		UPDATE backfill_dag_runs s SET frozen_state = r.state, frozen_attempt = r.attempt, frozen_note = r.note
-		FROM dag_runs r
-		WHERE r.id = ANY($1) AND s.dag_run_id = r.id AND s.backfill_id = r.backfill_id AND s.frozen_state IS NULL`,
-		pq.Array(ids))
-	if err != nil {
-		return fmt.Errorf("freeze taken-over slots: %w", err)
+	ids := make(pq.Int64Array, 0, len(over))
+	ordinals := make(pq.Int64Array, 0, len(over))
+	var owners, ownerOrdinals, owned, attempts pq.Int64Array
+	var states pq.StringArray
+	var notes []sql.NullString
+	first, last := over[0].run.LogicalDate, over[0].run.LogicalDate
+	var lowOrd, highOrd int64
+	for _, t := range over {
+		ids = append(ids, t.run.ID)
+		ordinals = append(ordinals, int64(t.ordinal))
+		if t.run.LogicalDate.Before(first) {
+			first = t.run.LogicalDate
+		}
+		if t.run.LogicalDate.After(last) {
+			last = t.run.LogicalDate
+		}
+		if t.run.BackfillID != nil && t.run.SortOrdinal != nil {
+			ord := *t.run.SortOrdinal
+			if len(owners) == 0 || ord < lowOrd {
+				lowOrd = ord
+			}
+			if len(owners) == 0 || ord > highOrd {
+				highOrd = ord
+			}
+			owners = append(owners, *t.run.BackfillID)
+			ownerOrdinals = append(ownerOrdinals, ord)
+			owned = append(owned, t.run.ID)
+			states = append(states, t.run.State)
+			attempts = append(attempts, int64(t.run.Attempt))
+			if t.run.Note != nil {
+				notes = append(notes, sql.NullString{String: *t.run.Note, Valid: true})
+			} else {
+				notes = append(notes, sql.NullString{})
+			}
+		}
+	}
+	if len(owners) > 0 {
+		_, err := tx.ExecContext(ctx, `
+			UPDATE backfill_dag_runs s SET frozen_state = u.state, frozen_attempt = u.attempt, frozen_note = u.note
+			FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::text[], $7::int[], $8::text[])
+				AS u(backfill_id, sort_ordinal, run_id, state, attempt, note)
+			WHERE s.backfill_id = u.backfill_id AND s.sort_ordinal = u.sort_ordinal AND s.dag_run_id = u.run_id
+			  AND s.frozen_state IS NULL
+			  AND s.backfill_id = ANY(ARRAY(SELECT DISTINCT unnest($1::bigint[]))) AND s.sort_ordinal BETWEEN $5 AND $6`,
+			owners, ownerOrdinals, owned, states, lowOrd, highOrd, attempts, pq.Array(notes))
+		if err != nil {
+			return fmt.Errorf("freeze taken-over slots: %w", err)
+		}
 	}
 	res, err := tx.ExecContext(ctx, `
 		UPDATE dag_runs r SET state = 'queued', backfill_id = $3, backfill_sort_ordinal = u.ordinal,
 			attempt = 1, conf = coalesce($4::jsonb, r.conf), worker_id = NULL, queued_at = $5,
 			start_date = NULL, end_date = NULL, lease_expires_at = NULL, lease_seconds = NULL
 		FROM unnest($1::bigint[], $2::int[]) AS u(id, ordinal)
-		WHERE r.id = u.id AND r.state IN ('success', 'failed', 'canceled')`,
-		pq.Array(ids), pq.Array(ordinals), backfillID, jsonParam(conf), now)
+		WHERE r.id = u.id AND r.state IN ('success', 'failed', 'canceled')
+		  AND r.dag_id = $6 AND r.logical_date BETWEEN $7 AND $8`,
+		ids, ordinals, backfillID, jsonParam(p.DagRunConf), now, p.DagID, first, last)
 	if err != nil {
 		return fmt.Errorf("reprocess runs: %w", err)
 	}

@@ -16,14 +16,19 @@ func (s *Store) SweepExpireLeases(ctx context.Context, batch int) (int, error) {
 	var n int
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		// Backfill rows first (lock order). SKIP LOCKED: a backfill that another replica or a
-		// claim holds is left for the next pass rather than waited for.
+		// claim holds is left for the next pass rather than waited for. The backfills are
+		// those of the first batch expired runs in lease order, read from the lease index:
+		// a DISTINCT over every expired run would read all of them on every batch, and a
+		// backlog of n expired runs would cost n²/batch.
 		var locked pq.Int64Array
 		err := sqlx.SelectContext(ctx, tx, &locked, `
 			SELECT id FROM backfills
 			WHERE id IN (
-				SELECT DISTINCT backfill_id FROM dag_runs
-				WHERE state = 'running' AND lease_expires_at <= backfill_now() AND backfill_id IS NOT NULL
-				LIMIT $1)
+				SELECT backfill_id FROM (
+					SELECT backfill_id FROM dag_runs
+					WHERE state = 'running' AND lease_expires_at <= backfill_now()
+					ORDER BY lease_expires_at LIMIT $1) first_expired
+				WHERE backfill_id IS NOT NULL)
 			ORDER BY id
 			FOR NO KEY UPDATE SKIP LOCKED`, batch)
 		if err != nil {

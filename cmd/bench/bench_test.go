@@ -36,6 +36,7 @@ func TestSmokeRunsEveryScenario(t *testing.T) {
 	out := stdout.String()
 	for _, want := range []string{"P1 POST backfill", "row-by-row", "P1 growth", "P2 GET backfill p50",
 		"P2 GET backfill throughput", "P3 sweep pass", "P4 claim + report cycles, 4 workers", "P5 service RSS",
+		"P6 cancel, 1k runs", "P6 reprocess failed growth",
 		"PostgreSQL", "cores"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the report has no %q:\n%s", want, out)

@@ -59,10 +59,12 @@ type config struct {
 	sweepPasses    int           // P3 measured passes per history size
 	workers        []int         // P4 worker counts; the target is at 4
 	claimRuns      int           // P4 queued runs available to each side
+	bulkSizes      []int         // P6 backfill sizes, ascending; the last one carries the targets
+	bulkRounds     int           // P6 rounds per size in each of its two runs
 	only           map[string]bool
 }
 
-// runs reports whether scenario p (P1..P4; P5 comes with P1) is to run.
+// runs reports whether scenario p (P1..P4, P6; P5 comes with P1) is to run.
 func (c config) runs(p string) bool { return len(c.only) == 0 || c.only[p] }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -91,6 +93,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		loadDuration: 5 * time.Second, statusClients: 32,
 		activeFills: 1_000, historySmall: 10_000, historyLarge: 1_000_000, sweepPasses: 50,
 		workers: []int{1, 4, 16}, claimRuns: 100_000,
+		bulkSizes: []int{10_000, 100_000}, bulkRounds: 3,
 	}
 	if cfg.smoke {
 		cfg.sizes = []int{100, 1_000}
@@ -98,6 +101,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		cfg.loadDuration = time.Second
 		cfg.activeFills, cfg.historySmall, cfg.historyLarge, cfg.sweepPasses = 100, 1_000, 10_000, 20
 		cfg.claimRuns = 10_000
+		cfg.bulkSizes, cfg.bulkRounds = []int{100, 1_000}, 1
 	}
 	if *rounds > 0 {
 		cfg.rounds = *rounds
@@ -109,12 +113,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		cfg.only = map[string]bool{}
 		for _, p := range strings.Split(strings.ToUpper(*only), ",") {
 			switch p = strings.TrimSpace(p); p {
-			case "P1", "P2", "P3", "P4":
+			case "P1", "P2", "P3", "P4", "P6":
 				cfg.only[p] = true
 			case "P5":
 				cfg.only["P1"] = true
 			default:
-				return config{}, fmt.Errorf("-only: unknown scenario %q (want P1..P5)", p)
+				return config{}, fmt.Errorf("-only: unknown scenario %q (want P1..P6)", p)
 			}
 		}
 	}
@@ -203,6 +207,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return fmt.Errorf("P4: %w", err)
 		}
 		res.claims = &c
+	}
+	if cfg.runs("P6") {
+		r, err := b.scenarioBulk(ctx)
+		if err != nil {
+			return fmt.Errorf("P6: %w", err)
+		}
+		res.bulk = &r
 	}
 	// The sweep is measured in-process on its own database: the service has nothing to do
 	// with it, so it is stopped first to leave both cores to PostgreSQL.

@@ -15,6 +15,7 @@ type results struct {
 	status *statusResult
 	claims *claimResult
 	sweep  *sweepResult
+	bulk   *bulkResult
 }
 
 // Targets of issue 5.
@@ -65,6 +66,9 @@ func printReport(w io.Writer, cfg config, hw *hardware, r *results) {
 	}
 	if r.create != nil {
 		rows = append(rows, memoryRows(*r.create, *r.memory))
+	}
+	if r.bulk != nil {
+		rows = append(rows, bulkRows(*r.bulk)...)
 	}
 	writeTable(w, []string{"scenario", "service", "floor / baseline", "ratio", "target", "result"}, rows)
 
