@@ -41,7 +41,7 @@ CREATE INDEX backfills_claimable ON backfills (id) WHERE claimable;
 -- backfills. A row trigger whose WHEN clause admits only such runs: bulk changes of backfill
 -- runs (creation, cancel, reprocess) never call it, and cost one cheap WHEN test per row. A run
 -- never changes dag_id, so one UPDATE of one DAG row carries both sides of a move.
-CREATE FUNCTION dag_runs_count_manual() RETURNS trigger
+CREATE FUNCTION dag_runs_manual_counts() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     dq integer := 0;
@@ -64,16 +64,16 @@ END;
 $$;
 -- +goose StatementEnd
 
-CREATE TRIGGER dag_runs_count_manual_inserts AFTER INSERT ON dag_runs
+CREATE TRIGGER dag_runs_manual_counts_insert AFTER INSERT ON dag_runs
     FOR EACH ROW WHEN (NEW.backfill_id IS NULL AND NEW.state IN ('queued', 'running'))
-    EXECUTE FUNCTION dag_runs_count_manual();
+    EXECUTE FUNCTION dag_runs_manual_counts();
 
-CREATE TRIGGER dag_runs_count_manual_updates AFTER UPDATE OF state, backfill_id ON dag_runs
+CREATE TRIGGER dag_runs_manual_counts_update AFTER UPDATE OF state, backfill_id ON dag_runs
     FOR EACH ROW WHEN (
         (OLD.state IS DISTINCT FROM NEW.state OR OLD.backfill_id IS DISTINCT FROM NEW.backfill_id)
         AND ((OLD.backfill_id IS NULL AND OLD.state IN ('queued', 'running'))
           OR (NEW.backfill_id IS NULL AND NEW.state IN ('queued', 'running'))))
-    EXECUTE FUNCTION dag_runs_count_manual();
+    EXECUTE FUNCTION dag_runs_manual_counts();
 
 -- Count what exists. CREATE TRIGGER above locked dag_runs against writes until this
 -- transaction commits, so no run can change between this count and the triggers taking over.
@@ -88,9 +88,9 @@ FROM (
 WHERE d.dag_id = c.dag_id;
 
 -- +goose Down
-DROP TRIGGER dag_runs_count_manual_updates ON dag_runs;
-DROP TRIGGER dag_runs_count_manual_inserts ON dag_runs;
-DROP FUNCTION dag_runs_count_manual();
+DROP TRIGGER dag_runs_manual_counts_update ON dag_runs;
+DROP TRIGGER dag_runs_manual_counts_insert ON dag_runs;
+DROP FUNCTION dag_runs_manual_counts();
 DROP INDEX backfills_claimable;
 DROP INDEX dags_manual_claimable;
 ALTER TABLE backfills DROP COLUMN claimable;

@@ -83,39 +83,57 @@ func (s *Store) claimStmt(ctx context.Context, scope claimScope) *sqlx.Stmt {
 	return s.claimStmts[scope]
 }
 
-// claimStatement is the claim, in one statement:
+// claimStatement is the claim, in one statement. Its plan, prepared once per connection:
 //
 //  1. dag_owner and backfill_owner walk the partial indexes of claimable owners in claim order
-//     and lock each owner row as it is reached. FOR NO KEY UPDATE blocks behind a concurrent
-//     claimer; READ COMMITTED then re-evaluates the WHERE clause on the newest row version, so
-//     an owner that another claimer filled is passed over and room (max_active_runs minus the
+//     (DAGs by dag_id, backfills by id), one owner per step, and lock each owner row as it is
+//     reached. FOR NO KEY UPDATE blocks behind a concurrent claimer; READ COMMITTED then
+//     re-evaluates the WHERE clause on the newest row version, so an owner that another claimer
+//     filled meanwhile is passed over for the next one, and room (max_active_runs minus the
 //     running count) is read from the newest counters. Every claimer locks owners in the same
-//     order (DAGs by dag_id, then backfills by id), so claimers queue rather than deadlock.
-//  2. For each owner, a recursive walk takes its queued runs in order, up to least(room, limit),
-//     each step an ordered index probe with LIMIT 1 and FOR UPDATE SKIP LOCKED. Each step has a
-//     constant LIMIT 1 on purpose: with a LIMIT the planner cannot see (least(room, limit)), it
-//     sorted every queued run of the backfill instead of reading the index in order.
+//     order, DAGs before backfills, so claimers queue rather than deadlock.
+//  2. For each owner, a walk takes its queued runs in claim order, up to least(room, limit), one
+//     ordered index probe per step with FOR UPDATE SKIP LOCKED.
 //  3. picked appends the backfills' runs after the DAGs' and stops at the claim's limit. Plans
 //     run on demand, so the statement locks only the owners and runs it needs: a claim of one
-//     run reads one owner and one index entry.
-//  4. claimed leases the picked runs; the counter triggers move the owners' counters in the same
-//     statement, under the locks taken in 1.
+//     run locks one owner and one run.
+//  4. claimed leases the picked runs; the counter triggers move the owners' counters in the
+//     same statement, under the locks taken in 1.
+//
+// Why it is written this way, each from a plan that went wrong:
+//   - Every step has a constant LIMIT 1. With a LIMIT the planner cannot see (least(room,
+//     limit)), it sorted every queued run of a 100,000-run backfill instead of reading the
+//     index in order; and a plain scan of all claimable owners is estimated at all of them, a
+//     cost that crossed jit_above_cost (4.8 s of JIT compilation in one claim). Recursive walks
+//     are estimated at a few steps.
+//   - The claim's limit is a subquery in picked, so that no estimate depends on a parameter:
+//     otherwise a plan made for a known limit looks cheaper than the generic plan, and
+//     PostgreSQL re-plans the statement on every execution instead of reusing the prepared one.
+//   - The picked runs are updated by primary key (= ANY of an array), whatever the planner
+//     thinks of the table's size.
 func claimStatement(scope claimScope) string {
 	dagOwner, backfillOwner := `manual_claimable`, `claimable`
 	if scope == claimOneDag {
-		// The DAG itself and its one active backfill. The backfill is found through
-		// backfills_one_active_per_dag; the condition spells out what `claimable` means so
-		// that the planner cannot walk backfills_claimable instead (a cached plan made while
-		// few backfills were claimable would keep doing so when many are).
+		// The DAG itself and its one active backfill. The condition on the backfill spells out
+		// what `claimable` means so that the planner finds the backfill by dag_id instead of
+		// walking backfills_claimable (a plan made while few backfills were claimable would
+		// keep doing so when many are).
 		dagOwner = `dag_id = $4::text AND manual_claimable`
 		backfillOwner = `dag_id = $4::text AND state = 'running' AND num_queued > 0 AND num_running < max_active_runs`
 	}
 	return `
-		WITH dag_owner AS (
-			SELECT dag_id, max_active_runs - num_manual_running AS room
-			FROM dags WHERE ` + dagOwner + `
-			ORDER BY dag_id
-			FOR NO KEY UPDATE
+		WITH RECURSIVE dag_owner (dag_id, room) AS (
+			SELECT * FROM (
+				SELECT dag_id, max_active_runs - num_manual_running FROM dags
+				WHERE ` + dagOwner + `
+				ORDER BY dag_id LIMIT 1
+				FOR NO KEY UPDATE) head
+			UNION ALL
+			SELECT d.* FROM dag_owner o CROSS JOIN LATERAL (
+				SELECT dag_id, max_active_runs - num_manual_running FROM dags
+				WHERE ` + dagOwner + ` AND dag_id > o.dag_id
+				ORDER BY dag_id LIMIT 1
+				FOR NO KEY UPDATE) d
 		), manual_pick AS (
 			SELECT w.id FROM dag_owner o CROSS JOIN LATERAL (
 				WITH RECURSIVE walk (id, logical_date, n) AS (
@@ -134,11 +152,18 @@ func claimStatement(scope claimScope) string {
 					WHERE w.n < least(o.room, $3::int)
 				)
 				SELECT id FROM walk) w
-		), backfill_owner AS (
-			SELECT id, max_active_runs - num_running AS room
-			FROM backfills WHERE ` + backfillOwner + `
-			ORDER BY id
-			FOR NO KEY UPDATE
+		), backfill_owner (id, room) AS (
+			SELECT * FROM (
+				SELECT id, max_active_runs - num_running FROM backfills
+				WHERE ` + backfillOwner + `
+				ORDER BY id LIMIT 1
+				FOR NO KEY UPDATE) head
+			UNION ALL
+			SELECT b.* FROM backfill_owner o CROSS JOIN LATERAL (
+				SELECT id, max_active_runs - num_running FROM backfills
+				WHERE ` + backfillOwner + ` AND id > o.id
+				ORDER BY id LIMIT 1
+				FOR NO KEY UPDATE) b
 		), backfill_pick AS (
 			SELECT w.id FROM backfill_owner o CROSS JOIN LATERAL (
 				WITH RECURSIVE walk (id, ordinal, n) AS (
@@ -160,12 +185,12 @@ func claimStatement(scope claimScope) string {
 			SELECT id FROM manual_pick
 			UNION ALL
 			SELECT id FROM backfill_pick
-			LIMIT $3::int
+			LIMIT (SELECT $3::int)
 		), claimed AS (
 			UPDATE dag_runs r SET state = 'running', worker_id = $1::text, start_date = backfill_now(),
 				end_date = NULL, lease_seconds = $2::int,
 				lease_expires_at = backfill_now() + make_interval(secs => $2::int)
-			FROM picked WHERE r.id = picked.id
+			WHERE r.id = ANY (ARRAY(SELECT id FROM picked))
 			RETURNING r.*
 		)
 		SELECT ` + runColumns + ` FROM claimed
