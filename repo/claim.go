@@ -16,26 +16,35 @@ type RunClaimParams struct {
 	DagID *string
 }
 
-// claimCandidates bounds how many DAGs or backfills one claim looks at.
-const claimCandidates = 64
-
 // RunClaim moves up to Limit queued runs to running, leased to the worker. Runs outside
-// backfills come first (someone is waiting for them), then backfills oldest first, each in
-// sort_ordinal order. Caps hold exactly under concurrent claims because each owner row (the
-// DAG for runs outside backfills, the backfill otherwise) is locked before its running runs
-// are counted and its queued runs are taken.
+// backfills come first (someone is waiting for them), DAGs in dag_id order, each DAG's runs by
+// logical date; then backfills oldest first, each in sort_ordinal order.
+//
+// The claim is one statement (claimStatement), so one round trip and one implicit
+// transaction. It finds owners through the partial indexes of claimable owners
+// (migrations/00005_fair_claims.sql), so idle, paused and saturated DAGs and backfills cost
+// nothing, however many there are. Caps hold exactly under concurrent claims because each owner
+// row is locked before its room is read and its runs are taken: a claimer that meets a locked
+// owner waits, and then sees the owner's newest counters.
 func (s *Store) RunClaim(ctx context.Context, p RunClaimParams) ([]Run, error) {
+	scope, args := claimAnyDag, []any{p.WorkerID, p.LeaseSeconds, p.Limit}
+	if p.DagID != nil {
+		scope, args = claimOneDag, append(args, *p.DagID)
+	}
 	var claimed []Run
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+	// A deadlock (40P01) is possible, if rare: the sweep's lease expiry locks backfill rows
+	// before DAG rows, a claim that spans both kinds of owner the other way round.
+	err := s.withRetry(ctx, func() error {
 		claimed = claimed[:0]
-		c := claimer{tx: tx, p: p}
-		if err := c.claimOutsideBackfills(ctx); err != nil {
-			return err
+		var err error
+		if stmt := s.claimStmt(ctx, scope); stmt != nil {
+			err = stmt.SelectContext(ctx, &claimed, args...)
+		} else {
+			err = sqlx.SelectContext(ctx, s.db, &claimed, claimStatement(scope), args...)
 		}
-		if err := c.claimFromBackfills(ctx); err != nil {
-			return err
+		if err != nil {
+			return fmt.Errorf("claim runs: %w", err)
 		}
-		claimed = c.runs
 		return nil
 	})
 	if err != nil {
@@ -48,128 +57,142 @@ func (s *Store) RunClaim(ctx context.Context, p RunClaimParams) ([]Run, error) {
 	return claimed, nil
 }
 
-type claimer struct {
-	tx   *sqlx.Tx
-	p    RunClaimParams
-	runs []Run
-}
+// claimScope tells the two forms of the claim statement apart.
+type claimScope int
 
-func (c *claimer) remaining() int { return c.p.Limit - len(c.runs) }
+const (
+	claimAnyDag claimScope = iota // $1 worker_id, $2 lease_seconds, $3 limit
+	claimOneDag                   // the same and $4 dag_id
+)
 
-// claimOutsideBackfills hands out manual runs of unpaused DAGs under each DAG's max_active_runs.
-func (c *claimer) claimOutsideBackfills(ctx context.Context) error {
-	var dagIDs []string
-	err := sqlx.SelectContext(ctx, c.tx, &dagIDs, `
-		SELECT d.dag_id FROM dags d
-		WHERE d.dag_id IN (
-			SELECT r.dag_id FROM dag_runs r
-			WHERE r.backfill_id IS NULL AND r.state = 'queued' AND ($1::text IS NULL OR r.dag_id = $1))
-		  AND NOT d.is_paused
-		ORDER BY d.dag_id LIMIT $2`, c.p.DagID, claimCandidates)
-	if err != nil {
-		return fmt.Errorf("find dags with queued runs: %w", err)
-	}
-	for _, dagID := range dagIDs {
-		if c.remaining() == 0 {
+// claimStmt prepares the claim statement of a scope once per Store; database/sql then prepares
+// it on each pooled connection as needed. A prepared statement saves a round trip (lib/pq sends
+// an unnamed statement's Parse and its Bind separately) and the planning of a statement whose
+// plan is fixed. It returns nil while preparing fails (a database outage), and tries again on
+// the next call.
+func (s *Store) claimStmt(ctx context.Context, scope claimScope) *sqlx.Stmt {
+	s.stmtMu.Lock()
+	defer s.stmtMu.Unlock()
+	if s.claimStmts[scope] == nil {
+		stmt, err := s.db.PreparexContext(ctx, claimStatement(scope))
+		if err != nil {
 			return nil
 		}
-		var dag struct {
-			MaxActiveRuns int  `db:"max_active_runs"`
-			IsPaused      bool `db:"is_paused"`
-		}
-		// Lock first, count second: the count is then exact until this transaction ends.
-		err := sqlx.GetContext(ctx, c.tx, &dag, `
-			SELECT max_active_runs, is_paused FROM dags WHERE dag_id = $1 FOR NO KEY UPDATE`, dagID)
-		if err != nil {
-			return fmt.Errorf("lock dag %q: %w", dagID, err)
-		}
-		if dag.IsPaused {
-			continue
-		}
-		var running int
-		err = sqlx.GetContext(ctx, c.tx, &running, `
-			SELECT count(*) FROM dag_runs WHERE dag_id = $1 AND backfill_id IS NULL AND state = 'running'`, dagID)
-		if err != nil {
-			return fmt.Errorf("count running runs of %q: %w", dagID, err)
-		}
-		take := min(dag.MaxActiveRuns-running, c.remaining())
-		if take <= 0 {
-			continue
-		}
-		if err := c.take(ctx, `
-			SELECT id, logical_date AS claim_order FROM dag_runs
-			WHERE dag_id = $3 AND backfill_id IS NULL AND state = 'queued'
-			ORDER BY logical_date LIMIT $4 FOR UPDATE SKIP LOCKED`, dagID, take); err != nil {
-			return err
-		}
+		s.claimStmts[scope] = stmt
 	}
-	return nil
+	return s.claimStmts[scope]
 }
 
-// claimFromBackfills hands out runs of running backfills under each one's max_active_runs.
-func (c *claimer) claimFromBackfills(ctx context.Context) error {
-	if c.remaining() == 0 {
-		return nil
+// claimStatement is the claim, in one statement. Its plan, prepared once per connection:
+//
+//  1. dag_owner and backfill_owner walk the partial indexes of claimable owners in claim order
+//     (DAGs by dag_id, backfills by id), one owner per step, and lock each owner row as it is
+//     reached. FOR NO KEY UPDATE blocks behind a concurrent claimer; READ COMMITTED then
+//     re-evaluates the WHERE clause on the newest row version, so an owner that another claimer
+//     filled meanwhile is passed over for the next one, and room (max_active_runs minus the
+//     running count) is read from the newest counters. Every claimer locks owners in the same
+//     order, DAGs before backfills, so claimers queue rather than deadlock.
+//  2. For each owner, a walk takes its queued runs in claim order, up to least(room, limit), one
+//     ordered index probe per step with FOR UPDATE SKIP LOCKED.
+//  3. picked appends the backfills' runs after the DAGs' and stops at the claim's limit. Plans
+//     run on demand, so the statement locks only the owners and runs it needs: a claim of one
+//     run locks one owner and one run.
+//  4. claimed leases the picked runs; the counter triggers move the owners' counters in the
+//     same statement, under the locks taken in 1.
+//
+// Why it is written this way, each from a plan that went wrong:
+//   - Every step has a constant LIMIT 1. With a LIMIT the planner cannot see (least(room,
+//     limit)), it sorted every queued run of a 100,000-run backfill instead of reading the
+//     index in order; and a plain scan of all claimable owners is estimated at all of them, a
+//     cost that crossed jit_above_cost (4.8 s of JIT compilation in one claim). Recursive walks
+//     are estimated at a few steps.
+//   - The claim's limit is a subquery in picked, so that no estimate depends on a parameter:
+//     otherwise a plan made for a known limit looks cheaper than the generic plan, and
+//     PostgreSQL re-plans the statement on every execution instead of reusing the prepared one.
+//   - The picked runs are updated by primary key (= ANY of an array), whatever the planner
+//     thinks of the table's size.
+func claimStatement(scope claimScope) string {
+	dagOwner, backfillOwner := `manual_claimable`, `claimable`
+	if scope == claimOneDag {
+		// The DAG itself and its one active backfill. The condition on the backfill spells out
+		// what `claimable` means so that the planner finds the backfill by dag_id instead of
+		// walking backfills_claimable (a plan made while few backfills were claimable would
+		// keep doing so when many are).
+		dagOwner = `dag_id = $4::text AND manual_claimable`
+		backfillOwner = `dag_id = $4::text AND state = 'running' AND num_queued > 0 AND num_running < max_active_runs`
 	}
-	var ids []int64
-	err := sqlx.SelectContext(ctx, c.tx, &ids, `
-		SELECT id FROM backfills
-		WHERE state = 'running' AND num_queued > 0 AND num_running < max_active_runs
-		  AND ($1::text IS NULL OR dag_id = $1)
-		ORDER BY id LIMIT $2`, c.p.DagID, claimCandidates)
-	if err != nil {
-		return fmt.Errorf("find backfills with queued runs: %w", err)
-	}
-	for _, id := range ids {
-		if c.remaining() == 0 {
-			return nil
-		}
-		var b struct {
-			State         string `db:"state"`
-			MaxActiveRuns int    `db:"max_active_runs"`
-			Running       int    `db:"num_running"`
-			Queued        int    `db:"num_queued"`
-		}
-		// A blocking lock, taken in id order by every claimer: the re-read counters are then
-		// exact, and claimers queue instead of deadlocking.
-		err := sqlx.GetContext(ctx, c.tx, &b, `
-			SELECT state, max_active_runs, num_running, num_queued FROM backfills WHERE id = $1 FOR NO KEY UPDATE`, id)
-		if err != nil {
-			return fmt.Errorf("lock backfill %d: %w", id, err)
-		}
-		if b.State != BackfillRunning {
-			continue
-		}
-		take := min(b.MaxActiveRuns-b.Running, b.Queued, c.remaining())
-		if take <= 0 {
-			continue
-		}
-		if err := c.take(ctx, `
-			SELECT id, backfill_sort_ordinal AS claim_order FROM dag_runs
-			WHERE backfill_id = $3 AND state = 'queued'
-			ORDER BY backfill_sort_ordinal LIMIT $4 FOR UPDATE SKIP LOCKED`, id, take); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// take leases the runs that pick selects (parameters $3 and $4 are the owner and the count).
-func (c *claimer) take(ctx context.Context, pick string, owner any, n int) error {
-	var runs []Run
-	err := sqlx.SelectContext(ctx, c.tx, &runs, `
-		WITH picked AS (`+pick+`),
-		claimed AS (
-			UPDATE dag_runs r SET state = 'running', worker_id = $1, start_date = backfill_now(), end_date = NULL,
-				lease_seconds = $2::int, lease_expires_at = backfill_now() + make_interval(secs => $2::int)
-			FROM picked WHERE r.id = picked.id
-			RETURNING r.*, picked.claim_order
+	return `
+		WITH RECURSIVE dag_owner (dag_id, room) AS (
+			SELECT * FROM (
+				SELECT dag_id, max_active_runs - num_manual_running FROM dags
+				WHERE ` + dagOwner + `
+				ORDER BY dag_id LIMIT 1
+				FOR NO KEY UPDATE) head
+			UNION ALL
+			SELECT d.* FROM dag_owner o CROSS JOIN LATERAL (
+				SELECT dag_id, max_active_runs - num_manual_running FROM dags
+				WHERE ` + dagOwner + ` AND dag_id > o.dag_id
+				ORDER BY dag_id LIMIT 1
+				FOR NO KEY UPDATE) d
+		), manual_pick AS (
+			SELECT w.id FROM dag_owner o CROSS JOIN LATERAL (
+				WITH RECURSIVE walk (id, logical_date, n) AS (
+					SELECT * FROM (
+						SELECT id, logical_date, 1 FROM dag_runs
+						WHERE dag_id = o.dag_id AND backfill_id IS NULL AND state = 'queued'
+						ORDER BY logical_date LIMIT 1
+						FOR UPDATE SKIP LOCKED) head
+					UNION ALL
+					SELECT r.id, r.logical_date, w.n + 1 FROM walk w CROSS JOIN LATERAL (
+						SELECT id, logical_date FROM dag_runs
+						WHERE dag_id = o.dag_id AND backfill_id IS NULL AND state = 'queued'
+						  AND logical_date > w.logical_date
+						ORDER BY logical_date LIMIT 1
+						FOR UPDATE SKIP LOCKED) r
+					WHERE w.n < least(o.room, $3::int)
+				)
+				SELECT id FROM walk) w
+		), backfill_owner (id, room) AS (
+			SELECT * FROM (
+				SELECT id, max_active_runs - num_running FROM backfills
+				WHERE ` + backfillOwner + `
+				ORDER BY id LIMIT 1
+				FOR NO KEY UPDATE) head
+			UNION ALL
+			SELECT b.* FROM backfill_owner o CROSS JOIN LATERAL (
+				SELECT id, max_active_runs - num_running FROM backfills
+				WHERE ` + backfillOwner + ` AND id > o.id
+				ORDER BY id LIMIT 1
+				FOR NO KEY UPDATE) b
+		), backfill_pick AS (
+			SELECT w.id FROM backfill_owner o CROSS JOIN LATERAL (
+				WITH RECURSIVE walk (id, ordinal, n) AS (
+					SELECT * FROM (
+						SELECT id, backfill_sort_ordinal, 1 FROM dag_runs
+						WHERE backfill_id = o.id AND state = 'queued'
+						ORDER BY backfill_sort_ordinal LIMIT 1
+						FOR UPDATE SKIP LOCKED) head
+					UNION ALL
+					SELECT r.id, r.backfill_sort_ordinal, w.n + 1 FROM walk w CROSS JOIN LATERAL (
+						SELECT id, backfill_sort_ordinal FROM dag_runs
+						WHERE backfill_id = o.id AND state = 'queued' AND backfill_sort_ordinal > w.ordinal
+						ORDER BY backfill_sort_ordinal LIMIT 1
+						FOR UPDATE SKIP LOCKED) r
+					WHERE w.n < least(o.room, $3::int)
+				)
+				SELECT id FROM walk) w
+		), picked AS (
+			SELECT id FROM manual_pick
+			UNION ALL
+			SELECT id FROM backfill_pick
+			LIMIT (SELECT $3::int)
+		), claimed AS (
+			UPDATE dag_runs r SET state = 'running', worker_id = $1::text, start_date = backfill_now(),
+				end_date = NULL, lease_seconds = $2::int,
+				lease_expires_at = backfill_now() + make_interval(secs => $2::int)
+			WHERE r.id = ANY (ARRAY(SELECT id FROM picked))
+			RETURNING r.*
 		)
-		SELECT `+runColumns+` FROM claimed ORDER BY claim_order`,
-		c.p.WorkerID, c.p.LeaseSeconds, owner, n)
-	if err != nil {
-		return fmt.Errorf("claim runs: %w", err)
-	}
-	c.runs = append(c.runs, runs...)
-	return nil
+		SELECT ` + runColumns + ` FROM claimed
+		ORDER BY backfill_id NULLS FIRST, dag_id, backfill_sort_ordinal, logical_date`
 }
