@@ -6,6 +6,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/backfillsvc/backfill/api"
 	"github.com/backfillsvc/backfill/repo"
@@ -32,6 +33,9 @@ type Store interface {
 	BackfillPause(ctx context.Context, id int64) (repo.Backfill, error)
 	BackfillUnpause(ctx context.Context, id int64) (repo.Backfill, error)
 	BackfillCancel(ctx context.Context, id int64) (repo.Backfill, error)
+
+	EventList(ctx context.Context, p repo.EventListParams) ([]repo.Event, error)
+	BackfillProgressMany(ctx context.Context, ids []int64) ([]repo.Backfill, time.Time, error)
 }
 
 // ReadinessFunc reports whether the service can serve: database reachable and migrated.
@@ -49,6 +53,11 @@ type Options struct {
 	APITokens []string
 	// Instrument wraps every request, for metrics by route and status; nil for none.
 	Instrument func(next http.Handler) http.Handler
+	// EventStreams serves GET /backfills/{id}/events as Server-Sent Events; nil answers
+	// such requests 503.
+	EventStreams EventStreams
+	// StreamKeepAlive is the silence after which a stream sends a comment (default 15s).
+	StreamKeepAlive time.Duration
 }
 
 // Server implements api.ServerInterface.
@@ -57,6 +66,9 @@ type Server struct {
 	logger  *slog.Logger
 	ready   ReadinessFunc
 	metrics http.Handler
+
+	streams         EventStreams
+	streamKeepAlive time.Duration
 }
 
 var _ api.ServerInterface = (*Server)(nil)

@@ -26,6 +26,10 @@ type Metrics struct {
 	sweepErrors        prometheus.Counter
 	httpRequests       *prometheus.CounterVec
 	httpDuration       *prometheus.HistogramVec
+	eventsRead         *prometheus.CounterVec
+	eventLag           prometheus.Histogram
+	eventStreams       prometheus.Gauge
+	streamsRejected    prometheus.Counter
 }
 
 // New registers every collector.
@@ -70,12 +74,30 @@ func New() *Metrics {
 			Help:    "HTTP request latency by route pattern and method.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route", "method"}),
+		eventsRead: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backfill_events_written_total",
+			Help: "Lifecycle events written to the outbox, by type, as this replica's listener read them (every replica counts every event: aggregate with max, not sum).",
+		}, []string{"type"}),
+		eventLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "backfill_event_listener_lag_seconds",
+			Help:    "Time from an event's transaction to this replica's listener reading it.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 4, 8),
+		}),
+		eventStreams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "backfill_event_streams",
+			Help: "Server-Sent Events streams open on this replica.",
+		}),
+		streamsRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backfill_event_streams_rejected_total",
+			Help: "Event streams refused (503 busy) because this replica had as many open as it allows.",
+		}),
 	}
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.backfillsCreated, m.backfillsFinalized, m.runsClaimed, m.leasesExpired, m.txRetries,
 		m.sweepDuration, m.sweepErrors, m.httpRequests, m.httpDuration,
+		m.eventsRead, m.eventLag, m.eventStreams, m.streamsRejected,
 	)
 	return m
 }
@@ -127,3 +149,16 @@ func (m *Metrics) SweepPassed(d time.Duration, err error) {
 		m.sweepErrors.Inc()
 	}
 }
+
+// EventRead implements events.Observer: the listener read one event from the outbox, lag
+// after its transaction.
+func (m *Metrics) EventRead(eventType string, lag time.Duration) {
+	m.eventsRead.WithLabelValues(eventType).Inc()
+	m.eventLag.Observe(max(lag, 0).Seconds())
+}
+
+// StreamsOpen implements events.Observer.
+func (m *Metrics) StreamsOpen(n int) { m.eventStreams.Set(float64(n)) }
+
+// StreamRejected implements events.Observer.
+func (m *Metrics) StreamRejected() { m.streamsRejected.Inc() }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/events"
 	"github.com/backfillsvc/backfill/handlers"
 	"github.com/backfillsvc/backfill/internal/pgtest"
 	"github.com/backfillsvc/backfill/metrics"
@@ -35,7 +36,8 @@ func init() {
 	// no decoder for text/html or text/javascript, and decodes application/yaml into an object
 	// that then fails `type: string`; read all three as the strings they are, so that e.Do's
 	// check of every answer against the spec applies to them too.
-	for _, ct := range []string{"text/html", "text/javascript", "application/yaml"} {
+	// text/event-stream: a backfill's event stream, read whole once it has ended.
+	for _, ct := range []string{"text/html", "text/javascript", "application/yaml", "text/event-stream"} {
 		openapi3filter.RegisterBodyDecoder(ct, openapi3filter.FileBodyDecoder)
 	}
 }
@@ -90,6 +92,7 @@ type env struct {
 	Store *repo.Store
 	Clock *clock
 	Sweep *sweeper.Sweeper
+	Hub   *events.Hub
 	URL   string
 	HTTP  *http.Client
 	// Token is sent as a bearer token when set.
@@ -130,7 +133,11 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	if os.Getenv("TEST_LOG") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
+	hub := events.New(store, events.Config{DSN: dsn, Observer: m, Logger: logger})
+	require.NoError(t, hub.Start(context.Background()))
+	t.Cleanup(hub.Stop)
 	h, err := handlers.New(handlers.Options{
+		EventStreams: hub,
 		Store:      store,
 		Logger:     logger,
 		Ready:      func(ctx context.Context) error { return store.Ping(ctx) },
@@ -141,6 +148,8 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
+	// Cleanups run last-in first-out: streams end before srv.Close waits for every request.
+	t.Cleanup(hub.EndStreams)
 	return &env{
 		t:     t,
 		DB:    db,
@@ -148,6 +157,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		Store: store,
 		Clock: clk,
 		Sweep: sweeper.New(store, sweeper.Config{Batch: 100}),
+		Hub:   hub,
 		URL:   srv.URL,
 		HTTP:  srv.Client(),
 	}

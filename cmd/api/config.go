@@ -23,6 +23,11 @@ type config struct {
 	// StatementTimeout stops any single statement that runs away.
 	StatementTimeout time.Duration
 	ShutdownTimeout  time.Duration
+	// EventStreamsMax bounds the Server-Sent Events streams of this replica (503 beyond).
+	EventStreamsMax int
+	// EventPollInterval is how often the event listener reads the outbox when no NOTIFY
+	// woke it: the most a lost notification can delay an event.
+	EventPollInterval time.Duration
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -35,6 +40,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 		DBMaxConns:       20,
 		StatementTimeout: 60 * time.Second,
 		ShutdownTimeout:  30 * time.Second,
+
+		EventStreamsMax:   2000,
+		EventPollInterval: 2 * time.Second,
 	}
 	var errs []error
 	if cfg.DatabaseURL == "" {
@@ -49,6 +57,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 	intVar(getenv, "MAX_BACKFILL_RUNS", &cfg.MaxBackfillRuns, 1, 10_000_000, &errs)
 	intVar(getenv, "MAX_ATTEMPTS", &cfg.MaxAttempts, 1, 1000, &errs)
 	intVar(getenv, "DB_MAX_CONNS", &cfg.DBMaxConns, 2, 1000, &errs)
+	intVar(getenv, "EVENT_STREAMS_MAX", &cfg.EventStreamsMax, 1, 1_000_000, &errs)
+	durationVar(getenv, "EVENT_POLL_INTERVAL", &cfg.EventPollInterval, &errs)
 	for _, t := range strings.Split(getenv("API_TOKEN"), ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			cfg.APITokens = append(cfg.APITokens, t)
