@@ -138,12 +138,12 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Cleanup(hub.Stop)
 	h, err := handlers.New(handlers.Options{
 		EventStreams: hub,
-		Store:      store,
-		Logger:     logger,
-		Ready:      func(ctx context.Context) error { return store.Ping(ctx) },
-		Metrics:    m.Handler(),
-		APITokens:  o.tokens,
-		Instrument: m.Instrument,
+		Store:        store,
+		Logger:       logger,
+		Ready:        func(ctx context.Context) error { return store.Ping(ctx) },
+		Metrics:      m.Handler(),
+		APITokens:    o.tokens,
+		Instrument:   m.Instrument,
 	})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
