@@ -103,6 +103,11 @@ type envOptions struct {
 	maxBackfillRuns int
 	maxAttempts     int
 	tokens          []string
+	// Event streams: the hub's stream limit, the keep-alive period, and polling without
+	// LISTEN at this interval (0: LISTEN with the default poll).
+	maxStreams   int
+	keepAlive    time.Duration
+	pollOnlyEach time.Duration
 }
 
 type envOption func(*envOptions)
@@ -110,6 +115,13 @@ type envOption func(*envOptions)
 func withMaxBackfillRuns(n int) envOption { return func(o *envOptions) { o.maxBackfillRuns = n } }
 func withMaxAttempts(n int) envOption     { return func(o *envOptions) { o.maxAttempts = n } }
 func withTokens(t ...string) envOption    { return func(o *envOptions) { o.tokens = t } }
+func withMaxStreams(n int) envOption      { return func(o *envOptions) { o.maxStreams = n } }
+func withKeepAlive(d time.Duration) envOption {
+	return func(o *envOptions) { o.keepAlive = d }
+}
+func withPollOnly(every time.Duration) envOption {
+	return func(o *envOptions) { o.pollOnlyEach = every }
+}
 
 // newEnv starts a service on a fresh database. The clock starts at the real now, truncated
 // to the second; the sweeper is built but not started: tests call e.SweepOnce().
@@ -133,17 +145,22 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	if os.Getenv("TEST_LOG") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	hub := events.New(store, events.Config{DSN: dsn, Observer: m, Logger: logger})
+	hubCfg := events.Config{DSN: dsn, MaxStreams: o.maxStreams, Observer: m, Logger: logger}
+	if o.pollOnlyEach > 0 {
+		hubCfg.DSN, hubCfg.PollInterval = "", o.pollOnlyEach
+	}
+	hub := events.New(store, hubCfg)
 	require.NoError(t, hub.Start(context.Background()))
 	t.Cleanup(hub.Stop)
 	h, err := handlers.New(handlers.Options{
-		EventStreams: hub,
-		Store:        store,
-		Logger:       logger,
-		Ready:        func(ctx context.Context) error { return store.Ping(ctx) },
-		Metrics:      m.Handler(),
-		APITokens:    o.tokens,
-		Instrument:   m.Instrument,
+		EventStreams:    hub,
+		StreamKeepAlive: o.keepAlive,
+		Store:           store,
+		Logger:          logger,
+		Ready:           func(ctx context.Context) error { return store.Ping(ctx) },
+		Metrics:         m.Handler(),
+		APITokens:       o.tokens,
+		Instrument:      m.Instrument,
 	})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)

@@ -152,7 +152,9 @@ func TestEventReaderPagingAfterSeesEveryEventOnce(t *testing.T) {
 					errs <- fmt.Errorf("%s create: %v %v", dag, err, res)
 					return
 				}
-				var b struct{ ID int64 `json:"id"` }
+				var b struct {
+					ID int64 `json:"id"`
+				}
 				if err := jsonUnmarshal(res.Body, &b); err != nil {
 					errs <- err
 					return
