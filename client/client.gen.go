@@ -1129,8 +1129,12 @@ type ClientInterface interface {
 	//    then each new one as it is committed, as `id: <event id>`, `event: <type>`,
 	//    `data: <the Event as JSON>`;
 	// 2. between them, `event: progress` messages without an id (not stored, not replayed)
-	//    whose data is an `EventStreamProgress`, whenever the counts change, at most 4 a
-	//    second, and one after the replay;
+	//    whenever the counts change, at most 4 a second, and one after the replay. Their
+	//    data is `{"progress": <BackfillProgress>, "state": <BackfillState>,
+	//    "eta_seconds": <number or null>}`: `eta_seconds` estimates the seconds until no
+	//    run is left queued or running from the backfill's average pace since creation;
+	//    it is null before any run has finished and while the backfill is not running,
+	//    0 once no run is left;
 	// 3. a comment line (`: keep-alive`) every 15 s of silence.
 	//
 	// The stream ends after the terminal event (`backfill.succeeded`, `backfill.failed`,
@@ -1727,8 +1731,12 @@ func (c *RawClient) ListBackfillDagRuns(ctx context.Context, backfillId Backfill
 //     then each new one as it is committed, as `id: <event id>`, `event: <type>`,
 //     `data: <the Event as JSON>`;
 //  2. between them, `event: progress` messages without an id (not stored, not replayed)
-//     whose data is an `EventStreamProgress`, whenever the counts change, at most 4 a
-//     second, and one after the replay;
+//     whenever the counts change, at most 4 a second, and one after the replay. Their
+//     data is `{"progress": <BackfillProgress>, "state": <BackfillState>,
+//     "eta_seconds": <number or null>}`: `eta_seconds` estimates the seconds until no
+//     run is left queued or running from the backfill's average pace since creation;
+//     it is null before any run has finished and while the backfill is not running,
+//     0 once no run is left;
 //  3. a comment line (`: keep-alive`) every 15 s of silence.
 //
 // The stream ends after the terminal event (`backfill.succeeded`, `backfill.failed`,
@@ -3786,8 +3794,12 @@ type ClientWithResponsesInterface interface {
 	//    then each new one as it is committed, as `id: <event id>`, `event: <type>`,
 	//    `data: <the Event as JSON>`;
 	// 2. between them, `event: progress` messages without an id (not stored, not replayed)
-	//    whose data is an `EventStreamProgress`, whenever the counts change, at most 4 a
-	//    second, and one after the replay;
+	//    whenever the counts change, at most 4 a second, and one after the replay. Their
+	//    data is `{"progress": <BackfillProgress>, "state": <BackfillState>,
+	//    "eta_seconds": <number or null>}`: `eta_seconds` estimates the seconds until no
+	//    run is left queued or running from the backfill's average pace since creation;
+	//    it is null before any run has finished and while the backfill is not running,
+	//    0 once no run is left;
 	// 3. a comment line (`: keep-alive`) every 15 s of silence.
 	//
 	// The stream ends after the terminal event (`backfill.succeeded`, `backfill.failed`,
@@ -6478,8 +6490,12 @@ func (c *ClientWithResponses) ListBackfillDagRunsWithResponse(ctx context.Contex
 //     then each new one as it is committed, as `id: <event id>`, `event: <type>`,
 //     `data: <the Event as JSON>`;
 //  2. between them, `event: progress` messages without an id (not stored, not replayed)
-//     whose data is an `EventStreamProgress`, whenever the counts change, at most 4 a
-//     second, and one after the replay;
+//     whenever the counts change, at most 4 a second, and one after the replay. Their
+//     data is `{"progress": <BackfillProgress>, "state": <BackfillState>,
+//     "eta_seconds": <number or null>}`: `eta_seconds` estimates the seconds until no
+//     run is left queued or running from the backfill's average pace since creation;
+//     it is null before any run has finished and while the backfill is not running,
+//     0 once no run is left;
 //  3. a comment line (`: keep-alive`) every 15 s of silence.
 //
 // The stream ends after the terminal event (`backfill.succeeded`, `backfill.failed`,

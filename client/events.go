@@ -22,8 +22,7 @@ func (c *Client) ListEvents(ctx context.Context, params *ListEventsParams) (Even
 	return l, err
 }
 
-// StreamProgress is the data of an event stream's progress message (the spec's
-// EventStreamProgress).
+// StreamProgress is the data of an event stream's progress message.
 type StreamProgress struct {
 	Progress   BackfillProgress `json:"progress"`
 	State      BackfillState    `json:"state"`

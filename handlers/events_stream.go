@@ -184,8 +184,7 @@ func (sw *sseWriter) event(ev repo.Event) bool {
 
 func (sw *sseWriter) progress(p events.Progress) {
 	c := p.Counts
-	// The spec's EventStreamProgress; the generator prunes it (no operation returns it as
-	// JSON), hence the local type.
+	// The progress message's data, as the spec's description of the stream gives it.
 	data, err := json.Marshal(struct {
 		Progress   api.BackfillProgress `json:"progress"`
 		State      api.BackfillState    `json:"state"`
