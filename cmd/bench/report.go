@@ -15,6 +15,8 @@ type results struct {
 	status *statusResult
 	claims *claimResult
 	sweep  *sweepResult
+	// streams is P8 (issue 12).
+	streams *streamsResult
 }
 
 // Targets of issue 5.
@@ -65,6 +67,9 @@ func printReport(w io.Writer, cfg config, hw *hardware, r *results) {
 	}
 	if r.create != nil {
 		rows = append(rows, memoryRows(*r.create, *r.memory))
+	}
+	if r.streams != nil {
+		rows = append(rows, streamsRows(*r.streams)...)
 	}
 	writeTable(w, []string{"scenario", "service", "floor / baseline", "ratio", "target", "result"}, rows)
 
