@@ -108,6 +108,8 @@ type envOptions struct {
 	maxStreams   int
 	keepAlive    time.Duration
 	pollOnlyEach time.Duration
+	// writeTimeout is the HTTP server's WriteTimeout, as cmd/api sets one (0: none).
+	writeTimeout time.Duration
 }
 
 type envOption func(*envOptions)
@@ -118,6 +120,9 @@ func withTokens(t ...string) envOption    { return func(o *envOptions) { o.token
 func withMaxStreams(n int) envOption      { return func(o *envOptions) { o.maxStreams = n } }
 func withKeepAlive(d time.Duration) envOption {
 	return func(o *envOptions) { o.keepAlive = d }
+}
+func withWriteTimeout(d time.Duration) envOption {
+	return func(o *envOptions) { o.writeTimeout = d }
 }
 func withPollOnly(every time.Duration) envOption {
 	return func(o *envOptions) { o.pollOnlyEach = every }
@@ -163,7 +168,9 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		Instrument:      m.Instrument,
 	})
 	require.NoError(t, err)
-	srv := httptest.NewServer(h)
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.WriteTimeout = o.writeTimeout
+	srv.Start()
 	t.Cleanup(srv.Close)
 	// Cleanups run last-in first-out: streams end before srv.Close waits for every request.
 	t.Cleanup(hub.EndStreams)

@@ -320,6 +320,24 @@ func TestEventStreamKeepAlive(t *testing.T) {
 	}
 }
 
+// A stream outlives the server's WriteTimeout (cmd/api sets 2 min for ordinary answers):
+// keep-alives keep arriving well past it.
+func TestEventStreamOutlivesWriteTimeout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withWriteTimeout(300*time.Millisecond), withKeepAlive(50*time.Millisecond))
+	e.PutDag("s6", "@daily", "")
+	b := e.CreateBackfill(backfillBody("s6", day(1, 1), day(1, 3)))
+	s := evOpenStream(t, e, b.Id)
+	opened := time.Now()
+	s.NextEvent()
+	for time.Since(opened) < time.Second {
+		m := s.must()
+		require.True(t, m.Comment == "keep-alive" || m.Event == "progress", "%+v", m)
+	}
+	lcActionOK(e, b.Id, "cancel")
+	require.Equal(t, "backfill.canceling", s.NextEvent().Type)
+}
+
 // Without LISTEN (a lost notification, a listener that cannot connect), polling still
 // brings every event to the streams.
 func TestEventStreamPollingFallback(t *testing.T) {
