@@ -3,6 +3,7 @@ package tests
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -252,6 +253,13 @@ func TestEventListFiltersAndPages(t *testing.T) {
 	res = e.Do(http.MethodGet, fmt.Sprintf("/api/v1/backfills/%d/events?after=%d", b1.Id, own.Events[0].ID), nil)
 	res.Decode(t, &own)
 	require.Equal(t, []string{"backfill.paused"}, evTypes(own.Events))
+
+	// The replica's listener counts what it reads from the outbox.
+	require.Eventually(t, func() bool {
+		res, err := e.do(http.MethodGet, "/metrics", nil)
+		return err == nil && strings.Contains(string(res.Body), `backfill_events_written_total{type="backfill.created"} 2`) &&
+			strings.Contains(string(res.Body), `backfill_events_written_total{type="backfill.canceled"} 1`)
+	}, 10*time.Second, 20*time.Millisecond, "events counted in /metrics")
 
 	lcRequireProblem(t, e.Do(http.MethodGet, "/api/v1/backfills/999999/events", nil), http.StatusNotFound, "backfill_not_found")
 	lcRequireProblem(t, e.Do(http.MethodGet, "/api/v1/events?type=backfill.exploded", nil), http.StatusBadRequest, "invalid_request")
