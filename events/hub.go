@@ -276,12 +276,12 @@ func (h *Hub) readProgress(ctx context.Context) {
 	for id := range h.subs {
 		ids = append(ids, id)
 	}
-	h.mu.Unlock()
 	for id := range h.progress {
-		if !contains(ids, id) {
+		if _, followed := h.subs[id]; !followed {
 			delete(h.progress, id)
 		}
 	}
+	h.mu.Unlock()
 	if len(ids) == 0 {
 		return
 	}
@@ -306,13 +306,4 @@ func (h *Hub) readProgress(ctx context.Context) {
 			s.setProgress(p)
 		}
 	}
-}
-
-func contains(ids []int64, id int64) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
 }
