@@ -205,20 +205,13 @@ func (h *Hub) unsubscribe(s *Subscription) {
 
 func (h *Hub) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
+	var listener *pq.Listener
 	var notify <-chan *pq.Notification
-	if h.cfg.DSN != "" {
-		l := pq.NewListener(h.cfg.DSN, 100*time.Millisecond, 10*time.Second, func(ev pq.ListenerEventType, err error) {
-			if err != nil {
-				h.log.Warn("event listener connection", "event", int(ev), "err", err)
-			}
-		})
-		defer l.Close()
-		if err := l.Listen(Channel); err != nil {
-			// The listener keeps reconnecting and re-listens by itself; polling covers the gap.
-			h.log.Warn("event listener: LISTEN failed, polling only until it reconnects", "err", err)
+	defer func() {
+		if listener != nil {
+			_ = listener.Close()
 		}
-		notify = l.NotificationChannel()
-	}
+	}()
 	poll := time.NewTicker(h.cfg.PollInterval)
 	defer poll.Stop()
 	prog := time.NewTicker(h.cfg.ProgressInterval)
@@ -234,9 +227,35 @@ func (h *Hub) loop(ctx context.Context, done chan struct{}) {
 		case <-poll.C:
 			h.readOutbox(ctx)
 		case <-prog.C:
+			// LISTEN from the first stream on: a replica nobody follows holds no extra
+			// connection, and polls alone (its events only feed the metrics).
+			if listener == nil && h.cfg.DSN != "" && h.following() {
+				listener, notify = h.listen()
+				h.readOutbox(ctx) // what was committed before LISTEN took effect
+			}
 			h.readProgress(ctx)
 		}
 	}
+}
+
+// listen opens the replica's LISTEN connection. pq.Listener reconnects and re-listens by
+// itself; until it does, polling carries on.
+func (h *Hub) listen() (*pq.Listener, <-chan *pq.Notification) {
+	l := pq.NewListener(h.cfg.DSN, 100*time.Millisecond, 10*time.Second, func(ev pq.ListenerEventType, err error) {
+		if err != nil {
+			h.log.Warn("event listener connection", "event", int(ev), "err", err)
+		}
+	})
+	if err := l.Listen(Channel); err != nil {
+		h.log.Warn("event listener: LISTEN failed, polling only until it reconnects", "err", err)
+	}
+	return l, l.NotificationChannel()
+}
+
+func (h *Hub) following() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.count > 0
 }
 
 // readOutbox reads every event after the cursor and hands each to its backfill's streams.

@@ -47,6 +47,8 @@ func authRoutes(e *env) []authRoute {
 		{http.MethodPost, "/api/v1/runs/claim", map[string]any{"worker_id": "auth_worker"}, http.StatusOK},
 		{http.MethodPost, "/api/v1/runs/2/heartbeat", map[string]any{"worker_id": "auth_worker"}, http.StatusOK},
 		{http.MethodPut, "/api/v1/backfills/1/cancel", nil, http.StatusOK},
+		{http.MethodGet, "/api/v1/events", nil, http.StatusOK},
+		{http.MethodGet, "/api/v1/backfills/1/events", nil, http.StatusOK},
 	}
 }
 

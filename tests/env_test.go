@@ -108,6 +108,8 @@ type envOptions struct {
 	maxStreams   int
 	keepAlive    time.Duration
 	pollOnlyEach time.Duration
+	// pollEach is the hub's fallback poll with LISTEN on (0: the default).
+	pollEach time.Duration
 	// writeTimeout is the HTTP server's WriteTimeout, as cmd/api sets one (0: none).
 	writeTimeout time.Duration
 }
@@ -123,6 +125,9 @@ func withKeepAlive(d time.Duration) envOption {
 }
 func withWriteTimeout(d time.Duration) envOption {
 	return func(o *envOptions) { o.writeTimeout = d }
+}
+func withListenPoll(every time.Duration) envOption {
+	return func(o *envOptions) { o.pollEach = every }
 }
 func withPollOnly(every time.Duration) envOption {
 	return func(o *envOptions) { o.pollOnlyEach = every }
@@ -150,7 +155,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	if os.Getenv("TEST_LOG") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	hubCfg := events.Config{DSN: dsn, MaxStreams: o.maxStreams, Observer: m, Logger: logger}
+	hubCfg := events.Config{DSN: dsn, PollInterval: o.pollEach, MaxStreams: o.maxStreams, Observer: m, Logger: logger}
 	if o.pollOnlyEach > 0 {
 		hubCfg.DSN, hubCfg.PollInterval = "", o.pollOnlyEach
 	}

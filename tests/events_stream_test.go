@@ -179,10 +179,11 @@ func (s *sseStream) RequireEnd() {
 }
 
 // A client following a backfill from creation to succeeded gets every lifecycle event and
-// the progress in between, in order, then the end of the stream.
+// the progress in between, in order, then the end of the stream. The hub's fallback poll is
+// an hour: live events arrive by NOTIFY.
 func TestEventStreamFollowsBackfillToSucceeded(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := newEnv(t, withListenPoll(time.Hour))
 	e.PutDag("s1", "@daily", "")
 	b := e.CreateBackfill(backfillBody("s1", day(1, 1), day(1, 3)))
 	s := evOpenStream(t, e, b.Id)
