@@ -110,6 +110,60 @@ func (e DryRunAction) Valid() bool {
 	}
 }
 
+// Defines values for EventDataReason.
+const (
+	EventDataReasonFailureBudget EventDataReason = "failure_budget"
+	EventDataReasonUser          EventDataReason = "user"
+)
+
+// Valid indicates whether the value is a known member of the EventDataReason enum.
+func (e EventDataReason) Valid() bool {
+	switch e {
+	case EventDataReasonFailureBudget:
+		return true
+	case EventDataReasonUser:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EventType.
+const (
+	EventTypeCanceled  EventType = "backfill.canceled"
+	EventTypeCanceling EventType = "backfill.canceling"
+	EventTypeCreated   EventType = "backfill.created"
+	EventTypeFailed    EventType = "backfill.failed"
+	EventTypePaused    EventType = "backfill.paused"
+	EventTypeSucceeded EventType = "backfill.succeeded"
+	EventTypeUnpaused  EventType = "backfill.unpaused"
+	EventTypeUpdated   EventType = "backfill.updated"
+)
+
+// Valid indicates whether the value is a known member of the EventType enum.
+func (e EventType) Valid() bool {
+	switch e {
+	case EventTypeCanceled:
+		return true
+	case EventTypeCanceling:
+		return true
+	case EventTypeCreated:
+		return true
+	case EventTypeFailed:
+		return true
+	case EventTypePaused:
+		return true
+	case EventTypeSucceeded:
+		return true
+	case EventTypeUnpaused:
+		return true
+	case EventTypeUpdated:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthStatus.
 const (
 	HealthStatusOk HealthStatus = "ok"
@@ -658,6 +712,44 @@ type DryRunEntry struct {
 	SortOrdinal     int32     `json:"sort_ordinal"`
 }
 
+// Event One change of a backfill's state or settings, written in its transaction.
+type Event struct {
+	BackfillId int64 `json:"backfill_id"`
+
+	// DagId 1-250 characters of `[A-Za-z0-9_.-]`.
+	//
+	// Example: sales_daily
+	DagId DagId     `json:"dag_id"`
+	Data  EventData `json:"data"`
+	Id    int64     `json:"id"`
+
+	// OccurredAt When the change's transaction ran, on the database's clock.
+	OccurredAt time.Time `json:"occurred_at"`
+	Type       EventType `json:"type"`
+}
+
+// EventCollection defines model for EventCollection.
+type EventCollection struct {
+	Events []Event `json:"events"`
+
+	// NextAfter The `after` of the next page.
+	NextAfter int64 `json:"next_after"`
+}
+
+// EventData defines model for EventData.
+type EventData struct {
+	Backfill Backfill `json:"backfill"`
+
+	// Reason `backfill.paused` only: who paused it.
+	Reason *EventDataReason `json:"reason,omitempty"`
+}
+
+// EventDataReason `backfill.paused` only: who paused it.
+type EventDataReason string
+
+// EventType defines model for EventType.
+type EventType string
+
 // FieldError defines model for FieldError.
 type FieldError struct {
 	// Field The offending body field, query or path parameter, or header.
@@ -806,6 +898,12 @@ type BackfillIdPath = int64
 // Example: sales_daily
 type DagIdPath = DagId
 
+// EventTypeQuery defines model for EventTypeQuery.
+type EventTypeQuery = EventType
+
+// EventsAfter defines model for EventsAfter.
+type EventsAfter = int64
+
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
 
@@ -903,6 +1001,18 @@ type ListBackfillDagRunsParams struct {
 // ListBackfillDagRunsParamsOrderBy defines parameters for ListBackfillDagRuns.
 type ListBackfillDagRunsParamsOrderBy string
 
+// GetBackfillEventsParams defines parameters for GetBackfillEvents.
+type GetBackfillEventsParams struct {
+	// After Answer only events with a larger id (the last id the reader saw).
+	After *EventsAfter `form:"after,omitempty" json:"after,omitempty"`
+
+	// Limit Page size.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// LastEventID The last event id the client saw; takes precedence over `after`.
+	LastEventID *int64 `json:"Last-Event-ID,omitempty"`
+}
+
 // RetryBackfillParams defines parameters for RetryBackfill.
 type RetryBackfillParams struct {
 	// IdempotencyKey 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
@@ -937,6 +1047,21 @@ type ListDagRunsParams struct {
 
 	// Offset Entries to skip before the page starts.
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+}
+
+// ListEventsParams defines parameters for ListEvents.
+type ListEventsParams struct {
+	// After Answer only events with a larger id (the last id the reader saw).
+	After *EventsAfter `form:"after,omitempty" json:"after,omitempty"`
+
+	// Limit Page size.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// BackfillId Only this backfill's events.
+	BackfillId *int64 `form:"backfill_id,omitempty" json:"backfill_id,omitempty"`
+
+	// Type Only events of this type.
+	Type *EventTypeQuery `form:"type,omitempty" json:"type,omitempty"`
 }
 
 // ListWebhooksParams defines parameters for ListWebhooks.
@@ -1022,6 +1147,9 @@ type ServerInterface interface {
 	// ListBackfillDagRuns List a backfill's slots
 	// (GET /api/v1/backfills/{backfill_id}/dag_runs)
 	ListBackfillDagRuns(w http.ResponseWriter, r *http.Request, backfillId BackfillIdPath, params ListBackfillDagRunsParams)
+	// GetBackfillEvents A backfill's events, stored or live (Server-Sent Events)
+	// (GET /api/v1/backfills/{backfill_id}/events)
+	GetBackfillEvents(w http.ResponseWriter, r *http.Request, backfillId BackfillIdPath, params GetBackfillEventsParams)
 	// PauseBackfill Pause a backfill
 	// (PUT /api/v1/backfills/{backfill_id}/pause)
 	PauseBackfill(w http.ResponseWriter, r *http.Request, backfillId BackfillIdPath)
@@ -1055,6 +1183,9 @@ type ServerInterface interface {
 	// PatchDagRun Report a DAG run's outcome
 	// (PATCH /api/v1/dags/{dag_id}/runs/{run_id})
 	PatchDagRun(w http.ResponseWriter, r *http.Request, dagId DagIdPath, runId RunIdPath)
+	// ListEvents List lifecycle events
+	// (GET /api/v1/events)
+	ListEvents(w http.ResponseWriter, r *http.Request, params ListEventsParams)
 	// ClaimRuns Claim queued runs
 	// (POST /api/v1/runs/claim)
 	ClaimRuns(w http.ResponseWriter, r *http.Request)
@@ -1160,6 +1291,12 @@ func (_ Unimplemented) ListBackfillDagRuns(w http.ResponseWriter, r *http.Reques
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// GetBackfillEvents A backfill's events, stored or live (Server-Sent Events)
+// (GET /api/v1/backfills/{backfill_id}/events)
+func (_ Unimplemented) GetBackfillEvents(w http.ResponseWriter, r *http.Request, backfillId BackfillIdPath, params GetBackfillEventsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // PauseBackfill Pause a backfill
 // (PUT /api/v1/backfills/{backfill_id}/pause)
 func (_ Unimplemented) PauseBackfill(w http.ResponseWriter, r *http.Request, backfillId BackfillIdPath) {
@@ -1223,6 +1360,12 @@ func (_ Unimplemented) GetDagRun(w http.ResponseWriter, r *http.Request, dagId D
 // PatchDagRun Report a DAG run's outcome
 // (PATCH /api/v1/dags/{dag_id}/runs/{run_id})
 func (_ Unimplemented) PatchDagRun(w http.ResponseWriter, r *http.Request, dagId DagIdPath, runId RunIdPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListEvents List lifecycle events
+// (GET /api/v1/events)
+func (_ Unimplemented) ListEvents(w http.ResponseWriter, r *http.Request, params ListEventsParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -1669,6 +1812,82 @@ func (siw *ServerInterfaceWrapper) ListBackfillDagRuns(w http.ResponseWriter, r 
 	handler.ServeHTTP(w, r)
 }
 
+// GetBackfillEvents operation middleware
+func (siw *ServerInterfaceWrapper) GetBackfillEvents(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "backfill_id" -------------
+	var backfillId BackfillIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "backfill_id", chi.URLParam(r, "backfill_id"), &backfillId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "int64", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "backfill_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetBackfillEventsParams
+
+	// ------------- Optional query parameter "after" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "after", r.URL.Query(), &params.After, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "after"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "after", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Last-Event-ID" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Last-Event-ID")]; found {
+		var LastEventID int64
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Last-Event-ID", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Last-Event-ID", valueList[0], &LastEventID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: "int64"})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Last-Event-ID", Err: err})
+			return
+		}
+
+		params.LastEventID = &LastEventID
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetBackfillEvents(w, r, backfillId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // PauseBackfill operation middleware
 func (siw *ServerInterfaceWrapper) PauseBackfill(w http.ResponseWriter, r *http.Request) {
 
@@ -2082,6 +2301,78 @@ func (siw *ServerInterfaceWrapper) PatchDagRun(w http.ResponseWriter, r *http.Re
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.PatchDagRun(w, r, dagId, runId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListEvents operation middleware
+func (siw *ServerInterfaceWrapper) ListEvents(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListEventsParams
+
+	// ------------- Optional query parameter "after" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "after", r.URL.Query(), &params.After, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "after"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "after", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "backfill_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "backfill_id", r.URL.Query(), &params.BackfillId, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "backfill_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "backfill_id", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "type" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "type", r.URL.Query(), &params.Type, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "type"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "type", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListEvents(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2653,6 +2944,12 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Put(options.BaseURL+"/api/v1/backfills/{backfill_id}/cancel", wrapper.CancelBackfill)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/api/v1/events", wrapper.ListEvents)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/api/v1/backfills/{backfill_id}/events", wrapper.GetBackfillEvents)
 	})
 	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/api/v1/runs/claim", wrapper.ClaimRuns)

@@ -115,6 +115,60 @@ func (e DryRunAction) Valid() bool {
 	}
 }
 
+// Defines values for EventDataReason.
+const (
+	EventDataReasonFailureBudget EventDataReason = "failure_budget"
+	EventDataReasonUser          EventDataReason = "user"
+)
+
+// Valid indicates whether the value is a known member of the EventDataReason enum.
+func (e EventDataReason) Valid() bool {
+	switch e {
+	case EventDataReasonFailureBudget:
+		return true
+	case EventDataReasonUser:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EventType.
+const (
+	EventTypeCanceled  EventType = "backfill.canceled"
+	EventTypeCanceling EventType = "backfill.canceling"
+	EventTypeCreated   EventType = "backfill.created"
+	EventTypeFailed    EventType = "backfill.failed"
+	EventTypePaused    EventType = "backfill.paused"
+	EventTypeSucceeded EventType = "backfill.succeeded"
+	EventTypeUnpaused  EventType = "backfill.unpaused"
+	EventTypeUpdated   EventType = "backfill.updated"
+)
+
+// Valid indicates whether the value is a known member of the EventType enum.
+func (e EventType) Valid() bool {
+	switch e {
+	case EventTypeCanceled:
+		return true
+	case EventTypeCanceling:
+		return true
+	case EventTypeCreated:
+		return true
+	case EventTypeFailed:
+		return true
+	case EventTypePaused:
+		return true
+	case EventTypeSucceeded:
+		return true
+	case EventTypeUnpaused:
+		return true
+	case EventTypeUpdated:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthStatus.
 const (
 	HealthStatusOk HealthStatus = "ok"
@@ -663,6 +717,44 @@ type DryRunEntry struct {
 	SortOrdinal     int32     `json:"sort_ordinal"`
 }
 
+// Event One change of a backfill's state or settings, written in its transaction.
+type Event struct {
+	BackfillId int64 `json:"backfill_id"`
+
+	// DagId 1-250 characters of `[A-Za-z0-9_.-]`.
+	//
+	// Example: sales_daily
+	DagId DagId     `json:"dag_id"`
+	Data  EventData `json:"data"`
+	Id    int64     `json:"id"`
+
+	// OccurredAt When the change's transaction ran, on the database's clock.
+	OccurredAt time.Time `json:"occurred_at"`
+	Type       EventType `json:"type"`
+}
+
+// EventCollection defines model for EventCollection.
+type EventCollection struct {
+	Events []Event `json:"events"`
+
+	// NextAfter The `after` of the next page.
+	NextAfter int64 `json:"next_after"`
+}
+
+// EventData defines model for EventData.
+type EventData struct {
+	Backfill Backfill `json:"backfill"`
+
+	// Reason `backfill.paused` only: who paused it.
+	Reason *EventDataReason `json:"reason,omitempty"`
+}
+
+// EventDataReason `backfill.paused` only: who paused it.
+type EventDataReason string
+
+// EventType defines model for EventType.
+type EventType string
+
 // FieldError defines model for FieldError.
 type FieldError struct {
 	// Field The offending body field, query or path parameter, or header.
@@ -811,6 +903,12 @@ type BackfillIdPath = int64
 // Example: sales_daily
 type DagIdPath = DagId
 
+// EventTypeQuery defines model for EventTypeQuery.
+type EventTypeQuery = EventType
+
+// EventsAfter defines model for EventsAfter.
+type EventsAfter = int64
+
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
 
@@ -908,6 +1006,18 @@ type ListBackfillDagRunsParams struct {
 // ListBackfillDagRunsParamsOrderBy defines parameters for ListBackfillDagRuns.
 type ListBackfillDagRunsParamsOrderBy string
 
+// GetBackfillEventsParams defines parameters for GetBackfillEvents.
+type GetBackfillEventsParams struct {
+	// After Answer only events with a larger id (the last id the reader saw).
+	After *EventsAfter `form:"after,omitempty" json:"after,omitempty"`
+
+	// Limit Page size.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// LastEventID The last event id the client saw; takes precedence over `after`.
+	LastEventID *int64 `json:"Last-Event-ID,omitempty"`
+}
+
 // RetryBackfillParams defines parameters for RetryBackfill.
 type RetryBackfillParams struct {
 	// IdempotencyKey 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
@@ -942,6 +1052,21 @@ type ListDagRunsParams struct {
 
 	// Offset Entries to skip before the page starts.
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+}
+
+// ListEventsParams defines parameters for ListEvents.
+type ListEventsParams struct {
+	// After Answer only events with a larger id (the last id the reader saw).
+	After *EventsAfter `form:"after,omitempty" json:"after,omitempty"`
+
+	// Limit Page size.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// BackfillId Only this backfill's events.
+	BackfillId *int64 `form:"backfill_id,omitempty" json:"backfill_id,omitempty"`
+
+	// Type Only events of this type.
+	Type *EventTypeQuery `form:"type,omitempty" json:"type,omitempty"`
 }
 
 // ListWebhooksParams defines parameters for ListWebhooks.
@@ -1340,6 +1465,35 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/backfills/{backfill_id}/dag_runs (the `ListBackfillDagRuns` operationId).
 	ListBackfillDagRuns(ctx context.Context, backfillId BackfillIdPath, params *ListBackfillDagRunsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetBackfillEvents A backfill's events, stored or live (Server-Sent Events)
+	//
+	// With `Accept: text/event-stream`, a Server-Sent Events stream that follows the
+	// backfill:
+	//
+	// 1. its stored events after `Last-Event-ID` (or `after`; all when both are absent),
+	//    then each new one as it is committed, as `id: <event id>`, `event: <type>`,
+	//    `data: <the Event as JSON>`;
+	// 2. between them, `event: progress` messages without an id (not stored, not replayed)
+	//    whenever the counts change, at most 4 a second, and one after the replay. Their
+	//    data is `{"progress": <BackfillProgress>, "state": <BackfillState>,
+	//    "eta_seconds": <number or null>}`: `eta_seconds` estimates the seconds until no
+	//    run is left queued or running from the backfill's average pace since creation;
+	//    it is null before any run has finished and while the backfill is not running,
+	//    0 once no run is left;
+	// 3. a comment line (`: keep-alive`) every 15 s of silence.
+	//
+	// The stream ends after the terminal event (`backfill.succeeded`, `backfill.failed`,
+	// `backfill.canceled`), at once when the backfill is already terminal and nothing is
+	// left to replay, and when the server shuts down (reconnect with `Last-Event-ID`:
+	// nothing is repeated and nothing missed). Beyond the server's stream limit the answer
+	// is 503 `busy` with `Retry-After`.
+	//
+	// With any other `Accept`, a page of the stored events as JSON, like `GET /events`.
+	// An unknown backfill is 404 `backfill_not_found`.
+	//
+	// Corresponds with GET /api/v1/backfills/{backfill_id}/events (the `GetBackfillEvents` operationId).
+	GetBackfillEvents(ctx context.Context, backfillId BackfillIdPath, params *GetBackfillEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// PauseBackfill Pause a backfill
 	//
 	// Moves a `running` backfill to `paused`: no more of its runs are claimed; runs already
@@ -1562,6 +1716,25 @@ type ClientInterface interface {
 	//
 	// Corresponds with PATCH /api/v1/dags/{dag_id}/runs/{run_id} (the `PatchDagRun` operationId).
 	PatchDagRun(ctx context.Context, dagId DagIdPath, runId RunIdPath, body PatchDagRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListEvents List lifecycle events
+	//
+	// The outbox of backfill lifecycle events, in id order: every change of a backfill's
+	// state or settings writes one event in the same transaction as the change, so there is
+	// no change without its event and no event without its change. Types:
+	// `backfill.created`, `backfill.updated` (max_active_runs, max_failed_runs or
+	// description changed), `backfill.paused` (`data.reason`: `user` or `failure_budget`),
+	// `backfill.unpaused`, `backfill.canceling`, `backfill.succeeded`, `backfill.failed`,
+	// `backfill.canceled`. `data.backfill` is the backfill as `GET /backfills/{id}` answered
+	// it right after the change.
+	//
+	// Page with `after`: ask again with `after` = `next_after` (the last id answered, or
+	// `after` itself on an empty page). A reader that does so never misses an event: ids
+	// are taken in commit order, so an event never becomes visible after one with a larger
+	// id has been answered. Events are kept at least 7 days.
+	//
+	// Corresponds with GET /api/v1/events (the `ListEvents` operationId).
+	ListEvents(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ClaimRunsWithBody Claim queued runs
 	//
@@ -2207,6 +2380,45 @@ func (c *RawClient) ListBackfillDagRuns(ctx context.Context, backfillId Backfill
 	return c.Client.Do(req)
 }
 
+// GetBackfillEvents A backfill's events, stored or live (Server-Sent Events)
+//
+// With `Accept: text/event-stream`, a Server-Sent Events stream that follows the
+// backfill:
+//
+//  1. its stored events after `Last-Event-ID` (or `after`; all when both are absent),
+//     then each new one as it is committed, as `id: <event id>`, `event: <type>`,
+//     `data: <the Event as JSON>`;
+//  2. between them, `event: progress` messages without an id (not stored, not replayed)
+//     whenever the counts change, at most 4 a second, and one after the replay. Their
+//     data is `{"progress": <BackfillProgress>, "state": <BackfillState>,
+//     "eta_seconds": <number or null>}`: `eta_seconds` estimates the seconds until no
+//     run is left queued or running from the backfill's average pace since creation;
+//     it is null before any run has finished and while the backfill is not running,
+//     0 once no run is left;
+//  3. a comment line (`: keep-alive`) every 15 s of silence.
+//
+// The stream ends after the terminal event (`backfill.succeeded`, `backfill.failed`,
+// `backfill.canceled`), at once when the backfill is already terminal and nothing is
+// left to replay, and when the server shuts down (reconnect with `Last-Event-ID`:
+// nothing is repeated and nothing missed). Beyond the server's stream limit the answer
+// is 503 `busy` with `Retry-After`.
+//
+// With any other `Accept`, a page of the stored events as JSON, like `GET /events`.
+// An unknown backfill is 404 `backfill_not_found`.
+//
+// Corresponds with GET /api/v1/backfills/{backfill_id}/events (the `GetBackfillEvents` operationId).
+func (c *RawClient) GetBackfillEvents(ctx context.Context, backfillId BackfillIdPath, params *GetBackfillEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetBackfillEventsRequest(c.Server, backfillId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // PauseBackfill Pause a backfill
 //
 // Moves a `running` backfill to `paused`: no more of its runs are claimed; runs already
@@ -2570,6 +2782,35 @@ func (c *RawClient) PatchDagRunWithBody(ctx context.Context, dagId DagIdPath, ru
 // Corresponds with PATCH /api/v1/dags/{dag_id}/runs/{run_id} (the `PatchDagRun` operationId).
 func (c *RawClient) PatchDagRun(ctx context.Context, dagId DagIdPath, runId RunIdPath, body PatchDagRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPatchDagRunRequest(c.Server, dagId, runId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListEvents List lifecycle events
+//
+// The outbox of backfill lifecycle events, in id order: every change of a backfill's
+// state or settings writes one event in the same transaction as the change, so there is
+// no change without its event and no event without its change. Types:
+// `backfill.created`, `backfill.updated` (max_active_runs, max_failed_runs or
+// description changed), `backfill.paused` (`data.reason`: `user` or `failure_budget`),
+// `backfill.unpaused`, `backfill.canceling`, `backfill.succeeded`, `backfill.failed`,
+// `backfill.canceled`. `data.backfill` is the backfill as `GET /backfills/{id}` answered
+// it right after the change.
+//
+// Page with `after`: ask again with `after` = `next_after` (the last id answered, or
+// `after` itself on an empty page). A reader that does so never misses an event: ids
+// are taken in commit order, so an event never becomes visible after one with a larger
+// id has been answered. Events are kept at least 7 days.
+//
+// Corresponds with GET /api/v1/events (the `ListEvents` operationId).
+func (c *RawClient) ListEvents(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListEventsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3506,6 +3747,94 @@ func NewListBackfillDagRunsRequest(server string, backfillId BackfillIdPath, par
 	return req, nil
 }
 
+// NewGetBackfillEventsRequest constructs an http.Request for the GetBackfillEvents method
+func NewGetBackfillEventsRequest(server string, backfillId BackfillIdPath, params *GetBackfillEventsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "backfill_id", backfillId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/backfills/%s/events", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LastEventID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "integer", Format: "int64"})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewPauseBackfillRequest constructs an http.Request for the PauseBackfill method
 func NewPauseBackfillRequest(server string, backfillId BackfillIdPath) (*http.Request, error) {
 	var err error
@@ -4063,6 +4392,96 @@ func NewPatchDagRunRequestWithBody(server string, dagId DagIdPath, runId RunIdPa
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewListEventsRequest constructs an http.Request for the ListEvents method
+func NewListEventsRequest(server string, params *ListEventsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/events")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.BackfillId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "backfill_id", *params.BackfillId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Type != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "type", *params.Type, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -5036,6 +5455,37 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/backfills/{backfill_id}/dag_runs (the `ListBackfillDagRuns` operationId).
 	ListBackfillDagRunsWithResponse(ctx context.Context, backfillId BackfillIdPath, params *ListBackfillDagRunsParams, reqEditors ...RequestEditorFn) (*ListBackfillDagRunsResponse, error)
 
+	// GetBackfillEventsWithResponse A backfill's events, stored or live (Server-Sent Events)
+	//
+	// With `Accept: text/event-stream`, a Server-Sent Events stream that follows the
+	// backfill:
+	//
+	// 1. its stored events after `Last-Event-ID` (or `after`; all when both are absent),
+	//    then each new one as it is committed, as `id: <event id>`, `event: <type>`,
+	//    `data: <the Event as JSON>`;
+	// 2. between them, `event: progress` messages without an id (not stored, not replayed)
+	//    whenever the counts change, at most 4 a second, and one after the replay. Their
+	//    data is `{"progress": <BackfillProgress>, "state": <BackfillState>,
+	//    "eta_seconds": <number or null>}`: `eta_seconds` estimates the seconds until no
+	//    run is left queued or running from the backfill's average pace since creation;
+	//    it is null before any run has finished and while the backfill is not running,
+	//    0 once no run is left;
+	// 3. a comment line (`: keep-alive`) every 15 s of silence.
+	//
+	// The stream ends after the terminal event (`backfill.succeeded`, `backfill.failed`,
+	// `backfill.canceled`), at once when the backfill is already terminal and nothing is
+	// left to replay, and when the server shuts down (reconnect with `Last-Event-ID`:
+	// nothing is repeated and nothing missed). Beyond the server's stream limit the answer
+	// is 503 `busy` with `Retry-After`.
+	//
+	// With any other `Accept`, a page of the stored events as JSON, like `GET /events`.
+	// An unknown backfill is 404 `backfill_not_found`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/backfills/{backfill_id}/events (the `GetBackfillEvents` operationId).
+	GetBackfillEventsWithResponse(ctx context.Context, backfillId BackfillIdPath, params *GetBackfillEventsParams, reqEditors ...RequestEditorFn) (*GetBackfillEventsResponse, error)
+
 	// PauseBackfillWithResponse Pause a backfill
 	//
 	// Moves a `running` backfill to `paused`: no more of its runs are claimed; runs already
@@ -5272,6 +5722,27 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PATCH /api/v1/dags/{dag_id}/runs/{run_id} (the `PatchDagRun` operationId).
 	PatchDagRunWithResponse(ctx context.Context, dagId DagIdPath, runId RunIdPath, body PatchDagRunJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchDagRunResponse, error)
+
+	// ListEventsWithResponse List lifecycle events
+	//
+	// The outbox of backfill lifecycle events, in id order: every change of a backfill's
+	// state or settings writes one event in the same transaction as the change, so there is
+	// no change without its event and no event without its change. Types:
+	// `backfill.created`, `backfill.updated` (max_active_runs, max_failed_runs or
+	// description changed), `backfill.paused` (`data.reason`: `user` or `failure_budget`),
+	// `backfill.unpaused`, `backfill.canceling`, `backfill.succeeded`, `backfill.failed`,
+	// `backfill.canceled`. `data.backfill` is the backfill as `GET /backfills/{id}` answered
+	// it right after the change.
+	//
+	// Page with `after`: ask again with `after` = `next_after` (the last id answered, or
+	// `after` itself on an empty page). A reader that does so never misses an event: ids
+	// are taken in commit order, so an event never becomes visible after one with a larger
+	// id has been answered. Events are kept at least 7 days.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/events (the `ListEvents` operationId).
+	ListEventsWithResponse(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*ListEventsResponse, error)
 
 	// ClaimRunsWithBodyWithResponse Claim queued runs
 	//
@@ -6301,6 +6772,96 @@ func (r ListBackfillDagRunsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListBackfillDagRunsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetBackfillEventsResponse401Headers the declared response headers of an HTTP 401 response for GetBackfillEvents
+type GetBackfillEventsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetBackfillEventsResponse503Headers the declared response headers of an HTTP 503 response for GetBackfillEvents
+type GetBackfillEventsResponse503Headers struct {
+	RetryAfter *int
+}
+
+type GetBackfillEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *EventCollection
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetBackfillEventsResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetBackfillEventsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetBackfillEventsResponse) GetJSON200() *EventCollection {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetBackfillEventsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetBackfillEventsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetBackfillEventsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetBackfillEventsResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetBackfillEventsResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetBackfillEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetBackfillEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetBackfillEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetBackfillEventsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -7404,6 +7965,89 @@ func (r PatchDagRunResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r PatchDagRunResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListEventsResponse401Headers the declared response headers of an HTTP 401 response for ListEvents
+type ListEventsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListEventsResponse503Headers the declared response headers of an HTTP 503 response for ListEvents
+type ListEventsResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ListEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *EventCollection
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListEventsResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListEventsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListEventsResponse) GetJSON200() *EventCollection {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListEventsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -8867,6 +9511,43 @@ func (c *ClientWithResponses) ListBackfillDagRunsWithResponse(ctx context.Contex
 	return ParseListBackfillDagRunsResponse(rsp)
 }
 
+// GetBackfillEventsWithResponse A backfill's events, stored or live (Server-Sent Events)
+//
+// With `Accept: text/event-stream`, a Server-Sent Events stream that follows the
+// backfill:
+//
+//  1. its stored events after `Last-Event-ID` (or `after`; all when both are absent),
+//     then each new one as it is committed, as `id: <event id>`, `event: <type>`,
+//     `data: <the Event as JSON>`;
+//  2. between them, `event: progress` messages without an id (not stored, not replayed)
+//     whenever the counts change, at most 4 a second, and one after the replay. Their
+//     data is `{"progress": <BackfillProgress>, "state": <BackfillState>,
+//     "eta_seconds": <number or null>}`: `eta_seconds` estimates the seconds until no
+//     run is left queued or running from the backfill's average pace since creation;
+//     it is null before any run has finished and while the backfill is not running,
+//     0 once no run is left;
+//  3. a comment line (`: keep-alive`) every 15 s of silence.
+//
+// The stream ends after the terminal event (`backfill.succeeded`, `backfill.failed`,
+// `backfill.canceled`), at once when the backfill is already terminal and nothing is
+// left to replay, and when the server shuts down (reconnect with `Last-Event-ID`:
+// nothing is repeated and nothing missed). Beyond the server's stream limit the answer
+// is 503 `busy` with `Retry-After`.
+//
+// With any other `Accept`, a page of the stored events as JSON, like `GET /events`.
+// An unknown backfill is 404 `backfill_not_found`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/backfills/{backfill_id}/events (the `GetBackfillEvents` operationId).
+func (c *ClientWithResponses) GetBackfillEventsWithResponse(ctx context.Context, backfillId BackfillIdPath, params *GetBackfillEventsParams, reqEditors ...RequestEditorFn) (*GetBackfillEventsResponse, error) {
+	rsp, err := c.GetBackfillEvents(ctx, backfillId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetBackfillEventsResponse(rsp)
+}
+
 // PauseBackfillWithResponse Pause a backfill
 //
 // Moves a `running` backfill to `paused`: no more of its runs are claimed; runs already
@@ -9192,6 +9873,33 @@ func (c *ClientWithResponses) PatchDagRunWithResponse(ctx context.Context, dagId
 		return nil, err
 	}
 	return ParsePatchDagRunResponse(rsp)
+}
+
+// ListEventsWithResponse List lifecycle events
+//
+// The outbox of backfill lifecycle events, in id order: every change of a backfill's
+// state or settings writes one event in the same transaction as the change, so there is
+// no change without its event and no event without its change. Types:
+// `backfill.created`, `backfill.updated` (max_active_runs, max_failed_runs or
+// description changed), `backfill.paused` (`data.reason`: `user` or `failure_budget`),
+// `backfill.unpaused`, `backfill.canceling`, `backfill.succeeded`, `backfill.failed`,
+// `backfill.canceled`. `data.backfill` is the backfill as `GET /backfills/{id}` answered
+// it right after the change.
+//
+// Page with `after`: ask again with `after` = `next_after` (the last id answered, or
+// `after` itself on an empty page). A reader that does so never misses an event: ids
+// are taken in commit order, so an event never becomes visible after one with a larger
+// id has been answered. Events are kept at least 7 days.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/events (the `ListEvents` operationId).
+func (c *ClientWithResponses) ListEventsWithResponse(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*ListEventsResponse, error) {
+	rsp, err := c.ListEvents(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListEventsResponse(rsp)
 }
 
 // ClaimRunsWithBodyWithResponse Claim queued runs
@@ -10311,6 +11019,93 @@ func ParseListBackfillDagRunsResponse(rsp *http.Response) (*ListBackfillDagRunsR
 	return response, nil
 }
 
+// ParseGetBackfillEventsResponse parses an HTTP response from a GetBackfillEventsWithResponse call
+func ParseGetBackfillEventsResponse(rsp *http.Response) (*GetBackfillEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetBackfillEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest EventCollection
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case rsp.StatusCode == 200:
+		// Content-type (text/event-stream) unsupported
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetBackfillEventsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetBackfillEventsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParsePauseBackfillResponse parses an HTTP response from a PauseBackfillWithResponse call
 func ParsePauseBackfillResponse(rsp *http.Response) (*PauseBackfillResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -11353,6 +12148,83 @@ func ParsePatchDagRunResponse(rsp *http.Response) (*PatchDagRunResponse, error) 
 		response.Headers401 = &headers
 	case rsp.StatusCode == 503:
 		var headers PatchDagRunResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListEventsResponse parses an HTTP response from a ListEventsWithResponse call
+func ParseListEventsResponse(rsp *http.Response) (*ListEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest EventCollection
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListEventsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListEventsResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

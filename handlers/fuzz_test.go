@@ -320,6 +320,31 @@ func (f *fakeStore) BackfillCancel(ctx context.Context, id int64) (repo.Backfill
 	return b, err
 }
 
+func (f *fakeStore) EventList(ctx context.Context, p repo.EventListParams) ([]repo.Event, error) {
+	problems := []string{checkRange("limit", p.Limit, 1, 1000)}
+	if p.After < 0 {
+		problems = append(problems, fmt.Sprintf("after %d is negative", p.After))
+	}
+	if p.BackfillID != nil {
+		problems = append(problems, checkPos("backfill_id", *p.BackfillID))
+	}
+	err := f.call("EventList", false, problems...)
+	return []repo.Event{}, err
+}
+
+func (f *fakeStore) BackfillProgressMany(ctx context.Context, ids []int64) ([]repo.Backfill, time.Time, error) {
+	var problems []string
+	for _, id := range ids {
+		problems = append(problems, checkPos("backfill_id", id))
+	}
+	err := f.call("BackfillProgressMany", false, problems...)
+	out := make([]repo.Backfill, len(ids))
+	for i, id := range ids {
+		out[i] = fakeBackfill(id, "d")
+	}
+	return out, fakeTime, err
+}
+
 // fuzzToken is the one token of the fuzzed handler that requires one.
 const fuzzToken = "fuzz-token"
 

@@ -23,6 +23,12 @@ func New(opts Options) (http.Handler, error) {
 		logger:  opts.Logger,
 		ready:   opts.Ready,
 		metrics: opts.Metrics,
+
+		streams:         opts.EventStreams,
+		streamKeepAlive: opts.StreamKeepAlive,
+	}
+	if s.streamKeepAlive <= 0 {
+		s.streamKeepAlive = DefaultStreamKeepAlive
 	}
 	validator, err := newSpecValidator()
 	if err != nil {

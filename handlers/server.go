@@ -6,6 +6,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/backfillsvc/backfill/api"
 	"github.com/backfillsvc/backfill/repo"
@@ -42,6 +43,8 @@ type Store interface {
 	WebhookAttemptList(ctx context.Context, p repo.WebhookAttemptListParams) ([]repo.WebhookAttempt, int, error)
 	BackfillPatch(ctx context.Context, p repo.BackfillPatchParams) (repo.Backfill, error)
 	BackfillRetry(ctx context.Context, p repo.BackfillRetryParams) (repo.Backfill, bool, error)
+	EventList(ctx context.Context, p repo.EventListParams) ([]repo.Event, error)
+	BackfillProgressMany(ctx context.Context, ids []int64) ([]repo.Backfill, time.Time, error)
 }
 
 // ReadinessFunc reports whether the service can serve: database reachable and migrated.
@@ -59,6 +62,11 @@ type Options struct {
 	APITokens []string
 	// Instrument wraps every request, for metrics by route and status; nil for none.
 	Instrument func(next http.Handler) http.Handler
+	// EventStreams serves GET /backfills/{id}/events as Server-Sent Events; nil answers
+	// such requests 503.
+	EventStreams EventStreams
+	// StreamKeepAlive is the silence after which a stream sends a comment (default 15s).
+	StreamKeepAlive time.Duration
 }
 
 // Server implements api.ServerInterface.
@@ -69,6 +77,9 @@ type Server struct {
 	metrics http.Handler
 	// defaults are api/openapi.yaml's, for what a request leaves out.
 	defaults specDefaults
+
+	streams         EventStreams
+	streamKeepAlive time.Duration
 }
 
 var _ api.ServerInterface = (*Server)(nil)

@@ -28,6 +28,10 @@ type Metrics struct {
 	httpDuration       *prometheus.HistogramVec
 	webhookAttempts    *prometheus.CounterVec
 	webhookLag         prometheus.Histogram
+	eventsRead         *prometheus.CounterVec
+	eventLag           prometheus.Histogram
+	eventStreams       prometheus.Gauge
+	streamsRejected    prometheus.Counter
 }
 
 // New registers every collector.
@@ -81,6 +85,23 @@ func New() *Metrics {
 			Help:    "From an event's occurred_at to its delivery (a 2xx answer), retries included.",
 			Buckets: []float64{0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 7200, 28800, 86400},
 		}),
+		eventsRead: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backfill_events_written_total",
+			Help: "Lifecycle events written to the outbox, by type, as this replica's listener read them (every replica counts every event: aggregate with max, not sum).",
+		}, []string{"type"}),
+		eventLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "backfill_event_listener_lag_seconds",
+			Help:    "Time from an event's transaction to this replica's listener reading it.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 4, 8),
+		}),
+		eventStreams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "backfill_event_streams",
+			Help: "Server-Sent Events streams open on this replica.",
+		}),
+		streamsRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backfill_event_streams_rejected_total",
+			Help: "Event streams refused (503 busy) because this replica had as many open as it allows.",
+		}),
 	}
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
@@ -88,6 +109,7 @@ func New() *Metrics {
 		m.backfillsCreated, m.backfillsFinalized, m.runsClaimed, m.leasesExpired, m.txRetries,
 		m.sweepDuration, m.sweepErrors, m.httpRequests, m.httpDuration,
 		m.webhookAttempts, m.webhookLag,
+		m.eventsRead, m.eventLag, m.eventStreams, m.streamsRejected,
 	)
 	return m
 }
@@ -145,3 +167,15 @@ func (m *Metrics) WebhookAttempted(outcome string) { m.webhookAttempts.WithLabel
 
 // WebhookDelivered implements webhooks.Observer.
 func (m *Metrics) WebhookDelivered(lag time.Duration) { m.webhookLag.Observe(lag.Seconds()) }
+// EventRead implements events.Observer: the listener read one event from the outbox, lag
+// after its transaction.
+func (m *Metrics) EventRead(eventType string, lag time.Duration) {
+	m.eventsRead.WithLabelValues(eventType).Inc()
+	m.eventLag.Observe(max(lag, 0).Seconds())
+}
+
+// StreamsOpen implements events.Observer.
+func (m *Metrics) StreamsOpen(n int) { m.eventStreams.Set(float64(n)) }
+
+// StreamRejected implements events.Observer.
+func (m *Metrics) StreamRejected() { m.streamsRejected.Inc() }

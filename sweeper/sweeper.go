@@ -16,6 +16,7 @@ type Store interface {
 	SweepExpireLeases(ctx context.Context, batch int) (int, error)
 	SweepFinalize(ctx context.Context, batch int) (int, error)
 	SweepPruneIdempotencyKeys(ctx context.Context, maxAge time.Duration, batch int) (int, error)
+	SweepPruneEvents(ctx context.Context, maxAge time.Duration, batch int) (int, error)
 }
 
 // Config tunes a Sweeper. Zero values take defaults.
@@ -32,7 +33,9 @@ type Config struct {
 	// IdempotencyKeyTTL is how long idempotency keys are kept (default 24h, the contract's
 	// minimum).
 	IdempotencyKeyTTL time.Duration
-	Logger            *slog.Logger
+	// EventTTL is how long lifecycle events are kept (default 7 days, the contract's minimum).
+	EventTTL time.Duration
+	Logger   *slog.Logger
 	// OnPass, when set, is told the duration and outcome of every pass (for metrics).
 	OnPass func(d time.Duration, err error)
 }
@@ -65,6 +68,9 @@ func New(store Store, cfg Config) *Sweeper {
 	}
 	if cfg.IdempotencyKeyTTL <= 0 {
 		cfg.IdempotencyKeyTTL = 24 * time.Hour
+	}
+	if cfg.EventTTL <= 0 {
+		cfg.EventTTL = 7 * 24 * time.Hour
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -119,8 +125,8 @@ func (s *Sweeper) loop(ctx context.Context, done chan struct{}) {
 }
 
 // RunOnce runs one pass: expire leases, then finalize backfills (so that a run failed by its
-// last expiry lets its backfill finish in the same pass), then prune idempotency keys. Each
-// step runs in bounded batches of short transactions.
+// last expiry lets its backfill finish in the same pass), then prune idempotency keys and
+// events past their retention. Each step runs in bounded batches of short transactions.
 func (s *Sweeper) RunOnce(ctx context.Context) error {
 	expired, err := s.batches(ctx, s.store.SweepExpireLeases)
 	if err != nil {
@@ -136,8 +142,15 @@ func (s *Sweeper) RunOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("prune idempotency keys: %w", err)
 	}
-	if expired+finalized+pruned > 0 {
-		s.log.Info("sweep pass", "leases_expired", expired, "backfills_finalized", finalized, "keys_pruned", pruned)
+	eventsPruned, err := s.batches(ctx, func(ctx context.Context, batch int) (int, error) {
+		return s.store.SweepPruneEvents(ctx, s.cfg.EventTTL, batch)
+	})
+	if err != nil {
+		return fmt.Errorf("prune events: %w", err)
+	}
+	if expired+finalized+pruned+eventsPruned > 0 {
+		s.log.Info("sweep pass", "leases_expired", expired, "backfills_finalized", finalized, "keys_pruned", pruned,
+			"events_pruned", eventsPruned)
 	}
 	return nil
 }

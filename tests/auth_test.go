@@ -56,6 +56,8 @@ func authRoutes(e *env) []authRoute {
 		{http.MethodDelete, "/api/v1/webhooks/1", nil, http.StatusNoContent},
 		{http.MethodPost, "/api/v1/backfills/1/retry", nil, http.StatusCreated},
 		{http.MethodDelete, "/api/v1/dags/auth_dag", nil, http.StatusConflict},
+		{http.MethodGet, "/api/v1/events", nil, http.StatusOK},
+		{http.MethodGet, "/api/v1/backfills/1/events", nil, http.StatusOK},
 	}
 }
 

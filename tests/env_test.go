@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/events"
 	"github.com/backfillsvc/backfill/handlers"
 	"github.com/backfillsvc/backfill/internal/pgtest"
 	"github.com/backfillsvc/backfill/metrics"
@@ -35,7 +36,8 @@ func init() {
 	// no decoder for text/html or text/javascript, and decodes application/yaml into an object
 	// that then fails `type: string`; read all three as the strings they are, so that e.Do's
 	// check of every answer against the spec applies to them too.
-	for _, ct := range []string{"text/html", "text/javascript", "text/css", "application/yaml"} {
+	// text/event-stream: a backfill's event stream, read whole once it has ended.
+	for _, ct := range []string{"text/html", "text/javascript", "text/css", "application/yaml", "text/event-stream"} {
 		openapi3filter.RegisterBodyDecoder(ct, openapi3filter.FileBodyDecoder)
 	}
 }
@@ -90,6 +92,7 @@ type env struct {
 	Store *repo.Store
 	Clock *clock
 	Sweep *sweeper.Sweeper
+	Hub   *events.Hub
 	URL   string
 	HTTP  *http.Client
 	// Token is sent as a bearer token when set.
@@ -100,6 +103,15 @@ type envOptions struct {
 	maxBackfillRuns int
 	maxAttempts     int
 	tokens          []string
+	// Event streams: the hub's stream limit, the keep-alive period, and polling without
+	// LISTEN at this interval (0: LISTEN with the default poll).
+	maxStreams   int
+	keepAlive    time.Duration
+	pollOnlyEach time.Duration
+	// pollEach is the hub's fallback poll with LISTEN on (0: the default).
+	pollEach time.Duration
+	// writeTimeout is the HTTP server's WriteTimeout, as cmd/api sets one (0: none).
+	writeTimeout time.Duration
 }
 
 type envOption func(*envOptions)
@@ -107,6 +119,19 @@ type envOption func(*envOptions)
 func withMaxBackfillRuns(n int) envOption { return func(o *envOptions) { o.maxBackfillRuns = n } }
 func withMaxAttempts(n int) envOption     { return func(o *envOptions) { o.maxAttempts = n } }
 func withTokens(t ...string) envOption    { return func(o *envOptions) { o.tokens = t } }
+func withMaxStreams(n int) envOption      { return func(o *envOptions) { o.maxStreams = n } }
+func withKeepAlive(d time.Duration) envOption {
+	return func(o *envOptions) { o.keepAlive = d }
+}
+func withWriteTimeout(d time.Duration) envOption {
+	return func(o *envOptions) { o.writeTimeout = d }
+}
+func withListenPoll(every time.Duration) envOption {
+	return func(o *envOptions) { o.pollEach = every }
+}
+func withPollOnly(every time.Duration) envOption {
+	return func(o *envOptions) { o.pollOnlyEach = every }
+}
 
 // newEnv starts a service on a fresh database. The clock starts at the real now, truncated
 // to the second; the sweeper is built but not started: tests call e.SweepOnce().
@@ -131,17 +156,30 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	if os.Getenv("TEST_LOG") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
+	hubCfg := events.Config{DSN: dsn, PollInterval: o.pollEach, MaxStreams: o.maxStreams, Observer: m, Logger: logger}
+	if o.pollOnlyEach > 0 {
+		hubCfg.DSN, hubCfg.PollInterval = "", o.pollOnlyEach
+	}
+	hub := events.New(store, hubCfg)
+	require.NoError(t, hub.Start(context.Background()))
+	t.Cleanup(hub.Stop)
 	h, err := handlers.New(handlers.Options{
-		Store:      store,
-		Logger:     logger,
-		Ready:      func(ctx context.Context) error { return store.Ping(ctx) },
-		Metrics:    m.Handler(),
-		APITokens:  o.tokens,
-		Instrument: m.Instrument,
+		EventStreams:    hub,
+		StreamKeepAlive: o.keepAlive,
+		Store:           store,
+		Logger:          logger,
+		Ready:           func(ctx context.Context) error { return store.Ping(ctx) },
+		Metrics:         m.Handler(),
+		APITokens:       o.tokens,
+		Instrument:      m.Instrument,
 	})
 	require.NoError(t, err)
-	srv := httptest.NewServer(h)
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.WriteTimeout = o.writeTimeout
+	srv.Start()
 	t.Cleanup(srv.Close)
+	// Cleanups run last-in first-out: streams end before srv.Close waits for every request.
+	t.Cleanup(hub.EndStreams)
 	return &env{
 		t:     t,
 		DB:    db,
@@ -149,6 +187,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		Store: store,
 		Clock: clk,
 		Sweep: sweeper.New(store, sweeper.Config{Batch: 100}),
+		Hub:   hub,
 		URL:   srv.URL,
 		HTTP:  srv.Client(),
 	}

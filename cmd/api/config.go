@@ -39,6 +39,11 @@ type config struct {
 	// WebhookAllowLocal lets webhook targets resolve to loopback, link-local and unspecified
 	// addresses (WEBHOOK_ALLOW_LOCAL=true), for development and tests.
 	WebhookAllowLocal bool
+	// EventStreamsMax bounds the Server-Sent Events streams of this replica (503 beyond).
+	EventStreamsMax int
+	// EventPollInterval is how often the event listener reads the outbox when no NOTIFY
+	// woke it: the most a lost notification can delay an event.
+	EventPollInterval time.Duration
 }
 
 // defaultHTTPAddr is where the server listens when HTTP_ADDR is unset; the healthcheck
@@ -61,6 +66,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 
 		DBReconnectWait:   5 * time.Second,
 		DBConnMaxLifetime: time.Minute,
+		EventStreamsMax:   2000,
+		EventPollInterval: 2 * time.Second,
 	}
 	var errs []error
 	if cfg.DatabaseURL == "" {
@@ -89,6 +96,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 	default:
 		errs = append(errs, fmt.Errorf("WEBHOOK_ALLOW_LOCAL=%q: want true or false", v))
 	}
+	intVar(getenv, "EVENT_STREAMS_MAX", &cfg.EventStreamsMax, 1, 1_000_000, &errs)
+	durationVar(getenv, "EVENT_POLL_INTERVAL", &cfg.EventPollInterval, &errs)
 	for _, t := range strings.Split(getenv("API_TOKEN"), ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			cfg.APITokens = append(cfg.APITokens, t)

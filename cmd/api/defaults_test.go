@@ -52,6 +52,8 @@ func TestDocsStateTheDefaultsConfigApplies(t *testing.T) {
 		"DB_RECONNECT_WAIT":    cfg.DBReconnectWait,
 		"DB_CONN_MAX_LIFETIME": cfg.DBConnMaxLifetime,
 		"WEBHOOK_ALLOW_LOCAL":  fmt.Sprint(cfg.WebhookAllowLocal),
+		"EVENT_STREAMS_MAX":    fmt.Sprint(cfg.EventStreamsMax),
+		"EVENT_POLL_INTERVAL":  cfg.EventPollInterval,
 	}
 	for name := range asked {
 		require.Contains(t, applied, name, "loadConfig reads %s: add it to this test and the docs", name)

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/backfillsvc/backfill/events"
 	"github.com/backfillsvc/backfill/handlers"
 	"github.com/backfillsvc/backfill/metrics"
 	"github.com/backfillsvc/backfill/migrations"
@@ -73,10 +74,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if len(args) > 0 {
 		return fmt.Errorf("unknown command %q (want no argument, migrate up|down|status, or healthcheck)", args[0])
 	}
-	return serve(ctx, cfg, db, logger)
+	return serve(ctx, cfg, db, dsn, logger)
 }
 
-func serve(ctx context.Context, cfg config, db *sqlx.DB, logger *slog.Logger) error {
+func serve(ctx context.Context, cfg config, db *sqlx.DB, dsn dsn, logger *slog.Logger) error {
 	logger.Info("starting", "http_addr", cfg.HTTPAddr, "database_url", redactedDSN(cfg.DatabaseURL),
 		"sweep_interval", cfg.SweepInterval.String(), "max_backfill_runs", cfg.MaxBackfillRuns,
 		"max_attempts", cfg.MaxAttempts, "db_max_conns", cfg.DBMaxConns, "auth", len(cfg.APITokens) > 0,
@@ -98,13 +99,26 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, logger *slog.Logger) er
 	if err != nil {
 		return err
 	}
+	// The replica's one outbox listener: its own LISTEN connection, outside the pool.
+	hub := events.New(store, events.Config{
+		DSN:          dsn.String(),
+		PollInterval: cfg.EventPollInterval,
+		MaxStreams:   cfg.EventStreamsMax,
+		Logger:       logger.With("component", "events"),
+		Observer:     m,
+	})
+	if err := hub.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("start event listener: %w", err)
+	}
+	defer hub.Stop()
 	handler, err := handlers.New(handlers.Options{
-		Store:      store,
-		Logger:     logger.With("component", "http"),
-		Ready:      ready,
-		Metrics:    m.Handler(),
-		APITokens:  cfg.APITokens,
-		Instrument: m.Instrument,
+		EventStreams: hub,
+		Store:        store,
+		Logger:       logger.With("component", "http"),
+		Ready:        ready,
+		Metrics:      m.Handler(),
+		APITokens:    cfg.APITokens,
+		Instrument:   m.Instrument,
 	})
 	if err != nil {
 		return err
@@ -121,6 +135,9 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, logger *slog.Logger) er
 		// In-flight requests keep their context through SIGTERM so that drain lets them finish.
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
+	// Streams never end by themselves; Shutdown would wait for them until its timeout. End
+	// them as draining begins: clients reconnect elsewhere with Last-Event-ID and lose nothing.
+	srv.RegisterOnShutdown(hub.EndStreams)
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
@@ -160,10 +177,11 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, logger *slog.Logger) er
 	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", err)
 	}
-	logger.Info("stopping sweeper")
+	logger.Info("stopping sweeper and event listener")
 	sweep.Stop()
 	logger.Info("stopping webhook delivery")
 	deliver.Stop()
+	hub.Stop()
 	logger.Info("stopped")
 	return nil
 }

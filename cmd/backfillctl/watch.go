@@ -17,7 +17,7 @@ type waitFlags struct {
 }
 
 func (w *waitFlags) register(fs *flag.FlagSet) {
-	fs.DurationVar(&w.interval, "interval", time.Second, "time between polls of the backfill")
+	fs.DurationVar(&w.interval, "interval", time.Second, "time between polls of the backfill, against a server without event streams")
 	fs.DurationVar(&w.timeout, "timeout", 0, "stop watching after this long, exit code 3 (0: never)")
 }
 
@@ -42,9 +42,10 @@ func watch(ctx context.Context, c *cli, args []string) error {
 
 var errWatchTimeout = errors.New("watch timeout")
 
-// watchBackfill shows a backfill's progress until it is terminal. It answers nil when the
-// backfill succeeded and a *stateExit when it failed or was canceled. With --output json
-// the progress goes to stderr and the final backfill to stdout.
+// watchBackfill shows a backfill's progress until it is terminal. It follows the server's
+// event stream, and polls every --interval against a server that has none. It answers nil
+// when the backfill succeeded and a *stateExit when it failed or was canceled. With
+// --output json the progress goes to stderr and the final backfill to stdout.
 func (c *cli) watchBackfill(ctx context.Context, api *client.Client, id int64, wf waitFlags) error {
 	if wf.interval <= 0 {
 		return usageErrorf("--interval must be positive")
@@ -62,7 +63,10 @@ func (c *cli) watchBackfill(ctx context.Context, api *client.Client, id int64, w
 		wctx, cancel = context.WithTimeoutCause(ctx, wf.timeout, errWatchTimeout)
 		defer cancel()
 	}
-	b, err := api.WaitBackfill(wctx, id, wf.interval, p.update)
+	b, err := followBackfill(wctx, api, id, p.update)
+	if errors.Is(err, client.ErrStreamUnsupported) {
+		b, err = api.WaitBackfill(wctx, id, wf.interval, p.update)
+	}
 	if err != nil {
 		p.end()
 		switch {
@@ -86,4 +90,29 @@ func (c *cli) watchBackfill(ctx context.Context, api *client.Client, id int64, w
 		return &stateExit{state: b.State}
 	}
 	return nil
+}
+
+// followBackfill shows the backfill from its event stream until the terminal event: each
+// event's snapshot, and progress messages applied to the last snapshot. It answers the
+// terminal snapshot, or the last one seen with the error that ended the stream.
+func followBackfill(ctx context.Context, api *client.Client, id int64, update func(client.Backfill)) (client.Backfill, error) {
+	var last client.Backfill
+	for msg, err := range api.FollowBackfill(ctx, id, 0) {
+		if err != nil {
+			return last, err
+		}
+		switch {
+		case msg.Event != nil:
+			last = msg.Event.Data.Backfill
+			update(last)
+		case msg.Progress != nil && last.Id != 0:
+			last.State = msg.Progress.State
+			last.Progress = msg.Progress.Progress
+			update(last)
+		}
+	}
+	if !last.State.Terminal() {
+		return last, fmt.Errorf("the event stream of backfill %d ended before the backfill did", id)
+	}
+	return last, nil
 }

@@ -16,6 +16,8 @@ type results struct {
 	claims *claimResult
 	sweep  *sweepResult
 	bulk   *bulkResult
+	// streams is P8 (issue 12).
+	streams *streamsResult
 }
 
 // Targets of issue 5.
@@ -69,6 +71,9 @@ func printReport(w io.Writer, cfg config, hw *hardware, r *results) {
 	}
 	if r.bulk != nil {
 		rows = append(rows, bulkRows(*r.bulk)...)
+	}
+	if r.streams != nil {
+		rows = append(rows, streamsRows(*r.streams)...)
 	}
 	writeTable(w, []string{"scenario", "service", "floor / baseline", "ratio", "target", "result"}, rows)
 

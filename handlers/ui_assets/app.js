@@ -221,30 +221,46 @@ async function backfillPage(id) {
       ...row("Created", fmtDate(b.created_at)),
       ...row("Completed", fmtDate(b.completed_at)));
     bar.replaceChildren(progressBar(b.progress), h("div", { class: "progress-text", id: "progress-text" }, progressText(b, state.eta)));
+    // The controls are made once and only updated here: replacing them on every progress
+    // message would take the keyboard focus away from whoever is using them.
     const active = !TERMINAL.has(b.state);
-    const act = (label, fn, cls, enabled) => h("button", { type: "button", class: cls, disabled: !enabled, onclick: () => run(fn) }, label);
-    actions.replaceChildren(
-      act("Pause", () => api("PUT", `/backfills/${id}/pause`), "secondary", b.state === "running"),
-      act("Unpause", () => api("PUT", `/backfills/${id}/unpause`), "secondary", b.state === "paused"),
-      act("Cancel", () => api("PUT", `/backfills/${id}/cancel`), "danger", b.state === "running" || b.state === "paused"),
-      act("Retry failed slots", async () => {
-        const { data } = await api("POST", `/backfills/${id}/retry`, { body: {} });
-        location.hash = `#/backfills/${data.id}`;
-      }, "", TERMINAL.has(b.state) && (b.progress.failed + b.progress.canceled) > 0));
-    const mar = h("input", { type: "number", min: 1, max: 1000, value: b.max_active_runs, id: "patch-max-active-runs" });
-    const mfr = h("input", { type: "number", min: 1, value: b.max_failed_runs ?? "", placeholder: "no limit", id: "patch-max-failed-runs" });
-    limits.replaceChildren(
-      h("label", { for: "patch-max-active-runs" }, "Max active runs", mar),
-      h("label", { for: "patch-max-failed-runs" }, "Max failed runs", mfr),
-      h("button", { type: "submit", class: "secondary", disabled: !active }, "Change limits"));
-    limits.onsubmit = (ev) => {
-      ev.preventDefault();
-      run(() => api("PATCH", `/backfills/${id}`, {
-        body: { max_active_runs: Number(mar.value), max_failed_runs: mfr.value === "" ? null : Number(mfr.value) },
-        headers: { "Content-Type": "application/merge-patch+json" },
-      }));
-    };
+    controls.pause.disabled = b.state !== "running";
+    controls.unpause.disabled = b.state !== "paused";
+    controls.cancel.disabled = !(b.state === "running" || b.state === "paused");
+    controls.retry.disabled = !(TERMINAL.has(b.state) && (b.progress.failed + b.progress.canceled) > 0);
+    controls.change.disabled = !active;
+    if (document.activeElement !== controls.mar) controls.mar.value = b.max_active_runs;
+    if (document.activeElement !== controls.mfr) controls.mfr.value = b.max_failed_runs ?? "";
   };
+
+  const act = (label, fn, cls) => h("button", { type: "button", class: cls, onclick: () => run(fn) }, label);
+  const controls = {
+    pause: act("Pause", () => api("PUT", `/backfills/${id}/pause`), "secondary"),
+    unpause: act("Unpause", () => api("PUT", `/backfills/${id}/unpause`), "secondary"),
+    cancel: act("Cancel", () => api("PUT", `/backfills/${id}/cancel`), "danger"),
+    retry: act("Retry failed slots", async () => {
+      const { data } = await api("POST", `/backfills/${id}/retry`, { body: {} });
+      location.hash = `#/backfills/${data.id}`;
+    }, ""),
+    mar: h("input", { type: "number", min: 1, max: 1000, id: "patch-max-active-runs" }),
+    mfr: h("input", { type: "number", min: 1, placeholder: "no limit", id: "patch-max-failed-runs" }),
+    change: h("button", { type: "submit", class: "secondary" }, "Change limits"),
+  };
+  actions.append(controls.pause, controls.unpause, controls.cancel, controls.retry);
+  limits.append(
+    h("label", { for: "patch-max-active-runs" }, "Max active runs", controls.mar),
+    h("label", { for: "patch-max-failed-runs" }, "Max failed runs", controls.mfr),
+    controls.change);
+  limits.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    run(() => api("PATCH", `/backfills/${id}`, {
+      body: {
+        max_active_runs: Number(controls.mar.value),
+        max_failed_runs: controls.mfr.value === "" ? null : Number(controls.mfr.value),
+      },
+      headers: { "Content-Type": "application/merge-patch+json" },
+    }));
+  });
 
   const refresh = async () => {
     const { data } = await api("GET", `/backfills/${id}`);

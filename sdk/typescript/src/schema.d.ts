@@ -440,6 +440,83 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List lifecycle events
+         * @description The outbox of backfill lifecycle events, in id order: every change of a backfill's
+         *     state or settings writes one event in the same transaction as the change, so there is
+         *     no change without its event and no event without its change. Types:
+         *     `backfill.created`, `backfill.updated` (max_active_runs, max_failed_runs or
+         *     description changed), `backfill.paused` (`data.reason`: `user` or `failure_budget`),
+         *     `backfill.unpaused`, `backfill.canceling`, `backfill.succeeded`, `backfill.failed`,
+         *     `backfill.canceled`. `data.backfill` is the backfill as `GET /backfills/{id}` answered
+         *     it right after the change.
+         *
+         *     Page with `after`: ask again with `after` = `next_after` (the last id answered, or
+         *     `after` itself on an empty page). A reader that does so never misses an event: ids
+         *     are taken in commit order, so an event never becomes visible after one with a larger
+         *     id has been answered. Events are kept at least 7 days.
+         */
+        get: operations["listEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/backfills/{backfill_id}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The backfill's id. */
+                backfill_id: components["parameters"]["BackfillIdPath"];
+            };
+            cookie?: never;
+        };
+        /**
+         * A backfill's events, stored or live (Server-Sent Events)
+         * @description With `Accept: text/event-stream`, a Server-Sent Events stream that follows the
+         *     backfill:
+         *
+         *     1. its stored events after `Last-Event-ID` (or `after`; all when both are absent),
+         *        then each new one as it is committed, as `id: <event id>`, `event: <type>`,
+         *        `data: <the Event as JSON>`;
+         *     2. between them, `event: progress` messages without an id (not stored, not replayed)
+         *        whenever the counts change, at most 4 a second, and one after the replay. Their
+         *        data is `{"progress": <BackfillProgress>, "state": <BackfillState>,
+         *        "eta_seconds": <number or null>}`: `eta_seconds` estimates the seconds until no
+         *        run is left queued or running from the backfill's average pace since creation;
+         *        it is null before any run has finished and while the backfill is not running,
+         *        0 once no run is left;
+         *     3. a comment line (`: keep-alive`) every 15 s of silence.
+         *
+         *     The stream ends after the terminal event (`backfill.succeeded`, `backfill.failed`,
+         *     `backfill.canceled`), at once when the backfill is already terminal and nothing is
+         *     left to replay, and when the server shuts down (reconnect with `Last-Event-ID`:
+         *     nothing is repeated and nothing missed). Beyond the server's stream limit the answer
+         *     is 503 `busy` with `Retry-After`.
+         *
+         *     With any other `Accept`, a page of the stored events as JSON, like `GET /events`.
+         *     An unknown backfill is 404 `backfill_not_found`.
+         */
+        get: operations["getBackfillEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/runs/claim": {
         parameters: {
             query?: never;
@@ -1096,6 +1173,39 @@ export interface components {
             /** Format: int64 */
             skipped: number;
         };
+        /** @enum {string} */
+        EventType: "backfill.created" | "backfill.updated" | "backfill.paused" | "backfill.unpaused" | "backfill.canceling" | "backfill.succeeded" | "backfill.failed" | "backfill.canceled";
+        /** @description One change of a backfill's state or settings, written in its transaction. */
+        Event: {
+            /** Format: int64 */
+            id: number;
+            type: components["schemas"]["EventType"];
+            /** Format: int64 */
+            backfill_id: number;
+            dag_id: components["schemas"]["DagId"];
+            /**
+             * Format: date-time
+             * @description When the change's transaction ran, on the database's clock.
+             */
+            occurred_at: string;
+            data: components["schemas"]["EventData"];
+        };
+        EventData: {
+            backfill: components["schemas"]["Backfill"];
+            /**
+             * @description `backfill.paused` only: who paused it.
+             * @enum {string}
+             */
+            reason?: "user" | "failure_budget";
+        };
+        EventCollection: {
+            events: components["schemas"]["Event"][];
+            /**
+             * Format: int64
+             * @description The `after` of the next page.
+             */
+            next_after: number;
+        };
         BackfillCollection: {
             backfills: components["schemas"]["Backfill"][];
             /** Format: int64 */
@@ -1453,6 +1563,10 @@ export interface components {
         Limit: number;
         /** @description Entries to skip before the page starts. */
         Offset: number;
+        /** @description Answer only events with a larger id (the last id the reader saw). */
+        EventsAfter: number;
+        /** @description Only events of this type. */
+        EventTypeQuery: components["schemas"]["EventType"];
         /**
          * @description 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
          *     operation's description.
@@ -2110,6 +2224,84 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listEvents: {
+        parameters: {
+            query?: {
+                /** @description Answer only events with a larger id (the last id the reader saw). */
+                after?: components["parameters"]["EventsAfter"];
+                /** @description Page size. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Only this backfill's events. */
+                backfill_id?: number;
+                /** @description Only events of this type. */
+                type?: components["parameters"]["EventTypeQuery"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of events. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EventCollection"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getBackfillEvents: {
+        parameters: {
+            query?: {
+                /** @description Answer only events with a larger id (the last id the reader saw). */
+                after?: components["parameters"]["EventsAfter"];
+                /** @description Page size. */
+                limit?: components["parameters"]["Limit"];
+            };
+            header?: {
+                /** @description The last event id the client saw; takes precedence over `after`. */
+                "Last-Event-ID"?: number;
+            };
+            path: {
+                /** @description The backfill's id. */
+                backfill_id: components["parameters"]["BackfillIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The stored events as JSON, or the event stream. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EventCollection"];
+                    /**
+                     * @example id: 41
+                     *     event: backfill.created
+                     *     data: {"id":41,"type":"backfill.created","backfill_id":7,...}
+                     *
+                     *     event: progress
+                     *     data: {"progress":{"total":31,"queued":20,...},"state":"running","eta_seconds":84.5}
+                     */
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -1,0 +1,328 @@
+// Package events is each replica's one listener on the outbox (the events table): it wakes on
+// PostgreSQL NOTIFY, polls as a fallback so that a lost notification delays an event but
+// never loses it, and fans new events and progress changes out to the replica's Server-Sent
+// Events streams. Streams never read the outbox on their own except to replay, so 1,000
+// streams cost one LISTEN connection, one outbox read per wake-up and one progress query per
+// tick, however many backfills they follow.
+package events
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/backfillsvc/backfill/repo"
+	"github.com/lib/pq"
+)
+
+// Channel is the NOTIFY channel the outbox writer signals (migrations/00007_events_writer.sql).
+const Channel = "backfill_events"
+
+// ErrTooManyStreams is Subscribe's answer beyond Config.MaxStreams.
+var ErrTooManyStreams = errors.New("events: too many streams")
+
+// ErrStopped is Subscribe's answer once the hub is stopping.
+var ErrStopped = errors.New("events: hub stopped")
+
+// Store is what the hub reads.
+type Store interface {
+	EventList(ctx context.Context, p repo.EventListParams) ([]repo.Event, error)
+	EventLastID(ctx context.Context) (int64, error)
+	BackfillProgressMany(ctx context.Context, ids []int64) ([]repo.Backfill, time.Time, error)
+}
+
+// Observer is told what an operator watches; the metrics package implements it.
+type Observer interface {
+	EventRead(eventType string, lag time.Duration)
+	StreamsOpen(n int)
+	StreamRejected()
+}
+
+type nopObserver struct{}
+
+func (nopObserver) EventRead(string, time.Duration) {}
+func (nopObserver) StreamsOpen(int)                 {}
+func (nopObserver) StreamRejected()                 {}
+
+// Config tunes a Hub. Zero values take defaults.
+type Config struct {
+	// DSN, when set, is used for a dedicated LISTEN connection; without it the hub polls only.
+	DSN string
+	// PollInterval is the fallback read of the outbox when no notification came (default 2s).
+	PollInterval time.Duration
+	// ProgressInterval is how often followed backfills' counts are read (default 250ms: the
+	// contract's "at most 4 progress messages a second").
+	ProgressInterval time.Duration
+	// MaxStreams bounds the open streams of this replica (default 2000).
+	MaxStreams int
+	// Batch is the most events read in one query (default 500).
+	Batch    int
+	Logger   *slog.Logger
+	Observer Observer
+}
+
+// Hub is a start/stop background service.
+type Hub struct {
+	store Store
+	cfg   Config
+	log   *slog.Logger
+	obs   Observer
+
+	mu       sync.Mutex
+	subs     map[int64]map[*Subscription]struct{}
+	count    int
+	stopping bool
+	stopped  chan struct{} // closed when streams must end (Stop)
+	started  bool
+	cancel   context.CancelFunc
+	done     chan struct{}
+
+	// Owned by the loop goroutine.
+	cursor   int64
+	progress map[int64]Progress
+}
+
+// New returns a stopped Hub.
+func New(store Store, cfg Config) *Hub {
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 2 * time.Second
+	}
+	if cfg.ProgressInterval <= 0 {
+		cfg.ProgressInterval = 250 * time.Millisecond
+	}
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = 2000
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 500
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	obs := cfg.Observer
+	if obs == nil {
+		obs = nopObserver{}
+	}
+	return &Hub{
+		store: store, cfg: cfg, log: cfg.Logger, obs: obs,
+		subs:     map[int64]map[*Subscription]struct{}{},
+		stopped:  make(chan struct{}),
+		progress: map[int64]Progress{},
+	}
+}
+
+// Start begins listening from the outbox's current end (streams replay older events
+// themselves). It returns an error only when the outbox cannot be read at all; a LISTEN
+// connection that fails is retried in the background while polling carries on.
+func (h *Hub) Start(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.started {
+		return nil
+	}
+	cursor, err := h.store.EventLastID(ctx)
+	if err != nil {
+		return err
+	}
+	h.cursor = cursor
+	h.started = true
+	ctx, h.cancel = context.WithCancel(ctx)
+	h.done = make(chan struct{})
+	go h.loop(ctx, h.done)
+	return nil
+}
+
+// EndStreams makes every open stream end and refuses new ones; the server calls it when
+// shutdown begins, so that draining does not wait for streams that would never end alone.
+// It is idempotent.
+func (h *Hub) EndStreams() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.stopping {
+		h.stopping = true
+		close(h.stopped)
+	}
+}
+
+// Stop ends every stream and the listener, and waits for the listener. It is idempotent and
+// safe before Start.
+func (h *Hub) Stop() {
+	h.EndStreams()
+	h.mu.Lock()
+	cancel, done := h.cancel, h.done
+	h.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+// Subscribe opens a stream's subscription to one backfill. Subscribe before replaying stored
+// events: whatever the hub reads after this call reaches the subscription, and whatever it
+// read before is already in the outbox for the replay to find (duplicates are dropped by id).
+func (h *Hub) Subscribe(backfillID int64) (*Subscription, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopping {
+		return nil, ErrStopped
+	}
+	if h.count >= h.cfg.MaxStreams {
+		h.obs.StreamRejected()
+		return nil, ErrTooManyStreams
+	}
+	s := &Subscription{hub: h, backfillID: backfillID, wake: make(chan struct{}, 1)}
+	set := h.subs[backfillID]
+	if set == nil {
+		set = map[*Subscription]struct{}{}
+		h.subs[backfillID] = set
+	}
+	set[s] = struct{}{}
+	h.count++
+	h.obs.StreamsOpen(h.count)
+	return s, nil
+}
+
+// Done is closed when streams must end (the server is shutting down).
+func (h *Hub) Done() <-chan struct{} { return h.stopped }
+
+func (h *Hub) unsubscribe(s *Subscription) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	set := h.subs[s.backfillID]
+	if _, ok := set[s]; !ok {
+		return
+	}
+	delete(set, s)
+	if len(set) == 0 {
+		delete(h.subs, s.backfillID)
+	}
+	h.count--
+	h.obs.StreamsOpen(h.count)
+}
+
+func (h *Hub) loop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	var listener *pq.Listener
+	var notify <-chan *pq.Notification
+	defer func() {
+		if listener != nil {
+			_ = listener.Close()
+		}
+	}()
+	poll := time.NewTicker(h.cfg.PollInterval)
+	defer poll.Stop()
+	prog := time.NewTicker(h.cfg.ProgressInterval)
+	defer prog.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-notify:
+			// A nil notification means the connection was re-established: events may have
+			// been committed meanwhile, so read the outbox either way.
+			h.readOutbox(ctx)
+		case <-poll.C:
+			h.readOutbox(ctx)
+		case <-prog.C:
+			// LISTEN from the first stream on: a replica nobody follows holds no extra
+			// connection, and polls alone (its events only feed the metrics).
+			if listener == nil && h.cfg.DSN != "" && h.following() {
+				listener, notify = h.listen()
+				h.readOutbox(ctx) // what was committed before LISTEN took effect
+			}
+			h.readProgress(ctx)
+		}
+	}
+}
+
+// listen opens the replica's LISTEN connection. pq.Listener reconnects and re-listens by
+// itself; until it does, polling carries on.
+func (h *Hub) listen() (*pq.Listener, <-chan *pq.Notification) {
+	l := pq.NewListener(h.cfg.DSN, 100*time.Millisecond, 10*time.Second, func(ev pq.ListenerEventType, err error) {
+		if err != nil {
+			h.log.Warn("event listener connection", "event", int(ev), "err", err)
+		}
+	})
+	if err := l.Listen(Channel); err != nil {
+		h.log.Warn("event listener: LISTEN failed, polling only until it reconnects", "err", err)
+	}
+	return l, l.NotificationChannel()
+}
+
+func (h *Hub) following() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.count > 0
+}
+
+// readOutbox reads every event after the cursor and hands each to its backfill's streams.
+func (h *Hub) readOutbox(ctx context.Context) {
+	for ctx.Err() == nil {
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		evs, err := h.store.EventList(qctx, repo.EventListParams{After: h.cursor, Limit: h.cfg.Batch})
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				h.log.Error("read events", "err", err)
+			}
+			return
+		}
+		h.mu.Lock()
+		for _, ev := range evs {
+			for s := range h.subs[ev.BackfillID] {
+				s.push(ev)
+			}
+		}
+		h.mu.Unlock()
+		for _, ev := range evs {
+			h.obs.EventRead(ev.Type, time.Since(ev.OccurredAt))
+			h.cursor = ev.ID
+		}
+		if len(evs) < h.cfg.Batch {
+			return
+		}
+	}
+}
+
+// readProgress reads the counts of every followed backfill in one query and hands the ones
+// that changed to their streams.
+func (h *Hub) readProgress(ctx context.Context) {
+	h.mu.Lock()
+	ids := make([]int64, 0, len(h.subs))
+	for id := range h.subs {
+		ids = append(ids, id)
+	}
+	for id := range h.progress {
+		if _, followed := h.subs[id]; !followed {
+			delete(h.progress, id)
+		}
+	}
+	h.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	rows, now, err := h.store.BackfillProgressMany(qctx, ids)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			h.log.Error("read progress", "err", err)
+		}
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, b := range rows {
+		p := ProgressOf(b, now)
+		if old, ok := h.progress[b.ID]; ok && old.SameCounts(p) {
+			continue
+		}
+		h.progress[b.ID] = p
+		for s := range h.subs[b.ID] {
+			s.setProgress(p)
+		}
+	}
+}

@@ -1,0 +1,90 @@
+package handlers
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/repo"
+)
+
+// eventOut is an event as the API answers it. Its data is served as stored: the writer
+// (migrations/00007_events_writer.sql) stores it in API form, so webhooks, lists and streams
+// all send the same bytes.
+type eventOut struct {
+	ID         int64           `json:"id"`
+	Type       string          `json:"type"`
+	BackfillID int64           `json:"backfill_id"`
+	DagID      string          `json:"dag_id"`
+	OccurredAt time.Time       `json:"occurred_at"`
+	Data       json.RawMessage `json:"data"`
+}
+
+type eventCollectionOut struct {
+	Events    []eventOut `json:"events"`
+	NextAfter int64      `json:"next_after"`
+}
+
+func toEventOut(e repo.Event) eventOut {
+	return eventOut{
+		ID: e.ID, Type: e.Type, BackfillID: e.BackfillID, DagID: e.DagID,
+		OccurredAt: utc(e.OccurredAt), Data: json.RawMessage(e.Data),
+	}
+}
+
+func eventsOut(evs []repo.Event, after int64) eventCollectionOut {
+	out := eventCollectionOut{Events: make([]eventOut, len(evs)), NextAfter: after}
+	for i, e := range evs {
+		out.Events[i] = toEventOut(e)
+		out.NextAfter = e.ID
+	}
+	return out
+}
+
+func eventsAfter(after *api.EventsAfter) int64 {
+	if after == nil {
+		return 0
+	}
+	return *after
+}
+
+// ListEvents pages the outbox by id.
+func (s *Server) ListEvents(w http.ResponseWriter, r *http.Request, params api.ListEventsParams) {
+	limit, _ := s.page(params.Limit, nil)
+	p := repo.EventListParams{After: eventsAfter(params.After), Limit: limit, BackfillID: params.BackfillId}
+	if params.Type != nil {
+		t := string(*params.Type)
+		p.Type = &t
+	}
+	evs, err := s.store.EventList(r.Context(), p)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, eventsOut(evs, p.After))
+}
+
+// GetBackfillEvents answers a backfill's events: a live stream for Accept:
+// text/event-stream (events_stream.go), a page of the stored ones otherwise.
+func (s *Server) GetBackfillEvents(w http.ResponseWriter, r *http.Request, id int64, params api.GetBackfillEventsParams) {
+	after := eventsAfter(params.After)
+	if params.LastEventID != nil {
+		after = *params.LastEventID
+	}
+	if IsEventStream(r) {
+		s.streamEvents(w, r, id, after)
+		return
+	}
+	if _, err := s.store.BackfillGet(r.Context(), id); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	limit, _ := s.page(params.Limit, nil)
+	evs, err := s.store.EventList(r.Context(), repo.EventListParams{After: after, Limit: limit, BackfillID: &id})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, eventsOut(evs, after))
+}

@@ -1,0 +1,220 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/events"
+	"github.com/backfillsvc/backfill/repo"
+)
+
+// EventStreams is the replica's one outbox listener (events.Hub) that streams subscribe to.
+type EventStreams interface {
+	Subscribe(backfillID int64) (*events.Subscription, error)
+	// Done is closed when the server shuts down: every stream ends.
+	Done() <-chan struct{}
+}
+
+// DefaultStreamKeepAlive is the silence after which a stream sends a comment line, so that
+// proxies and clients can tell a quiet stream from a dead one.
+const DefaultStreamKeepAlive = 15 * time.Second
+
+// replayBatch is how many stored events one replay query reads.
+const replayBatch = 500
+
+var streamPath = regexp.MustCompile(`^/api/v1/backfills/[^/]+/events/?$`)
+
+// IsEventStream reports whether r asks for a backfill's Server-Sent Events stream. Streams
+// are long-lived by design and bounded by their own limit (events.Config.MaxStreams), so the
+// admission control of ordinary requests must let them through: it calls this.
+func IsEventStream(r *http.Request) bool {
+	return r.Method == http.MethodGet && streamPath.MatchString(r.URL.Path) &&
+		strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+}
+
+// streamEvents serves one backfill's stream: the stored events after `after`, then live
+// events and progress from the hub, until the terminal event, the client leaves or the
+// server shuts down.
+func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, id, after int64) {
+	if s.streams == nil {
+		writeProblem(w, problem(http.StatusServiceUnavailable, "unavailable", "event streams are not enabled on this server"))
+		return
+	}
+	// Subscribe before reading anything: what the hub reads from now on reaches us, and what
+	// it read before is in the outbox for the replay (events.Hub.Subscribe).
+	sub, err := s.streams.Subscribe(id)
+	switch {
+	case errors.Is(err, events.ErrTooManyStreams):
+		w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
+		writeProblem(w, problem(http.StatusServiceUnavailable, "busy", "this server has as many event streams open as it allows; retry shortly"))
+		return
+	case err != nil:
+		w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
+		writeProblem(w, problem(http.StatusServiceUnavailable, "unavailable", "this server is shutting down; retry on another"))
+		return
+	}
+	defer sub.Close()
+	ctx := r.Context()
+	rows, now, err := s.store.BackfillProgressMany(ctx, []int64{id})
+	if err == nil && len(rows) == 0 {
+		err = repo.ErrBackfillNotFound
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	b := rows[0]
+
+	rc := http.NewResponseController(w)
+	// The server's WriteTimeout bounds ordinary answers; a stream lives as long as it follows.
+	_ = rc.SetWriteDeadline(time.Time{})
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	w.WriteHeader(http.StatusOK)
+
+	sw := &sseWriter{w: w, rc: rc, lastID: after}
+	// A terminal backfill's terminal event was committed with its state, before we read the
+	// state: the replay finds it, unless retention pruned it; either way nothing follows.
+	if ended := s.replay(ctx, sw, id); ended || sw.err != nil || isTerminal(b.State) {
+		sw.flush()
+		return
+	}
+	last := events.ProgressOf(b, now)
+	sw.progress(last)
+	if sw.flush() != nil {
+		return
+	}
+
+	keepAlive := time.NewTicker(s.streamKeepAlive)
+	defer keepAlive.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.streams.Done():
+			return
+		case <-keepAlive.C:
+			sw.comment("keep-alive")
+		case <-sub.Wake():
+			evs, lagged, p := sub.Take()
+			if lagged {
+				// This stream fell behind the hub: read what it missed from the outbox.
+				if s.replay(ctx, sw, id) {
+					sw.flush()
+					return
+				}
+			}
+			for _, ev := range evs {
+				if sw.event(ev) {
+					sw.flush()
+					return
+				}
+			}
+			if p != nil && !p.SameCounts(last) {
+				last = *p
+				sw.progress(last)
+			}
+			keepAlive.Reset(s.streamKeepAlive)
+		}
+		if sw.flush() != nil {
+			return
+		}
+	}
+}
+
+// replay writes the backfill's stored events after the last one sent and reports whether
+// the terminal one was among them.
+func (s *Server) replay(ctx context.Context, sw *sseWriter, id int64) bool {
+	for sw.err == nil {
+		evs, err := s.store.EventList(ctx, repo.EventListParams{After: sw.lastID, Limit: replayBatch, BackfillID: &id})
+		if err != nil {
+			sw.err = err
+			return false
+		}
+		for _, ev := range evs {
+			if sw.event(ev) {
+				return true
+			}
+		}
+		if len(evs) < replayBatch {
+			return false
+		}
+	}
+	return false
+}
+
+func isTerminal(state string) bool {
+	return state == repo.BackfillSucceeded || state == repo.BackfillFailed || state == repo.BackfillCanceled
+}
+
+// sseWriter writes Server-Sent Events messages; after the first failed write it writes
+// nothing more (the client has gone).
+type sseWriter struct {
+	w      io.Writer
+	rc     *http.ResponseController
+	lastID int64
+	err    error
+}
+
+// event writes ev unless it was already sent, and reports whether it ends the stream.
+func (sw *sseWriter) event(ev repo.Event) bool {
+	if ev.ID <= sw.lastID {
+		return false
+	}
+	data, err := json.Marshal(toEventOut(ev))
+	if err != nil {
+		sw.err = err
+		return true
+	}
+	sw.printf("id: %d\nevent: %s\ndata: %s\n\n", ev.ID, ev.Type, data)
+	sw.lastID = ev.ID
+	return repo.EventTerminal(ev.Type)
+}
+
+func (sw *sseWriter) progress(p events.Progress) {
+	c := p.Counts
+	// The progress message's data, as the spec's description of the stream gives it.
+	data, err := json.Marshal(struct {
+		Progress   api.BackfillProgress `json:"progress"`
+		State      api.BackfillState    `json:"state"`
+		EtaSeconds *float64             `json:"eta_seconds"`
+	}{
+		Progress: api.BackfillProgress{
+			Total: c.Total(), Queued: c.Queued, Running: c.Running, Success: c.Success,
+			Failed: c.Failed, Canceled: c.Canceled, Skipped: c.Skipped,
+		},
+		State:      api.BackfillState(p.State),
+		EtaSeconds: p.ETA,
+	})
+	if err != nil {
+		sw.err = err
+		return
+	}
+	sw.printf("event: progress\ndata: %s\n\n", data)
+}
+
+func (sw *sseWriter) comment(text string) { sw.printf(": %s\n\n", text) }
+
+func (sw *sseWriter) printf(format string, args ...any) {
+	if sw.err == nil {
+		_, sw.err = fmt.Fprintf(sw.w, format, args...)
+	}
+}
+
+func (sw *sseWriter) flush() error {
+	if sw.err == nil {
+		sw.err = sw.rc.Flush()
+	}
+	return sw.err
+}

@@ -1,0 +1,115 @@
+package repo
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
+)
+
+// Event types, as the events table's events_type_valid constraint lists them.
+const (
+	EventCreated   = "backfill.created"
+	EventUpdated   = "backfill.updated"
+	EventPaused    = "backfill.paused"
+	EventUnpaused  = "backfill.unpaused"
+	EventCanceling = "backfill.canceling"
+	EventSucceeded = "backfill.succeeded"
+	EventFailed    = "backfill.failed"
+	EventCanceled  = "backfill.canceled"
+)
+
+// EventTerminal reports whether an event type ends its backfill's story.
+func EventTerminal(eventType string) bool {
+	return eventType == EventSucceeded || eventType == EventFailed || eventType == EventCanceled
+}
+
+// Event is one row of the outbox. Events are written only by the triggers of
+// migrations/00007_events_writer.sql, in the transaction of the change they report; Data is
+// stored in its API form ({"backfill": <as GET answers it>, ...}) and served as it is.
+type Event struct {
+	ID         int64     `db:"id"`
+	Type       string    `db:"type"`
+	BackfillID int64     `db:"backfill_id"`
+	DagID      string    `db:"dag_id"`
+	OccurredAt time.Time `db:"occurred_at"`
+	Data       JSON      `db:"data"`
+}
+
+const eventColumns = `id, type, backfill_id, dag_id, occurred_at, data`
+
+// EventListParams selects events after a cursor.
+type EventListParams struct {
+	// After is the last id the reader has seen (0 for the beginning).
+	After      int64
+	Limit      int
+	BackfillID *int64
+	Type       *string
+}
+
+// EventList answers events with id > After in id order. Paging by id never skips an event:
+// ids are taken in commit order (see the migration), so one statement's snapshot holds every
+// committed event below the largest id it sees.
+func (s *Store) EventList(ctx context.Context, p EventListParams) ([]Event, error) {
+	return eventList(ctx, s.db, p)
+}
+
+func eventList(ctx context.Context, q sqlx.QueryerContext, p EventListParams) ([]Event, error) {
+	events := []Event{}
+	err := sqlx.SelectContext(ctx, q, &events, `
+		SELECT `+eventColumns+` FROM events
+		WHERE id > $1 AND ($2::bigint IS NULL OR backfill_id = $2) AND ($3::text IS NULL OR type = $3)
+		ORDER BY id LIMIT $4`,
+		p.After, p.BackfillID, p.Type, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	return events, nil
+}
+
+// EventLastID is the largest event id committed so far (0 when none): where a listener that
+// starts now begins.
+func (s *Store) EventLastID(ctx context.Context) (int64, error) {
+	var id int64
+	if err := sqlx.GetContext(ctx, s.db, &id, `SELECT coalesce(max(id), 0) FROM events`); err != nil {
+		return 0, fmt.Errorf("last event id: %w", err)
+	}
+	return id, nil
+}
+
+// SweepPruneEvents deletes up to batch events older than maxAge (the contract keeps them at
+// least 7 days). Readers are unaffected: pruning only ever removes the oldest ids.
+func (s *Store) SweepPruneEvents(ctx context.Context, maxAge time.Duration, batch int) (int, error) {
+	res, err := s.db.ExecContext(ctx, `
+		DELETE FROM events WHERE id IN (
+			SELECT id FROM events
+			WHERE occurred_at < backfill_now() - make_interval(secs => $1) ORDER BY occurred_at LIMIT $2)`,
+		maxAge.Seconds(), batch)
+	if err != nil {
+		return 0, fmt.Errorf("prune events: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
+// BackfillProgressMany reads the given backfills (those that exist) with the database's now,
+// for the progress of event streams: one query for every backfill a replica's streams follow.
+func (s *Store) BackfillProgressMany(ctx context.Context, ids []int64) ([]Backfill, time.Time, error) {
+	var rows []struct {
+		Backfill
+		Now time.Time `db:"db_now"`
+	}
+	err := sqlx.SelectContext(ctx, s.db, &rows,
+		`SELECT backfill_now() AS db_now, `+backfillColumns+` FROM backfills WHERE id = ANY($1)`, pq.Int64Array(ids))
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("read progress of %d backfills: %w", len(ids), err)
+	}
+	out := make([]Backfill, len(rows))
+	var now time.Time
+	for i, r := range rows {
+		out[i], now = r.Backfill, r.Now
+	}
+	return out, now, nil
+}

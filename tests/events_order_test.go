@@ -1,0 +1,210 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The outbox writer's ordering lock (migrations/00007_events_writer.sql), as pg_locks shows a
+// bigint advisory key: high and low 32 bits.
+const (
+	evOrderKeyHigh = 111559182283891 >> 32
+	evOrderKeyLow  = 111559182283891 & 0xFFFFFFFF
+)
+
+// evWaitForLockWaiters waits until n sessions wait for the advisory lock (classid, objid).
+// It polls the database's own lock table: the condition is the state under test, not a
+// duration.
+func evWaitForLockWaiters(t *testing.T, e *env, classid, objid int64, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var waiting int
+		require.NoError(t, e.DB.Get(&waiting, `
+			SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND classid = $1 AND objid = $2 AND NOT granted
+			  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+			classid, objid))
+		return waiting >= n
+	}, 30*time.Second, 5*time.Millisecond)
+}
+
+// A writer that has taken its event id but not committed holds back every later event:
+// a second writer cannot even take an id until the first commits, so a reader paging by id
+// never serves a larger id before a smaller one becomes visible. Transactions that write no
+// event are not held back.
+func TestEventIdsAreTakenInCommitOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, d := range []string{"oa", "ob", "oc"} {
+		e.PutDag(d, "@daily", "")
+	}
+	a := e.CreateBackfill(backfillBody("oa", day(1, 1), day(1, 3)))
+	b := e.CreateBackfill(backfillBody("ob", day(1, 1), day(1, 3)))
+	e.CreateBackfill(backfillBody("oc", day(1, 1), day(1, 3)))
+	start := evList(e, "").NextAfter
+
+	// A's pause stops inside its commit, after its event took its id: a test trigger on
+	// events waits for an advisory lock that this test holds.
+	ctx := context.Background()
+	hold, err := e.DB.Conn(ctx)
+	require.NoError(t, err)
+	defer hold.Close()
+	_, err = hold.ExecContext(ctx, `SELECT pg_advisory_lock(4242)`)
+	require.NoError(t, err)
+	e.DB.MustExec(fmt.Sprintf(`
+		CREATE FUNCTION test_hold_event() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.backfill_id = %d AND NEW.type = 'backfill.paused' THEN
+				PERFORM pg_advisory_xact_lock_shared(4242);
+			END IF;
+			RETURN NULL;
+		END $$`, a.Id))
+	e.DB.MustExec(`CREATE TRIGGER test_hold_event AFTER INSERT ON events FOR EACH ROW EXECUTE FUNCTION test_hold_event()`)
+
+	aDone := make(chan *response, 1)
+	go func() {
+		res, err := e.do(http.MethodPut, lcBackfillPath(a.Id)+"/pause", nil)
+		if err != nil {
+			res = &response{Status: -1, Body: []byte(err.Error())}
+		}
+		aDone <- res
+	}()
+	evWaitForLockWaiters(t, e, 0, 4242, 1)
+	var taken int64
+	require.NoError(t, e.DB.Get(&taken, `SELECT last_value FROM events_id_seq`))
+	require.Greater(t, taken, start, "A took its id and is still in flight")
+
+	bDone := make(chan *response, 1)
+	go func() {
+		res, err := e.do(http.MethodPut, lcBackfillPath(b.Id)+"/cancel", nil)
+		if err != nil {
+			res = &response{Status: -1, Body: []byte(err.Error())}
+		}
+		bDone <- res
+	}()
+	// B, which changes another backfill, either commits (were ids not taken in commit order)
+	// or waits for A; either way the reader must not be served B's later ids now.
+	var bRes *response
+	require.Eventually(t, func() bool {
+		select {
+		case bRes = <-bDone:
+			return true
+		default:
+		}
+		var waiting int
+		require.NoError(t, e.DB.Get(&waiting, `
+			SELECT count(*) FROM pg_locks
+			WHERE NOT granted AND NOT (locktype = 'advisory' AND classid = 0 AND objid = 4242)
+			  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`))
+		return waiting > 0
+	}, 30*time.Second, 5*time.Millisecond)
+	require.Empty(t, evTypes(evList(e, fmt.Sprintf("after=%d", start)).Events), "nothing is served past an in-flight id")
+	require.Nil(t, bRes, "B waits for A's commit")
+	evWaitForLockWaiters(t, e, evOrderKeyHigh, evOrderKeyLow, 1)
+	var last int64
+	require.NoError(t, e.DB.Get(&last, `SELECT last_value FROM events_id_seq`))
+	require.Equal(t, taken, last, "B takes no id while A, which took one, has not committed")
+
+	// A transaction that writes no event does not wait for the ordering lock.
+	require.Len(t, lcClaimBody(e, map[string]any{"worker_id": "w", "dag_id": "oc", "limit": 1}), 1)
+
+	_, err = hold.ExecContext(ctx, `SELECT pg_advisory_unlock(4242)`)
+	require.NoError(t, err)
+	for _, res := range []*response{<-aDone, <-bDone} {
+		require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	}
+	evs := evList(e, fmt.Sprintf("after=%d", start)).Events
+	require.Equal(t, []string{"backfill.paused", "backfill.canceling", "backfill.canceled"}, evTypes(evs))
+	require.Equal(t, taken, evs[0].ID, "A's event keeps the id it took first")
+	require.Equal(t, a.Id, evs[0].BackfillID)
+	require.Equal(t, b.Id, evs[1].BackfillID)
+}
+
+// 16 writers create, pause, unpause and cancel concurrently while a reader pages GET /events
+// with after = the last id it saw: it sees every committed event exactly once, in id order,
+// none skipped, as the events table says at the end.
+func TestEventReaderPagingAfterSeesEveryEventOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const writers, rounds = 16, 4
+	for w := range writers {
+		e.PutDag(fmt.Sprintf("w%02d", w), "@daily", "")
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			dag := fmt.Sprintf("w%02d", w)
+			for r := range rounds {
+				res, err := e.do(http.MethodPost, "/api/v1/backfills", backfillBody(dag, day(1, 1+r*3), day(1, 3+r*3)))
+				if err != nil || res.Status != http.StatusCreated {
+					errs <- fmt.Errorf("%s create: %v %v", dag, err, res)
+					return
+				}
+				var b struct {
+					ID int64 `json:"id"`
+				}
+				if err := jsonUnmarshal(res.Body, &b); err != nil {
+					errs <- err
+					return
+				}
+				for _, action := range []string{"pause", "unpause", "pause", "cancel"} {
+					res, err := e.do(http.MethodPut, lcBackfillPath(b.ID)+"/"+action, nil)
+					if err != nil || res.Status != http.StatusOK {
+						errs <- fmt.Errorf("%s %s: %v %v", dag, action, err, res)
+						return
+					}
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+
+	var served []int64
+	after := int64(0)
+	read := func() int {
+		res, err := e.do(http.MethodGet, fmt.Sprintf("/api/v1/events?after=%d&limit=7", after), nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+		var p evPage
+		res.Decode(t, &p)
+		for _, ev := range p.Events {
+			served = append(served, ev.ID)
+		}
+		after = p.NextAfter
+		return len(p.Events)
+	}
+	close(start)
+	for finished := false; !finished; {
+		select {
+		case <-done:
+			finished = true
+		default:
+			read()
+		}
+	}
+	for read() > 0 {
+	}
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+
+	var stored []int64
+	require.NoError(t, e.DB.Select(&stored, `SELECT id FROM events ORDER BY id`))
+	require.Len(t, stored, writers*rounds*6, "created, paused, unpaused, paused, canceling, canceled per round")
+	require.True(t, slices.IsSorted(served), "served in id order")
+	require.Equal(t, stored, served, "every committed event exactly once, none skipped")
+}

@@ -1,0 +1,285 @@
+package tests
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Every event's data.backfill is what GET answers right after the change, byte for byte as
+// JSON values: conf numbers beyond float64, a description, fractional-second timestamps, a
+// cancel that changes the counts after the state in one transaction. Counter-only changes
+// (claims, reports) write nothing.
+func TestEventSnapshotEqualsGet(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.PutDag("snap", "@daily", "")
+	created := e.CreateBackfill(backfillBody("snap", day(1, 1), day(1, 4),
+		"description", "events \"snapshot\"\nline two",
+		"dag_run_conf", map[string]any{"big": 9007199254740993, "tenth": 0.1, "nested": []any{1, "x", nil}},
+		"max_active_runs", 2))
+	evs := evOf(e, created.Id)
+	require.Equal(t, []string{"backfill.created"}, evTypes(evs))
+	evRequireSnapshot(t, evs[0], evGetRaw(e, created.Id))
+	require.Equal(t, created.Id, evs[0].BackfillID)
+	require.Equal(t, "snap", evs[0].DagID)
+
+	// A clock at a fractional second: timestamps keep their digits, trailing zeros dropped.
+	e.Clock.Advance(1500 * time.Millisecond)
+	lcActionOK(e, created.Id, "pause")
+	evs = evOf(e, created.Id)
+	require.Equal(t, []string{"backfill.created", "backfill.paused"}, evTypes(evs))
+	evRequireSnapshot(t, evs[1], evGetRaw(e, created.Id))
+	require.NotNil(t, evs[1].Data.Reason)
+	require.Equal(t, "user", *evs[1].Data.Reason)
+	require.Contains(t, string(evs[1].Data.Backfill), `.5Z"`)
+
+	// Pausing a paused backfill changes nothing and writes nothing.
+	lcActionOK(e, created.Id, "pause")
+	e.Clock.Advance(250 * time.Millisecond)
+	lcActionOK(e, created.Id, "unpause")
+	evs = evOf(e, created.Id)
+	require.Equal(t, []string{"backfill.created", "backfill.paused", "backfill.unpaused"}, evTypes(evs))
+	evRequireSnapshot(t, evs[2], evGetRaw(e, created.Id))
+	require.Nil(t, evs[2].Data.Reason)
+
+	// Claims and reports move counters only: no event.
+	runs := e.Claim("w1", 2)
+	require.Len(t, runs, 2)
+	e.Report(runs[0], "success")
+	require.Len(t, evOf(e, created.Id), 3)
+
+	// Cancel with a run still running: canceling, with the queued runs already canceled in
+	// the snapshot (the same transaction changed the counts after the state).
+	lcActionOK(e, created.Id, "cancel")
+	evs = evOf(e, created.Id)
+	require.Equal(t, "backfill.canceling", evs[3].Type)
+	get := evGetRaw(e, created.Id)
+	evRequireSnapshot(t, evs[3], get)
+	require.Contains(t, string(evs[3].Data.Backfill), `"queued":0`)
+
+	e.Report(runs[1], "canceled")
+	e.SweepOnce()
+	evs = evOf(e, created.Id)
+	require.Equal(t, []string{"backfill.created", "backfill.paused", "backfill.unpaused",
+		"backfill.canceling", "backfill.canceled"}, evTypes(evs))
+	evRequireSnapshot(t, evs[4], evGetRaw(e, created.Id))
+	for i := 1; i < len(evs); i++ {
+		require.Greater(t, evs[i].ID, evs[i-1].ID)
+	}
+}
+
+// A cancel that finishes at once writes canceling and canceled in one transaction: each
+// snapshot shows the state its event reports, the last one GET's answer.
+func TestEventCancelAtOnceWritesBothStates(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.PutDag("now", "@daily", "")
+	b := e.CreateBackfill(backfillBody("now", day(1, 1), day(1, 3)))
+	lcActionOK(e, b.Id, "cancel")
+	evs := evOf(e, b.Id)
+	require.Equal(t, []string{"backfill.created", "backfill.canceling", "backfill.canceled"}, evTypes(evs))
+	require.Contains(t, string(evs[1].Data.Backfill), `"state":"canceling"`)
+	evRequireSnapshot(t, evs[2], evGetRaw(e, b.Id))
+	require.Equal(t, evs[1].OccurredAt, evs[2].OccurredAt, "one transaction, one now")
+}
+
+// For every path that changes a backfill's state, a failure injected after the change (the
+// insert of its event raises, at commit) rolls back the change and the event together; with
+// the failure lifted, the same call makes both. Paths: create, all-skipped create, pause,
+// unpause, cancel (canceling; canceled at once), sweep finalize (succeeded, failed,
+// canceled).
+func TestEventCommitsWithItsChange(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+
+	// requireFailed checks that an armed call changed nothing: the state is as before and
+	// the backfill has no more events than before.
+	requireFailed := func(id int64, state string, events int) {
+		t.Helper()
+		require.Equal(t, state, string(e.GetBackfill(id).State))
+		require.Len(t, evOf(e, id), events)
+	}
+
+	t.Run("create", func(t *testing.T) {
+		e.PutDag("c1", "@daily", "")
+		lift := evInjectFailure(t, e.DB, "backfill.created")
+		res := e.Do(http.MethodPost, "/api/v1/backfills", backfillBody("c1", day(1, 1), day(1, 3)))
+		require.Equal(t, http.StatusInternalServerError, res.Status, "body: %s", res.Body)
+		var n int
+		require.NoError(t, e.DB.Get(&n, `SELECT count(*) FROM backfills WHERE dag_id = 'c1'`))
+		require.Zero(t, n, "the backfill was rolled back with its event")
+		require.NoError(t, e.DB.Get(&n, `SELECT count(*) FROM dag_runs WHERE dag_id = 'c1'`))
+		require.Zero(t, n)
+		require.Empty(t, evList(e, "type=backfill.created").Events)
+		lift()
+		b := e.CreateBackfill(backfillBody("c1", day(1, 1), day(1, 3)))
+		require.Equal(t, map[string]int{"backfill.created": 1}, evDBCounts(t, e.DB, b.Id))
+	})
+
+	t.Run("all skipped create is born succeeded", func(t *testing.T) {
+		e.PutDag("c2", "@daily", "")
+		for d := 1; d <= 3; d++ {
+			lcCreateManualRun(e, "c2", day(1, d))
+		}
+		lift := evInjectFailure(t, e.DB, "backfill.succeeded")
+		res := e.Do(http.MethodPost, "/api/v1/backfills", backfillBody("c2", day(1, 1), day(1, 3)))
+		require.Equal(t, http.StatusInternalServerError, res.Status, "body: %s", res.Body)
+		var n int
+		require.NoError(t, e.DB.Get(&n, `SELECT count(*) FROM backfills WHERE dag_id = 'c2'`))
+		require.Zero(t, n)
+		require.NoError(t, e.DB.Get(&n, `SELECT count(*) FROM events WHERE dag_id = 'c2'`))
+		require.Zero(t, n, "the created event went with the failed succeeded one")
+		lift()
+		b := e.CreateBackfill(backfillBody("c2", day(1, 1), day(1, 3)))
+		require.Equal(t, "succeeded", string(b.State))
+		evs := evOf(e, b.Id)
+		require.Equal(t, []string{"backfill.created", "backfill.succeeded"}, evTypes(evs))
+		evRequireSnapshot(t, evs[1], evGetRaw(e, b.Id))
+	})
+
+	t.Run("pause and unpause", func(t *testing.T) {
+		e.PutDag("c3", "@daily", "")
+		b := e.CreateBackfill(backfillBody("c3", day(1, 1), day(1, 3)))
+		lift := evInjectFailure(t, e.DB, "backfill.paused")
+		require.Equal(t, http.StatusInternalServerError, lcAction(e, b.Id, "pause").Status)
+		requireFailed(b.Id, "running", 1)
+		lift()
+		lcActionOK(e, b.Id, "pause")
+		lift = evInjectFailure(t, e.DB, "backfill.unpaused")
+		require.Equal(t, http.StatusInternalServerError, lcAction(e, b.Id, "unpause").Status)
+		requireFailed(b.Id, "paused", 2)
+		lift()
+		lcActionOK(e, b.Id, "unpause")
+		require.Equal(t, map[string]int{"backfill.created": 1, "backfill.paused": 1, "backfill.unpaused": 1},
+			evDBCounts(t, e.DB, b.Id))
+	})
+
+	t.Run("cancel to canceling, then the sweep to canceled", func(t *testing.T) {
+		e.PutDag("c4", "@daily", "")
+		b := e.CreateBackfill(backfillBody("c4", day(1, 1), day(1, 3)))
+		run := lcClaimBody(e, map[string]any{"worker_id": "w", "dag_id": "c4", "limit": 1})
+		require.Len(t, run, 1)
+		lift := evInjectFailure(t, e.DB, "backfill.canceling")
+		require.Equal(t, http.StatusInternalServerError, lcAction(e, b.Id, "cancel").Status)
+		requireFailed(b.Id, "running", 1)
+		require.EqualValues(t, 2, e.GetBackfill(b.Id).Progress.Queued, "the queued runs' cancel rolled back too")
+		lift()
+		lcActionOK(e, b.Id, "cancel")
+		e.Report(run[0], "success")
+		lift = evInjectFailure(t, e.DB, "backfill.canceled")
+		require.Error(t, e.Sweep.RunOnce(t.Context()))
+		requireFailed(b.Id, "canceling", 2)
+		lift()
+		e.SweepOnce()
+		require.Equal(t, map[string]int{"backfill.created": 1, "backfill.canceling": 1, "backfill.canceled": 1},
+			evDBCounts(t, e.DB, b.Id))
+	})
+
+	t.Run("cancel to canceled at once", func(t *testing.T) {
+		e.PutDag("c5", "@daily", "")
+		b := e.CreateBackfill(backfillBody("c5", day(1, 1), day(1, 3)))
+		lift := evInjectFailure(t, e.DB, "backfill.canceled")
+		require.Equal(t, http.StatusInternalServerError, lcAction(e, b.Id, "cancel").Status)
+		requireFailed(b.Id, "running", 1)
+		lift()
+		require.Equal(t, "canceled", string(lcActionOK(e, b.Id, "cancel").State))
+		require.Equal(t, map[string]int{"backfill.created": 1, "backfill.canceling": 1, "backfill.canceled": 1},
+			evDBCounts(t, e.DB, b.Id))
+	})
+
+	for _, tc := range []struct{ outcome, state string }{{"success", "succeeded"}, {"failed", "failed"}} {
+		t.Run("sweep finalize "+tc.state, func(t *testing.T) {
+			dag := "c6" + tc.state
+			e.PutDag(dag, "@daily", "")
+			b := e.CreateBackfill(backfillBody(dag, day(1, 1), day(1, 2)))
+			runs := lcClaimBody(e, map[string]any{"worker_id": "w", "dag_id": dag, "limit": 2})
+			require.Len(t, runs, 2)
+			e.Report(runs[0], "success")
+			e.Report(runs[1], tc.outcome)
+			lift := evInjectFailure(t, e.DB, "backfill."+tc.state)
+			require.Error(t, e.Sweep.RunOnce(t.Context()))
+			requireFailed(b.Id, "running", 1)
+			lift()
+			e.SweepOnce()
+			evs := evOf(e, b.Id)
+			require.Equal(t, []string{"backfill.created", "backfill." + tc.state}, evTypes(evs))
+			evRequireSnapshot(t, evs[1], evGetRaw(e, b.Id))
+		})
+	}
+}
+
+// GET /events filters by backfill and type, pages with next_after, and GET
+// /backfills/{id}/events answers the same events as JSON (404 for an unknown backfill).
+func TestEventListFiltersAndPages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.PutDag("l1", "@daily", "")
+	e.PutDag("l2", "@daily", "")
+	b1 := e.CreateBackfill(backfillBody("l1", day(1, 1), day(1, 3)))
+	b2 := e.CreateBackfill(backfillBody("l2", day(1, 1), day(1, 3)))
+	lcActionOK(e, b1.Id, "pause")
+	lcActionOK(e, b2.Id, "cancel")
+
+	var all []evEvent
+	after := int64(0)
+	for {
+		p := evList(e, fmt.Sprintf("after=%d&limit=2", after))
+		if len(p.Events) == 0 {
+			require.Equal(t, after, p.NextAfter, "an empty page keeps the cursor")
+			break
+		}
+		require.Equal(t, p.Events[len(p.Events)-1].ID, p.NextAfter)
+		all = append(all, p.Events...)
+		after = p.NextAfter
+	}
+	require.Equal(t, []string{"backfill.created", "backfill.created", "backfill.paused",
+		"backfill.canceling", "backfill.canceled"}, evTypes(all))
+
+	paused := evList(e, "type=backfill.paused")
+	require.Len(t, paused.Events, 1)
+	require.Equal(t, b1.Id, paused.Events[0].BackfillID)
+	require.Len(t, evList(e, fmt.Sprintf("backfill_id=%d", b2.Id)).Events, 3)
+
+	res := e.Do(http.MethodGet, fmt.Sprintf("/api/v1/backfills/%d/events", b1.Id), nil)
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	var own evPage
+	res.Decode(t, &own)
+	require.Equal(t, []string{"backfill.created", "backfill.paused"}, evTypes(own.Events))
+	res = e.Do(http.MethodGet, fmt.Sprintf("/api/v1/backfills/%d/events?after=%d", b1.Id, own.Events[0].ID), nil)
+	res.Decode(t, &own)
+	require.Equal(t, []string{"backfill.paused"}, evTypes(own.Events))
+
+	// The replica's listener counts what it reads from the outbox.
+	require.Eventually(t, func() bool {
+		res, err := e.do(http.MethodGet, "/metrics", nil)
+		return err == nil && strings.Contains(string(res.Body), `backfill_events_written_total{type="backfill.created"} 2`) &&
+			strings.Contains(string(res.Body), `backfill_events_written_total{type="backfill.canceled"} 1`)
+	}, 10*time.Second, 20*time.Millisecond, "events counted in /metrics")
+
+	lcRequireProblem(t, e.Do(http.MethodGet, "/api/v1/backfills/999999/events", nil), http.StatusNotFound, "backfill_not_found")
+	lcRequireProblem(t, e.Do(http.MethodGet, "/api/v1/events?type=backfill.exploded", nil), http.StatusBadRequest, "invalid_request")
+	lcRequireProblem(t, e.Do(http.MethodGet, "/api/v1/events?after=-1", nil), http.StatusBadRequest, "invalid_request")
+}
+
+// The sweep prunes events older than the retention (7 days) and keeps younger ones.
+func TestEventRetentionPrunedBySweep(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.PutDag("r1", "@daily", "")
+	old := e.CreateBackfill(backfillBody("r1", day(1, 1), day(1, 2)))
+	lcActionOK(e, old.Id, "cancel")
+	e.Clock.Advance(6 * 24 * time.Hour)
+	e.PutDag("r2", "@daily", "")
+	young := e.CreateBackfill(backfillBody("r2", day(1, 1), day(1, 2)))
+	e.SweepOnce()
+	require.Len(t, evOf(e, old.Id), 3, "6 days old: kept")
+	e.Clock.Advance(24*time.Hour + time.Second)
+	e.SweepOnce()
+	require.Empty(t, evOf(e, old.Id), "older than 7 days: pruned")
+	require.Len(t, evOf(e, young.Id), 1)
+}
