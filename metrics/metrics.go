@@ -167,6 +167,7 @@ func (m *Metrics) WebhookAttempted(outcome string) { m.webhookAttempts.WithLabel
 
 // WebhookDelivered implements webhooks.Observer.
 func (m *Metrics) WebhookDelivered(lag time.Duration) { m.webhookLag.Observe(lag.Seconds()) }
+
 // EventRead implements events.Observer: the listener read one event from the outbox, lag
 // after its transaction.
 func (m *Metrics) EventRead(eventType string, lag time.Duration) {
