@@ -11,7 +11,8 @@ import (
 )
 
 // New builds the service's HTTP handler: request id, panic recovery, access log, metrics,
-// bearer tokens, body limit and spec validation, then the generated router.
+// bearer tokens, body limit,
+// admission control and spec validation, then the generated router.
 func New(opts Options) (http.Handler, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -31,7 +32,13 @@ func New(opts Options) (http.Handler, error) {
 	if opts.Instrument != nil {
 		r.Use(opts.Instrument)
 	}
-	r.Use(requireToken(opts.APITokens), limitBody, validator.middleware)
+	r.Use(requireToken(opts.APITokens), limitBody)
+	// Admission comes after the body is read, so that a slow uploader cannot pin a slot, and
+	// before validation and the handlers, so that a shed request costs next to nothing.
+	if opts.Admission != nil && opts.Admission.MaxInFlight > 0 {
+		r.Use(newAdmitter(*opts.Admission).middleware)
+	}
+	r.Use(validator.middleware)
 	return api.HandlerWithOptions(s, api.ChiServerOptions{
 		BaseRouter: r,
 		// Parameters the validator let through but the generated binder cannot read.

@@ -49,6 +49,8 @@ type Options struct {
 	APITokens []string
 	// Instrument wraps every request, for metrics by route and status; nil for none.
 	Instrument func(next http.Handler) http.Handler
+	// Admission bounds the requests served at once (see admission.go); nil admits all.
+	Admission *Admission
 }
 
 // Server implements api.ServerInterface.

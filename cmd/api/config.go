@@ -23,7 +23,16 @@ type config struct {
 	// StatementTimeout stops any single statement that runs away.
 	StatementTimeout time.Duration
 	ShutdownTimeout  time.Duration
+	// AdmissionWait is the longest a request waits for an admission slot before 503 busy.
+	AdmissionWait time.Duration
+	// AdmissionMaxInFlight bounds the requests served at once; by default the pool less
+	// admissionPoolReserve, so that an admitted request never queues for a connection.
+	AdmissionMaxInFlight int
 }
+
+// admissionPoolReserve is the pool's share kept out of admission: the sweep and the
+// readiness probe use connections outside of any admitted request.
+const admissionPoolReserve = 2
 
 func loadConfig(getenv func(string) string) (config, error) {
 	cfg := config{
@@ -35,6 +44,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		DBMaxConns:       20,
 		StatementTimeout: 60 * time.Second,
 		ShutdownTimeout:  30 * time.Second,
+		AdmissionWait:    100 * time.Millisecond,
 	}
 	var errs []error
 	if cfg.DatabaseURL == "" {
@@ -49,6 +59,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	intVar(getenv, "MAX_BACKFILL_RUNS", &cfg.MaxBackfillRuns, 1, 10_000_000, &errs)
 	intVar(getenv, "MAX_ATTEMPTS", &cfg.MaxAttempts, 1, 1000, &errs)
 	intVar(getenv, "DB_MAX_CONNS", &cfg.DBMaxConns, 2, 1000, &errs)
+	durationVar(getenv, "ADMISSION_WAIT", &cfg.AdmissionWait, &errs)
+	cfg.AdmissionMaxInFlight = max(3, cfg.DBMaxConns-admissionPoolReserve)
+	intVar(getenv, "ADMISSION_MAX_IN_FLIGHT", &cfg.AdmissionMaxInFlight, 3, 10_000, &errs)
 	for _, t := range strings.Split(getenv("API_TOKEN"), ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			cfg.APITokens = append(cfg.APITokens, t)

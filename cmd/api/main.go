@@ -69,7 +69,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 func serve(ctx context.Context, cfg config, db *sqlx.DB, logger *slog.Logger) error {
 	logger.Info("starting", "http_addr", cfg.HTTPAddr, "database_url", redactedDSN(cfg.DatabaseURL),
 		"sweep_interval", cfg.SweepInterval.String(), "max_backfill_runs", cfg.MaxBackfillRuns,
-		"max_attempts", cfg.MaxAttempts, "db_max_conns", cfg.DBMaxConns, "auth", len(cfg.APITokens) > 0)
+		"max_attempts", cfg.MaxAttempts, "db_max_conns", cfg.DBMaxConns, "auth", len(cfg.APITokens) > 0,
+		"admission_max_in_flight", cfg.AdmissionMaxInFlight, "admission_wait", cfg.AdmissionWait.String())
 
 	if err := migrations.Up(ctx, db.DB); err != nil {
 		return err
@@ -91,6 +92,11 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, logger *slog.Logger) er
 		Metrics:    m.Handler(),
 		APITokens:  cfg.APITokens,
 		Instrument: m.Instrument,
+		Admission: &handlers.Admission{
+			MaxInFlight: cfg.AdmissionMaxInFlight,
+			Wait:        cfg.AdmissionWait,
+			Observer:    m,
+		},
 	})
 	if err != nil {
 		return err
