@@ -1001,8 +1001,9 @@ export interface components {
         };
         /**
          * @description `busy`: the transaction kept failing on serialization failures or deadlocks and its
-         *     retries ran out; always carries `Retry-After`. `unavailable`: the database cannot be
-         *     reached; may carry `Retry-After`.
+         *     retries ran out, or the server is at capacity and shed the request (answered within
+         *     `ADMISSION_WAIT`; heartbeats and reports are shed last); always carries
+         *     `Retry-After`. `unavailable`: the database cannot be reached; may carry `Retry-After`.
          */
         ServiceUnavailable: {
             headers: {
