@@ -94,9 +94,11 @@ type Admission struct {
 	Observer    AdmissionObserver
 }
 
-// AdmissionLimits are the per-class bounds derived from MaxInFlight (at least 3). A quarter of
-// the slots is kept for lease traffic alone and another quarter for claims and lease traffic,
-// so that no amount of reads can take the slots heartbeats need.
+// AdmissionLimits are the per-class bounds derived from MaxInFlight (at least 3). An eighth of
+// the slots (at least one) is kept for lease traffic alone and another eighth for claims and
+// lease traffic, so that no amount of reads can take the slots heartbeats need. An eighth is
+// enough: a heartbeat or a report is one short statement, so two slots of a pool of 20 carry
+// on the order of a thousand of them a second.
 type AdmissionLimits struct {
 	Lease, Claim, Default int
 	// MaxWaiting bounds each class's queue: past it a request is shed at once, since the
@@ -107,7 +109,7 @@ type AdmissionLimits struct {
 // Limits derives the per-class bounds.
 func (a Admission) Limits() AdmissionLimits {
 	total := max(a.MaxInFlight, 3)
-	reserve := max(1, total/4)
+	reserve := max(1, total/8)
 	return AdmissionLimits{
 		Lease:      total,
 		Claim:      total - reserve,

@@ -158,7 +158,7 @@ func TestAdmissionLimitsKeepSlotsForExecutors(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, handlers.AdmissionLimits{Lease: 4, Claim: 3, Default: 2, MaxWaiting: 32},
 		handlers.Admission{MaxInFlight: 4}.Limits())
-	require.Equal(t, handlers.AdmissionLimits{Lease: 18, Claim: 14, Default: 10, MaxWaiting: 144},
+	require.Equal(t, handlers.AdmissionLimits{Lease: 18, Claim: 16, Default: 14, MaxWaiting: 144},
 		handlers.Admission{MaxInFlight: 18}.Limits())
 	// Below three slots the classes could not be kept apart; three is the floor.
 	require.Equal(t, handlers.AdmissionLimits{Lease: 3, Claim: 2, Default: 1, MaxWaiting: 24},
