@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -158,11 +159,26 @@ func (a *admitter) semaphores(c AdmissionClass) []*semaphore.Weighted {
 	}
 }
 
-// middleware admits a request or answers 503 busy with Retry-After within the wait.
-func (a *admitter) middleware(next http.Handler) http.Handler {
+// beforeAll admits the requests that carry no body (reads) before any other middleware runs:
+// under overload most requests are shed, and a shed read then costs no request id, no access
+// log line and no route metrics (backfill_admission_shed_total counts it), only its parse and
+// a prepared answer.
+func (a *admitter) beforeAll(next http.Handler) http.Handler {
+	return a.admit(next, func(r *http.Request) bool { return !takesBody(r.Method) })
+}
+
+// afterBody admits the requests that carry a body once it has been read (limitBody), so that a
+// slow uploader cannot pin a slot while its body trickles in.
+func (a *admitter) afterBody(next http.Handler) http.Handler {
+	return a.admit(next, func(r *http.Request) bool { return takesBody(r.Method) })
+}
+
+// admit admits a request that mine selects, or answers 503 busy with Retry-After within the
+// wait; other requests pass through.
+func (a *admitter) admit(next http.Handler, mine func(*http.Request) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		class := ClassifyRequest(r)
-		if class == ClassExempt || class == ClassStream {
+		if class == ClassExempt || class == ClassStream || !mine(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -176,9 +192,12 @@ func (a *admitter) middleware(next http.Handler) http.Handler {
 			if a.obs != nil {
 				a.obs.Shed(name)
 			}
-			w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
-			writeProblem(w, problem(http.StatusServiceUnavailable, "busy",
-				"the server is at capacity; retry shortly"))
+			h := w.Header()
+			h.Set("Content-Type", "application/problem+json")
+			h.Set("Cache-Control", "no-store")
+			h.Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write(shedBody) // the client hung up; nothing to do
 			return
 		}
 		if a.obs != nil {
@@ -190,6 +209,15 @@ func (a *admitter) middleware(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// shedBody is the answer to every shed request, encoded once: shedding must stay cheap.
+var shedBody = func() []byte {
+	b, err := json.Marshal(problem(http.StatusServiceUnavailable, "busy", "the server is at capacity; retry shortly"))
+	if err != nil {
+		panic(err)
+	}
+	return append(b, '\n')
+}()
 
 // errQueueFull is returned when a class already has MaxWaiting requests queued.
 var errQueueFull = errors.New("admission queue full")

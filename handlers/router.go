@@ -10,9 +10,8 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 )
 
-// New builds the service's HTTP handler: request id, panic recovery, access log, metrics,
-// bearer tokens, body limit,
-// admission control and spec validation, then the generated router.
+// New builds the service's HTTP handler: admission control, request id, panic recovery, access
+// log, metrics, bearer tokens, body limit and spec validation, then the generated router.
 func New(opts Options) (http.Handler, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -28,17 +27,18 @@ func New(opts Options) (http.Handler, error) {
 		return nil, fmt.Errorf("handlers: %w", err)
 	}
 	r := chi.NewRouter()
+	// Admission (admission.go) takes reads first of all, and writes once their body is read.
+	admit, admitWrites := passThrough, passThrough
+	if opts.Admission != nil && opts.Admission.MaxInFlight > 0 {
+		a := newAdmitter(*opts.Admission)
+		admit, admitWrites = a.beforeAll, a.afterBody
+	}
+	r.Use(admit)
 	r.Use(middleware.RequestID, s.recoverer, s.accessLog)
 	if opts.Instrument != nil {
 		r.Use(opts.Instrument)
 	}
-	r.Use(requireToken(opts.APITokens), limitBody)
-	// Admission comes after the body is read, so that a slow uploader cannot pin a slot, and
-	// before validation and the handlers, so that a shed request costs next to nothing.
-	if opts.Admission != nil && opts.Admission.MaxInFlight > 0 {
-		r.Use(newAdmitter(*opts.Admission).middleware)
-	}
-	r.Use(validator.middleware)
+	r.Use(requireToken(opts.APITokens), limitBody, admitWrites, validator.middleware)
 	return api.HandlerWithOptions(s, api.ChiServerOptions{
 		BaseRouter: r,
 		// Parameters the validator let through but the generated binder cannot read.
@@ -47,3 +47,5 @@ func New(opts Options) (http.Handler, error) {
 		},
 	}), nil
 }
+
+func passThrough(next http.Handler) http.Handler { return next }
