@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
@@ -16,8 +15,9 @@ import (
 // overloadResult is P7.
 type overloadResult struct {
 	capacity float64 // C: closed-loop GET throughput with 32 workers, req/s
-	// base runs at C/2 before the overload, over at 2×C, after at C/2 right after it.
-	base, over, after phaseResult
+	// closed is the closed loop that measured C; base runs at C/2 before the overload, over
+	// at 2×C, after at C/2 right after it.
+	closed, base, over, after phaseResult
 	// recoveredIn is when, after the overload ended, the first half-second window at C/2 had
 	// its p99 back under the recovery bound; -1 if none did.
 	recoveredIn time.Duration
@@ -35,6 +35,9 @@ type phaseResult struct {
 	okLat    []time.Duration // latencies of the 200s, sorted
 	// windows holds the 200s' latencies by half-second of the phase, for recovery.
 	windows [][]time.Duration
+	// svcCPU and genCPU are the CPU time the service and this load generator used per
+	// answer (served or shed) during the phase; 0 when not measured.
+	svcCPU, genCPU time.Duration
 }
 
 func (p phaseResult) total() int { return p.ok + p.busy + p.bad }
@@ -53,10 +56,11 @@ func admittedBound(base time.Duration) time.Duration { return max(10*base, 250*t
 const overloadWindow = 500 * time.Millisecond
 
 // scenarioOverload is P7: the capacity C of GET /backfills/{id} from 32 closed-loop clients;
-// then, open loop (vegeta: requests leave on schedule whether or not earlier ones have come
-// back, as real clients' do), C/2 as the base, 2×C as the overload, and C/2 again to see the
-// service recover. The service must shed what it cannot serve (503 busy with Retry-After)
-// and keep serving about C.
+// then, open loop (requests leave on schedule whether or not earlier ones have come back, as
+// real clients' do), C/2 as the base, 2×C as the overload, and C/2 again to see the service
+// recover. The service must shed what it cannot serve (503 busy with Retry-After) and keep
+// serving about C. Every phase, the closed loop included, is driven by vegeta, so that C and
+// the goodput under overload are measured with the same client costs on the shared cores.
 func (b *bench) scenarioOverload(ctx context.Context) (overloadResult, error) {
 	var res overloadResult
 	_, id, err := b.serviceCreate(ctx, newWindow("p7", 100), 10)
@@ -64,26 +68,27 @@ func (b *bench) scenarioOverload(ctx context.Context) (overloadResult, error) {
 		return res, err
 	}
 	u := b.url("/backfills/" + strconv.FormatInt(id, 10))
-	// If the machine is loaded enough for 32 closed-loop clients to be shed, C is what they
-	// got served.
-	var capShed atomic.Int64
-	get := b.getUntilOK(u, &capShed)
+	target := vegeta.Target{Method: http.MethodGet, URL: u}
 	capDur, baseDur, overDur, afterDur := b.cfg.loadDuration, 5*time.Second, 10*time.Second, 5*time.Second
 	if b.cfg.smoke {
 		baseDur, overDur, afterDur = 500*time.Millisecond, time.Second, time.Second
 	}
-	if _, err := closedLoop(ctx, 32, overloadWindow, get); err != nil { // warm-up
+	// Warm-up, then C. If the machine is loaded enough for 32 closed-loop clients to be shed,
+	// C is what they got served.
+	if _, err := b.attack(ctx, target, 0, overloadWindow); err != nil {
 		return res, err
 	}
-	c, err := closedLoop(ctx, 32, capDur, get)
-	if err != nil {
+	if res.closed, err = b.attack(ctx, target, 0, capDur); err != nil {
 		return res, fmt.Errorf("capacity: %w", err)
 	}
-	res.capacity = c.perSecond()
-	b.log.Printf("P7 capacity C %.0f req/s (32 closed-loop clients, p99 %v, %d shed and sent again)",
-		res.capacity, c.quantile(0.99).Round(time.Microsecond), capShed.Load())
+	res.capacity = res.closed.goodput()
+	b.log.Printf("P7 capacity C %.0f req/s (32 closed-loop clients, p99 %v, %d shed)",
+		res.capacity, res.closed.p99().Round(time.Microsecond), res.closed.busy)
+	if res.capacity < 1 {
+		return res, fmt.Errorf("capacity: nothing served in %v (%d busy, %d other: %s)",
+			capDur, res.closed.busy, res.closed.bad, res.closed.firstBad)
+	}
 
-	target := vegeta.Target{Method: http.MethodGet, URL: u}
 	for _, ph := range []struct {
 		name string
 		dst  *phaseResult
@@ -94,7 +99,7 @@ func (b *bench) scenarioOverload(ctx context.Context) (overloadResult, error) {
 		{"2×C", &res.over, 2 * res.capacity, overDur},
 		{"C/2 after", &res.after, res.capacity / 2, afterDur},
 	} {
-		if *ph.dst, err = openLoop(ctx, target, ph.rate, ph.d); err != nil {
+		if *ph.dst, err = b.attack(ctx, target, ph.rate, ph.d); err != nil {
 			return res, fmt.Errorf("%s: %w", ph.name, err)
 		}
 		p := *ph.dst
@@ -113,26 +118,44 @@ func (b *bench) scenarioOverload(ctx context.Context) (overloadResult, error) {
 	return res, nil
 }
 
-// openLoop offers rate GETs a second for d with vegeta and sorts every answer.
-func openLoop(ctx context.Context, target vegeta.Target, rate float64, d time.Duration) (phaseResult, error) {
+// attack sends GETs with vegeta for d and sorts every answer: open loop at rate a second, or,
+// with rate 0, a closed loop of 32 workers (each sends its next request when its last one is
+// answered).
+func (b *bench) attack(ctx context.Context, target vegeta.Target, rate float64, d time.Duration) (phaseResult, error) {
 	res := phaseResult{offered: rate, duration: d}
-	// Per a whole second, or tiny smoke rates would round to nothing.
-	pacer := vegeta.Rate{Freq: max(1, int(rate+0.5)), Per: time.Second}
-	atk := vegeta.NewAttacker(
+	opts := []func(*vegeta.Attacker){
 		// A timeout is a failure of the scenario: the service must answer within its
 		// admission wait plus its work, not queue.
-		vegeta.Timeout(10*time.Second),
-		vegeta.Workers(64),
+		vegeta.Timeout(10 * time.Second),
 		vegeta.KeepAlive(true),
 		vegeta.Redirects(vegeta.NoFollow),
-	)
+		// Enough to tell a busy problem from another answer; the rest is read and dropped.
+		vegeta.MaxBody(512),
+	}
+	pacer := vegeta.Rate{} // zero: as fast as the workers go
+	if rate > 0 {
+		// Per a whole second, or tiny smoke rates would round to nothing.
+		pacer = vegeta.Rate{Freq: max(1, int(rate+0.5)), Per: time.Second}
+		opts = append(opts, vegeta.Workers(64))
+	} else {
+		opts = append(opts, vegeta.Workers(32), vegeta.MaxWorkers(32))
+	}
+	atk := vegeta.NewAttacker(opts...)
 	stop := context.AfterFunc(ctx, func() { atk.Stop() })
 	defer stop()
+	svc0, svcErr0 := b.svc.cpu()
+	gen0 := selfCPU()
 	for r := range atk.Attack(vegeta.NewStaticTargeter(target), pacer, d, "p7") {
 		res.sort(r)
 	}
 	if err := ctx.Err(); err != nil {
 		return res, err
+	}
+	if n := time.Duration(max(res.total(), 1)); svcErr0 == nil {
+		if svc1, err := b.svc.cpu(); err == nil {
+			res.svcCPU = (svc1 - svc0) / n
+		}
+		res.genCPU = (selfCPU() - gen0) / n
 	}
 	slices.Sort(res.okLat)
 	return res, nil
@@ -144,8 +167,12 @@ func (p *phaseResult) sort(r *vegeta.Result) {
 	case r.Code == http.StatusOK:
 		p.ok++
 		p.okLat = append(p.okLat, r.Latency)
-		// The request's place in the schedule: the pacer sends number n at n/rate seconds.
+		// The request's place in the schedule: the pacer sends number n at n/rate seconds
+		// (a closed loop has no schedule, and needs no windows).
 		i := int(r.Seq * uint64(time.Second) / uint64(max(1, int(p.offered+0.5))) / uint64(overloadWindow))
+		if p.offered == 0 {
+			i = 0
+		}
 		for len(p.windows) <= i {
 			p.windows = append(p.windows, nil)
 		}

@@ -82,6 +82,11 @@ func printReport(w io.Writer, cfg config, hw *hardware, r *results) {
 			"(the floor's load generator %s per SELECT); PostgreSQL has the rest.\n",
 			hw.Cores, dur(st.svcCPU), dur(st.genCPU), dur(st.floorGenCPU))
 	}
+	if o := r.overload; o != nil && o.over.svcCPU > 0 {
+		fmt.Fprintf(w, "\nCPU per answer in P7 (vegeta as the client, on the same %d cores): closed loop (C): the service %s, "+
+			"the load generator %s; at 2×C (served or shed): the service %s, the load generator %s.\n",
+			hw.Cores, dur(o.closed.svcCPU), dur(o.closed.genCPU), dur(o.over.svcCPU), dur(o.over.genCPU))
+	}
 	fmt.Fprintln(w)
 }
 
@@ -198,7 +203,7 @@ func overloadRows(o overloadResult) []row {
 	return []row{
 		{fmt.Sprintf("P7 goodput at 2×C offered (%s req/s, open loop, %s), vs C", fmt.Sprintf("%.0f", over.offered), dur(over.duration)),
 			fmt.Sprintf("%s req/s, %.0f%% shed", fmt.Sprintf("%.0f", over.goodput()), 100*shed),
-			fmt.Sprintf("C = %s req/s (32 clients, closed loop)", fmt.Sprintf("%.0f", o.capacity)),
+			fmt.Sprintf("C = %.0f req/s (32 clients, closed loop)", o.capacity),
 			ratioStr(goodput), fmt.Sprintf("≥ %.1f", targetGoodput), verdict(goodput >= targetGoodput)},
 		{"P7 every answer 200, or 503 busy with Retry-After (all phases)", answers, "—", "—", "0 other", verdict(bad == 0)},
 		{"P7 p99 of admitted GETs at 2×C, vs p99 at C/2 before", dur(over.p99()), dur(base.p99()),
