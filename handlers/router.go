@@ -10,10 +10,10 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 )
 
-// New builds the service's HTTP handler: request id (echoed in X-Request-Id), access log,
-// metrics, panic recovery, bearer tokens, body limit and spec validation, then the generated
-// router. The recoverer sits inside the access log and metrics so that a panic's 500 is
-// logged and counted like any other answer.
+// New builds the service's HTTP handler: admission control, request id (echoed in
+// X-Request-Id), access log, metrics, panic recovery, bearer tokens, body limit and spec
+// validation, then the generated router. The recoverer sits inside the access log and metrics
+// so that a panic's 500 is logged and counted like any other answer.
 func New(opts Options) (http.Handler, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -36,11 +36,18 @@ func New(opts Options) (http.Handler, error) {
 	}
 	s.defaults = validator.defaults
 	r := chi.NewRouter()
+	// Admission (admission.go) takes reads first of all, and writes once their body is read.
+	admit, admitWrites := passThrough, passThrough
+	if opts.Admission != nil && opts.Admission.MaxInFlight > 0 {
+		a := newAdmitter(*opts.Admission)
+		admit, admitWrites = a.beforeAll, a.afterBody
+	}
+	r.Use(admit)
 	r.Use(middleware.RequestID, echoRequestID, s.accessLog)
 	if opts.Instrument != nil {
 		r.Use(opts.Instrument)
 	}
-	r.Use(s.recoverer, requireToken(opts.APITokens), limitBody, validator.middleware)
+	r.Use(s.recoverer, requireToken(opts.APITokens), limitBody, admitWrites, validator.middleware)
 	return api.HandlerWithOptions(s, api.ChiServerOptions{
 		BaseRouter: r,
 		// Parameters the validator let through but the generated binder cannot read.
@@ -49,3 +56,5 @@ func New(opts Options) (http.Handler, error) {
 		},
 	}), nil
 }
+
+func passThrough(next http.Handler) http.Handler { return next }

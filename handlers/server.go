@@ -67,6 +67,8 @@ type Options struct {
 	EventStreams EventStreams
 	// StreamKeepAlive is the silence after which a stream sends a comment (default 15s).
 	StreamKeepAlive time.Duration
+	// Admission bounds the requests served at once (see admission.go); nil admits all.
+	Admission *Admission
 }
 
 // Server implements api.ServerInterface.

@@ -32,6 +32,11 @@ type Metrics struct {
 	eventLag           prometheus.Histogram
 	eventStreams       prometheus.Gauge
 	streamsRejected    prometheus.Counter
+	admitted           *prometheus.CounterVec
+	shed               *prometheus.CounterVec
+	admissionWait      *prometheus.HistogramVec
+	waiting            *prometheus.GaugeVec
+	inFlight           *prometheus.GaugeVec
 }
 
 // New registers every collector.
@@ -76,6 +81,27 @@ func New() *Metrics {
 			Help:    "HTTP request latency by route pattern and method.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route", "method"}),
+		admitted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backfill_admission_admitted_total",
+			Help: "Requests admitted, by admission class (lease, claim, default).",
+		}, []string{"class"}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backfill_admission_shed_total",
+			Help: "Requests answered 503 busy because no slot freed up within ADMISSION_WAIT, by class.",
+		}, []string{"class"}),
+		admissionWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "backfill_admission_wait_seconds",
+			Help:    "Time admitted requests waited for their slot, by class.",
+			Buckets: []float64{0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25},
+		}, []string{"class"}),
+		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "backfill_admission_waiting",
+			Help: "Requests waiting for an admission slot now, by class.",
+		}, []string{"class"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "backfill_admission_in_flight",
+			Help: "Admitted requests being served now, by class.",
+		}, []string{"class"}),
 		webhookAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backfill_webhook_deliveries_total",
 			Help: "Webhook delivery attempts by outcome: delivered, retry (failed, tried again later), gave_up (failed, the last attempt).",
@@ -110,6 +136,7 @@ func New() *Metrics {
 		m.sweepDuration, m.sweepErrors, m.httpRequests, m.httpDuration,
 		m.webhookAttempts, m.webhookLag,
 		m.eventsRead, m.eventLag, m.eventStreams, m.streamsRejected,
+		m.admitted, m.shed, m.admissionWait, m.waiting, m.inFlight,
 	)
 	return m
 }
@@ -180,3 +207,22 @@ func (m *Metrics) StreamsOpen(n int) { m.eventStreams.Set(float64(n)) }
 
 // StreamRejected implements events.Observer.
 func (m *Metrics) StreamRejected() { m.streamsRejected.Inc() }
+
+// Admitted implements handlers.AdmissionObserver.
+func (m *Metrics) Admitted(class string, waited time.Duration) {
+	m.admitted.WithLabelValues(class).Inc()
+	m.admissionWait.WithLabelValues(class).Observe(waited.Seconds())
+}
+
+// Shed implements handlers.AdmissionObserver.
+func (m *Metrics) Shed(class string) { m.shed.WithLabelValues(class).Inc() }
+
+// Waiting implements handlers.AdmissionObserver.
+func (m *Metrics) Waiting(class string, delta int) {
+	m.waiting.WithLabelValues(class).Add(float64(delta))
+}
+
+// InFlight implements handlers.AdmissionObserver.
+func (m *Metrics) InFlight(class string, delta int) {
+	m.inFlight.WithLabelValues(class).Add(float64(delta))
+}

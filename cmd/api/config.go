@@ -44,7 +44,16 @@ type config struct {
 	// EventPollInterval is how often the event listener reads the outbox when no NOTIFY
 	// woke it: the most a lost notification can delay an event.
 	EventPollInterval time.Duration
+	// AdmissionWait is the longest a request waits for an admission slot before 503 busy.
+	AdmissionWait time.Duration
+	// AdmissionMaxInFlight bounds the requests served at once; by default the pool less
+	// admissionPoolReserve, so that an admitted request never queues for a connection.
+	AdmissionMaxInFlight int
 }
+
+// admissionPoolReserve is the pool's share kept out of admission: the sweep and the
+// readiness probe use connections outside of any admitted request.
+const admissionPoolReserve = 2
 
 // defaultHTTPAddr is where the server listens when HTTP_ADDR is unset; the healthcheck
 // subcommand probes the same port.
@@ -68,6 +77,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		DBConnMaxLifetime: time.Minute,
 		EventStreamsMax:   2000,
 		EventPollInterval: 2 * time.Second,
+		AdmissionWait:     100 * time.Millisecond,
 	}
 	var errs []error
 	if cfg.DatabaseURL == "" {
@@ -98,6 +108,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	intVar(getenv, "EVENT_STREAMS_MAX", &cfg.EventStreamsMax, 1, 1_000_000, &errs)
 	durationVar(getenv, "EVENT_POLL_INTERVAL", &cfg.EventPollInterval, &errs)
+	durationVar(getenv, "ADMISSION_WAIT", &cfg.AdmissionWait, &errs)
+	cfg.AdmissionMaxInFlight = max(3, cfg.DBMaxConns-admissionPoolReserve)
+	intVar(getenv, "ADMISSION_MAX_IN_FLIGHT", &cfg.AdmissionMaxInFlight, 3, 10_000, &errs)
 	for _, t := range strings.Split(getenv("API_TOKEN"), ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			cfg.APITokens = append(cfg.APITokens, t)

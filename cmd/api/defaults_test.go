@@ -54,7 +54,11 @@ func TestDocsStateTheDefaultsConfigApplies(t *testing.T) {
 		"WEBHOOK_ALLOW_LOCAL":  fmt.Sprint(cfg.WebhookAllowLocal),
 		"EVENT_STREAMS_MAX":    fmt.Sprint(cfg.EventStreamsMax),
 		"EVENT_POLL_INTERVAL":  cfg.EventPollInterval,
+		"ADMISSION_WAIT":       cfg.AdmissionWait,
+		// Derived from the pool; the docs state the rule, checked here against the value.
+		"ADMISSION_MAX_IN_FLIGHT": "DB_MAX_CONNS` − 2 (at least 3)",
 	}
+	require.Equal(t, max(3, cfg.DBMaxConns-2), cfg.AdmissionMaxInFlight)
 	for name := range asked {
 		require.Contains(t, applied, name, "loadConfig reads %s: add it to this test and the docs", name)
 	}

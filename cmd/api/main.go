@@ -82,7 +82,8 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, dsn dsn, logger *slog.L
 		"sweep_interval", cfg.SweepInterval.String(), "max_backfill_runs", cfg.MaxBackfillRuns,
 		"max_attempts", cfg.MaxAttempts, "db_max_conns", cfg.DBMaxConns, "auth", len(cfg.APITokens) > 0,
 		"db_reconnect_wait", cfg.DBReconnectWait.String(), "db_conn_max_lifetime", cfg.DBConnMaxLifetime.String(),
-		"webhook_allow_local", cfg.WebhookAllowLocal)
+		"webhook_allow_local", cfg.WebhookAllowLocal,
+		"admission_max_in_flight", cfg.AdmissionMaxInFlight, "admission_wait", cfg.AdmissionWait.String())
 
 	if err := migrations.Up(ctx, db.DB); err != nil {
 		return err
@@ -119,6 +120,11 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, dsn dsn, logger *slog.L
 		Metrics:      m.Handler(),
 		APITokens:    cfg.APITokens,
 		Instrument:   m.Instrument,
+		Admission: &handlers.Admission{
+			MaxInFlight: cfg.AdmissionMaxInFlight,
+			Wait:        cfg.AdmissionWait,
+			Observer:    m,
+		},
 	})
 	if err != nil {
 		return err

@@ -1,5 +1,6 @@
 // Command bench measures the backfill service against the floor PostgreSQL sets for the same
-// work, side by side in one run, and prints one table of ratios (issue 5, P1–P5).
+// work, side by side in one run, and prints one table of ratios (issue 5, P1–P5), and drives
+// it past its capacity to see it shed load (issue 10, P7).
 //
 // It creates scratch databases on one PostgreSQL server, builds ./cmd/api and starts it as a
 // child process against one of them, drives it over HTTP with its own load generator, and
@@ -64,7 +65,7 @@ type config struct {
 	only           map[string]bool
 }
 
-// runs reports whether scenario p (P1..P4, P6, P8; P5 comes with P1) is to run.
+// runs reports whether scenario p (P1..P4, P6..P8; P5 comes with P1) is to run.
 func (c config) runs(p string) bool { return len(c.only) == 0 || c.only[p] }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -80,7 +81,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	apiBin := fs.String("api-bin", "", "use this api binary instead of building ./cmd/api")
 	rounds := fs.Int("rounds", 0, "P1 rounds per size (default 5, smoke 1)")
 	duration := fs.Duration("duration", 0, "P2/P4 load per measurement (default 5s, smoke 1s)")
-	only := fs.String("only", "", "run only these scenarios, e.g. P1,P4 (P5 is measured with P1; P8: event streams)")
+	only := fs.String("only", "", "run only these scenarios, e.g. P1,P4,P7 (P5 is measured with P1; P7: overload; P8: event streams)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -113,12 +114,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		cfg.only = map[string]bool{}
 		for _, p := range strings.Split(strings.ToUpper(*only), ",") {
 			switch p = strings.TrimSpace(p); p {
-			case "P1", "P2", "P3", "P4", "P6", "P8":
+			case "P1", "P2", "P3", "P4", "P6", "P7", "P8":
 				cfg.only[p] = true
 			case "P5":
 				cfg.only["P1"] = true
 			default:
-				return config{}, fmt.Errorf("-only: unknown scenario %q (want P1..P6 or P8)", p)
+				return config{}, fmt.Errorf("-only: unknown scenario %q (want P1..P8)", p)
 			}
 		}
 	}
@@ -221,6 +222,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return fmt.Errorf("P8: %w", err)
 		}
 		res.streams = &st
+	}
+	// Overload last of the service's scenarios: nothing measured after it should inherit what
+	// it leaves behind (open connections, a grown heap).
+	if cfg.runs("P7") {
+		o, err := b.scenarioOverload(ctx)
+		if err != nil {
+			return fmt.Errorf("P7: %w", err)
+		}
+		res.overload = &o
 	}
 	// The sweep is measured in-process on its own database: the service has nothing to do
 	// with it, so it is stopped first to leave both cores to PostgreSQL.

@@ -18,6 +18,8 @@ type results struct {
 	bulk   *bulkResult
 	// streams is P8 (issue 12).
 	streams *streamsResult
+	// overload is P7.
+	overload *overloadResult
 }
 
 // Targets of issue 5.
@@ -27,6 +29,7 @@ const (
 	targetGrowth           = 1.10 // t ∝ N^k with k ≤ 1.1: linear or better, with room for noise
 	targetStatusP50        = 1.2  // 100k-run p50 ≤ 1.2 × 5-run p50
 	targetStatusThroughput = 0.5  // ≥ 0.5 × the PK SELECT floor
+	targetStatusVsHealthz  = 0.8  // ≥ 0.8 × GET /healthz, the HTTP floor (issue 10)
 	targetSweep            = 1.3  // large-history pass ≤ 1.3 × small-history pass
 	targetClaims           = 0.5  // ≥ 0.5 × the floor at 4 workers (issue 10)
 	targetMemoryMiB        = 200  // peak ≤ 200 MiB above rest
@@ -75,6 +78,9 @@ func printReport(w io.Writer, cfg config, hw *hardware, r *results) {
 	if r.streams != nil {
 		rows = append(rows, streamsRows(*r.streams)...)
 	}
+	if r.overload != nil {
+		rows = append(rows, overloadRows(*r.overload)...)
+	}
 	writeTable(w, []string{"scenario", "service", "floor / baseline", "ratio", "target", "result"}, rows)
 
 	if r.create != nil {
@@ -84,6 +90,11 @@ func printReport(w io.Writer, cfg config, hw *hardware, r *results) {
 		fmt.Fprintf(w, "\nCPU per request in P2 (%d cores shared by all three): the service %s, the load generator %s per GET "+
 			"(the floor's load generator %s per SELECT); PostgreSQL has the rest.\n",
 			hw.Cores, dur(st.svcCPU), dur(st.genCPU), dur(st.floorGenCPU))
+	}
+	if o := r.overload; o != nil && o.over.svcCPU > 0 {
+		fmt.Fprintf(w, "\nCPU per answer in P7 (vegeta as the client, on the same %d cores): closed loop (C): the service %s, "+
+			"the load generator %s; at 2×C (served or shed): the service %s, the load generator %s.\n",
+			hw.Cores, dur(o.closed.svcCPU), dur(o.closed.genCPU), dur(o.over.svcCPU), dur(o.over.genCPU))
 	}
 	fmt.Fprintln(w)
 }
@@ -139,6 +150,7 @@ func createRows(c createResult) []row {
 func statusRows(s statusResult) []row {
 	p50 := float64(s.large.quantile(0.5)) / float64(s.small.quantile(0.5))
 	tput := s.large.perSecond() / s.floor.perSecond()
+	vsHTTP := s.large.perSecond() / s.healthz.perSecond()
 	lat := func(r loadResult) string {
 		return fmt.Sprintf("p50 %s, p99 %s", dur(r.quantile(0.5)), dur(r.quantile(0.99)))
 	}
@@ -148,6 +160,9 @@ func statusRows(s statusResult) []row {
 		{fmt.Sprintf("P2 GET backfill throughput, %s-run, vs PK SELECT (32 clients)", count(s.largeRuns)),
 			rate(s.large.perSecond(), "req/s"), rate(s.floor.perSecond(), "q/s") + " (" + lat(s.floor) + ")",
 			ratioStr(tput), fmt.Sprintf("≥ %.1f", targetStatusThroughput), verdict(tput >= targetStatusThroughput)},
+		{fmt.Sprintf("P2 GET backfill throughput, %s-run, vs GET /healthz (32 clients)", count(s.largeRuns)),
+			rate(s.large.perSecond(), "req/s"), rate(s.healthz.perSecond(), "req/s") + " (" + lat(s.healthz) + ")",
+			ratioStr(vsHTTP), fmt.Sprintf("≥ %.1f", targetStatusVsHealthz), verdict(vsHTTP >= targetStatusVsHealthz)},
 	}
 }
 
@@ -172,6 +187,41 @@ func claimRows(c claimResult) []row {
 		rows = append(rows, rw)
 	}
 	return rows
+}
+
+// Targets of issue 10 for P7; the latency bounds are recoveryBound and admittedBound.
+const targetGoodput = 0.8 // goodput under 2×C offered ≥ 0.8 × C
+
+func overloadRows(o overloadResult) []row {
+	over, base, after := o.over, o.base, o.after
+	bad := over.bad + base.bad + after.bad
+	answers := fmt.Sprintf("%d ok, %d busy, %d other", over.ok+base.ok+after.ok, over.busy+base.busy+after.busy, bad)
+	for _, p := range []phaseResult{base, over, after} {
+		if p.firstBad != "" {
+			answers += "; first other: " + p.firstBad
+			break
+		}
+	}
+	goodput := over.goodput() / o.capacity
+	shed := float64(over.busy) / float64(max(over.total(), 1))
+	admitted, recovered := admittedBound(base.p99()), recoveryBound(base.p99())
+	recoveredIn := "never within the phase"
+	if o.recoveredIn >= 0 {
+		recoveredIn = "p99 under the bound within " + dur(o.recoveredIn)
+	}
+	return []row{
+		{fmt.Sprintf("P7 goodput at 2×C offered (%s req/s, open loop, %s), vs C", fmt.Sprintf("%.0f", over.offered), dur(over.duration)),
+			fmt.Sprintf("%s req/s, %.0f%% shed", fmt.Sprintf("%.0f", over.goodput()), 100*shed),
+			fmt.Sprintf("C = %.0f req/s (32 clients, closed loop)", o.capacity),
+			ratioStr(goodput), fmt.Sprintf("≥ %.1f", targetGoodput), verdict(goodput >= targetGoodput)},
+		{"P7 every answer 200, or 503 busy with Retry-After (all phases)", answers, "—", "—", "0 other", verdict(bad == 0)},
+		{"P7 p99 of admitted GETs at 2×C, vs p99 at C/2 before", dur(over.p99()), dur(base.p99()),
+			ratioStr(float64(over.p99()) / float64(max(base.p99(), 1))),
+			"≤ " + dur(admitted) + " (max(10×, 250 ms))", verdict(over.p99() <= admitted)},
+		{fmt.Sprintf("P7 p99 at C/2 right after the overload (%s; %s), vs before", dur(after.duration), recoveredIn),
+			dur(after.p99()), dur(base.p99()), ratioStr(float64(after.p99()) / float64(max(base.p99(), 1))),
+			"≤ " + dur(recovered) + " (3× + 20 ms)", verdict(after.p99() <= recovered)},
+	}
 }
 
 func memoryRows(c createResult, m memResult) row {

@@ -154,7 +154,9 @@ func TestServerLimits(t *testing.T) {
 
 	t.Run("bounded pool", func(t *testing.T) {
 		tdb3 := newTestDB(t)
-		p := startProc(t, "bf_small_pool", tdb3.DSN, "DB_MAX_CONNS=2", "SWEEP_INTERVAL=100ms")
+		// A long admission wait: this is about the pool's bound, not about shedding, so the
+		// 24 clients queue for admission instead of being answered 503 busy.
+		p := startProc(t, "bf_small_pool", tdb3.DSN, "DB_MAX_CONNS=2", "SWEEP_INTERVAL=100ms", "ADMISSION_WAIT=1m")
 		c3 := newClient(p.URL, true)
 		for i := range 8 {
 			c3.must(t, http.MethodPut, fmt.Sprintf("/api/v1/dags/pool_%d", i), map[string]any{"schedule": "@hourly"}, 201)

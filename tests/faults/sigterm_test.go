@@ -47,7 +47,10 @@ func isDropped(err error) bool {
 func TestSigtermDrainsInFlightRequests(t *testing.T) {
 	tdb := newTestDB(t)
 	const app = "bf_sigterm"
-	srv := startProc(t, app, tdb.DSN, "SWEEP_INTERVAL=100ms", "SHUTDOWN_TIMEOUT=90s")
+	// A long admission wait: eight requests at once (four of them seconds long) fill the
+	// default class of the harness's pool of 8, and this test is about the drain, not about
+	// shedding; they queue for a slot instead of being answered 503 busy.
+	srv := startProc(t, app, tdb.DSN, "SWEEP_INTERVAL=100ms", "SHUTDOWN_TIMEOUT=90s", "ADMISSION_WAIT=1m")
 	// No keep-alive: every request is its own connection, so that "accepted" is unambiguous
 	// and a request after the listener closed is refused at connect.
 	c := newClient(srv.URL, false)

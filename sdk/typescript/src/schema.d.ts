@@ -1533,7 +1533,9 @@ export interface components {
         };
         /**
          * @description `busy`: the transaction kept failing on serialization failures or deadlocks and its
-         *     retries ran out; always carries `Retry-After`. `timeout`: a database statement ran into
+         *     retries ran out, or the server is at capacity and shed the request (answered within
+         *     `ADMISSION_WAIT`; heartbeats and reports are shed last); always carries
+         *     `Retry-After`. `timeout`: a database statement ran into
          *     its time limit and was stopped; always carries `Retry-After`. `unavailable`: the
          *     database cannot be reached or accepts no writes (after the server retried for
          *     `DB_RECONNECT_WAIT`), or the connection was lost during COMMIT, when the detail says

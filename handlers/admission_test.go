@@ -1,0 +1,335 @@
+package handlers_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/backfillsvc/backfill/handlers"
+	"github.com/backfillsvc/backfill/repo"
+	"github.com/stretchr/testify/require"
+)
+
+// gateStore holds every call it serves until the gate of its kind (get, claim, heartbeat)
+// opens, and tells which call entered. The methods the tests do not use panic through the nil
+// embedded interface.
+type gateStore struct {
+	handlers.Store
+	entered chan string
+	gates   map[string]chan struct{}
+}
+
+func newGateStore() *gateStore {
+	return &gateStore{entered: make(chan string, 256), gates: map[string]chan struct{}{
+		"get": make(chan struct{}), "claim": make(chan struct{}), "heartbeat": make(chan struct{}),
+	}}
+}
+
+func (g *gateStore) open(names ...string) {
+	for _, n := range names {
+		close(g.gates[n])
+	}
+}
+
+func (g *gateStore) hold(ctx context.Context, name string) error {
+	g.entered <- name
+	select {
+	case <-g.gates[name]:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *gateStore) BackfillGet(ctx context.Context, id int64) (repo.Backfill, error) {
+	return repo.Backfill{ID: id, DagID: "d", State: "running"}, g.hold(ctx, "get")
+}
+
+func (g *gateStore) RunClaim(ctx context.Context, p repo.RunClaimParams) ([]repo.Run, error) {
+	return nil, g.hold(ctx, "claim")
+}
+
+func (g *gateStore) RunHeartbeat(ctx context.Context, runPK int64, workerID string) (repo.Heartbeat, error) {
+	return repo.Heartbeat{LeaseExpiresAt: time.Now()}, g.hold(ctx, "heartbeat")
+}
+
+// countingObserver counts what admission reports and signals every wait that starts.
+type countingObserver struct {
+	mu       sync.Mutex
+	admitted map[string]int
+	shed     map[string]int
+	waits    chan string
+}
+
+func newCountingObserver() *countingObserver {
+	return &countingObserver{admitted: map[string]int{}, shed: map[string]int{}, waits: make(chan string, 256)}
+}
+
+func (o *countingObserver) Admitted(class string, _ time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.admitted[class]++
+}
+
+func (o *countingObserver) Shed(class string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.shed[class]++
+}
+
+func (o *countingObserver) Waiting(class string, delta int) {
+	if delta > 0 {
+		o.waits <- class
+	}
+}
+
+func (o *countingObserver) InFlight(string, int) {}
+
+func (o *countingObserver) counts() (admitted, shed map[string]int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	a, s := map[string]int{}, map[string]int{}
+	for k, v := range o.admitted {
+		a[k] = v
+	}
+	for k, v := range o.shed {
+		s[k] = v
+	}
+	return a, s
+}
+
+var (
+	getReq       = struct{ method, path, body string }{"GET", "/api/v1/backfills/1", ""}
+	claimReq     = struct{ method, path, body string }{"POST", "/api/v1/runs/claim", `{"worker_id":"w"}`}
+	heartbeatReq = struct{ method, path, body string }{"POST", "/api/v1/runs/7/heartbeat", `{"worker_id":"w"}`}
+)
+
+// held starts a request that will wait in the store, and returns once it is inside it; the
+// returned channel yields its answer when the gate opens.
+func held(t *testing.T, h http.Handler, g *gateStore, r struct{ method, path, body string }, want string) <-chan *httptest.ResponseRecorder {
+	t.Helper()
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() { done <- serveOne(t, h, r.method, r.path, r.body) }()
+	select {
+	case got := <-g.entered:
+		require.Equal(t, want, got)
+	case rec := <-done:
+		t.Fatalf("%s %s answered %d before reaching the store: %s", r.method, r.path, rec.Code, rec.Body.String())
+	}
+	return done
+}
+
+// shedWithin sends a request that must be shed: if it were admitted instead, the gate store
+// would hold it until this generous bound and the answer would not be busy.
+func shedWithin(t *testing.T, h http.Handler, r struct{ method, path, body string }, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var body io.Reader
+	if r.body != "" {
+		body = strings.NewReader(r.body)
+	}
+	req := httptest.NewRequestWithContext(ctx, r.method, r.path, body)
+	if r.body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	requireShed(t, rec, what)
+}
+
+// requireShed checks an answer is 503 busy with a positive Retry-After.
+func requireShed(t *testing.T, rec *httptest.ResponseRecorder, what string) {
+	t.Helper()
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code, "%s: %s", what, rec.Body.String())
+	require.Equal(t, "busy", decodeProblem(t, rec).Code, what)
+	ra, err := strconv.Atoi(rec.Header().Get("Retry-After"))
+	require.NoError(t, err, "%s: Retry-After %q", what, rec.Header().Get("Retry-After"))
+	require.Positive(t, ra, what)
+}
+
+func TestAdmissionLimitsKeepSlotsForExecutors(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, handlers.AdmissionLimits{Lease: 4, Claim: 3, Default: 2, MaxWaiting: 32},
+		handlers.Admission{MaxInFlight: 4}.Limits())
+	require.Equal(t, handlers.AdmissionLimits{Lease: 18, Claim: 16, Default: 14, MaxWaiting: 144},
+		handlers.Admission{MaxInFlight: 18}.Limits())
+	// Below three slots the classes could not be kept apart; three is the floor.
+	require.Equal(t, handlers.AdmissionLimits{Lease: 3, Claim: 2, Default: 1, MaxWaiting: 24},
+		handlers.Admission{MaxInFlight: 1}.Limits())
+}
+
+func TestClassifyRequest(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		method, path, accept string
+		want                 handlers.AdmissionClass
+	}{
+		{"GET", "/healthz", "", handlers.ClassExempt},
+		{"GET", "/readyz", "", handlers.ClassExempt},
+		{"GET", "/metrics", "", handlers.ClassExempt},
+		{"GET", "/openapi.yaml", "", handlers.ClassExempt},
+		{"GET", "/docs", "", handlers.ClassExempt},
+		{"POST", "/api/v1/runs/claim", "", handlers.ClassClaim},
+		{"POST", "/api/v1/runs/12/heartbeat", "", handlers.ClassLease},
+		{"POST", "/api/v1/runs/12/release", "", handlers.ClassLease},
+		{"PATCH", "/api/v1/dags/d/runs/manual__2024-01-01T00:00:00Z", "", handlers.ClassLease},
+		{"GET", "/api/v1/dags/d/runs/manual__2024-01-01T00:00:00Z", "", handlers.ClassDefault},
+		{"PATCH", "/api/v1/backfills/3", "", handlers.ClassDefault},
+		{"GET", "/api/v1/backfills/3", "", handlers.ClassDefault},
+		{"POST", "/api/v1/backfills", "", handlers.ClassDefault},
+		{"GET", "/api/v1/runs/claim", "", handlers.ClassDefault},
+		{"GET", "/api/v1/backfills/3/events", "text/event-stream", handlers.ClassStream},
+		{"GET", "/api/v1/backfills/3/events", "application/json", handlers.ClassDefault},
+		{"GET", "/api/v1/backfills/3/dag_runs", "text/event-stream", handlers.ClassDefault},
+	}
+	for _, c := range cases {
+		r := httptest.NewRequest(c.method, c.path, nil)
+		if c.accept != "" {
+			r.Header.Set("Accept", c.accept)
+		}
+		require.Equal(t, c.want, handlers.ClassifyRequest(r), "%s %s (%s)", c.method, c.path, c.accept)
+	}
+}
+
+// With the read slots held, a further read is shed with 503 busy and Retry-After within the
+// wait, while claims and heartbeats are still admitted; with the claim slots held too, a claim
+// is shed and a heartbeat still goes through; probes and metrics are never shed. Once the
+// held requests finish, every slot is back.
+func TestAdmissionShedsReadsFirstAndNeverProbes(t *testing.T) {
+	t.Parallel()
+	g, obs := newGateStore(), newCountingObserver()
+	const wait = 50 * time.Millisecond
+	h, err := handlers.New(handlers.Options{
+		Store:     g,
+		Ready:     func(context.Context) error { return nil },
+		Metrics:   http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("m 1\n")) }),
+		Admission: &handlers.Admission{MaxInFlight: 4, Wait: wait, Observer: obs},
+	})
+	require.NoError(t, err)
+	// Limits for 4: default 2, claim 3, lease 4.
+	var pending []<-chan *httptest.ResponseRecorder
+	pending = append(pending, held(t, h, g, getReq, "get"), held(t, h, g, getReq, "get"))
+
+	start := time.Now()
+	shedWithin(t, h, getReq, "a third read")
+	// Not a timing assertion: a generous bound that an unbounded queue could never meet.
+	require.Less(t, time.Since(start), wait+10*time.Second)
+
+	pending = append(pending, held(t, h, g, claimReq, "claim"))
+	shedWithin(t, h, claimReq, "a second claim")
+	pending = append(pending, held(t, h, g, heartbeatReq, "heartbeat"))
+	shedWithin(t, h, heartbeatReq, "a heartbeat past every slot")
+
+	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/openapi.yaml"} {
+		rec := serveOne(t, h, "GET", path, "")
+		require.Equal(t, http.StatusOK, rec.Code, "%s while every slot is held: %s", path, rec.Body.String())
+	}
+
+	g.open("get", "claim", "heartbeat")
+	for _, p := range pending {
+		rec := <-p
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	}
+	admitted, shed := obs.counts()
+	require.Equal(t, map[string]int{"default": 2, "claim": 1, "lease": 1}, admitted)
+	require.Equal(t, map[string]int{"default": 1, "claim": 1, "lease": 1}, shed)
+
+	// Every slot came back, the shed ones' partial holds included.
+	for range 4 {
+		rec := serveOne(t, h, heartbeatReq.method, heartbeatReq.path, heartbeatReq.body)
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	}
+	rec := serveOne(t, h, getReq.method, getReq.path, getReq.body)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+}
+
+// A request that waits is admitted as soon as a slot frees up within the wait.
+func TestAdmissionAdmitsAWaiterWhenASlotFrees(t *testing.T) {
+	t.Parallel()
+	g, obs := newGateStore(), newCountingObserver()
+	h, err := handlers.New(handlers.Options{
+		Store:     g,
+		Admission: &handlers.Admission{MaxInFlight: 3, Wait: time.Minute, Observer: obs},
+	})
+	require.NoError(t, err)
+	first := held(t, h, g, getReq, "get") // default has 1 slot at 3
+	waiter := make(chan *httptest.ResponseRecorder, 1)
+	go func() { waiter <- serveOne(t, h, getReq.method, getReq.path, getReq.body) }()
+	require.Equal(t, "default", <-obs.waits)
+	g.open("get")
+	require.Equal(t, http.StatusOK, (<-first).Code)
+	rec := <-waiter
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+}
+
+// A read that got its own slot but is shed while it waits for a shared one gives its own back.
+func TestAdmissionReleasesPartialHolds(t *testing.T) {
+	t.Parallel()
+	g := newGateStore()
+	h, err := handlers.New(handlers.Options{
+		Store:     g,
+		Admission: &handlers.Admission{MaxInFlight: 4, Wait: 20 * time.Millisecond},
+	})
+	require.NoError(t, err)
+	lim := handlers.Admission{MaxInFlight: 4}.Limits()
+	var claims []<-chan *httptest.ResponseRecorder
+	for range lim.Claim {
+		claims = append(claims, held(t, h, g, claimReq, "claim"))
+	}
+	// Each read takes a default slot, finds the claim tier full and is shed; more reads than
+	// there are default slots, so a slot kept by a shed read would show below.
+	for range lim.Default + 2 {
+		shedWithin(t, h, getReq, "a read with the claim tier full")
+	}
+	g.open("claim")
+	for _, c := range claims {
+		require.Equal(t, http.StatusOK, (<-c).Code)
+	}
+	var reads []<-chan *httptest.ResponseRecorder
+	for range lim.Default {
+		reads = append(reads, held(t, h, g, getReq, "get"))
+	}
+	g.open("get")
+	for _, r := range reads {
+		require.Equal(t, http.StatusOK, (<-r).Code)
+	}
+}
+
+// Once MaxWaiting requests of a class wait, the next one is shed at once instead of joining a
+// queue that could not drain within the wait.
+func TestAdmissionBoundsTheQueue(t *testing.T) {
+	t.Parallel()
+	g, obs := newGateStore(), newCountingObserver()
+	h, err := handlers.New(handlers.Options{
+		Store:     g,
+		Admission: &handlers.Admission{MaxInFlight: 3, Wait: time.Minute, Observer: obs},
+	})
+	require.NoError(t, err)
+	lim := handlers.Admission{MaxInFlight: 3}.Limits()
+	first := held(t, h, g, getReq, "get")
+	pending := []<-chan *httptest.ResponseRecorder{first}
+	for range lim.MaxWaiting {
+		done := make(chan *httptest.ResponseRecorder, 1)
+		go func() { done <- serveOne(t, h, getReq.method, getReq.path, getReq.body) }()
+		pending = append(pending, done)
+	}
+	for range lim.MaxWaiting {
+		require.Equal(t, "default", <-obs.waits)
+	}
+	// With a one-minute wait, only the queue bound can answer this one.
+	shedWithin(t, h, getReq, "a read past MaxWaiting")
+	g.open("get")
+	for _, p := range pending {
+		rec := <-p
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	}
+	_, shed := obs.counts()
+	require.Equal(t, map[string]int{"default": 1}, shed)
+}
