@@ -163,3 +163,28 @@ func sessionDSN(raw string, statementTimeout time.Duration) (dsn, error) {
 	d = d.withDefault("connect_timeout", defaultConnectTimeout)
 	return d, nil
 }
+
+// logAttrs is every setting for the startup line, keyed by its variable's name in lower case,
+// so that an operator can read from the log what the process runs with. The password in
+// DATABASE_URL is masked and API_TOKEN is only counted.
+func (c config) logAttrs() []any {
+	return []any{
+		"database_url", redactedDSN(c.DatabaseURL),
+		"http_addr", c.HTTPAddr,
+		"sweep_interval", c.SweepInterval.String(),
+		"max_backfill_runs", c.MaxBackfillRuns,
+		"max_attempts", c.MaxAttempts,
+		"api_token", fmt.Sprintf("%d token(s)", len(c.APITokens)),
+		"db_max_conns", c.DBMaxConns,
+		"db_statement_timeout", c.StatementTimeout.String(),
+		"shutdown_timeout", c.ShutdownTimeout.String(),
+		"log_level", c.LogLevel.String(),
+		"db_reconnect_wait", c.DBReconnectWait.String(),
+		"db_conn_max_lifetime", c.DBConnMaxLifetime.String(),
+		"webhook_allow_local", c.WebhookAllowLocal,
+		"event_streams_max", c.EventStreamsMax,
+		"event_poll_interval", c.EventPollInterval.String(),
+		"admission_wait", c.AdmissionWait.String(),
+		"admission_max_in_flight", c.AdmissionMaxInFlight,
+	}
+}

@@ -78,12 +78,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 }
 
 func serve(ctx context.Context, cfg config, db *sqlx.DB, dsn dsn, logger *slog.Logger) error {
-	logger.Info("starting", "http_addr", cfg.HTTPAddr, "database_url", redactedDSN(cfg.DatabaseURL),
-		"sweep_interval", cfg.SweepInterval.String(), "max_backfill_runs", cfg.MaxBackfillRuns,
-		"max_attempts", cfg.MaxAttempts, "db_max_conns", cfg.DBMaxConns, "auth", len(cfg.APITokens) > 0,
-		"db_reconnect_wait", cfg.DBReconnectWait.String(), "db_conn_max_lifetime", cfg.DBConnMaxLifetime.String(),
-		"webhook_allow_local", cfg.WebhookAllowLocal,
-		"admission_max_in_flight", cfg.AdmissionMaxInFlight, "admission_wait", cfg.AdmissionWait.String())
+	logger.Info("starting", cfg.logAttrs()...)
 
 	if err := migrations.Up(ctx, db.DB); err != nil {
 		return err
