@@ -22,7 +22,7 @@ help:
 	@echo 'make bench     benchmarks side by side with the PostgreSQL floor (docs/BENCHMARKS.md)'
 	@echo 'make bench-smoke  the same at tiny sizes, about 20 s'
 	@echo 'make generate  regenerate code from the OpenAPI spec (go generate ./...)'
-	@echo 'make lint      gofmt, go vet, and a check that generated code matches the spec'
+	@echo 'make lint      gofmt, go vet, staticcheck, go.mod tidy, and generated code matches the spec'
 	@echo 'make build     build bin/api and bin/backfillctl'
 
 run: createdb
@@ -79,6 +79,11 @@ lint:
 	fi
 	@echo '--- go vet'
 	$(GO) vet ./...
+	$(GO) vet -tags faults ./tests/faults/
+	@echo '--- staticcheck'
+	$(GO) tool staticcheck ./...
+	@echo '--- go.mod is tidy'
+	$(GO) mod tidy -diff
 	@echo '--- generated code matches the spec'
 	$(GO) generate ./...
 	@git diff --exit-code -- api/ client/ || \

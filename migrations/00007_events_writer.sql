@@ -136,15 +136,16 @@ CREATE CONSTRAINT TRIGGER backfills_events_on_insert AFTER INSERT ON backfills
     FOR EACH ROW EXECUTE FUNCTION backfill_events_write();
 
 -- The WHEN clause is evaluated as each row changes, not at commit: the counter updates that
--- every claim and report makes (num_* only) queue nothing and cost four comparisons.
--- Every user change stamps updated_at, so a setting added by a later migration is caught
--- by it without naming its column here.
+-- every claim and report makes (num_* only) queue nothing and cost a few comparisons. Every
+-- setting a PATCH may change is named here: updated_at alone is no proof of a change, since
+-- two changes can carry the same instant (one transaction, or a stopped test clock).
 CREATE CONSTRAINT TRIGGER backfills_events_on_update AFTER UPDATE ON backfills
     DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW
     WHEN (OLD.state IS DISTINCT FROM NEW.state
           OR OLD.updated_at IS DISTINCT FROM NEW.updated_at
           OR OLD.max_active_runs IS DISTINCT FROM NEW.max_active_runs
+          OR OLD.max_failed_runs IS DISTINCT FROM NEW.max_failed_runs
           OR OLD.description IS DISTINCT FROM NEW.description)
     EXECUTE FUNCTION backfill_events_write();
 
