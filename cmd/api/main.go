@@ -178,10 +178,13 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, dsn dsn, logger *slog.L
 	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", err)
 	}
-	logger.Info("stopping sweeper and event listener")
+	// Background services stop after the drain, one line each, in this order (the fault
+	// tests read it): the sweep, webhook delivery, the event listener.
+	logger.Info("stopping sweeper")
 	sweep.Stop()
 	logger.Info("stopping webhook delivery")
 	deliver.Stop()
+	logger.Info("stopping event listener")
 	hub.Stop()
 	logger.Info("stopped")
 	return nil

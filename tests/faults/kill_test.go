@@ -25,24 +25,28 @@ func bigBackfillBody(dagID string) map[string]any {
 }
 
 // activeQuery reports whether a session of app on the database is running a statement whose
-// text contains fragment.
-func activeQuery(t testing.TB, dbName, app, fragment string) bool {
+// text matches pattern (a POSIX regular expression).
+func activeQuery(t testing.TB, dbName, app, pattern string) bool {
 	t.Helper()
 	var n int
 	if err := admin(t).Get(&n, `SELECT count(*) FROM pg_stat_activity
-		WHERE datname = $1 AND application_name = $2 AND state = 'active' AND query LIKE '%' || $3 || '%'`,
-		dbName, app, fragment); err != nil {
+		WHERE datname = $1 AND application_name = $2 AND state = 'active' AND query ~ $3`,
+		dbName, app, pattern); err != nil {
 		t.Fatalf("pg_stat_activity: %v", err)
 	}
 	return n > 0
 }
 
+// bulkInsert matches the creation's bulk insert of runs as pg_stat_activity shows it: one
+// INSERT ... SELECT, or COPY when the window has no run yet (repo/backfill_copy.go).
+const bulkInsert = `INSERT INTO dag_runs|COPY dag_runs`
+
 // waitActiveQuery polls pg_stat_activity until the statement runs; false if done closes first.
-func waitActiveQuery(t testing.TB, dbName, app, fragment string, done <-chan struct{}, timeout time.Duration) bool {
+func waitActiveQuery(t testing.TB, dbName, app, pattern string, done <-chan struct{}, timeout time.Duration) bool {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if activeQuery(t, dbName, app, fragment) {
+		if activeQuery(t, dbName, app, pattern) {
 			return true
 		}
 		select {
@@ -77,7 +81,7 @@ func TestKillDuringHugeCreation(t *testing.T) {
 	}
 	duringInsert := func(extra time.Duration) func(*testing.T, string, string, <-chan struct{}, time.Time) {
 		return func(t *testing.T, dbName, app string, answered <-chan struct{}, _ time.Time) {
-			if !waitActiveQuery(t, dbName, app, "WITH slot AS", answered, 60*time.Second) {
+			if !waitActiveQuery(t, dbName, app, bulkInsert, answered, 60*time.Second) {
 				t.Logf("the bulk INSERT was never seen active")
 				return
 			}
@@ -93,11 +97,11 @@ func TestKillDuringHugeCreation(t *testing.T) {
 		{name: "1 s into the bulk INSERT", when: duringInsert(time.Second)},
 		{name: "1 s into the bulk INSERT, restart at once", atOnce: true, when: duringInsert(time.Second)},
 		{name: "as the bulk INSERT ends (last statements, COMMIT)", when: func(t *testing.T, dbName, app string, answered <-chan struct{}, _ time.Time) {
-			if !waitActiveQuery(t, dbName, app, "WITH slot AS", answered, 60*time.Second) {
+			if !waitActiveQuery(t, dbName, app, bulkInsert, answered, 60*time.Second) {
 				t.Logf("the bulk INSERT was never seen active")
 				return
 			}
-			for activeQuery(t, dbName, app, "WITH slot AS") {
+			for activeQuery(t, dbName, app, bulkInsert) {
 				select {
 				case <-answered:
 					return

@@ -148,7 +148,7 @@ func TestSigtermDrainsInFlightRequests(t *testing.T) {
 
 	time.Sleep(500 * time.Millisecond)
 	goSlow("100k creation", "/api/v1/backfills", bigBackfillBody("big"))
-	if !waitActiveQuery(t, tdb.Name, app, "WITH slot AS", nil, 60*time.Second) {
+	if !waitActiveQuery(t, tdb.Name, app, bulkInsert, nil, 60*time.Second) {
 		t.Fatal("the 100k creation's bulk INSERT was never seen running")
 	}
 	// Dry runs of 100,000 slots take about a second; signal while they are planning.
