@@ -125,7 +125,7 @@ func (s *Store) RunList(ctx context.Context, p RunListParams) ([]Run, int, error
 type RunReportParams struct {
 	DagID string
 	RunID string
-	State string
+	State RunState
 	// WorkerID, when set, requires the run to be running under this worker's live lease.
 	WorkerID *string
 	// Note is what the reporter says about the outcome (why a run failed); nil for none.
