@@ -78,7 +78,7 @@ func (s *Subscription) signal() {
 
 // Progress is what a stream's `progress` message says.
 type Progress struct {
-	State  string
+	State  repo.BackfillState
 	Counts repo.Progress
 	ETA    *float64
 }

@@ -63,7 +63,7 @@ func (s *Server) PatchDagRun(w http.ResponseWriter, r *http.Request, dagID, runI
 		return
 	}
 	run, err := s.store.RunReport(r.Context(), repo.RunReportParams{
-		DagID: dagID, RunID: runID, State: string(body.State), WorkerID: body.WorkerId, Note: body.Note,
+		DagID: dagID, RunID: runID, State: repo.RunState(body.State), WorkerID: body.WorkerId, Note: body.Note,
 	})
 	if err != nil {
 		s.writeError(w, r, err)

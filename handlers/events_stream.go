@@ -86,7 +86,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, id, after 
 	sw := &sseWriter{w: w, rc: rc, lastID: after}
 	// A terminal backfill's terminal event was committed with its state, before we read the
 	// state: the replay finds it, unless retention pruned it; either way nothing follows.
-	if ended := s.replay(ctx, sw, id); ended || sw.err != nil || isTerminal(b.State) {
+	if ended := s.replay(ctx, sw, id); ended || sw.err != nil || b.State.Terminal() {
 		sw.flush()
 		return
 	}
@@ -152,10 +152,6 @@ func (s *Server) replay(ctx context.Context, sw *sseWriter, id int64) bool {
 		}
 	}
 	return false
-}
-
-func isTerminal(state string) bool {
-	return state == repo.BackfillSucceeded || state == repo.BackfillFailed || state == repo.BackfillCanceled
 }
 
 // sseWriter writes Server-Sent Events messages; after the first failed write it writes

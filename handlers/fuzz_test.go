@@ -185,7 +185,7 @@ func (f *fakeStore) RunList(ctx context.Context, p repo.RunListParams) ([]repo.R
 }
 
 func (f *fakeStore) RunReport(ctx context.Context, p repo.RunReportParams) (repo.Run, error) {
-	problems := []string{checkDagID(p.DagID), checkLen("run_id", p.RunID, 1, 300), checkEnum("state", p.State, runStates...)}
+	problems := []string{checkDagID(p.DagID), checkLen("run_id", p.RunID, 1, 300), checkEnum("state", string(p.State), runStates...)}
 	if p.WorkerID != nil {
 		problems = append(problems, checkLen("worker_id", *p.WorkerID, 1, 255))
 	}

@@ -66,12 +66,8 @@ type BackfillListParams struct {
 
 // BackfillList pages backfills by id.
 func (s *Store) BackfillList(ctx context.Context, p BackfillListParams) ([]Backfill, int, error) {
-	const filter = ` FROM backfills
-		WHERE ($1::text IS NULL OR dag_id = $1)
-		  AND ($2::text IS NULL OR state = $2)
-		  AND ($3::boolean IS NULL OR (state IN ('running', 'paused', 'canceling')) = $3)`
 	var total int
-	if err := sqlx.GetContext(ctx, s.db, &total, `SELECT count(*)`+filter, p.DagID, p.State, p.Active); err != nil {
+	if err := sqlx.GetContext(ctx, s.db, &total, `SELECT count(*)`+backfillListFilter, p.DagID, p.State, p.Active); err != nil {
 		return nil, 0, fmt.Errorf("count backfills: %w", err)
 	}
 	order := " ORDER BY id"
@@ -79,13 +75,19 @@ func (s *Store) BackfillList(ctx context.Context, p BackfillListParams) ([]Backf
 		order = " ORDER BY id DESC"
 	}
 	backfills := []Backfill{}
-	err := sqlx.SelectContext(ctx, s.db, &backfills, `SELECT `+backfillColumns+filter+order+` LIMIT $4 OFFSET $5`,
+	err := sqlx.SelectContext(ctx, s.db, &backfills, `SELECT `+backfillColumns+backfillListFilter+order+` LIMIT $4 OFFSET $5`,
 		p.DagID, p.State, p.Active, p.Limit, p.Offset)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list backfills: %w", err)
 	}
 	return backfills, total, nil
 }
+
+// backfillListFilter is BackfillList's FROM and WHERE, for its count and its page.
+var backfillListFilter = ` FROM backfills
+	WHERE ($1::text IS NULL OR dag_id = $1)
+	  AND ($2::text IS NULL OR state = $2)
+	  AND ($3::boolean IS NULL OR (state IN ` + activeStatesSQL + `) = $3)`
 
 // BackfillSlotsParams pages a backfill's slots.
 type BackfillSlotsParams struct {

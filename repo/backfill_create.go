@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 )
@@ -15,7 +16,7 @@ import (
 // BackfillCreate creates a backfill, its slots and its runs in one SERIALIZABLE transaction.
 // It reports replayed = true when an earlier request with the same idempotency key created it.
 func (s *Store) BackfillCreate(ctx context.Context, p BackfillCreateParams) (Backfill, bool, error) {
-	hash, err := requestHash(p)
+	hash, err := domain.RequestHash(p)
 	if err != nil {
 		return Backfill{}, false, err
 	}
@@ -42,7 +43,7 @@ func (s *Store) BackfillCreate(ctx context.Context, p BackfillCreateParams) (Bac
 	if len(plan) == 0 {
 		return Backfill{}, false, fmt.Errorf("%w: no schedule tick in the window has ended", ErrNoRunsToCreate)
 	}
-	if id, found, err := s.activeBackfillID(ctx, p.DagID); err != nil || found {
+	if id, found, err := activeBackfillID(ctx, s.db, p.DagID); err != nil || found {
 		if err != nil {
 			return Backfill{}, false, err
 		}
@@ -65,7 +66,7 @@ func (s *Store) BackfillCreate(ctx context.Context, p BackfillCreateParams) (Bac
 		})
 		switch {
 		case err == nil:
-			s.observer.BackfillCreated(b.State)
+			s.observer.BackfillCreated(string(b.State))
 			return b, false, nil
 		case errors.Is(err, errIdempotencyKeyTaken):
 			// A concurrent request with this key committed first.
@@ -75,7 +76,7 @@ func (s *Store) BackfillCreate(ctx context.Context, p BackfillCreateParams) (Bac
 			}
 			return b, ok, err
 		case errors.Is(err, errBackfillUniqueViolation):
-			id, found, lerr := s.activeBackfillID(ctx, p.DagID)
+			id, found, lerr := activeBackfillID(ctx, s.db, p.DagID)
 			if lerr != nil {
 				return Backfill{}, false, lerr
 			}
@@ -103,7 +104,7 @@ const maxCreatePasses = 5
 // planned is the plan made from planDag before the transaction; it is reused (copied: a
 // plan is mutated as slots are decided) unless the DAG's schedule changed since. known is
 // the dates that had a run before the transaction (see insertNewRuns).
-func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCreateParams, hash fingerprint, planDag Dag, planned []PlannedSlot, known runDates) (Backfill, error) {
+func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCreateParams, hash domain.Fingerprint, planDag Dag, planned []PlannedSlot, known runDates) (Backfill, error) {
 	// The transaction's own "now" (backfill_now() is now(), the transaction's start), read
 	// once: it stamps every row this transaction writes.
 	now, err := dbNow(ctx, tx)
@@ -136,7 +137,7 @@ func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCr
 		_, err := tx.ExecContext(ctx, `
 			INSERT INTO idempotency_keys (key, request_hash, dag_run_conf, backfill_id, created_at)
 			VALUES ($1, $2, $3::jsonb, $4, $5)`,
-			p.IdempotencyKey, hash.hash, jsonParam(hash.conf), id, now)
+			p.IdempotencyKey, hash.Hash, jsonParam(hash.Conf), id, now)
 		if uniqueViolation(err) == constraintIdempotencyKeyKey {
 			return Backfill{}, errIdempotencyKeyTaken
 		}
@@ -168,7 +169,7 @@ func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCr
 		}
 	}
 	// The slots are settled: this is the plan the backfill is created from.
-	planHash, err := checkPlan(dag, slots, p.IfMatch)
+	planHash, err := domain.CheckPlan(dag.Schedule, dag.Timezone, slots, p.IfMatch)
 	if err != nil {
 		return Backfill{}, err
 	}
@@ -210,132 +211,6 @@ func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCr
 	return b, nil
 }
 
-// largeBackfill is the slot count above which creation raises work_mem for its transaction.
-const largeBackfill = 10000
-
-// insertNewRuns inserts a queued run for every slot whose date has none, with its slot row,
-// in one statement: the slots are parallel arrays, unnested, so 100,000 slots cost one round
-// trip. Slots whose date known says has a run are not tried (a reprocess of 100,000 runs
-// would otherwise pay for 100,000 conflicts); the others are inserted blindly, and a run that
-// appeared since known was read shows as a conflict. It returns the indexes (into slots) of
-// the slots whose date already had a run.
-func insertNewRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p BackfillCreateParams, slots []PlannedSlot, known runDates, now time.Time) ([]int, error) {
-	var try []int
-	for i, sl := range slots {
-		if !known[sl.LogicalDate.UnixMicro()] {
-			try = append(try, i)
-		}
-	}
-	got := make([]bool, len(slots))
-	if len(try) > 0 {
-		linked, err := insertRunsAndSlots(ctx, tx, backfillID, p, slots, try, now)
-		if err != nil {
-			return nil, err
-		}
-		if linked == nil {
-			for _, i := range try {
-				got[i] = true
-			}
-		}
-		for _, ord := range linked {
-			got[ord-1] = true // ordinals are 1..N in slice order
-		}
-	}
-	var taken []int
-	for i := range got {
-		if !got[i] {
-			taken = append(taken, i)
-		}
-	}
-	return taken, nil
-}
-
-// insertRunsAndSlots is the statement of insertNewRuns for the slots at indexes try. It
-// returns nil when every one got a run, else the ordinals of those that did.
-func insertRunsAndSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p BackfillCreateParams, slots []PlannedSlot, try []int, now time.Time) (pq.Int64Array, error) {
-	n := len(try)
-	ordinals := make(pq.Int64Array, n)
-	dates := make(pq.StringArray, n)
-	ends := make(pq.StringArray, n)
-	runIDs := make(pq.StringArray, n)
-	for j, i := range try {
-		sl := slots[i]
-		ordinals[j] = int64(sl.SortOrdinal)
-		dates[j] = sl.LogicalDate.Format(time.RFC3339Nano)
-		ends[j] = sl.IntervalEnd.Format(time.RFC3339Nano)
-		runIDs[j] = RunIDFor(RunTypeBackfill, sl.LogicalDate)
-	}
-	// The slot rows are made from the run insert's own RETURNING (no join back to the
-	// parameters), and the final SELECT reads the statement's own results, not a table: it
-	// tells which slots got a run without reading dag_runs. In the common case every slot got
-	// one, and only the count comes back; otherwise the linked ordinals too.
-	var res struct {
-		Linked   int           `db:"linked"`
-		Ordinals pq.Int64Array `db:"ordinals"`
-	}
-	err := sqlx.GetContext(ctx, tx, &res, `
-		WITH created AS (
-			INSERT INTO dag_runs (dag_id, run_id, logical_date, data_interval_start, data_interval_end, state,
-				run_type, backfill_id, backfill_sort_ordinal, conf, attempt, queued_at)
-			SELECT $6, s.run_id, s.logical_date, s.logical_date, s.interval_end, 'queued',
-				'backfill', $1, s.sort_ordinal, $7::jsonb, 1, $8
-			FROM unnest($2::int[], $3::timestamptz[], $4::timestamptz[], $5::text[])
-				AS s(sort_ordinal, logical_date, interval_end, run_id)
-			ON CONFLICT (dag_id, logical_date) DO NOTHING
-			RETURNING id, backfill_sort_ordinal, logical_date
-		), linked AS (
-			INSERT INTO backfill_dag_runs (backfill_id, sort_ordinal, logical_date, dag_run_id)
-			SELECT $1, backfill_sort_ordinal, logical_date, id FROM created
-			RETURNING sort_ordinal
-		)
-		SELECT count(*) AS linked,
-			CASE WHEN count(*) < cardinality($2::int[]) THEN array_agg(sort_ordinal) END AS ordinals
-		FROM linked`,
-		backfillID, ordinals, dates, ends, runIDs, p.DagID, jsonParam(p.DagRunConf), now)
-	if err != nil {
-		return nil, fmt.Errorf("insert runs and slots: %w", err)
-	}
-	if res.Linked == n {
-		return nil, nil
-	}
-	if res.Ordinals == nil {
-		res.Ordinals = pq.Int64Array{} // none linked: not nil, which means all
-	}
-	return res.Ordinals, nil
-}
-
-// runDates is a set of logical dates (Unix microseconds) that have a run.
-type runDates map[int64]bool
-
-// existingRunDates reads which dates of the plan's window already have a run of the DAG. It
-// runs before the creating transaction, on purpose: under SERIALIZABLE a read of the DAG's
-// key range would take predicate locks that make creations for neighbouring DAGs abort each
-// other. It is only a hint (see insertNewRuns); a range scan of one index, it costs little
-// when the window is empty, the common case.
-func (s *Store) existingRunDates(ctx context.Context, dagID string, plan []PlannedSlot) (runDates, error) {
-	first, last := windowOf(plan)
-	var dates []time.Time
-	err := sqlx.SelectContext(ctx, s.db, &dates, `
-		SELECT logical_date FROM dag_runs WHERE dag_id = $1 AND logical_date BETWEEN $2 AND $3`, dagID, first, last)
-	if err != nil {
-		return nil, fmt.Errorf("read existing runs of %q: %w", dagID, err)
-	}
-	known := make(runDates, len(dates))
-	for _, d := range dates {
-		known[d.UnixMicro()] = true
-	}
-	return known, nil
-}
-
-// windowOf is the first and last logical date of slots, in either order of the plan.
-func windowOf(slots []PlannedSlot) (time.Time, time.Time) {
-	first, last := slots[0].LogicalDate, slots[len(slots)-1].LogicalDate
-	if first.After(last) {
-		first, last = last, first
-	}
-	return first, last
-}
-
 // takenRun is a run that exists for a slot's date, with where it sits in the backfill that
 // owns it (if any), so that the takeover can freeze that backfill's slot by primary key.
 type takenRun struct {
@@ -354,7 +229,7 @@ func settleTakenSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p Back
 	for i, idx := range taken {
 		takenSlots[i] = slots[idx]
 	}
-	first, last := windowOf(takenSlots)
+	first, last := domain.Window(takenSlots)
 	var runs []takenRun
 	err := sqlx.SelectContext(ctx, tx, &runs, `
 		SELECT id, logical_date, state, backfill_id, backfill_sort_ordinal, attempt, note FROM dag_runs
@@ -373,7 +248,7 @@ func settleTakenSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p Back
 			// A run_id clash without a date clash: only a corrupt history can do that.
 			return fmt.Errorf("slot %s conflicted with no run of its date", slots[idx].LogicalDate)
 		}
-		decide(&slots[idx], p.ReprocessBehavior, r.existingRun)
+		domain.Decide(&slots[idx], p.ReprocessBehavior, r.ID, r.State)
 		if slots[idx].Action == ActionReprocess {
 			over = append(over, takeover{run: r, ordinal: slots[idx].SortOrdinal})
 		}
@@ -451,7 +326,7 @@ func reprocessRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p Backfil
 			owners = append(owners, *t.run.BackfillID)
 			ownerOrdinals = append(ownerOrdinals, ord)
 			owned = append(owned, t.run.ID)
-			states = append(states, t.run.State)
+			states = append(states, string(t.run.State))
 			attempts = append(attempts, int64(t.run.Attempt))
 			if t.run.Note != nil {
 				notes = append(notes, sql.NullString{String: *t.run.Note, Valid: true})
@@ -489,63 +364,4 @@ func reprocessRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p Backfil
 		return fmt.Errorf("%w: %d of %d runs reprocessed (%v)", errConcurrentRunForDate, n, len(ids), err)
 	}
 	return nil
-}
-
-// activeBackfillID looks up the DAG's active backfill, if any.
-func (s *Store) activeBackfillID(ctx context.Context, dagID string) (int64, bool, error) {
-	var id int64
-	err := sqlx.GetContext(ctx, s.db, &id,
-		`SELECT id FROM backfills WHERE dag_id = $1 AND state IN ('running', 'paused', 'canceling')`, dagID)
-	if isNoRows(err) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("find active backfill of %q: %w", dagID, err)
-	}
-	return id, true, nil
-}
-
-// alreadyRunning answers a request whose DAG has an active backfill: a replay when that
-// backfill is the one an earlier request with the same key created (that request may have
-// committed just after our first look at the key), 409 otherwise.
-func (s *Store) alreadyRunning(ctx context.Context, key string, hash fingerprint, activeID int64) (Backfill, bool, error) {
-	if b, ok, err := s.idempotentReplay(ctx, key, hash); err != nil || ok {
-		return b, ok, err
-	}
-	return Backfill{}, false, &BackfillAlreadyRunningError{ActiveBackfillID: activeID}
-}
-
-// idempotentReplay answers a request whose key is already stored: the backfill as it is now
-// when the request is the same, ErrIdempotencyKeyReused when it differs. The conf is compared
-// by PostgreSQL as jsonb values (see requestHash): key order and spacing do not matter, every
-// digit of a number does.
-func (s *Store) idempotentReplay(ctx context.Context, key string, req fingerprint) (Backfill, bool, error) {
-	if key == "" {
-		return Backfill{}, false, nil
-	}
-	var stored struct {
-		Same       bool   `db:"same"`
-		BackfillID *int64 `db:"backfill_id"`
-	}
-	err := sqlx.GetContext(ctx, s.db, &stored, `
-		SELECT request_hash = $2 AND dag_run_conf IS NOT DISTINCT FROM $3::jsonb AS same, backfill_id
-		FROM idempotency_keys WHERE key = $1`, key, req.hash, jsonParam(req.conf))
-	if isNoRows(err) {
-		return Backfill{}, false, nil
-	}
-	if err != nil {
-		return Backfill{}, false, fmt.Errorf("read idempotency key: %w", err)
-	}
-	if !stored.Same {
-		return Backfill{}, false, ErrIdempotencyKeyReused
-	}
-	if stored.BackfillID == nil {
-		return Backfill{}, false, fmt.Errorf("idempotency key %q has no backfill", key)
-	}
-	b, err := s.BackfillGet(ctx, *stored.BackfillID)
-	if err == nil {
-		// The creating commit may still be waiting for its synchronous standby.
-		err = s.awaitDurable(ctx)
-	}
-	return b, err == nil, err
 }

@@ -26,14 +26,7 @@ type BackfillPatchParams struct {
 func (s *Store) BackfillPatch(ctx context.Context, p BackfillPatchParams) (Backfill, error) {
 	var b Backfill
 	err := s.withRetry(ctx, func() error {
-		return sqlx.GetContext(ctx, s.db, &b, `
-			UPDATE backfills SET
-				max_active_runs = coalesce($2, max_active_runs),
-				max_failed_runs = CASE WHEN $3 THEN $4 ELSE max_failed_runs END,
-				description = CASE WHEN $5 THEN $6 ELSE description END,
-				updated_at = backfill_now()
-			WHERE id = $1 AND state IN ('running', 'paused', 'canceling')
-			RETURNING `+backfillColumns,
+		return sqlx.GetContext(ctx, s.db, &b, backfillPatchSQL,
 			p.ID, p.MaxActiveRuns, p.SetMaxFailed, p.MaxFailedRuns, p.SetDescription, p.Description)
 	})
 	if err == nil {
@@ -48,3 +41,12 @@ func (s *Store) BackfillPatch(ctx context.Context, p BackfillPatchParams) (Backf
 	}
 	return Backfill{}, fmt.Errorf("%w: backfill %d is %s", ErrBackfillNotActive, p.ID, cur.State)
 }
+
+var backfillPatchSQL = `
+	UPDATE backfills SET
+		max_active_runs = coalesce($2, max_active_runs),
+		max_failed_runs = CASE WHEN $3 THEN $4 ELSE max_failed_runs END,
+		description = CASE WHEN $5 THEN $6 ELSE description END,
+		updated_at = backfill_now()
+	WHERE id = $1 AND state IN ` + activeStatesSQL + `
+	RETURNING ` + backfillColumns

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/backfillsvc/backfill/schedule"
 	"github.com/jmoiron/sqlx"
 )
 
@@ -84,14 +83,4 @@ func (s *Store) BackfillRetry(ctx context.Context, rp BackfillRetryParams) (Back
 		p.Description = rp.Description
 	}
 	return s.BackfillCreate(ctx, p)
-}
-
-// slotsForDates lists explicit slot dates (a retry's) as slots in the given order.
-func slotsForDates(sched *schedule.Schedule, dates []time.Time) []PlannedSlot {
-	slots := make([]PlannedSlot, len(dates))
-	for i, d := range dates {
-		d = d.UTC()
-		slots[i] = PlannedSlot{SortOrdinal: i + 1, LogicalDate: d, IntervalEnd: sched.Next(d), Action: ActionCreate}
-	}
-	return slots
 }

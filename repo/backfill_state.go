@@ -17,7 +17,7 @@ func (s *Store) BackfillUnpause(ctx context.Context, id int64) (Backfill, error)
 	return s.backfillToggle(ctx, id, BackfillPaused, BackfillRunning)
 }
 
-func (s *Store) backfillToggle(ctx context.Context, id int64, from, to string) (Backfill, error) {
+func (s *Store) backfillToggle(ctx context.Context, id int64, from, to BackfillState) (Backfill, error) {
 	var b Backfill
 	err := sqlx.GetContext(ctx, s.db, &b, `
 		UPDATE backfills SET state = $3, updated_at = backfill_now(),
@@ -82,7 +82,7 @@ func (s *Store) BackfillCancel(ctx context.Context, id int64) (Backfill, error) 
 		return err
 	})
 	if err == nil && finished {
-		s.observer.BackfillFinalized(BackfillCanceled)
+		s.observer.BackfillFinalized(string(BackfillCanceled))
 	}
 	return b, err
 }

@@ -2,15 +2,14 @@ package repo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
-	"github.com/backfillsvc/backfill/schedule"
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/jmoiron/sqlx"
 )
 
 // ErrInvalidDag means the schedule or timezone cannot be used.
-var ErrInvalidDag = errors.New("invalid dag")
+var ErrInvalidDag = domain.ErrInvalidDag
 
 // DagPutParams creates or replaces a DAG. Defaults are filled in by the caller.
 type DagPutParams struct {
@@ -24,8 +23,8 @@ type DagPutParams struct {
 
 // DagPut creates or replaces a DAG and reports whether it was created.
 func (s *Store) DagPut(ctx context.Context, p DagPutParams) (Dag, bool, error) {
-	if _, err := schedule.Parse(p.Schedule, p.Timezone); err != nil {
-		return Dag{}, false, fmt.Errorf("%w: %w", ErrInvalidDag, err)
+	if err := domain.ValidateSchedule(p.Schedule, p.Timezone); err != nil {
+		return Dag{}, false, err
 	}
 	var row struct {
 		Dag
@@ -33,7 +32,7 @@ func (s *Store) DagPut(ctx context.Context, p DagPutParams) (Dag, bool, error) {
 	}
 	// xmax is 0 only on a freshly inserted row: it tells created from replaced in one trip.
 	err := sqlx.GetContext(ctx, s.db, &row, `
-		INSERT INTO dags (dag_id, schedule, timezone, max_active_runs, is_paused, description, created_at, updated_at)
+		INSERT INTO dags (`+dagColumns+`)
 		VALUES ($1, $2, $3, $4, $5, $6, backfill_now(), backfill_now())
 		ON CONFLICT (dag_id) DO UPDATE SET
 			schedule = EXCLUDED.schedule,
@@ -42,8 +41,7 @@ func (s *Store) DagPut(ctx context.Context, p DagPutParams) (Dag, bool, error) {
 			is_paused = EXCLUDED.is_paused,
 			description = EXCLUDED.description,
 			updated_at = EXCLUDED.updated_at
-		RETURNING dag_id, schedule, timezone, max_active_runs, is_paused, description, created_at, updated_at,
-			(xmax = 0) AS created`,
+		RETURNING `+dagColumns+`, (xmax = 0) AS created`,
 		p.DagID, p.Schedule, p.Timezone, p.MaxActiveRuns, p.IsPaused, p.Description)
 	if err != nil {
 		return Dag{}, false, fmt.Errorf("upsert dag %q: %w", p.DagID, err)
@@ -60,8 +58,7 @@ func (s *Store) DagGet(ctx context.Context, dagID string) (Dag, error) {
 func dagGet(ctx context.Context, q sqlx.QueryerContext, dagID, lock string) (Dag, error) {
 	var d Dag
 	err := sqlx.GetContext(ctx, q, &d, `
-		SELECT dag_id, schedule, timezone, max_active_runs, is_paused, description, created_at, updated_at
-		FROM dags WHERE dag_id = $1 `+lock, dagID)
+		SELECT `+dagColumns+` FROM dags WHERE dag_id = $1 `+lock, dagID)
 	if isNoRows(err) {
 		return Dag{}, ErrDagNotFound
 	}
@@ -79,8 +76,7 @@ func (s *Store) DagList(ctx context.Context, p ListParams) ([]Dag, int, error) {
 	}
 	dags := []Dag{}
 	err := sqlx.SelectContext(ctx, s.db, &dags, `
-		SELECT dag_id, schedule, timezone, max_active_runs, is_paused, description, created_at, updated_at
-		FROM dags ORDER BY dag_id LIMIT $1 OFFSET $2`, p.Limit, p.Offset)
+		SELECT `+dagColumns+` FROM dags ORDER BY dag_id LIMIT $1 OFFSET $2`, p.Limit, p.Offset)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list dags: %w", err)
 	}

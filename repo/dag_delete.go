@@ -27,17 +27,14 @@ func (s *Store) DagDelete(ctx context.Context, dagID string) error {
 		if _, err := dagGet(ctx, tx, dagID, "FOR UPDATE"); err != nil {
 			return err
 		}
-		var active []int64
-		err := sqlx.SelectContext(ctx, tx, &active, `
-			SELECT id FROM backfills WHERE dag_id = $1 AND state IN ('running', 'paused', 'canceling')`, dagID)
-		if err != nil {
-			return fmt.Errorf("find active backfill of %q: %w", dagID, err)
-		}
-		if len(active) > 0 {
-			return &BackfillAlreadyRunningError{ActiveBackfillID: active[0]}
+		if id, found, err := activeBackfillID(ctx, tx, dagID); err != nil || found {
+			if err != nil {
+				return err
+			}
+			return &BackfillAlreadyRunningError{ActiveBackfillID: id}
 		}
 		var inFlight bool
-		err = sqlx.GetContext(ctx, tx, &inFlight, `
+		err := sqlx.GetContext(ctx, tx, &inFlight, `
 			SELECT EXISTS (SELECT 1 FROM dag_runs
 				WHERE dag_id = $1 AND backfill_id IS NULL AND state IN ('queued', 'running'))`, dagID)
 		if err != nil {

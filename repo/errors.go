@@ -8,6 +8,7 @@ import (
 	"net"
 	"syscall"
 
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/lib/pq"
 	"github.com/lib/pq/pqerror"
 )
@@ -23,11 +24,13 @@ var (
 	ErrBackfillNotActive      = errors.New("backfill not active")
 	ErrInvalidTransition      = errors.New("invalid transition")
 	ErrLeaseLost              = errors.New("lease lost")
-	ErrInvalidBackfill        = errors.New("invalid backfill")
+	ErrInvalidBackfill        = domain.ErrInvalidBackfill
 	ErrNoRunsToCreate         = errors.New("no runs to create")
-	ErrTooManyRuns            = errors.New("too many runs")
-	ErrIdempotencyKeyReused   = errors.New("idempotency key reused")
-	ErrRetriesExhausted       = errors.New("serialization retries exhausted")
+	ErrTooManyRuns            = domain.ErrTooManyRuns
+	// ErrPlanChanged: If-Match named no digest of the plan as settled (*PlanChangedError).
+	ErrPlanChanged          = domain.ErrPlanChanged
+	ErrIdempotencyKeyReused = errors.New("idempotency key reused")
+	ErrRetriesExhausted     = errors.New("serialization retries exhausted")
 	// ErrStatementTimeout: a statement ran into its time limit (statement_timeout) and was
 	// stopped. Retrying the same request may well meet the same limit.
 	ErrStatementTimeout = errors.New("statement timeout")

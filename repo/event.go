@@ -82,16 +82,7 @@ func (s *Store) EventLastID(ctx context.Context) (int64, error) {
 // SweepPruneEvents deletes up to batch events older than maxAge (the contract keeps them at
 // least 7 days). Readers are unaffected: pruning only ever removes the oldest ids.
 func (s *Store) SweepPruneEvents(ctx context.Context, maxAge time.Duration, batch int) (int, error) {
-	res, err := s.db.ExecContext(ctx, `
-		DELETE FROM events WHERE id IN (
-			SELECT id FROM events
-			WHERE occurred_at < backfill_now() - make_interval(secs => $1) ORDER BY occurred_at LIMIT $2)`,
-		maxAge.Seconds(), batch)
-	if err != nil {
-		return 0, fmt.Errorf("prune events: %w", err)
-	}
-	n, err := res.RowsAffected()
-	return int(n), err
+	return s.prune(ctx, pruneEvents, maxAge, batch)
 }
 
 // BackfillProgressMany reads the given backfills (those that exist) with the database's now,

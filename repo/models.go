@@ -4,26 +4,61 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/backfillsvc/backfill/domain"
+)
+
+// The domain's names, under which repo's callers know them. Each is defined once, in
+// package domain; these are aliases, not copies.
+type (
+	BackfillState = domain.BackfillState
+	RunState      = domain.RunState
+	// BackfillCreateParams describes a backfill. Defaults are filled in by the caller.
+	BackfillCreateParams = domain.BackfillRequest
+	// PlannedSlot is what creation would do with one slot.
+	PlannedSlot = domain.PlannedSlot
+	// PlanChangedError carries the digest of the plan as it is now.
+	PlanChangedError = domain.PlanChangedError
 )
 
 // Backfill states. Active ones hold the DAG's single active slot.
 const (
-	BackfillRunning   = "running"
-	BackfillPaused    = "paused"
-	BackfillCanceling = "canceling"
-	BackfillSucceeded = "succeeded"
-	BackfillFailed    = "failed"
-	BackfillCanceled  = "canceled"
+	BackfillRunning   = domain.BackfillRunning
+	BackfillPaused    = domain.BackfillPaused
+	BackfillCanceling = domain.BackfillCanceling
+	BackfillSucceeded = domain.BackfillSucceeded
+	BackfillFailed    = domain.BackfillFailed
+	BackfillCanceled  = domain.BackfillCanceled
 )
 
 // Run states.
 const (
-	RunQueued   = "queued"
-	RunRunning  = "running"
-	RunSuccess  = "success"
-	RunFailed   = "failed"
-	RunCanceled = "canceled"
+	RunQueued   = domain.RunQueued
+	RunRunning  = domain.RunRunning
+	RunSuccess  = domain.RunSuccess
+	RunFailed   = domain.RunFailed
+	RunCanceled = domain.RunCanceled
 )
+
+// Slot actions of a dry run, and the reprocess behaviour of a retry.
+const (
+	ActionCreate    = domain.ActionCreate
+	ActionReprocess = domain.ActionReprocess
+	ActionSkip      = domain.ActionSkip
+	ReprocessFailed = domain.ReprocessFailed
+)
+
+// PlanHash digests a plan (see domain.PlanHash).
+func PlanHash(sched, timezone string, slots []PlannedSlot) string {
+	return domain.PlanHash(sched, timezone, slots)
+}
+
+// activeStatesSQL is the list of active backfill states as SQL, ('running', 'paused',
+// 'canceling'), built once from domain.ActiveBackfillStates: every statement about active
+// backfills says `state IN `+activeStatesSQL, so that Go and SQL cannot disagree, and the
+// planner still sees a literal that implies the partial indexes' predicate
+// (TestActiveStatesMatchSchema and TestActiveStatesSQLUsesPartialIndexes check both).
+var activeStatesSQL = domain.ActiveStatesSQL()
 
 // Dag is a schedule that runs are made for.
 type Dag struct {
@@ -37,6 +72,9 @@ type Dag struct {
 	UpdatedAt     time.Time `db:"updated_at"`
 }
 
+// dagColumns selects a Dag; keep it in step with the struct.
+const dagColumns = `dag_id, schedule, timezone, max_active_runs, is_paused, description, created_at, updated_at`
+
 // Run is one execution of a DAG for one logical date.
 type Run struct {
 	ID                int64      `db:"id"`
@@ -45,7 +83,7 @@ type Run struct {
 	LogicalDate       time.Time  `db:"logical_date"`
 	DataIntervalStart time.Time  `db:"data_interval_start"`
 	DataIntervalEnd   time.Time  `db:"data_interval_end"`
-	State             string     `db:"state"`
+	State             RunState   `db:"state"`
 	RunType           string     `db:"run_type"`
 	BackfillID        *int64     `db:"backfill_id"`
 	Conf              JSON       `db:"conf"`
@@ -89,19 +127,19 @@ func (p Progress) Total() int64 {
 
 // Backfill is a request to run a DAG over a window of past dates.
 type Backfill struct {
-	ID                int64      `db:"id"`
-	DagID             string     `db:"dag_id"`
-	FromDate          time.Time  `db:"from_date"`
-	ToDate            time.Time  `db:"to_date"`
-	RunBackwards      bool       `db:"run_backwards"`
-	DagRunConf        JSON       `db:"dag_run_conf"`
-	ReprocessBehavior string     `db:"reprocess_behavior"`
-	MaxActiveRuns     int        `db:"max_active_runs"`
-	Description       *string    `db:"description"`
-	State             string     `db:"state"`
-	CreatedAt         time.Time  `db:"created_at"`
-	UpdatedAt         time.Time  `db:"updated_at"`
-	CompletedAt       *time.Time `db:"completed_at"`
+	ID                int64         `db:"id"`
+	DagID             string        `db:"dag_id"`
+	FromDate          time.Time     `db:"from_date"`
+	ToDate            time.Time     `db:"to_date"`
+	RunBackwards      bool          `db:"run_backwards"`
+	DagRunConf        JSON          `db:"dag_run_conf"`
+	ReprocessBehavior string        `db:"reprocess_behavior"`
+	MaxActiveRuns     int           `db:"max_active_runs"`
+	Description       *string       `db:"description"`
+	State             BackfillState `db:"state"`
+	CreatedAt         time.Time     `db:"created_at"`
+	UpdatedAt         time.Time     `db:"updated_at"`
+	CompletedAt       *time.Time    `db:"completed_at"`
 	// MaxFailedRuns is the failure budget: nil for none.
 	MaxFailedRuns *int `db:"max_failed_runs"`
 	// PauseReason is PauseReasonUser or PauseReasonFailureBudget while paused, nil otherwise.
@@ -130,35 +168,11 @@ type BackfillSlot struct {
 	LogicalDate     time.Time `db:"logical_date"`
 	DagRunID        *int64    `db:"dag_run_id"`
 	RunID           *string   `db:"run_id"`
-	State           *string   `db:"state"`
+	State           *RunState `db:"state"`
 	ExceptionReason *string   `db:"exception_reason"`
 	// Attempt and Note are the run's, while this backfill still owns it.
 	Attempt *int    `db:"attempt"`
 	Note    *string `db:"note"`
-}
-
-// Slot actions of a dry run.
-const (
-	ActionCreate    = "create"
-	ActionReprocess = "reprocess"
-	ActionSkip      = "skip"
-)
-
-// Skip reasons.
-const (
-	ReasonInFlight      = "in flight"
-	ReasonAlreadyExists = "already exists"
-)
-
-// PlannedSlot is what creation would do with one slot.
-type PlannedSlot struct {
-	SortOrdinal     int
-	LogicalDate     time.Time
-	IntervalEnd     time.Time
-	Action          string
-	ExceptionReason *string
-	// ExistingRunID is the run a reprocess takes over.
-	ExistingRunID int64
 }
 
 // Heartbeat is the answer to a lease extension.

@@ -125,7 +125,7 @@ func (s *Store) RunList(ctx context.Context, p RunListParams) ([]Run, int, error
 type RunReportParams struct {
 	DagID string
 	RunID string
-	State string
+	State RunState
 	// WorkerID, when set, requires the run to be running under this worker's live lease.
 	WorkerID *string
 	// Note is what the reporter says about the outcome (why a run failed); nil for none.
@@ -195,17 +195,24 @@ func (s *Store) RunHeartbeat(ctx context.Context, runPK int64, workerID string) 
 		FROM hb LEFT JOIN backfills b ON b.id = hb.backfill_id`,
 		runPK, workerID)
 	if isNoRows(err) {
-		var exists bool
-		if err := sqlx.GetContext(ctx, s.db, &exists, `SELECT EXISTS (SELECT 1 FROM dag_runs WHERE id = $1)`, runPK); err != nil {
-			return Heartbeat{}, fmt.Errorf("find run %d: %w", runPK, err)
-		}
-		if !exists {
-			return Heartbeat{}, ErrRunNotFound
-		}
-		return Heartbeat{}, ErrLeaseLost
+		return Heartbeat{}, leaseLost(ctx, s.db, runPK)
 	}
 	if err != nil {
 		return Heartbeat{}, fmt.Errorf("heartbeat run %d: %w", runPK, err)
 	}
 	return Heartbeat{LeaseExpiresAt: row.LeaseExpiresAt.UTC(), CancelRequested: row.CancelRequested}, nil
+}
+
+// leaseLost explains why a statement guarded by a worker's live lease changed no row:
+// ErrRunNotFound when the run does not exist, else ErrLeaseLost (it is not running, another
+// worker holds it, or the lease expired).
+func leaseLost(ctx context.Context, q sqlx.QueryerContext, runPK int64) error {
+	var exists bool
+	if err := sqlx.GetContext(ctx, q, &exists, `SELECT EXISTS (SELECT 1 FROM dag_runs WHERE id = $1)`, runPK); err != nil {
+		return fmt.Errorf("find run %d: %w", runPK, err)
+	}
+	if !exists {
+		return ErrRunNotFound
+	}
+	return ErrLeaseLost
 }

@@ -48,12 +48,5 @@ func (s *Store) RunRelease(ctx context.Context, runPK int64, workerID string) (R
 	if !isNoRows(err) {
 		return run, err
 	}
-	var exists bool
-	if err := sqlx.GetContext(ctx, s.db, &exists, `SELECT EXISTS (SELECT 1 FROM dag_runs WHERE id = $1)`, runPK); err != nil {
-		return Run{}, fmt.Errorf("find run %d: %w", runPK, err)
-	}
-	if !exists {
-		return Run{}, ErrRunNotFound
-	}
-	return Run{}, ErrLeaseLost
+	return Run{}, leaseLost(ctx, s.db, runPK)
 }

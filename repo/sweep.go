@@ -78,45 +78,70 @@ func (s *Store) SweepExpireLeases(ctx context.Context, batch int) (int, error) {
 // backfill row itself, which every run change updates under the row's lock; so a concurrent
 // claim, report or requeue either commits first (and is seen) or waits for this one.
 func (s *Store) SweepFinalize(ctx context.Context, batch int) (int, error) {
-	var finished []string
+	var finished []BackfillState
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		finished = finished[:0]
-		return sqlx.SelectContext(ctx, tx, &finished, `
-			WITH candidates AS (
-				SELECT id FROM backfills
-				WHERE state IN ('running', 'paused', 'canceling') AND num_queued = 0 AND num_running = 0
-				ORDER BY id LIMIT $1
-				FOR UPDATE SKIP LOCKED
-			)
-			UPDATE backfills b SET
-				state = CASE WHEN b.state = 'canceling' THEN 'canceled'
-				             WHEN b.num_failed + b.num_canceled > 0 THEN 'failed'
-				             ELSE 'succeeded' END,
-				completed_at = backfill_now(),
-				updated_at = backfill_now()
-			FROM candidates c
-			WHERE b.id = c.id
-			  AND b.state IN ('running', 'paused', 'canceling') AND b.num_queued = 0 AND b.num_running = 0
-			RETURNING b.state`, batch)
+		return sqlx.SelectContext(ctx, tx, &finished, sweepFinalizeSQL, batch)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("finalize backfills: %w", err)
 	}
 	for _, state := range finished {
-		s.observer.BackfillFinalized(state)
+		s.observer.BackfillFinalized(string(state))
 	}
 	return len(finished), nil
 }
 
+// sweepFinalizeSQL is SweepFinalize's statement. The candidates are read through
+// backfills_active_by_id (in id order, so the cost grows with active backfills, not history);
+// the UPDATE re-checks under the row lock.
+var sweepFinalizeSQL = `
+	WITH candidates AS (
+		SELECT id FROM backfills
+		WHERE state IN ` + activeStatesSQL + ` AND num_queued = 0 AND num_running = 0
+		ORDER BY id LIMIT $1
+		FOR UPDATE SKIP LOCKED
+	)
+	UPDATE backfills b SET
+		state = CASE WHEN b.state = 'canceling' THEN 'canceled'
+		             WHEN b.num_failed + b.num_canceled > 0 THEN 'failed'
+		             ELSE 'succeeded' END,
+		completed_at = backfill_now(),
+		updated_at = backfill_now()
+	FROM candidates c
+	WHERE b.id = c.id
+	  AND b.state IN ` + activeStatesSQL + ` AND b.num_queued = 0 AND b.num_running = 0
+	RETURNING b.state`
+
 // SweepPruneIdempotencyKeys deletes up to batch keys older than maxAge.
 func (s *Store) SweepPruneIdempotencyKeys(ctx context.Context, maxAge time.Duration, batch int) (int, error) {
-	res, err := s.db.ExecContext(ctx, `
-		DELETE FROM idempotency_keys WHERE key IN (
-			SELECT key FROM idempotency_keys
-			WHERE created_at < backfill_now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2)`,
-		maxAge.Seconds(), batch)
+	return s.prune(ctx, pruneIdempotencyKeys, maxAge, batch)
+}
+
+// pruning is one of the sweep's age-based trims: its statement, and its name for errors.
+type pruning struct {
+	what string // for errors
+	stmt string
+}
+
+// pruneStatement deletes up to $2 rows older than $1 seconds, oldest first, by the key, so
+// that the subquery's LIMIT bounds each batch (DELETE has no LIMIT of its own).
+func pruneStatement(table, key, datedBy string) string {
+	return `DELETE FROM ` + table + ` WHERE ` + key + ` IN (
+		SELECT ` + key + ` FROM ` + table + `
+		WHERE ` + datedBy + ` < backfill_now() - make_interval(secs => $1) ORDER BY ` + datedBy + ` LIMIT $2)`
+}
+
+var (
+	pruneEvents          = pruning{"events", pruneStatement("events", "id", "occurred_at")}
+	pruneIdempotencyKeys = pruning{"idempotency keys", pruneStatement("idempotency_keys", "key", "created_at")}
+)
+
+// prune deletes one batch of what p prunes and says how many rows went.
+func (s *Store) prune(ctx context.Context, p pruning, maxAge time.Duration, batch int) (int, error) {
+	res, err := s.db.ExecContext(ctx, p.stmt, maxAge.Seconds(), batch)
 	if err != nil {
-		return 0, fmt.Errorf("prune idempotency keys: %w", err)
+		return 0, fmt.Errorf("prune %s: %w", p.what, err)
 	}
 	n, err := res.RowsAffected()
 	return int(n), err

@@ -1,4 +1,4 @@
-package repo
+package domain
 
 import (
 	"crypto/sha256"
@@ -7,15 +7,22 @@ import (
 	"fmt"
 )
 
-// requestHash fingerprints a creation request after defaults are filled in, so that the same
+// Fingerprint identifies a creation request under its idempotency key: the hash of its
+// fields and its conf, kept as the client's JSON for PostgreSQL to compare as jsonb.
+type Fingerprint struct {
+	Hash string
+	Conf []byte
+}
+
+// RequestHash fingerprints a creation request after defaults are filled in, so that the same
 // request sent twice matches whatever its JSON spelling (key order, spacing, time zone of the
-// dates). It covers every field of BackfillCreateParams except three:
+// dates). It covers every field of BackfillRequest except three:
 //
 //   - IdempotencyKey, which is what the hash is stored under;
 //   - IfMatch, a precondition on the plan rather than part of what is asked for: a request
 //     that already created its backfill is answered with it whatever it now expects;
 //   - DagRunConf, which is stored beside the hash as jsonb and compared with jsonb's `=`
-//     (idempotentReplay). Hashing it in Go would mean deciding number equality in Go:
+//     (repo's idempotentReplay). Hashing it in Go would mean deciding number equality in Go:
 //     encoding/json into `any` makes 2^53 and 2^53+1 one float64 and cannot read 1e400 at all,
 //     and canonicalising through jsonb's text form is not jsonb equality either
 //     ('{"n":1.0}'::jsonb::text keeps "1.0" while '{"n":1.0}'::jsonb = '{"n":1}'::jsonb).
@@ -26,25 +33,18 @@ import (
 // request later is part of the fingerprint without anyone remembering to add it here (a
 // forgotten field would replay a different request); TestRequestHashCoversEveryField holds
 // that.
-func requestHash(p BackfillCreateParams) (fingerprint, error) {
-	conf := p.DagRunConf
-	p.IdempotencyKey = ""
-	p.IfMatch = nil
-	p.DagRunConf = nil
+func RequestHash(req BackfillRequest) (Fingerprint, error) {
+	conf := req.DagRunConf
+	req.IdempotencyKey = ""
+	req.IfMatch = nil
+	req.DagRunConf = nil
 	// The same instant in any zone is the same request; Go encodes a time with its zone.
-	p.FromDate = p.FromDate.UTC()
-	p.ToDate = p.ToDate.UTC()
-	canonical, err := json.Marshal(p)
+	req.FromDate = req.FromDate.UTC()
+	req.ToDate = req.ToDate.UTC()
+	canonical, err := json.Marshal(req)
 	if err != nil {
-		return fingerprint{}, fmt.Errorf("hash request: %w", err)
+		return Fingerprint{}, fmt.Errorf("hash request: %w", err)
 	}
 	sum := sha256.Sum256(canonical)
-	return fingerprint{hash: hex.EncodeToString(sum[:]), conf: conf}, nil
-}
-
-// fingerprint identifies a creation request under its idempotency key: the hash of its fields
-// and its conf, kept as the client's JSON for jsonb to compare.
-type fingerprint struct {
-	hash string
-	conf JSON
+	return Fingerprint{Hash: hex.EncodeToString(sum[:]), Conf: conf}, nil
 }

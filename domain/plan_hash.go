@@ -1,4 +1,4 @@
-package repo
+package domain
 
 import (
 	"crypto/sha256"
@@ -43,7 +43,7 @@ func PlanHash(sched, timezone string, slots []PlannedSlot) string {
 	for _, sl := range slots {
 		buf = buf[:0]
 		field(sl.LogicalDate.UTC().Format(time.RFC3339Nano))
-		field(sl.Action)
+		field(string(sl.Action))
 		if sl.ExceptionReason != nil {
 			field(*sl.ExceptionReason)
 		} else {
@@ -54,10 +54,10 @@ func PlanHash(sched, timezone string, slots []PlannedSlot) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// checkPlan compares the settled plan with the digests the request was bound to (none binds
-// nothing) and returns the digest to store.
-func checkPlan(dag Dag, slots []PlannedSlot, ifMatch []string) (string, error) {
-	sum := PlanHash(dag.Schedule, dag.Timezone, slots)
+// CheckPlan compares the settled plan with the digests the request was bound to (nil binds
+// nothing) and returns the digest to store, or a *PlanChangedError.
+func CheckPlan(sched, timezone string, slots []PlannedSlot, ifMatch []string) (string, error) {
+	sum := PlanHash(sched, timezone, slots)
 	if ifMatch != nil && !slices.Contains(ifMatch, sum) {
 		return "", &PlanChangedError{CurrentPlanHash: sum}
 	}
