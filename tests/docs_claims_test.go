@@ -41,11 +41,11 @@ func readDocs(t *testing.T) map[string]string {
 	return out
 }
 
-// sourceFiles returns the contents of the module's files whose names end in suffix, by path
-// from the module root, skipping dependencies and generated front-end bundles.
-func sourceFiles(t *testing.T, suffix string) map[string]string {
+// moduleFiles returns the path from the module root of every file of the module, leaving out
+// installed dependencies (node_modules) and Git's own files.
+func moduleFiles(t *testing.T) []string {
 	t.Helper()
-	out := map[string]string{}
+	var out []string
 	err := filepath.WalkDir(repoRoot, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -53,18 +53,31 @@ func sourceFiles(t *testing.T, suffix string) map[string]string {
 		if d.IsDir() && (d.Name() == "node_modules" || d.Name() == ".git") {
 			return filepath.SkipDir
 		}
-		if d.IsDir() || !strings.HasSuffix(path, suffix) {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
+		if !d.IsDir() {
+			rel, err := filepath.Rel(repoRoot, path)
+			out = append(out, filepath.ToSlash(rel))
 			return err
 		}
-		rel, err := filepath.Rel(repoRoot, path)
-		out[filepath.ToSlash(rel)] = string(b)
-		return err
+		return nil
 	})
 	require.NoError(t, err)
+	require.NotEmpty(t, out)
+	return out
+}
+
+// sourceFiles returns the contents of the module's files whose names end in suffix, by path
+// from the module root.
+func sourceFiles(t *testing.T, suffix string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, rel := range moduleFiles(t) {
+		if !strings.HasSuffix(rel, suffix) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(repoRoot, rel))
+		require.NoError(t, err)
+		out[rel] = string(b)
+	}
 	require.NotEmpty(t, out)
 	return out
 }
@@ -162,17 +175,9 @@ var (
 func TestDocsNameOnlyFilesThatExist(t *testing.T) {
 	t.Parallel()
 	names := map[string]bool{}
-	err := filepath.WalkDir(repoRoot, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && (d.Name() == "node_modules" || d.Name() == ".git") {
-			return filepath.SkipDir
-		}
-		names[d.Name()] = true
-		return nil
-	})
-	require.NoError(t, err)
+	for _, rel := range moduleFiles(t) {
+		names[filepath.Base(rel)] = true
+	}
 	exists := func(p string) bool {
 		_, err := os.Stat(filepath.Join(repoRoot, p))
 		return err == nil
