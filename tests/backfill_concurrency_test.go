@@ -37,7 +37,7 @@ func (e *env) createTogether(bodies []map[string]any) []*response {
 	e.t.Helper()
 	reqs := make([]request, len(bodies))
 	for i, body := range bodies {
-		reqs[i] = request{Method: http.MethodPost, Path: "/api/v1/backfills", Body: body}
+		reqs[i] = createRequest(body)
 	}
 	return e.DoTogether(reqs...)
 }

@@ -127,8 +127,7 @@ func TestBackfillCreateNewYorkDailyAcrossSpringForward(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.PutDag("ny_daily", "@daily", "America/New_York")
-	ny, err := time.LoadLocation("America/New_York")
-	require.NoError(t, err)
+	ny := location(t, "America/New_York")
 	from := time.Date(2024, 3, 8, 0, 0, 0, 0, ny)
 	to := time.Date(2024, 3, 12, 0, 0, 0, 0, ny)
 	b := e.CreateBackfill(backfillBody("ny_daily", from, to))
@@ -162,8 +161,7 @@ func TestBackfillCreateNewYorkNonexistentWallTimeTakenAfterShift(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.PutDag("ny_0230", "30 2 * * *", "America/New_York")
-	ny, err := time.LoadLocation("America/New_York")
-	require.NoError(t, err)
+	ny := location(t, "America/New_York")
 	from := time.Date(2024, 3, 9, 0, 0, 0, 0, ny)
 	to := time.Date(2024, 3, 11, 23, 59, 0, 0, ny)
 	dry, _ := e.DryRun(backfillBody("ny_0230", from, to))
@@ -699,7 +697,7 @@ func TestBackfillCreateConcurrentRequestsWithOneKeyCreateOneBackfill(t *testing.
 	body := backfillBody("ck", day(1, 1), day(1, 8))
 	reqs := make([]request, n)
 	for i := range reqs {
-		reqs[i] = request{Method: http.MethodPost, Path: "/api/v1/backfills", Body: body, Headers: []string{"Idempotency-Key", "same-key"}}
+		reqs[i] = createRequest(body, "Idempotency-Key", "same-key")
 	}
 	ids := map[int64]int{}
 	replayed := 0

@@ -41,7 +41,23 @@ func cfManualRuns(e *env, dagID string, n int) error {
 	return nil
 }
 
-// cfDagCounters compares every DAG's counters of runs outside backfills with a fresh count.
+// cfRequireOneRunningOneQueued requires every owner (DAG or backfill) to hold one running
+// and one queued run: query groups the owners by (running, queued) and counts them (n).
+func cfRequireOneRunningOneQueued(t *testing.T, e *env, owner, query string) {
+	t.Helper()
+	var groups []struct {
+		Running int `db:"running"`
+		Queued  int `db:"queued"`
+		N       int `db:"n"`
+	}
+	require.NoError(t, e.DB.Select(&groups, query))
+	require.Len(t, groups, 1, "every %s alike: %v", owner, groups)
+	require.Equal(t, 1, groups[0].Running)
+	require.Equal(t, 1, groups[0].Queued)
+	require.Equal(t, cfOwners, groups[0].N)
+}
+
+// cfRequireDagCounters compares every DAG's counters of runs outside backfills with a fresh count.
 func cfRequireDagCounters(t *testing.T, db *sqlx.DB) {
 	t.Helper()
 	var wrong []string
@@ -82,21 +98,12 @@ func TestClaimFairnessReachesEveryDagWithAClaimableManualRun(t *testing.T) {
 	}
 	require.Empty(t, e.Claim("w", 100), "every DAG is at its max_active_runs")
 
-	var perDag []struct {
-		Running int `db:"running"`
-		Queued  int `db:"queued"`
-		N       int `db:"n"`
-	}
-	require.NoError(t, e.DB.Select(&perDag, `
+	cfRequireOneRunningOneQueued(t, e, "DAG", `
 		SELECT running, queued, count(*) AS n FROM (
 			SELECT dag_id, count(*) FILTER (WHERE state = 'running') AS running,
 			       count(*) FILTER (WHERE state = 'queued') AS queued
 			FROM dag_runs GROUP BY dag_id) x
-		GROUP BY running, queued`))
-	require.Len(t, perDag, 1, "every DAG alike: %v", perDag)
-	require.Equal(t, 1, perDag[0].Running)
-	require.Equal(t, 1, perDag[0].Queued)
-	require.Equal(t, cfOwners, perDag[0].N)
+		GROUP BY running, queued`)
 	cfRequireDagCounters(t, e.DB)
 }
 
@@ -137,17 +144,9 @@ func TestClaimFairnessReachesEveryBackfillWithAClaimableRun(t *testing.T) {
 	}
 	require.Empty(t, e.Claim("w", 100), "every backfill is at its max_active_runs")
 
-	var perBackfill []struct {
-		Running int `db:"num_running"`
-		Queued  int `db:"num_queued"`
-		N       int `db:"n"`
-	}
-	require.NoError(t, e.DB.Select(&perBackfill, `
-		SELECT num_running, num_queued, count(*) AS n FROM backfills GROUP BY num_running, num_queued`))
-	require.Len(t, perBackfill, 1, "every backfill alike: %v", perBackfill)
-	require.Equal(t, 1, perBackfill[0].Running)
-	require.Equal(t, 1, perBackfill[0].Queued)
-	require.Equal(t, cfOwners, perBackfill[0].N)
+	cfRequireOneRunningOneQueued(t, e, "backfill", `
+		SELECT num_running AS running, num_queued AS queued, count(*) AS n FROM backfills
+		GROUP BY num_running, num_queued`)
 	checkInvariants(t, e.DB)
 }
 

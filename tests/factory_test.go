@@ -27,6 +27,14 @@ func days(first, last int) []time.Time {
 	return out
 }
 
+// location loads a time zone from the system's database.
+func location(t testing.TB, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	require.NoError(t, err)
+	return loc
+}
+
 func ts(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
 // str reads an optional string, "<nil>" when absent, so that a comparison says which.

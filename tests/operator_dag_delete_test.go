@@ -77,9 +77,9 @@ func TestDagDeleteRacingCreate(t *testing.T) {
 		dagID := fmt.Sprintf("delrace_%d", round)
 		e.PutDag(dagID, "@hourly", "")
 		manual := round%3 == 2
-		addReq := request{Method: http.MethodPost, Path: "/api/v1/backfills", Body: backfillBody(dagID, day(1, 1), day(1, 10))}
+		addReq := createRequest(backfillBody(dagID, day(1, 1), day(1, 10)))
 		if manual {
-			addReq.Path, addReq.Body = "/api/v1/dags/"+dagID+"/runs", map[string]any{"logical_date": ts(day(5, 1))}
+			addReq = manualRunRequest(dagID, day(5, 1))
 		}
 		answers := e.DoTogether(request{Method: http.MethodDelete, Path: "/api/v1/dags/" + dagID}, addReq)
 		del, add := answers[0], answers[1]

@@ -85,9 +85,7 @@ func TestPlanIfMatchRacingManualRun(t *testing.T) {
 		dag := e.PutDag(dagID, "@daily", "")
 		body := backfillBody(dagID, day(1, 1), day(1, 20))
 		d, tag := e.DryRun(body)
-		answers := e.DoTogether(
-			request{Method: http.MethodPost, Path: "/api/v1/backfills", Body: body, Headers: []string{"If-Match", tag}},
-			request{Method: http.MethodPost, Path: "/api/v1/dags/" + dagID + "/runs", Body: map[string]any{"logical_date": ts(day(1, 1+round))}})
+		answers := e.DoTogether(createRequest(body, "If-Match", tag), manualRunRequest(dagID, day(1, 1+round)))
 		create, manual := answers[0], answers[1]
 		outcomes[fmt.Sprintf("create=%d manual=%d", create.Status, manual.Status)]++
 		switch create.Status {

@@ -131,7 +131,7 @@ func TestRetryRacingCreate(t *testing.T) {
 	for round := range 10 {
 		answers := e.DoTogether(
 			request{Method: http.MethodPost, Path: retryPath(parent.Id)},
-			request{Method: http.MethodPost, Path: "/api/v1/backfills", Body: backfillBody("retry_race", day(3, 1+round), day(3, 2+round))})
+			createRequest(backfillBody("retry_race", day(3, 1+round), day(3, 2+round))))
 		retry, create := answers[0], answers[1]
 		var winner, loser *response
 		switch {

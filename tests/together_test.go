@@ -7,8 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -65,6 +68,17 @@ type request struct {
 	Method, Path string
 	Body         any
 	Headers      []string
+}
+
+// createRequest POSTs a backfill creation body.
+func createRequest(body any, headers ...string) request {
+	return request{Method: http.MethodPost, Path: "/api/v1/backfills", Body: body, Headers: headers}
+}
+
+// manualRunRequest triggers a manual run of the DAG.
+func manualRunRequest(dagID string, logical time.Time) request {
+	return request{Method: http.MethodPost, Path: "/api/v1/dags/" + url.PathEscape(dagID) + "/runs",
+		Body: map[string]any{"logical_date": ts(logical)}}
 }
 
 // DoTogether sends the requests from one goroutine each, released together, and returns the
