@@ -36,8 +36,7 @@ func (s *inFlightSignal) InFlight(class string, delta int) {
 func TestOverloadShedsReadsWithBusyWhileHeartbeatsAreAdmitted(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.PutDag("adm", "@daily", "")
-	b := e.CreateBackfill(backfillBody("adm", day(1, 1), day(1, 3)))
+	b := e.DailyBackfill("adm", day(1, 1), day(1, 3))
 	run := e.Claim("w1", 1)[0]
 
 	// A second front end over the same store, with admission: 4 slots in all, 2 for reads.
@@ -81,8 +80,7 @@ func TestOverloadShedsReadsWithBusyWhileHeartbeatsAreAdmitted(t *testing.T) {
 	start := time.Now()
 	res := adm.Do(http.MethodGet, fmt.Sprintf("/api/v1/backfills/%d", b.Id), nil)
 	elapsed := time.Since(start)
-	require.Equal(t, http.StatusServiceUnavailable, res.Status, "body: %s", res.Body)
-	require.Equal(t, "busy", string(res.Problem(t).Code))
+	requireProblem(t, res, http.StatusServiceUnavailable, "busy")
 	ra, err := strconv.Atoi(res.Header.Get("Retry-After"))
 	require.NoError(t, err, "Retry-After %q", res.Header.Get("Retry-After"))
 	require.Positive(t, ra)

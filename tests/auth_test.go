@@ -2,7 +2,6 @@ package tests
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -101,7 +100,7 @@ func TestAuthEveryAPIRouteNeedsAValidBearerToken(t *testing.T) {
 		{"token without scheme", authTokenA},
 		{"Token scheme", "Token " + authTokenA},
 	}
-	rows := func() map[string]int { return authCounts(t, e) }
+	rows := func() map[string]int { return e.countRows(e.publicTables()...) }
 
 	for i, r := range routes {
 		for _, bad := range badAuth {
@@ -112,10 +111,7 @@ func TestAuthEveryAPIRouteNeedsAValidBearerToken(t *testing.T) {
 				headers = []string{"Authorization", bad.header}
 			}
 			res := e.Do(r.method, r.path, r.body, headers...)
-			require.Equal(t, http.StatusUnauthorized, res.Status, "%s %s with %s: %s", r.method, r.path, bad.name, res.Body)
-			p := res.Problem(t)
-			require.Equal(t, api.ProblemCode("unauthorized"), p.Code)
-			require.EqualValues(t, http.StatusUnauthorized, p.Status)
+			requireProblem(t, res, http.StatusUnauthorized, "unauthorized", r.method, " ", r.path, " with ", bad.name)
 			require.True(t, strings.HasPrefix(res.Header.Get("WWW-Authenticate"), "Bearer"),
 				"%s %s: WWW-Authenticate %q", r.method, r.path, res.Header.Get("WWW-Authenticate"))
 			require.Equal(t, before, rows(), "%s %s with %s wrote something", r.method, r.path, bad.name)
@@ -219,20 +215,4 @@ func TestAuthSpecDeclaresBearerScheme(t *testing.T) {
 			require.Empty(t, *op.Security, "%s %s is an operations route: security: []", method, path)
 		}
 	}
-}
-
-// authCounts counts the rows of every table (the service's tables, listed by the catalog so
-// that a table added later is counted too) with the highest id where there is one.
-func authCounts(t testing.TB, e *env) map[string]int {
-	t.Helper()
-	var tables []string
-	require.NoError(t, e.DB.Select(&tables, `SELECT tablename FROM pg_tables WHERE schemaname = 'public'
-		AND tablename NOT LIKE 'goose%' ORDER BY tablename`))
-	out := map[string]int{}
-	for _, tbl := range tables {
-		var n int
-		require.NoError(t, e.DB.Get(&n, fmt.Sprintf(`SELECT count(*) FROM %q`, tbl)))
-		out[tbl] = n
-	}
-	return out
 }

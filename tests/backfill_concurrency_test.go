@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// c2TxRetries reads backfill_tx_retries_total from the env's own metrics registry.
-func c2TxRetries(t testing.TB, e *env) float64 {
+// txRetries reads backfill_tx_retries_total from the env's own metrics registry.
+func txRetries(t testing.TB, e *env) float64 {
 	t.Helper()
 	res := e.Do(http.MethodGet, "/metrics", nil)
 	require.Equal(t, http.StatusOK, res.Status)
@@ -31,32 +31,15 @@ func c2TxRetries(t testing.TB, e *env) float64 {
 	return 0
 }
 
-// c2Burst sends the requests from one goroutine each, released together, and returns the
-// answers in request order.
-func c2Burst(t testing.TB, e *env, bodies []map[string]any) []*response {
-	t.Helper()
-	start := make(chan struct{})
-	type result struct {
-		i   int
-		res *response
-		err error
-	}
-	results := make(chan result, len(bodies))
+// createTogether POSTs the creation bodies from one goroutine each, released together, and
+// returns the answers in request order.
+func (e *env) createTogether(bodies []map[string]any) []*response {
+	e.t.Helper()
+	reqs := make([]request, len(bodies))
 	for i, body := range bodies {
-		go func() {
-			<-start
-			res, err := e.do(http.MethodPost, "/api/v1/backfills", body)
-			results <- result{i, res, err}
-		}()
+		reqs[i] = createRequest(body)
 	}
-	close(start)
-	out := make([]*response, len(bodies))
-	for range bodies {
-		r := <-results
-		require.NoError(t, r.err)
-		out[r.i] = r.res
-	}
-	return out
+	return e.DoTogether(reqs...)
 }
 
 func TestBackfillConcurrentCreatesForOneDagExactlyOneWins(t *testing.T) {
@@ -69,9 +52,9 @@ func TestBackfillConcurrentCreatesForOneDagExactlyOneWins(t *testing.T) {
 		// Different windows, so that a winner cannot be mistaken for a replay.
 		bodies[i] = backfillBody("race", day(1, 1), day(1, 2+i%5))
 	}
-	retriesBefore := c2TxRetries(t, e)
-	answers := c2Burst(t, e, bodies)
-	t.Logf("transaction retries during the burst: %v", c2TxRetries(t, e)-retriesBefore)
+	retriesBefore := txRetries(t, e)
+	answers := e.createTogether(bodies)
+	t.Logf("transaction retries during the burst: %v", txRetries(t, e)-retriesBefore)
 
 	var winner api.Backfill
 	winners, conflicts := 0, 0
@@ -91,7 +74,7 @@ func TestBackfillConcurrentCreatesForOneDagExactlyOneWins(t *testing.T) {
 	require.Equal(t, n-1, conflicts, "statuses: %v", statuses)
 	for _, res := range answers {
 		if res.Status == http.StatusConflict {
-			p := c2RequireProblem(t, res, http.StatusConflict, "backfill_already_running")
+			p := requireProblem(t, res, http.StatusConflict, "backfill_already_running")
 			require.NotNil(t, p.ActiveBackfillId)
 			require.Equal(t, winner.Id, *p.ActiveBackfillId)
 		}
@@ -121,9 +104,9 @@ func TestBackfillConcurrentCreatesForDifferentDagsAllSucceed(t *testing.T) {
 		e.PutDag(dag, "@hourly", "")
 		bodies[i] = backfillBody(dag, day(1, 1), day(1, 3))
 	}
-	retriesBefore := c2TxRetries(t, e)
-	answers := c2Burst(t, e, bodies)
-	t.Logf("transaction retries during the burst: %v", c2TxRetries(t, e)-retriesBefore)
+	retriesBefore := txRetries(t, e)
+	answers := e.createTogether(bodies)
+	t.Logf("transaction retries during the burst: %v", txRetries(t, e)-retriesBefore)
 
 	const want = 2*24 + 1
 	statuses := map[int]int{}
@@ -149,7 +132,7 @@ func TestBackfillConcurrentCreatesForDifferentDagsAllSucceed(t *testing.T) {
 		require.Equal(t, want, runs, b.DagId)
 		require.Equal(t, want, slots, b.DagId)
 	}
-	counts := c2Counts(t, e)
+	counts := e.TableCounts()
 	require.Equal(t, n, counts["backfills"])
 	require.Equal(t, n*want, counts["dag_runs"])
 	require.Equal(t, n*want, counts["backfill_dag_runs"])

@@ -3,7 +3,6 @@ package tests
 import (
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -11,115 +10,6 @@ import (
 	"github.com/backfillsvc/backfill/api"
 	"github.com/stretchr/testify/require"
 )
-
-// ---- helpers shared by the files of this group (prefixed c2 to stay clear of other files) ----
-
-// c2Tables are every table a request can write.
-var c2Tables = []string{"dags", "dag_runs", "backfills", "backfill_dag_runs", "idempotency_keys"}
-
-// c2Counts counts the rows of every table.
-func c2Counts(t testing.TB, e *env) map[string]int {
-	t.Helper()
-	out := make(map[string]int, len(c2Tables))
-	for _, tbl := range c2Tables {
-		var n int
-		require.NoError(t, e.DB.Get(&n, `SELECT count(*) FROM `+tbl))
-		out[tbl] = n
-	}
-	return out
-}
-
-// c2RequireProblem checks a problem+json answer's status and code (and, for a 400, that it
-// names the offending fields) and returns it.
-func c2RequireProblem(t testing.TB, res *response, status int, code string) api.Problem {
-	t.Helper()
-	require.Equal(t, status, res.Status, "body: %s", res.Body)
-	p := res.Problem(t)
-	require.Equal(t, api.ProblemCode(code), p.Code, "body: %s", res.Body)
-	require.EqualValues(t, status, p.Status, "body: %s", res.Body)
-	require.NotEmpty(t, p.Type)
-	require.NotEmpty(t, p.Title)
-	if status == http.StatusBadRequest {
-		require.NotNil(t, p.Errors, "a 400 carries errors: %s", res.Body)
-		require.NotEmpty(t, *p.Errors, "a 400 carries errors: %s", res.Body)
-	}
-	return p
-}
-
-// c2RunPath is the path of one run.
-func c2RunPath(dagID, runID string) string {
-	return "/api/v1/dags/" + url.PathEscape(dagID) + "/runs/" + url.PathEscape(runID)
-}
-
-// c2CreateRun triggers a manual run that must be created.
-func c2CreateRun(t testing.TB, e *env, dagID string, logical time.Time, conf map[string]any) api.DagRun {
-	t.Helper()
-	body := map[string]any{"logical_date": ts(logical)}
-	if conf != nil {
-		body["conf"] = conf
-	}
-	res := e.Do(http.MethodPost, "/api/v1/dags/"+dagID+"/runs", body)
-	require.Equal(t, http.StatusCreated, res.Status, "body: %s", res.Body)
-	var r api.DagRun
-	res.Decode(t, &r)
-	return r
-}
-
-// c2Mark reports a run's outcome as an operator (no worker_id) and requires 200.
-func c2Mark(t testing.TB, e *env, dagID, runID, state string) api.DagRun {
-	t.Helper()
-	res := e.Do(http.MethodPatch, c2RunPath(dagID, runID), map[string]any{"state": state})
-	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
-	var r api.DagRun
-	res.Decode(t, &r)
-	return r
-}
-
-// c2GetRun reads one run.
-func c2GetRun(t testing.TB, e *env, dagID, runID string) api.DagRun {
-	t.Helper()
-	res := e.Do(http.MethodGet, c2RunPath(dagID, runID), nil)
-	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
-	var r api.DagRun
-	res.Decode(t, &r)
-	return r
-}
-
-// c2ListRuns lists a DAG's runs with a query string ("" or "?...").
-func c2ListRuns(t testing.TB, e *env, dagID, query string) api.DagRunCollection {
-	t.Helper()
-	res := e.Do(http.MethodGet, "/api/v1/dags/"+dagID+"/runs"+query, nil)
-	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
-	var c api.DagRunCollection
-	res.Decode(t, &c)
-	return c
-}
-
-// c2DryRun previews a backfill that must answer 200.
-func c2DryRun(t testing.TB, e *env, body map[string]any) api.DryRunCollection {
-	t.Helper()
-	res := e.Do(http.MethodPost, "/api/v1/backfills/dry_run", body)
-	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
-	var c api.DryRunCollection
-	res.Decode(t, &c)
-	return c
-}
-
-// c2Days returns the UTC midnights of January 2024 from first to last, inclusive.
-func c2Days(first, last int) []time.Time {
-	var out []time.Time
-	for d := first; d <= last; d++ {
-		out = append(out, day(1, d))
-	}
-	return out
-}
-
-func c2Str(p *string) string {
-	if p == nil {
-		return "<nil>"
-	}
-	return *p
-}
 
 // ---- creation ----
 
@@ -158,7 +48,7 @@ func TestBackfillCreateAnswersBackfillWithDefaultsAndQueuedRuns(t *testing.T) {
 
 	slots := e.Slots(b.Id)
 	require.Len(t, slots, 5)
-	runs := c2ListRuns(t, e, "sales", fmt.Sprintf("?backfill_id=%d", b.Id))
+	runs := e.ListRuns("sales", fmt.Sprintf("?backfill_id=%d", b.Id))
 	require.EqualValues(t, 5, runs.TotalEntries)
 	for i, sl := range slots {
 		date := day(1, i+1)
@@ -167,7 +57,7 @@ func TestBackfillCreateAnswersBackfillWithDefaultsAndQueuedRuns(t *testing.T) {
 		require.Nil(t, sl.ExceptionReason)
 		require.NotNil(t, sl.State)
 		require.Equal(t, api.DagRunState("queued"), *sl.State)
-		require.Equal(t, "backfill__"+ts(date), c2Str(sl.RunId))
+		require.Equal(t, "backfill__"+ts(date), str(sl.RunId))
 
 		r := runs.DagRuns[i]
 		require.Equal(t, *sl.DagRunId, r.Id)
@@ -198,9 +88,9 @@ func TestBackfillCreateCopiesConfAndOptionsToEveryRun(t *testing.T) {
 		"dag_run_conf", conf, "max_active_runs", 4, "description", "rerun", "reprocess_behavior", "failed"))
 	requireConf(t, conf, b.DagRunConf)
 	require.EqualValues(t, 4, b.MaxActiveRuns)
-	require.Equal(t, "rerun", c2Str(b.Description))
+	require.Equal(t, "rerun", str(b.Description))
 	require.Equal(t, api.ReprocessBehavior("failed"), b.ReprocessBehavior)
-	runs := c2ListRuns(t, e, "sales", "")
+	runs := e.ListRuns("sales", "")
 	require.Len(t, runs.DagRuns, 3)
 	for _, r := range runs.DagRuns {
 		requireConf(t, conf, r.Conf)
@@ -210,8 +100,7 @@ func TestBackfillCreateCopiesConfAndOptionsToEveryRun(t *testing.T) {
 func TestBackfillCreateRunBackwardsNumbersNewestFirst(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.PutDag("sales", "@daily", "")
-	b := e.CreateBackfill(backfillBody("sales", day(1, 1), day(1, 4), "run_backwards", true))
+	b := e.DailyBackfill("sales", day(1, 1), day(1, 4), "run_backwards", true)
 	require.True(t, b.RunBackwards)
 	slots := e.Slots(b.Id)
 	require.Len(t, slots, 4)
@@ -229,8 +118,7 @@ func TestBackfillCreateRunBackwardsNumbersNewestFirst(t *testing.T) {
 	require.EqualValues(t, 4, desc.BackfillDagRuns[0].SortOrdinal)
 
 	// Claims hand them out in sort order: newest first.
-	claimed := e.Claim("w", 2)
-	require.Len(t, claimed, 2)
+	claimed := e.ClaimN(2, "w", 2)
 	require.Equal(t, day(1, 4), claimed[0].LogicalDate)
 	require.Equal(t, day(1, 3), claimed[1].LogicalDate)
 }
@@ -239,8 +127,7 @@ func TestBackfillCreateNewYorkDailyAcrossSpringForward(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.PutDag("ny_daily", "@daily", "America/New_York")
-	ny, err := time.LoadLocation("America/New_York")
-	require.NoError(t, err)
+	ny := location(t, "America/New_York")
 	from := time.Date(2024, 3, 8, 0, 0, 0, 0, ny)
 	to := time.Date(2024, 3, 12, 0, 0, 0, 0, ny)
 	b := e.CreateBackfill(backfillBody("ny_daily", from, to))
@@ -257,7 +144,7 @@ func TestBackfillCreateNewYorkDailyAcrossSpringForward(t *testing.T) {
 	for i, sl := range slots {
 		require.Equal(t, want[i], sl.LogicalDate, "slot %d", i+1)
 	}
-	runs := c2ListRuns(t, e, "ny_daily", "")
+	runs := e.ListRuns("ny_daily", "")
 	require.Len(t, runs.DagRuns, 5)
 	for i, r := range runs.DagRuns {
 		require.Equal(t, want[i], r.LogicalDate)
@@ -274,11 +161,10 @@ func TestBackfillCreateNewYorkNonexistentWallTimeTakenAfterShift(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.PutDag("ny_0230", "30 2 * * *", "America/New_York")
-	ny, err := time.LoadLocation("America/New_York")
-	require.NoError(t, err)
+	ny := location(t, "America/New_York")
 	from := time.Date(2024, 3, 9, 0, 0, 0, 0, ny)
 	to := time.Date(2024, 3, 11, 23, 59, 0, 0, ny)
-	dry := c2DryRun(t, e, backfillBody("ny_0230", from, to))
+	dry, _ := e.DryRun(backfillBody("ny_0230", from, to))
 	want := []time.Time{
 		time.Date(2024, 3, 9, 7, 30, 0, 0, time.UTC),  // 02:30 EST
 		time.Date(2024, 3, 10, 7, 30, 0, 0, time.UTC), // 02:30 does not exist: 03:30 EDT
@@ -311,48 +197,44 @@ func TestBackfillCreateHourlyMonthHas745Slots(t *testing.T) {
 		require.EqualValues(t, i+1, sl.SortOrdinal)
 		require.Equal(t, from.Add(time.Duration(i)*time.Hour), sl.LogicalDate)
 	}
-	var runs int
-	require.NoError(t, e.DB.Get(&runs, `SELECT count(*) FROM dag_runs WHERE backfill_id = $1`, b.Id))
-	require.Equal(t, 745, runs)
+	require.Equal(t, 745, e.Count(`SELECT count(*) FROM dag_runs WHERE backfill_id = $1`, b.Id))
 }
 
-// c2ReprocessFixture sets up runs of DAG "rp" (@daily UTC) for January 2..6; the 1st and
+// reprocessFixture sets up runs of DAG "rp" (@daily UTC) for January 2..6; the 1st and
 // 7th have none:
 //
 //	2 success, 3 failed (after an expired lease, so at attempt 2), 4 canceled,
 //	5 queued, 6 running.
 //
 // Every manual run has conf {"orig": true}.
-func c2ReprocessFixture(t testing.TB, e *env) map[int]api.DagRun {
+func reprocessFixture(t testing.TB, e *env) map[int]api.DagRun {
 	t.Helper()
 	e.PutDag("rp", "@daily", "")
 	orig := map[string]any{"orig": true}
 	runs := map[int]api.DagRun{}
 
 	// The 3rd: claimed, lease expired (attempt 2), then marked failed.
-	r3 := c2CreateRun(t, e, "rp", day(1, 3), orig)
-	claimed := e.Claim("w-expire", 1)
-	require.Len(t, claimed, 1)
+	r3 := e.CreateManualRun("rp", day(1, 3), orig)
+	claimed := e.ClaimN(1, "w-expire", 1)
 	require.Equal(t, r3.Id, claimed[0].Id)
 	e.Clock.Advance(301 * time.Second)
 	e.SweepOnce()
-	r3 = c2GetRun(t, e, "rp", r3.RunId)
+	r3 = e.GetRun("rp", r3.RunId)
 	require.Equal(t, api.DagRunState("queued"), r3.State)
 	require.EqualValues(t, 2, r3.Attempt)
-	runs[3] = c2Mark(t, e, "rp", r3.RunId, "failed")
+	runs[3] = e.MarkRun("rp", r3.RunId, "failed")
 
-	r2 := c2CreateRun(t, e, "rp", day(1, 2), orig)
-	runs[2] = c2Mark(t, e, "rp", r2.RunId, "success")
-	r4 := c2CreateRun(t, e, "rp", day(1, 4), orig)
-	runs[4] = c2Mark(t, e, "rp", r4.RunId, "canceled")
+	r2 := e.CreateManualRun("rp", day(1, 2), orig)
+	runs[2] = e.MarkRun("rp", r2.RunId, "success")
+	r4 := e.CreateManualRun("rp", day(1, 4), orig)
+	runs[4] = e.MarkRun("rp", r4.RunId, "canceled")
 
-	r6 := c2CreateRun(t, e, "rp", day(1, 6), orig)
-	claimed = e.Claim("w-run", 1)
-	require.Len(t, claimed, 1)
+	r6 := e.CreateManualRun("rp", day(1, 6), orig)
+	claimed = e.ClaimN(1, "w-run", 1)
 	require.Equal(t, r6.Id, claimed[0].Id)
 	runs[6] = claimed[0]
 
-	runs[5] = c2CreateRun(t, e, "rp", day(1, 5), orig)
+	runs[5] = e.CreateManualRun("rp", day(1, 5), orig)
 	return runs
 }
 
@@ -379,16 +261,16 @@ func TestBackfillCreateReprocessBehaviors(t *testing.T) {
 		t.Run(c.behavior, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			before := c2ReprocessFixture(t, e)
+			before := reprocessFixture(t, e)
 			body := backfillBody("rp", day(1, 1), day(1, 7), "reprocess_behavior", c.behavior)
 			if c.conf != nil {
 				body["dag_run_conf"] = c.conf
 			}
 
 			// The preview says what creation will do, and writes nothing.
-			counts := c2Counts(t, e)
-			dry := c2DryRun(t, e, body)
-			require.Equal(t, counts, c2Counts(t, e), "a dry run writes nothing")
+			counts := e.TableCounts()
+			dry, _ := e.DryRun(body)
+			require.Equal(t, counts, e.TableCounts(), "a dry run writes nothing")
 			require.EqualValues(t, 7, dry.TotalEntries)
 			require.Len(t, dry.Runs, 7)
 			for i, r := range dry.Runs {
@@ -399,7 +281,7 @@ func TestBackfillCreateReprocessBehaviors(t *testing.T) {
 				if w.reason == "" {
 					require.Nil(t, r.ExceptionReason, "day %d", i+1)
 				} else {
-					require.Equal(t, w.reason, c2Str(r.ExceptionReason), "day %d", i+1)
+					require.Equal(t, w.reason, str(r.ExceptionReason), "day %d", i+1)
 				}
 			}
 
@@ -427,18 +309,18 @@ func TestBackfillCreateReprocessBehaviors(t *testing.T) {
 					require.Nil(t, sl.DagRunId, "day %d", d)
 					require.Nil(t, sl.RunId, "day %d", d)
 					require.Nil(t, sl.State, "day %d", d)
-					require.Equal(t, w.reason, c2Str(sl.ExceptionReason), "day %d", d)
+					require.Equal(t, w.reason, str(sl.ExceptionReason), "day %d", d)
 					// The run is left exactly as it was.
 					prev := before[d]
-					now := c2GetRun(t, e, "rp", prev.RunId)
+					now := e.GetRun("rp", prev.RunId)
 					require.Equal(t, prev.State, now.State, "day %d", d)
 					require.Equal(t, prev.BackfillId, now.BackfillId, "day %d", d)
 					require.Equal(t, prev.Attempt, now.Attempt, "day %d", d)
 					require.Equal(t, prev.Conf, now.Conf, "day %d", d)
 				case "create":
 					require.Nil(t, sl.ExceptionReason)
-					require.Equal(t, "backfill__"+ts(day(1, d)), c2Str(sl.RunId))
-					r := c2GetRun(t, e, "rp", *sl.RunId)
+					require.Equal(t, "backfill__"+ts(day(1, d)), str(sl.RunId))
+					r := e.GetRun("rp", *sl.RunId)
 					require.Equal(t, api.RunType("backfill"), r.RunType)
 					require.Equal(t, api.DagRunState("queued"), r.State)
 					requireConf(t, c.conf, r.Conf)
@@ -448,9 +330,9 @@ func TestBackfillCreateReprocessBehaviors(t *testing.T) {
 					require.Nil(t, sl.ExceptionReason, "day %d", d)
 					require.NotNil(t, sl.DagRunId, "day %d", d)
 					require.Equal(t, prev.Id, *sl.DagRunId, "the same run is taken over, day %d", d)
-					require.Equal(t, prev.RunId, c2Str(sl.RunId), "day %d", d)
+					require.Equal(t, prev.RunId, str(sl.RunId), "day %d", d)
 					require.Equal(t, api.DagRunState("queued"), *sl.State, "day %d", d)
-					r := c2GetRun(t, e, "rp", prev.RunId)
+					r := e.GetRun("rp", prev.RunId)
 					require.Equal(t, api.DagRunState("queued"), r.State, "day %d", d)
 					require.Equal(t, "manual__"+ts(day(1, d)), r.RunId, "run_id is kept, day %d", d)
 					require.Equal(t, api.RunType("manual"), r.RunType, "a reprocessed manual run stays manual, day %d", d)
@@ -469,7 +351,7 @@ func TestBackfillCreateReprocessBehaviors(t *testing.T) {
 				}
 			}
 			// The in-flight runs stay outside the backfill.
-			listed := c2ListRuns(t, e, "rp", fmt.Sprintf("?backfill_id=%d", b.Id))
+			listed := e.ListRuns("rp", fmt.Sprintf("?backfill_id=%d", b.Id))
 			require.EqualValues(t, queued, listed.TotalEntries)
 		})
 	}
@@ -478,10 +360,8 @@ func TestBackfillCreateReprocessBehaviors(t *testing.T) {
 func TestBackfillCreateHistoryOfTerminalBackfillStaysTrue(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.PutDag("hist", "@daily", "")
-	a := e.CreateBackfill(backfillBody("hist", day(1, 1), day(1, 4)))
-	claimed := e.Claim("w", 10)
-	require.Len(t, claimed, 4)
+	a := e.DailyBackfill("hist", day(1, 1), day(1, 4))
+	claimed := e.ClaimN(4, "w", 10)
 	for _, r := range claimed {
 		state := "success"
 		if r.LogicalDate.Equal(day(1, 2)) {
@@ -517,9 +397,9 @@ func TestBackfillCreateHistoryOfTerminalBackfillStaysTrue(t *testing.T) {
 		require.Equal(t, *slotsA[i].DagRunId, *sl.DagRunId, "B takes over A's run")
 		require.Equal(t, *slotsA[i].RunId, *sl.RunId)
 	}
-	runs := c2ListRuns(t, e, "hist", fmt.Sprintf("?backfill_id=%d", a.Id))
+	runs := e.ListRuns("hist", fmt.Sprintf("?backfill_id=%d", a.Id))
 	require.EqualValues(t, 0, runs.TotalEntries, "every run now belongs to B")
-	runs = c2ListRuns(t, e, "hist", fmt.Sprintf("?backfill_id=%d", b.Id))
+	runs = e.ListRuns("hist", fmt.Sprintf("?backfill_id=%d", b.Id))
 	require.EqualValues(t, 4, runs.TotalEntries)
 	for _, r := range runs.DagRuns {
 		require.Equal(t, api.RunType("backfill"), r.RunType)
@@ -527,8 +407,7 @@ func TestBackfillCreateHistoryOfTerminalBackfillStaysTrue(t *testing.T) {
 	}
 
 	// B runs to success; A still shows its old record.
-	claimed = e.Claim("w2", 10)
-	require.Len(t, claimed, 4)
+	claimed = e.ClaimN(4, "w2", 10)
 	for _, r := range claimed {
 		e.Report(r, "success")
 	}
@@ -553,10 +432,7 @@ func TestBackfillCreateAllSlotsSkippedIsBornSucceeded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.PutDag("done", "@daily", "")
-	for _, d := range c2Days(1, 3) {
-		r := c2CreateRun(t, e, "done", d, nil)
-		c2Mark(t, e, "done", r.RunId, "success")
-	}
+	e.SucceededManualRuns("done", days(1, 3)...)
 	b := e.CreateBackfill(backfillBody("done", day(1, 1), day(1, 3)))
 	require.Equal(t, api.BackfillState("succeeded"), b.State)
 	require.NotNil(t, b.CompletedAt)
@@ -566,7 +442,7 @@ func TestBackfillCreateAllSlotsSkippedIsBornSucceeded(t *testing.T) {
 		require.Nil(t, sl.DagRunId)
 		require.Nil(t, sl.RunId)
 		require.Nil(t, sl.State)
-		require.Equal(t, "already exists", c2Str(sl.ExceptionReason))
+		require.Equal(t, "already exists", str(sl.ExceptionReason))
 	}
 	// It does not hold the DAG: the next backfill is created.
 	next := e.CreateBackfill(backfillBody("done", day(1, 1), day(1, 5)))
@@ -578,25 +454,22 @@ func TestBackfillCreateAllSkippedStill409WhileAnotherIsActive(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.PutDag("busy", "@daily", "")
-	for _, d := range c2Days(1, 3) {
-		r := c2CreateRun(t, e, "busy", d, nil)
-		c2Mark(t, e, "busy", r.RunId, "success")
-	}
+	e.SucceededManualRuns("busy", days(1, 3)...)
 	active := e.CreateBackfill(backfillBody("busy", day(1, 10), day(1, 12)))
-	counts := c2Counts(t, e)
+	counts := e.TableCounts()
 	res := e.Do(http.MethodPost, "/api/v1/backfills", backfillBody("busy", day(1, 1), day(1, 3)))
-	p := c2RequireProblem(t, res, http.StatusConflict, "backfill_already_running")
+	p := requireProblem(t, res, http.StatusConflict, "backfill_already_running")
 	require.NotNil(t, p.ActiveBackfillId)
 	require.Equal(t, active.Id, *p.ActiveBackfillId)
-	require.Equal(t, counts, c2Counts(t, e))
+	require.Equal(t, counts, e.TableCounts())
 
 	// A paused or canceling backfill is active too.
 	res = e.Do(http.MethodPut, fmt.Sprintf("/api/v1/backfills/%d/pause", active.Id), nil)
 	require.Equal(t, http.StatusOK, res.Status)
 	res = e.Do(http.MethodPost, "/api/v1/backfills", backfillBody("busy", day(1, 20), day(1, 21)))
-	p = c2RequireProblem(t, res, http.StatusConflict, "backfill_already_running")
+	p = requireProblem(t, res, http.StatusConflict, "backfill_already_running")
 	require.Equal(t, active.Id, *p.ActiveBackfillId)
-	require.Equal(t, counts, c2Counts(t, e))
+	require.Equal(t, counts, e.TableCounts())
 }
 
 func TestBackfillCreateRejectsImpossibleWindowsWith422AndWritesNothing(t *testing.T) {
@@ -616,12 +489,12 @@ func TestBackfillCreateRejectsImpossibleWindowsWith422AndWritesNothing(t *testin
 		{"window between two ticks", backfillBody("win", day(1, 1).Add(time.Hour), day(1, 1).Add(23*time.Hour)), "no_runs_to_create"},
 		{"only tick has not ended", backfillBody("win", now.Truncate(24*time.Hour), now), "no_runs_to_create"},
 	}
-	before := c2Counts(t, e)
+	before := e.TableCounts()
 	for _, c := range cases {
 		res := e.Do(http.MethodPost, "/api/v1/backfills", c.body)
-		p := c2RequireProblem(t, res, http.StatusUnprocessableEntity, c.code)
+		p := requireProblem(t, res, http.StatusUnprocessableEntity, c.code)
 		require.NotEmpty(t, p.Detail, c.name)
-		require.Equal(t, before, c2Counts(t, e), c.name)
+		require.Equal(t, before, e.TableCounts(), c.name)
 	}
 	// The DAG is still free.
 	e.CreateBackfill(backfillBody("win", day(1, 1), day(1, 2)))
@@ -646,14 +519,15 @@ func TestBackfillCreateTooManyRunsAboveCapAndExactlyCapIsFine(t *testing.T) {
 	e := newEnv(t, withMaxBackfillRuns(100))
 	e.PutDag("cap", "@hourly", "")
 	from := day(1, 1)
-	before := c2Counts(t, e)
+	before := e.TableCounts()
 	res := e.Do(http.MethodPost, "/api/v1/backfills", backfillBody("cap", from, from.Add(100*time.Hour)))
-	c2RequireProblem(t, res, http.StatusUnprocessableEntity, "too_many_runs")
-	require.Equal(t, before, c2Counts(t, e))
+	requireProblem(t, res, http.StatusUnprocessableEntity, "too_many_runs")
+	require.Equal(t, before, e.TableCounts())
 	res = e.Do(http.MethodPost, "/api/v1/backfills/dry_run", backfillBody("cap", from, from.Add(100*time.Hour)))
-	c2RequireProblem(t, res, http.StatusUnprocessableEntity, "too_many_runs")
+	requireProblem(t, res, http.StatusUnprocessableEntity, "too_many_runs")
 
-	require.EqualValues(t, 100, c2DryRun(t, e, backfillBody("cap", from, from.Add(99*time.Hour))).TotalEntries)
+	dry, _ := e.DryRun(backfillBody("cap", from, from.Add(99*time.Hour)))
+	require.EqualValues(t, 100, dry.TotalEntries)
 	b := e.CreateBackfill(backfillBody("cap", from, from.Add(99*time.Hour)))
 	require.EqualValues(t, 100, b.Progress.Total)
 	require.EqualValues(t, 100, b.Progress.Queued)
@@ -663,8 +537,8 @@ func TestBackfillCreateUnknownDagIs404(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	res := e.Do(http.MethodPost, "/api/v1/backfills", backfillBody("ghost", day(1, 1), day(1, 3)))
-	c2RequireProblem(t, res, http.StatusNotFound, "dag_not_found")
-	require.Equal(t, map[string]int{"dags": 0, "dag_runs": 0, "backfills": 0, "backfill_dag_runs": 0, "idempotency_keys": 0}, c2Counts(t, e))
+	requireProblem(t, res, http.StatusNotFound, "dag_not_found")
+	require.Equal(t, map[string]int{"dags": 0, "dag_runs": 0, "backfills": 0, "backfill_dag_runs": 0, "idempotency_keys": 0}, e.TableCounts())
 }
 
 // ---- dry run ----
@@ -673,7 +547,7 @@ func TestBackfillDryRunEmptyWindowIs200WithNoEntries(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.PutDag("dry", "@daily", "")
-	before := c2Counts(t, e)
+	before := e.TableCounts()
 	res := e.Do(http.MethodPost, "/api/v1/backfills/dry_run", backfillBody("dry", day(1, 1).Add(time.Hour), day(1, 1).Add(2*time.Hour)))
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 	require.Contains(t, string(res.Body), `"runs":[]`)
@@ -681,7 +555,7 @@ func TestBackfillDryRunEmptyWindowIs200WithNoEntries(t *testing.T) {
 	res.Decode(t, &c)
 	require.EqualValues(t, 0, c.TotalEntries)
 	require.Empty(t, c.Runs)
-	require.Equal(t, before, c2Counts(t, e))
+	require.Equal(t, before, e.TableCounts())
 }
 
 func TestBackfillDryRunErrorsOfCreateApplyButNever409(t *testing.T) {
@@ -689,34 +563,34 @@ func TestBackfillDryRunErrorsOfCreateApplyButNever409(t *testing.T) {
 	e := newEnv(t)
 	e.PutDag("dry", "@daily", "")
 	res := e.Do(http.MethodPost, "/api/v1/backfills/dry_run", backfillBody("dry", day(1, 5), day(1, 1)))
-	c2RequireProblem(t, res, http.StatusUnprocessableEntity, "invalid_backfill")
+	requireProblem(t, res, http.StatusUnprocessableEntity, "invalid_backfill")
 	now := e.Clock.Now()
 	res = e.Do(http.MethodPost, "/api/v1/backfills/dry_run", backfillBody("dry", now.Add(time.Hour), now.Add(2*time.Hour)))
-	c2RequireProblem(t, res, http.StatusUnprocessableEntity, "invalid_backfill")
+	requireProblem(t, res, http.StatusUnprocessableEntity, "invalid_backfill")
 	res = e.Do(http.MethodPost, "/api/v1/backfills/dry_run", backfillBody("ghost", day(1, 1), day(1, 3)))
-	c2RequireProblem(t, res, http.StatusNotFound, "dag_not_found")
+	requireProblem(t, res, http.StatusNotFound, "dag_not_found")
 
 	active := e.CreateBackfill(backfillBody("dry", day(1, 1), day(1, 3)))
-	before := c2Counts(t, e)
-	dry := c2DryRun(t, e, backfillBody("dry", day(1, 1), day(1, 5)))
-	require.Equal(t, before, c2Counts(t, e))
+	before := e.TableCounts()
+	dry, _ := e.DryRun(backfillBody("dry", day(1, 1), day(1, 5)))
+	require.Equal(t, before, e.TableCounts())
 	require.EqualValues(t, 5, dry.TotalEntries)
 	for i, r := range dry.Runs {
 		if i < 3 {
 			require.Equal(t, api.DryRunAction("skip"), r.Action)
-			require.Equal(t, "in flight", c2Str(r.ExceptionReason))
+			require.Equal(t, "in flight", str(r.ExceptionReason))
 		} else {
 			require.Equal(t, api.DryRunAction("create"), r.Action)
 			require.Nil(t, r.ExceptionReason)
 		}
 	}
 	// run_backwards orders the preview too.
-	dry = c2DryRun(t, e, backfillBody("dry", day(1, 1), day(1, 5), "run_backwards", true))
+	dry, _ = e.DryRun(backfillBody("dry", day(1, 1), day(1, 5), "run_backwards", true))
 	require.Equal(t, day(1, 5), dry.Runs[0].LogicalDate)
 	require.EqualValues(t, 1, dry.Runs[0].SortOrdinal)
 	require.Equal(t, api.DryRunAction("create"), dry.Runs[0].Action)
 	require.Equal(t, day(1, 1), dry.Runs[4].LogicalDate)
-	require.Equal(t, before, c2Counts(t, e))
+	require.Equal(t, before, e.TableCounts())
 	require.Equal(t, active, e.GetBackfill(active.Id))
 }
 
@@ -733,7 +607,7 @@ func TestBackfillCreateIdempotencyKeyReplaysSameRequest(t *testing.T) {
 	require.Empty(t, first.Header.Get("Idempotent-Replayed"))
 	var b api.Backfill
 	first.Decode(t, &b)
-	counts := c2Counts(t, e)
+	counts := e.TableCounts()
 	require.Equal(t, 1, counts["idempotency_keys"])
 
 	// The same request spelled differently: key order, whitespace, an offset, explicit defaults.
@@ -745,8 +619,7 @@ func TestBackfillCreateIdempotencyKeyReplaysSameRequest(t *testing.T) {
 		  "run_backwards":false,"reprocess_behavior":"none","max_active_runs":10,"dag_run_conf":null}`,
 	}
 	// Move on a little so that "the backfill as it is now" differs from the creation answer.
-	claimed := e.Claim("w", 1)
-	require.Len(t, claimed, 1)
+	e.ClaimN(1, "w", 1)
 	now := e.GetBackfill(b.Id)
 	for _, body := range spellings {
 		res := e.Do(http.MethodPost, "/api/v1/backfills", body, "Idempotency-Key", key)
@@ -756,7 +629,7 @@ func TestBackfillCreateIdempotencyKeyReplaysSameRequest(t *testing.T) {
 		var replay api.Backfill
 		res.Decode(t, &replay)
 		require.Equal(t, now, replay, "the backfill as it is now")
-		require.Equal(t, counts, c2Counts(t, e), "a replay creates nothing: %s", body)
+		require.Equal(t, counts, e.TableCounts(), "a replay creates nothing: %s", body)
 	}
 
 	// A different request under the same key.
@@ -767,13 +640,13 @@ func TestBackfillCreateIdempotencyKeyReplaysSameRequest(t *testing.T) {
 		backfillBody("idem", day(1, 1), day(1, 3), "description", "x"),
 	} {
 		res := e.Do(http.MethodPost, "/api/v1/backfills", body, "Idempotency-Key", key)
-		c2RequireProblem(t, res, http.StatusUnprocessableEntity, "idempotency_key_reused")
-		require.Equal(t, counts, c2Counts(t, e))
+		requireProblem(t, res, http.StatusUnprocessableEntity, "idempotency_key_reused")
+		require.Equal(t, counts, e.TableCounts())
 	}
 
 	// Without the key the same body is a new request: 409, the DAG is busy.
 	res := e.Do(http.MethodPost, "/api/v1/backfills", backfillBody("idem", day(1, 1), day(1, 3)))
-	p := c2RequireProblem(t, res, http.StatusConflict, "backfill_already_running")
+	p := requireProblem(t, res, http.StatusConflict, "backfill_already_running")
 	require.Equal(t, b.Id, *p.ActiveBackfillId)
 }
 
@@ -782,12 +655,12 @@ func TestBackfillCreateFailedRequestStoresNothingUnderItsKey(t *testing.T) {
 	e := newEnv(t)
 	e.PutDag("k2", "@daily", "")
 	e.PutDag("k3", "@daily", "")
-	before := c2Counts(t, e)
+	before := e.TableCounts()
 
 	// 404, then the same key succeeds for a real DAG.
 	res := e.Do(http.MethodPost, "/api/v1/backfills", backfillBody("ghost", day(1, 1), day(1, 3)), "Idempotency-Key", "K2")
-	c2RequireProblem(t, res, http.StatusNotFound, "dag_not_found")
-	require.Equal(t, before, c2Counts(t, e))
+	requireProblem(t, res, http.StatusNotFound, "dag_not_found")
+	require.Equal(t, before, e.TableCounts())
 	res = e.Do(http.MethodPost, "/api/v1/backfills", backfillBody("k2", day(1, 1), day(1, 3)), "Idempotency-Key", "K2")
 	require.Equal(t, http.StatusCreated, res.Status, "body: %s", res.Body)
 	require.Empty(t, res.Header.Get("Idempotent-Replayed"))
@@ -797,16 +670,16 @@ func TestBackfillCreateFailedRequestStoresNothingUnderItsKey(t *testing.T) {
 		backfillBody("k3", day(1, 3), day(1, 1)),
 		backfillBody("k3", day(1, 1).Add(time.Hour), day(1, 1).Add(2*time.Hour)),
 	} {
-		mid := c2Counts(t, e)
+		mid := e.TableCounts()
 		res = e.Do(http.MethodPost, "/api/v1/backfills", bad, "Idempotency-Key", "K3")
 		require.Equal(t, http.StatusUnprocessableEntity, res.Status, "body: %s", res.Body)
-		require.Equal(t, mid, c2Counts(t, e))
+		require.Equal(t, mid, e.TableCounts())
 	}
 	// 409 stores nothing either.
-	mid := c2Counts(t, e)
+	mid := e.TableCounts()
 	res = e.Do(http.MethodPost, "/api/v1/backfills", backfillBody("k2", day(1, 5), day(1, 6)), "Idempotency-Key", "K3")
-	c2RequireProblem(t, res, http.StatusConflict, "backfill_already_running")
-	require.Equal(t, mid, c2Counts(t, e))
+	requireProblem(t, res, http.StatusConflict, "backfill_already_running")
+	require.Equal(t, mid, e.TableCounts())
 
 	res = e.Do(http.MethodPost, "/api/v1/backfills", backfillBody("k3", day(1, 1), day(1, 3)), "Idempotency-Key", "K3")
 	require.Equal(t, http.StatusCreated, res.Status, "body: %s", res.Body)
@@ -822,36 +695,24 @@ func TestBackfillCreateConcurrentRequestsWithOneKeyCreateOneBackfill(t *testing.
 	e.PutDag("ck", "@hourly", "")
 	const n = 16
 	body := backfillBody("ck", day(1, 1), day(1, 8))
-	start := make(chan struct{})
-	type result struct {
-		res *response
-		err error
+	reqs := make([]request, n)
+	for i := range reqs {
+		reqs[i] = createRequest(body, "Idempotency-Key", "same-key")
 	}
-	results := make(chan result, n)
-	for range n {
-		go func() {
-			<-start
-			res, err := e.do(http.MethodPost, "/api/v1/backfills", body, "Idempotency-Key", "same-key")
-			results <- result{res, err}
-		}()
-	}
-	close(start)
 	ids := map[int64]int{}
 	replayed := 0
-	for range n {
-		r := <-results
-		require.NoError(t, r.err)
-		require.Equal(t, http.StatusCreated, r.res.Status, "body: %s", r.res.Body)
+	for _, res := range e.DoTogether(reqs...) {
+		require.Equal(t, http.StatusCreated, res.Status, "body: %s", res.Body)
 		var b api.Backfill
-		r.res.Decode(t, &b)
+		res.Decode(t, &b)
 		ids[b.Id]++
-		if r.res.Header.Get("Idempotent-Replayed") == "true" {
+		if res.Header.Get("Idempotent-Replayed") == "true" {
 			replayed++
 		}
 	}
 	require.Len(t, ids, 1, "every answer names the same backfill")
 	require.Equal(t, n-1, replayed, "exactly one request created it")
-	counts := c2Counts(t, e)
+	counts := e.TableCounts()
 	require.Equal(t, 1, counts["backfills"])
 	require.Equal(t, 1, counts["idempotency_keys"])
 	require.Equal(t, 7*24+1, counts["dag_runs"])
@@ -864,18 +725,18 @@ func TestBackfillCreateFailureMidTransactionLeavesNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.PutDag("mid", "@daily", "")
-	before := c2Counts(t, e)
+	before := e.TableCounts()
 	// A real constraint of this test's own database that only the 5th slot row breaks.
 	_, err := e.DB.Exec(`ALTER TABLE backfill_dag_runs ADD CONSTRAINT test_fail_last CHECK (sort_ordinal < 5)`)
 	require.NoError(t, err)
 
 	res := e.Do(http.MethodPost, "/api/v1/backfills", backfillBody("mid", day(1, 1), day(1, 5)), "Idempotency-Key", "mid-key")
-	p := c2RequireProblem(t, res, http.StatusInternalServerError, "internal")
+	p := requireProblem(t, res, http.StatusInternalServerError, "internal")
 	for _, leak := range []string{"test_fail_last", "constraint", "violates", "INSERT", "sort_ordinal", "backfill_dag_runs", "pq:", "SQLSTATE"} {
 		require.NotContains(t, string(res.Body), leak, "a 5xx never carries internal error text")
 	}
 	require.NotEmpty(t, p.Detail)
-	require.Equal(t, before, c2Counts(t, e), "no backfill, slot, run or key survives")
+	require.Equal(t, before, e.TableCounts(), "no backfill, slot, run or key survives")
 
 	// The DAG is not blocked by an orphan, and the key was not stored.
 	_, err = e.DB.Exec(`ALTER TABLE backfill_dag_runs DROP CONSTRAINT test_fail_last`)
@@ -886,7 +747,7 @@ func TestBackfillCreateFailureMidTransactionLeavesNothing(t *testing.T) {
 	var b api.Backfill
 	res.Decode(t, &b)
 	require.Equal(t, api.BackfillProgress{Total: 5, Queued: 5}, b.Progress)
-	after := c2Counts(t, e)
+	after := e.TableCounts()
 	require.Equal(t, 1, after["backfills"])
 	require.Equal(t, 5, after["dag_runs"])
 	require.Equal(t, 5, after["backfill_dag_runs"])
@@ -903,12 +764,12 @@ func TestBackfillCreateHundredThousandRunsInOneRequest(t *testing.T) {
 	from := day(1, 1)
 
 	// One slot over the default cap: 422 and nothing written.
-	before := c2Counts(t, e)
+	before := e.TableCounts()
 	start := time.Now()
 	res := e.Do(http.MethodPost, "/api/v1/backfills", backfillBody("minutely_over", from, from.Add(100_000*time.Minute)))
 	t.Logf("POST of 100,001 slots answered %d in %s", res.Status, time.Since(start))
-	c2RequireProblem(t, res, http.StatusUnprocessableEntity, "too_many_runs")
-	require.Equal(t, before, c2Counts(t, e))
+	requireProblem(t, res, http.StatusUnprocessableEntity, "too_many_runs")
+	require.Equal(t, before, e.TableCounts())
 
 	start = time.Now()
 	res = e.Do(http.MethodPost, "/api/v1/backfills", backfillBody("minutely", from, from.Add(99_999*time.Minute)))
@@ -938,5 +799,5 @@ func TestBackfillCreateHundredThousandRunsInOneRequest(t *testing.T) {
 	res.Decode(t, &page)
 	require.EqualValues(t, 100_000, page.TotalEntries)
 	require.Equal(t, from.Add(99_999*time.Minute), page.BackfillDagRuns[0].LogicalDate)
-	require.True(t, strings.HasPrefix(c2Str(page.BackfillDagRuns[0].RunId), "backfill__2024-03-10T"))
+	require.True(t, strings.HasPrefix(str(page.BackfillDagRuns[0].RunId), "backfill__2024-03-10T"))
 }

@@ -14,16 +14,16 @@ func TestBackfillGetUnknownIsBackfillNotFound(t *testing.T) {
 	e := newEnv(t)
 	for _, path := range []string{"/api/v1/backfills/1", "/api/v1/backfills/999999", "/api/v1/backfills/9223372036854775807"} {
 		res := e.Do(http.MethodGet, path, nil)
-		c2RequireProblem(t, res, http.StatusNotFound, "backfill_not_found")
+		requireProblem(t, res, http.StatusNotFound, "backfill_not_found")
 		res = e.Do(http.MethodGet, path+"/dag_runs", nil)
-		c2RequireProblem(t, res, http.StatusNotFound, "backfill_not_found")
+		requireProblem(t, res, http.StatusNotFound, "backfill_not_found")
 	}
 }
 
-// c2ReadsFixture makes four backfills, in id order:
+// readsFixture makes four backfills, in id order:
 //
 //	A1 (dag a) succeeded, A2 (dag a) running, B1 (dag b) running, C1 (dag c) canceled.
-func c2ReadsFixture(t testing.TB, e *env) (a1, a2, b1, c1 api.Backfill) {
+func readsFixture(t testing.TB, e *env) (a1, a2, b1, c1 api.Backfill) {
 	t.Helper()
 	for _, d := range []string{"a", "b", "c"} {
 		e.PutDag(d, "@daily", "")
@@ -48,13 +48,10 @@ func c2ReadsFixture(t testing.TB, e *env) (a1, a2, b1, c1 api.Backfill) {
 func TestBackfillListFiltersOrderAndPaging(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	a1, a2, b1, c1 := c2ReadsFixture(t, e)
+	a1, a2, b1, c1 := readsFixture(t, e)
 	list := func(query string) ([]int64, int64) {
 		t.Helper()
-		res := e.Do(http.MethodGet, "/api/v1/backfills"+query, nil)
-		require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
-		var c api.BackfillCollection
-		res.Decode(t, &c)
+		c := call[api.BackfillCollection](e, http.StatusOK, http.MethodGet, "/api/v1/backfills"+query, nil)
 		require.NotNil(t, c.Backfills)
 		ids := make([]int64, 0, len(c.Backfills))
 		for _, b := range c.Backfills {
@@ -113,21 +110,20 @@ func TestBackfillListFiltersOrderAndPaging(t *testing.T) {
 func TestBackfillListAndSlotsRejectOutOfRangePaging(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.PutDag("pg", "@daily", "")
-	b := e.CreateBackfill(backfillBody("pg", day(1, 1), day(1, 3)))
+	b := e.DailyBackfill("pg", day(1, 1), day(1, 3))
 	for _, base := range []string{"/api/v1/backfills", fmt.Sprintf("/api/v1/backfills/%d/dag_runs", b.Id), "/api/v1/dags", "/api/v1/dags/pg/runs"} {
 		for _, q := range []string{"limit=0", "limit=1001", "limit=-1", "offset=-1", "limit=abc", "offset=1.5"} {
 			res := e.Do(http.MethodGet, base+"?"+q, nil)
-			p := c2RequireProblem(t, res, http.StatusBadRequest, "invalid_request")
+			p := requireProblem(t, res, http.StatusBadRequest, "invalid_request")
 			require.NotEmpty(t, p.Detail, base+"?"+q)
 		}
 	}
 	for _, q := range []string{"order_by=name", "order_by=-created_at", "state=done", "active=maybe", "dag_id=bad%20id"} {
 		res := e.Do(http.MethodGet, "/api/v1/backfills?"+q, nil)
-		c2RequireProblem(t, res, http.StatusBadRequest, "invalid_request")
+		requireProblem(t, res, http.StatusBadRequest, "invalid_request")
 	}
 	res := e.Do(http.MethodGet, fmt.Sprintf("/api/v1/backfills/%d/dag_runs?order_by=logical_date", b.Id), nil)
-	c2RequireProblem(t, res, http.StatusBadRequest, "invalid_request")
+	requireProblem(t, res, http.StatusBadRequest, "invalid_request")
 }
 
 func TestBackfillSlotsListingOrderAndPaging(t *testing.T) {
@@ -135,15 +131,12 @@ func TestBackfillSlotsListingOrderAndPaging(t *testing.T) {
 	e := newEnv(t)
 	e.PutDag("sl", "@daily", "")
 	// The 3rd has a run already, so one slot is skipped.
-	c2CreateRun(t, e, "sl", day(1, 3), nil)
+	e.CreateManualRun("sl", day(1, 3), nil)
 	b := e.CreateBackfill(backfillBody("sl", day(1, 1), day(1, 7)))
 	require.Equal(t, api.BackfillProgress{Total: 7, Queued: 6, Skipped: 1}, b.Progress)
 	page := func(query string) ([]int32, int64) {
 		t.Helper()
-		res := e.Do(http.MethodGet, fmt.Sprintf("/api/v1/backfills/%d/dag_runs%s", b.Id, query), nil)
-		require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
-		var c api.BackfillDagRunCollection
-		res.Decode(t, &c)
+		c := call[api.BackfillDagRunCollection](e, http.StatusOK, http.MethodGet, backfillPath(b.Id)+"/dag_runs"+query, nil)
 		require.NotNil(t, c.BackfillDagRuns)
 		ords := make([]int32, 0, len(c.BackfillDagRuns))
 		for _, s := range c.BackfillDagRuns {
@@ -174,7 +167,7 @@ func TestBackfillSlotsListingOrderAndPaging(t *testing.T) {
 	require.Nil(t, slots[2].DagRunId)
 	require.Nil(t, slots[2].RunId)
 	require.Nil(t, slots[2].State)
-	require.Equal(t, "in flight", c2Str(slots[2].ExceptionReason))
+	require.Equal(t, "in flight", str(slots[2].ExceptionReason))
 	for i, sl := range slots {
 		if i == 2 {
 			continue
@@ -183,11 +176,9 @@ func TestBackfillSlotsListingOrderAndPaging(t *testing.T) {
 		require.Nil(t, sl.ExceptionReason)
 	}
 	// A slot's state follows its run.
-	claimed := e.Claim("w", 1)
-	require.Len(t, claimed, 1)
+	claimed := e.ClaimN(1, "w", 1)
 	require.Equal(t, day(1, 3), claimed[0].LogicalDate, "the manual run outside backfills is claimed first")
-	claimed = e.Claim("w", 2)
-	require.Len(t, claimed, 2)
+	claimed = e.ClaimN(2, "w", 2)
 	e.Report(claimed[0], "success")
 	slots = e.Slots(b.Id)
 	require.Equal(t, api.DagRunState("success"), *slots[0].State)

@@ -436,9 +436,7 @@ func bbGenerate(seed uint64, n int, fx bbFixture) []bbRequest {
 // bbFingerprint is the row count, highest id and a hash of the rows of every table.
 func bbFingerprint(t testing.TB, e *env) map[string]string {
 	t.Helper()
-	var tables []string
-	require.NoError(t, e.DB.Select(&tables, `SELECT tablename FROM pg_tables WHERE schemaname = 'public'
-		AND tablename NOT LIKE 'goose%' ORDER BY tablename`))
+	tables := e.publicTables()
 	out := map[string]string{}
 	for _, tbl := range tables {
 		var n int
@@ -469,9 +467,8 @@ func TestBlackBoxMalformedRequests(t *testing.T) {
 	e.PutDag("bb_hourly", "@hourly", "Europe/Amsterdam")
 	e.PutDag("bb_free", "@daily", "")
 	b := e.CreateBackfill(backfillBody("bb_daily", day(1, 1), day(1, 10), "max_active_runs", 3))
-	lcCreateManualRun(e, "bb_hourly", day(2, 1))
-	claimed := lcClaimBody(e, map[string]any{"worker_id": "bb_w", "limit": 2, "dag_id": "bb_daily"})
-	require.Len(t, claimed, 2)
+	e.CreateManualRun("bb_hourly", day(2, 1), nil)
+	claimed := e.ClaimWithN(2, map[string]any{"worker_id": "bb_w", "limit": 2, "dag_id": "bb_daily"})
 	fx := bbFixture{backfillID: b.Id, claimed: claimed[0]}
 
 	reqs := bbGenerate(seed, total, fx)

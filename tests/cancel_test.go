@@ -18,31 +18,29 @@ func TestCancelWithRunningRun(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			const dag = "lc_cancel"
-			e.PutDag(dag, "@daily", "")
-			b := e.CreateBackfill(backfillBody(dag, day(1, 1), day(1, 5)))
-			runs := e.Claim("w1", 1)
-			require.Len(t, runs, 1)
+			b := e.DailyBackfill(dag, day(1, 1), day(1, 5))
+			runs := e.ClaimN(1, "w1", 1)
 			run := runs[0]
 
 			e.Clock.Advance(2 * time.Second)
-			c := lcActionOK(e, b.Id, "cancel")
+			c := e.ActionOK(b.Id, "cancel")
 			require.Equal(t, api.BackfillState("canceling"), c.State)
 			require.Nil(t, c.CompletedAt)
 			require.False(t, c.IsPaused)
 			require.Equal(t, api.BackfillProgress{Total: 5, Running: 1, Canceled: 4}, c.Progress)
-			require.Equal(t, c.Progress, lcRequireProgressExact(t, e, b.Id).Progress)
+			require.Equal(t, c.Progress, requireProgressExact(t, e, b.Id).Progress)
 			for _, s := range e.Slots(b.Id) {
-				r := lcRunByID(t, e.DB, *s.DagRunId)
+				r := runByID(t, e.DB, *s.DagRunId)
 				if r.ID == run.Id {
 					require.Equal(t, "running", r.State)
 					continue
 				}
 				require.Equal(t, "canceled", r.State)
-				lcRequireTime(t, e.Clock.Now(), r.EndDate, "end_date of a canceled queued run")
+				requireInstant(t, e.Clock.Now(), r.EndDate, "end_date of a canceled queued run")
 			}
 			require.Empty(t, e.Claim("w2", 10), "a canceling backfill hands nothing out")
 
-			res := lcHeartbeat(e, run.Id, "w1")
+			res := e.Heartbeat(run.Id, "w1")
 			require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 			var hb api.HeartbeatResponse
 			res.Decode(t, &hb)
@@ -55,21 +53,21 @@ func TestCancelWithRunningRun(t *testing.T) {
 			require.Equal(t, api.BackfillState("canceling"), got.State, "a run still runs")
 			require.Nil(t, got.CompletedAt)
 
-			again := lcActionOK(e, b.Id, "cancel")
+			again := e.ActionOK(b.Id, "cancel")
 			require.Equal(t, api.BackfillState("canceling"), again.State, "cancel on canceling is 200")
-			lcRequireProblem(t, lcAction(e, b.Id, "pause"), http.StatusConflict, "backfill_not_active")
+			requireProblem(t, e.Action(b.Id, "pause"), http.StatusConflict, "backfill_not_active")
 
 			e.Report(run, report)
 			require.Equal(t, api.BackfillState("canceling"), e.GetBackfill(b.Id).State, "terminal only through the sweep")
 			e.Clock.Advance(3 * time.Second)
 			e.SweepOnce()
-			got = lcRequireProgressExact(t, e, b.Id)
+			got = requireProgressExact(t, e, b.Id)
 			require.Equal(t, api.BackfillState("canceled"), got.State)
-			lcRequireTime(t, e.Clock.Now(), got.CompletedAt, "completed_at")
+			requireInstant(t, e.Clock.Now(), got.CompletedAt, "completed_at")
 
-			lcRequireProblem(t, lcAction(e, b.Id, "cancel"), http.StatusConflict, "backfill_not_active")
+			requireProblem(t, e.Action(b.Id, "cancel"), http.StatusConflict, "backfill_not_active")
 			e.CreateBackfill(backfillBody(dag, day(2, 1), day(2, 2)))
-			lcCheckInvariants(t, e.DB)
+			checkInvariants(t, e.DB)
 		})
 	}
 }
@@ -83,29 +81,28 @@ func TestCancelWithNothingRunning(t *testing.T) {
 
 	b := e.CreateBackfill(backfillBody(dag, day(1, 1), day(1, 4)))
 	e.Clock.Advance(time.Second)
-	c := lcActionOK(e, b.Id, "cancel")
+	c := e.ActionOK(b.Id, "cancel")
 	require.Equal(t, api.BackfillState("canceled"), c.State)
-	lcRequireTime(t, e.Clock.Now(), c.CompletedAt, "completed_at")
+	requireInstant(t, e.Clock.Now(), c.CompletedAt, "completed_at")
 	require.Equal(t, api.BackfillProgress{Total: 4, Canceled: 4}, c.Progress)
-	require.Equal(t, c, lcRequireProgressExact(t, e, b.Id))
-	lcRequireProblem(t, lcAction(e, b.Id, "cancel"), http.StatusConflict, "backfill_not_active")
+	require.Equal(t, c, requireProgressExact(t, e, b.Id))
+	requireProblem(t, e.Action(b.Id, "cancel"), http.StatusConflict, "backfill_not_active")
 
 	// Some runs finished, none running, paused: canceled at once, history kept.
 	b = e.CreateBackfill(backfillBody(dag, day(2, 1), day(2, 4)))
-	runs := e.Claim("w1", 2)
-	require.Len(t, runs, 2)
+	runs := e.ClaimN(2, "w1", 2)
 	e.Report(runs[0], "success")
 	e.Report(runs[1], "failed")
-	lcActionOK(e, b.Id, "pause")
-	c = lcActionOK(e, b.Id, "cancel")
+	e.ActionOK(b.Id, "pause")
+	c = e.ActionOK(b.Id, "cancel")
 	require.Equal(t, api.BackfillState("canceled"), c.State)
 	require.False(t, c.IsPaused)
 	require.NotNil(t, c.CompletedAt)
 	require.Equal(t, api.BackfillProgress{Total: 4, Success: 1, Failed: 1, Canceled: 2}, c.Progress)
-	lcRequireProgressExact(t, e, b.Id)
+	requireProgressExact(t, e, b.Id)
 
 	e.CreateBackfill(backfillBody(dag, day(3, 1), day(3, 1)))
-	lcCheckInvariants(t, e.DB)
+	checkInvariants(t, e.DB)
 }
 
 // The expired lease of a run of a canceling backfill cancels the run; the same pass then
@@ -114,26 +111,24 @@ func TestCancelExpiredLeaseOfCancelingBackfillCancelsRun(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const dag = "lc_cancel_lease"
-	e.PutDag(dag, "@daily", "")
-	b := e.CreateBackfill(backfillBody(dag, day(1, 1), day(1, 3)))
-	runs := lcClaimBody(e, map[string]any{"worker_id": "w1", "limit": 1, "lease_seconds": 60})
-	require.Len(t, runs, 1)
-	require.Equal(t, api.BackfillState("canceling"), lcActionOK(e, b.Id, "cancel").State)
+	b := e.DailyBackfill(dag, day(1, 1), day(1, 3))
+	runs := e.ClaimWithN(1, map[string]any{"worker_id": "w1", "limit": 1, "lease_seconds": 60})
+	require.Equal(t, api.BackfillState("canceling"), e.ActionOK(b.Id, "cancel").State)
 
 	e.Clock.Advance(59 * time.Second)
 	e.SweepOnce()
-	require.Equal(t, "running", lcRunByID(t, e.DB, runs[0].Id).State, "lease not expired yet")
+	require.Equal(t, "running", runByID(t, e.DB, runs[0].Id).State, "lease not expired yet")
 
 	e.Clock.Advance(2 * time.Second)
 	e.SweepOnce()
-	r := lcRunByID(t, e.DB, runs[0].Id)
+	r := runByID(t, e.DB, runs[0].Id)
 	require.Equal(t, "canceled", r.State)
 	require.Equal(t, 1, r.Attempt)
 	require.Nil(t, r.LeaseExpiresAt)
-	lcRequireTime(t, e.Clock.Now(), r.EndDate, "end_date")
-	got := lcRequireProgressExact(t, e, b.Id)
+	requireInstant(t, e.Clock.Now(), r.EndDate, "end_date")
+	got := requireProgressExact(t, e, b.Id)
 	require.Equal(t, api.BackfillState("canceled"), got.State)
 	require.Equal(t, api.BackfillProgress{Total: 3, Canceled: 3}, got.Progress)
-	lcRequireProblem(t, lcPatch(e, dag, runs[0].RunId, "success", "w1"), http.StatusConflict, "lease_lost")
-	lcCheckInvariants(t, e.DB)
+	requireProblem(t, e.PatchRun(dag, runs[0].RunId, "success", "w1"), http.StatusConflict, "lease_lost")
+	checkInvariants(t, e.DB)
 }

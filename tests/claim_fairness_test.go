@@ -2,7 +2,7 @@ package tests
 
 // Claims are fair (contract, "Exact at any size"): a claim without dag_id reaches every DAG
 // and every backfill that has a claimable run, however many owners are idle or already at
-// their max_active_runs. Every helper here starts with cf.
+// their max_active_runs.
 
 import (
 	"encoding/json"
@@ -22,59 +22,18 @@ import (
 // than any fixed number of candidates a claim could look at.
 const cfOwners = 1000
 
-// cfEach runs fn(i) for i in [0, n) on a few goroutines and fails the test on any error.
-func cfEach(t *testing.T, n int, fn func(i int) error) {
-	t.Helper()
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-		next = make(chan int)
-	)
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := fn(i); err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	require.Empty(t, errs)
-}
-
-// cfRequest sends a request and returns an error unless it answered want.
-func cfRequest(e *env, method, path string, body any, want int) error {
-	res, err := e.do(method, path, body)
-	if err != nil {
-		return err
-	}
-	if res.Status != want {
-		return fmt.Errorf("%s %s answered %d: %s", method, path, res.Status, res.Body)
-	}
-	return nil
-}
-
 // cfPutDag creates a DAG with this max_active_runs.
 func cfPutDag(e *env, dagID string, maxActiveRuns int, paused bool) error {
-	return cfRequest(e, http.MethodPut, "/api/v1/dags/"+dagID,
-		map[string]any{"schedule": "@daily", "max_active_runs": maxActiveRuns, "is_paused": paused}, http.StatusCreated)
+	_, err := try[api.Dag](e, http.StatusCreated, http.MethodPut, "/api/v1/dags/"+dagID,
+		map[string]any{"schedule": "@daily", "max_active_runs": maxActiveRuns, "is_paused": paused})
+	return err
 }
 
 // cfManualRuns triggers n manual runs of a DAG on January 1, 2, ... 2024.
 func cfManualRuns(e *env, dagID string, n int) error {
 	for d := 1; d <= n; d++ {
-		err := cfRequest(e, http.MethodPost, "/api/v1/dags/"+dagID+"/runs",
-			map[string]any{"logical_date": ts(day(1, d))}, http.StatusCreated)
+		_, err := try[api.DagRun](e, http.StatusCreated, http.MethodPost, "/api/v1/dags/"+dagID+"/runs",
+			map[string]any{"logical_date": ts(day(1, d))})
 		if err != nil {
 			return err
 		}
@@ -82,7 +41,23 @@ func cfManualRuns(e *env, dagID string, n int) error {
 	return nil
 }
 
-// cfDagCounters compares every DAG's counters of runs outside backfills with a fresh count.
+// cfRequireOneRunningOneQueued requires every owner (DAG or backfill) to hold one running
+// and one queued run: query groups the owners by (running, queued) and counts them (n).
+func cfRequireOneRunningOneQueued(t *testing.T, e *env, owner, query string) {
+	t.Helper()
+	var groups []struct {
+		Running int `db:"running"`
+		Queued  int `db:"queued"`
+		N       int `db:"n"`
+	}
+	require.NoError(t, e.DB.Select(&groups, query))
+	require.Len(t, groups, 1, "every %s alike: %v", owner, groups)
+	require.Equal(t, 1, groups[0].Running)
+	require.Equal(t, 1, groups[0].Queued)
+	require.Equal(t, cfOwners, groups[0].N)
+}
+
+// cfRequireDagCounters compares every DAG's counters of runs outside backfills with a fresh count.
 func cfRequireDagCounters(t *testing.T, db *sqlx.DB) {
 	t.Helper()
 	var wrong []string
@@ -106,7 +81,7 @@ func TestClaimFairnessReachesEveryDagWithAClaimableManualRun(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	dagID := func(i int) string { return fmt.Sprintf("cf_m_%04d", i) }
-	cfEach(t, cfOwners, func(i int) error {
+	inParallel(t, cfOwners, 8, func(i int) error {
 		if err := cfPutDag(e, dagID(i), 1, false); err != nil {
 			return err
 		}
@@ -123,21 +98,12 @@ func TestClaimFairnessReachesEveryDagWithAClaimableManualRun(t *testing.T) {
 	}
 	require.Empty(t, e.Claim("w", 100), "every DAG is at its max_active_runs")
 
-	var perDag []struct {
-		Running int `db:"running"`
-		Queued  int `db:"queued"`
-		N       int `db:"n"`
-	}
-	require.NoError(t, e.DB.Select(&perDag, `
+	cfRequireOneRunningOneQueued(t, e, "DAG", `
 		SELECT running, queued, count(*) AS n FROM (
 			SELECT dag_id, count(*) FILTER (WHERE state = 'running') AS running,
 			       count(*) FILTER (WHERE state = 'queued') AS queued
 			FROM dag_runs GROUP BY dag_id) x
-		GROUP BY running, queued`))
-	require.Len(t, perDag, 1, "every DAG alike: %v", perDag)
-	require.Equal(t, 1, perDag[0].Running)
-	require.Equal(t, 1, perDag[0].Queued)
-	require.Equal(t, cfOwners, perDag[0].N)
+		GROUP BY running, queued`)
 	cfRequireDagCounters(t, e.DB)
 }
 
@@ -147,7 +113,7 @@ func TestClaimFairnessReachesEveryBackfillWithAClaimableRun(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ids := make([]int64, cfOwners)
-	cfEach(t, cfOwners, func(i int) error {
+	inParallel(t, cfOwners, 8, func(i int) error {
 		dag := fmt.Sprintf("cf_b_%04d", i)
 		if err := cfPutDag(e, dag, 16, false); err != nil {
 			return err
@@ -178,18 +144,10 @@ func TestClaimFairnessReachesEveryBackfillWithAClaimableRun(t *testing.T) {
 	}
 	require.Empty(t, e.Claim("w", 100), "every backfill is at its max_active_runs")
 
-	var perBackfill []struct {
-		Running int `db:"num_running"`
-		Queued  int `db:"num_queued"`
-		N       int `db:"n"`
-	}
-	require.NoError(t, e.DB.Select(&perBackfill, `
-		SELECT num_running, num_queued, count(*) AS n FROM backfills GROUP BY num_running, num_queued`))
-	require.Len(t, perBackfill, 1, "every backfill alike: %v", perBackfill)
-	require.Equal(t, 1, perBackfill[0].Running)
-	require.Equal(t, 1, perBackfill[0].Queued)
-	require.Equal(t, cfOwners, perBackfill[0].N)
-	lcCheckInvariants(t, e.DB)
+	cfRequireOneRunningOneQueued(t, e, "backfill", `
+		SELECT num_running AS running, num_queued AS queued, count(*) AS n FROM backfills
+		GROUP BY num_running, num_queued`)
+	checkInvariants(t, e.DB)
 }
 
 // cfOwner is one DAG (its runs outside backfills) or one backfill of the concurrent test, with
@@ -218,7 +176,7 @@ func TestClaimFairnessConcurrentClaimersDrainEveryOwnerExactly(t *testing.T) {
 	e := newEnv(t)
 	const perKind = 60
 	owners := make([]cfOwner, 2*perKind)
-	cfEach(t, perKind, func(i int) error {
+	inParallel(t, perKind, 8, func(i int) error {
 		// Runs outside backfills: caps 1-3, 0-4 queued runs, every seventh DAG paused.
 		m := cfOwner{dag: fmt.Sprintf("cf_cm_%02d", i), cap: 1 + i%3, queued: i % 5, paused: i%7 == 3}
 		if err := cfPutDag(e, m.dag, m.cap, m.paused); err != nil {
@@ -248,7 +206,7 @@ func TestClaimFairnessConcurrentClaimersDrainEveryOwnerExactly(t *testing.T) {
 		}
 		b.backfill = created.Id
 		if b.paused {
-			if err := cfRequest(e, http.MethodPut, lcBackfillPath(b.backfill)+"/pause", nil, http.StatusOK); err != nil {
+			if _, err := try[api.Backfill](e, http.StatusOK, http.MethodPut, backfillPath(b.backfill)+"/pause", nil); err != nil {
 				return err
 			}
 		}
@@ -263,43 +221,22 @@ func TestClaimFairnessConcurrentClaimersDrainEveryOwnerExactly(t *testing.T) {
 
 	const claimers = 16
 	var (
-		start = make(chan struct{})
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		got   []api.DagRun
-		errs  []error
+		mu  sync.Mutex
+		got []api.DagRun
 	)
-	for g := range claimers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			body := map[string]any{"worker_id": fmt.Sprintf("w%d", g), "limit": 1 + g%3}
-			for {
-				res, err := e.do(http.MethodPost, lcClaimPath, body)
-				var c api.ClaimResponse
-				if err == nil && res.Status != http.StatusOK {
-					err = fmt.Errorf("claim answered %d: %s", res.Status, res.Body)
-				}
-				if err == nil {
-					err = json.Unmarshal(res.Body, &c)
-				}
-				mu.Lock()
-				if err != nil {
-					errs = append(errs, err)
-				}
-				got = append(got, c.Runs...)
-				mu.Unlock()
-				if err != nil || len(c.Runs) == 0 {
-					return
-				}
+	releaseTogether(t, claimers, func(g int) error {
+		body := map[string]any{"worker_id": fmt.Sprintf("w%d", g), "limit": 1 + g%3}
+		for {
+			c, err := try[api.ClaimResponse](e, http.StatusOK, http.MethodPost, claimPath, body)
+			mu.Lock()
+			got = append(got, c.Runs...)
+			mu.Unlock()
+			if err != nil || len(c.Runs) == 0 {
+				return err
 			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	require.Empty(t, errs)
-	lcRequireDistinct(t, got)
+		}
+	})
+	requireDistinctRuns(t, got)
 	require.Len(t, got, total, "every claimable run handed out")
 	require.Empty(t, e.Claim("w", 100), "nothing left to claim")
 
@@ -330,7 +267,7 @@ func TestClaimFairnessConcurrentClaimersDrainEveryOwnerExactly(t *testing.T) {
 		require.Equal(t, o.want(), answered[key], "runs handed out by %s", key)
 	}
 	cfRequireDagCounters(t, e.DB)
-	lcCheckInvariants(t, e.DB)
+	checkInvariants(t, e.DB)
 }
 
 func cfOwnerKey(dagID string, backfillID *int64) string {
@@ -347,9 +284,9 @@ func TestClaimFairnessDagCountersFollowEveryManualRunChange(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const dag = "cf_counters"
-	lcPutDag(e, dag, "@daily", "max_active_runs", 2)
+	e.PutDagWith(dag, "@daily", "max_active_runs", 2)
 	for d := 1; d <= 4; d++ {
-		lcCreateManualRun(e, dag, day(1, d))
+		e.CreateManualRun(dag, day(1, d), nil)
 	}
 	counters := func(queued, running int) {
 		t.Helper()
@@ -364,15 +301,14 @@ func TestClaimFairnessDagCountersFollowEveryManualRunChange(t *testing.T) {
 	}
 	counters(4, 0)
 
-	first := lcClaimBody(e, map[string]any{"worker_id": "w1", "limit": 5, "lease_seconds": 10})
+	first := e.ClaimWith(map[string]any{"worker_id": "w1", "limit": 5, "lease_seconds": 10})
 	require.Len(t, first, 2, "the DAG's max_active_runs")
 	counters(2, 2)
 	require.Empty(t, e.Claim("w1", 5))
 
 	e.Report(first[0], "success")
 	counters(2, 1)
-	third := lcClaimBody(e, map[string]any{"worker_id": "w1", "limit": 5, "lease_seconds": 10})
-	require.Len(t, third, 1)
+	third := e.ClaimWithN(1, map[string]any{"worker_id": "w1", "limit": 5, "lease_seconds": 10})
 	require.True(t, third[0].LogicalDate.Equal(day(1, 3)))
 	counters(1, 2)
 
@@ -382,16 +318,14 @@ func TestClaimFairnessDagCountersFollowEveryManualRunChange(t *testing.T) {
 	counters(3, 0)
 
 	// A queued run marked without running.
-	res := lcPatch(e, dag, "manual__"+ts(day(1, 4)), "canceled", "")
-	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	e.MarkRun(dag, "manual__"+ts(day(1, 4)), "canceled")
 	counters(2, 0)
 
 	// Paused, the DAG hands out nothing; a lower cap holds at once.
-	lcPutDag(e, dag, "@daily", "max_active_runs", 1, "is_paused", true)
+	e.PutDagWith(dag, "@daily", "max_active_runs", 1, "is_paused", true)
 	require.Empty(t, e.Claim("w2", 5))
-	lcPutDag(e, dag, "@daily", "max_active_runs", 1)
-	again := e.Claim("w2", 5)
-	require.Len(t, again, 1)
+	e.PutDagWith(dag, "@daily", "max_active_runs", 1)
+	again := e.ClaimN(1, "w2", 5)
 	counters(1, 1)
 	e.Report(again[0], "failed")
 	counters(1, 0)
@@ -400,5 +334,5 @@ func TestClaimFairnessDagCountersFollowEveryManualRunChange(t *testing.T) {
 	b := e.CreateBackfill(backfillBody(dag, day(1, 1), day(1, 4), "reprocess_behavior", "completed"))
 	require.EqualValues(t, 3, b.Progress.Queued, "the succeeded, failed and canceled runs: %+v", b.Progress)
 	counters(1, 0)
-	lcCheckInvariants(t, e.DB)
+	checkInvariants(t, e.DB)
 }

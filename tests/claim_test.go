@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
@@ -12,48 +11,38 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// lcClaimTogether releases n claimers at once (one closed channel) and returns every run
-// they got. Errors and non-200 answers fail the test after all have returned.
-func lcClaimTogether(t *testing.T, e *env, n int, body func(i int) map[string]any) []api.DagRun {
-	t.Helper()
-	start := make(chan struct{})
+// ClaimTogether releases n claimers at once and returns every run they got; an error or a
+// non-200 answer fails the test once all have returned.
+func (e *env) ClaimTogether(n int, body func(i int) map[string]any) []api.DagRun {
+	e.t.Helper()
 	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		all  []api.DagRun
-		errs []string
+		mu  sync.Mutex
+		all []api.DagRun
 	)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			res, err := e.do(http.MethodPost, lcClaimPath, body(i))
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, err.Error())
-				return
-			}
-			if res.Status != http.StatusOK {
-				errs = append(errs, fmt.Sprintf("claim answered %d: %s", res.Status, res.Body))
-				return
-			}
-			var c api.ClaimResponse
-			if err := json.Unmarshal(res.Body, &c); err != nil {
-				errs = append(errs, err.Error())
-				return
-			}
-			all = append(all, c.Runs...)
-		}()
-	}
-	close(start)
-	wg.Wait()
-	require.Empty(t, errs)
+	releaseTogether(e.t, n, func(i int) error {
+		c, err := try[api.ClaimResponse](e, http.StatusOK, http.MethodPost, claimPath, body(i))
+		mu.Lock()
+		defer mu.Unlock()
+		all = append(all, c.Runs...)
+		return err
+	})
 	return all
 }
 
-func lcRequireDistinct(t *testing.T, runs []api.DagRun) {
+// claimDates claims as one worker with each limit in turn and returns the logical dates
+// handed out, in order.
+func (e *env) claimDates(worker string, limits ...int) []time.Time {
+	e.t.Helper()
+	var got []time.Time
+	for _, limit := range limits {
+		for _, r := range e.Claim(worker, limit) {
+			got = append(got, r.LogicalDate)
+		}
+	}
+	return got
+}
+
+func requireDistinctRuns(t *testing.T, runs []api.DagRun) {
 	t.Helper()
 	seen := map[int64]bool{}
 	for _, r := range runs {
@@ -66,44 +55,43 @@ func lcRequireDistinct(t *testing.T, runs []api.DagRun) {
 func TestClaimConcurrentClaimersRespectBackfillCap(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.PutDag("lc_cap", "@daily", "")
-	b := e.CreateBackfill(backfillBody("lc_cap", day(1, 1), day(1, 24), "max_active_runs", 3))
+	b := e.DailyBackfill("lc_cap", day(1, 1), day(1, 24), "max_active_runs", 3)
 	require.EqualValues(t, 24, b.Progress.Total)
 	body := func(i int) map[string]any {
 		return map[string]any{"worker_id": fmt.Sprintf("w%d", i), "limit": 5}
 	}
 
-	runs := lcClaimTogether(t, e, 16, body)
+	runs := e.ClaimTogether(16, body)
 	require.Len(t, runs, 3)
-	lcRequireDistinct(t, runs)
-	require.EqualValues(t, 3, lcRunStates(t, e.DB, b.Id)["running"])
-	require.EqualValues(t, 3, lcRequireProgressExact(t, e, b.Id).Progress.Running)
+	requireDistinctRuns(t, runs)
+	require.EqualValues(t, 3, runStates(t, e.DB, b.Id)["running"])
+	require.EqualValues(t, 3, requireProgressExact(t, e, b.Id).Progress.Running)
 
 	e.Report(runs[0], "success")
-	more := lcClaimTogether(t, e, 16, body)
+	more := e.ClaimTogether(16, body)
 	require.Len(t, more, 1, "one report frees exactly one place")
-	lcRequireDistinct(t, append(runs, more...))
-	require.EqualValues(t, 3, lcRunStates(t, e.DB, b.Id)["running"])
+	requireDistinctRuns(t, append(runs, more...))
+	require.EqualValues(t, 3, runStates(t, e.DB, b.Id)["running"])
 
-	require.Empty(t, lcClaimTogether(t, e, 16, body))
-	lcCheckInvariants(t, e.DB)
+	require.Empty(t, e.ClaimTogether(16, body))
+	checkInvariants(t, e.DB)
 }
 
 // Runs outside backfills: the DAG's max_active_runs holds under concurrent claims.
 func TestClaimConcurrentClaimersRespectDagCap(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	d := lcPutDag(e, "lc_dagcap", "@daily", "max_active_runs", 2)
+	d := e.PutDagWith("lc_dagcap", "@daily", "max_active_runs", 2)
 	require.EqualValues(t, 2, d.MaxActiveRuns)
 	for i := 1; i <= 10; i++ {
-		lcCreateManualRun(e, "lc_dagcap", day(3, i))
+		e.CreateManualRun("lc_dagcap", day(3, i), nil)
 	}
 	body := func(i int) map[string]any {
 		return map[string]any{"worker_id": fmt.Sprintf("w%d", i), "limit": 5}
 	}
-	runs := lcClaimTogether(t, e, 16, body)
+	runs := e.ClaimTogether(16, body)
 	require.Len(t, runs, 2)
-	lcRequireDistinct(t, runs)
+	requireDistinctRuns(t, runs)
 	var running int
 	require.NoError(t, e.DB.Get(&running,
 		`SELECT count(*) FROM dag_runs WHERE dag_id = 'lc_dagcap' AND backfill_id IS NULL AND state = 'running'`))
@@ -116,10 +104,10 @@ func TestClaimConcurrentClaimersRespectDagCap(t *testing.T) {
 	require.True(t, got[0].Equal(day(3, 1)) && got[1].Equal(day(3, 2)), "got %v", got)
 
 	e.Report(runs[1], "failed")
-	more := lcClaimTogether(t, e, 16, body)
+	more := e.ClaimTogether(16, body)
 	require.Len(t, more, 1)
 	require.True(t, more[0].LogicalDate.Equal(day(3, 3)))
-	lcCheckInvariants(t, e.DB)
+	checkInvariants(t, e.DB)
 }
 
 // A DAG's is_paused stops its runs outside backfills, not its backfill's runs.
@@ -127,39 +115,31 @@ func TestClaimPausedDagStopsManualRunsOnly(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const dag = "lc_dagpause"
-	lcPutDag(e, dag, "@daily", "is_paused", true)
-	manual := lcCreateManualRun(e, dag, day(5, 1))
+	e.PutDagWith(dag, "@daily", "is_paused", true)
+	manual := e.CreateManualRun(dag, day(5, 1), nil)
 	b := e.CreateBackfill(backfillBody(dag, day(1, 1), day(1, 2)))
 
-	runs := e.Claim("w1", 10)
-	require.Len(t, runs, 2)
+	runs := e.ClaimN(2, "w1", 10)
 	for _, r := range runs {
 		require.Equal(t, b.Id, *r.BackfillId)
 		require.Equal(t, api.RunType("backfill"), r.RunType)
 	}
 	require.Empty(t, e.Claim("w1", 10))
-	require.Equal(t, api.DagRunState("queued"), lcGetRun(e, dag, manual.RunId).State)
+	require.Equal(t, api.DagRunState("queued"), e.GetRun(dag, manual.RunId).State)
 
-	lcPutDag(e, dag, "@daily", "is_paused", false)
-	runs = e.Claim("w1", 10)
-	require.Len(t, runs, 1)
+	e.PutDagWith(dag, "@daily", "is_paused", false)
+	runs = e.ClaimN(1, "w1", 10)
 	require.Equal(t, manual.Id, runs[0].Id)
 	require.Nil(t, runs[0].BackfillId)
-	lcCheckInvariants(t, e.DB)
+	checkInvariants(t, e.DB)
 }
 
 // A backfill's runs come in sort_ordinal order: ascending logical dates.
 func TestClaimOrderFollowsSortOrdinal(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.PutDag("lc_order", "@daily", "")
-	b := e.CreateBackfill(backfillBody("lc_order", day(1, 1), day(1, 6)))
-	var got []time.Time
-	for _, limit := range []int{3, 1, 2} {
-		for _, r := range e.Claim("w1", limit) {
-			got = append(got, r.LogicalDate)
-		}
-	}
+	b := e.DailyBackfill("lc_order", day(1, 1), day(1, 6))
+	got := e.claimDates("w1", 3, 1, 2)
 	require.Len(t, got, 6)
 	for i, d := range got {
 		require.True(t, d.Equal(day(1, 1+i)), "claim %d got %s", i, d)
@@ -175,16 +155,10 @@ func TestClaimOrderFollowsSortOrdinal(t *testing.T) {
 func TestClaimOrderRunBackwards(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.PutDag("lc_backwards", "@daily", "")
-	b := e.CreateBackfill(backfillBody("lc_backwards", day(1, 1), day(1, 5), "run_backwards", true))
+	b := e.DailyBackfill("lc_backwards", day(1, 1), day(1, 5), "run_backwards", true)
 	slots := e.Slots(b.Id)
 	require.True(t, slots[0].LogicalDate.Equal(day(1, 5)))
-	var got []time.Time
-	for _, limit := range []int{2, 1, 5} {
-		for _, r := range e.Claim("w1", limit) {
-			got = append(got, r.LogicalDate)
-		}
-	}
+	got := e.claimDates("w1", 2, 1, 5)
 	require.Len(t, got, 5)
 	for i, d := range got {
 		require.True(t, d.Equal(day(1, 5-i)), "claim %d got %s", i, d)
@@ -225,10 +199,10 @@ func TestClaimOrderOlderBackfillsFirst(t *testing.T) {
 	require.Equal(t, []got{{newer.Id, day(1, 2)}}, claim(1))
 
 	// A place frees in the older one: it comes first again.
-	res := lcPatch(e, "lc_old_z", "backfill__"+ts(day(1, 1)), "success", "w1")
+	res := e.PatchRun("lc_old_z", "backfill__"+ts(day(1, 1)), "success", "w1")
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 	require.Equal(t, []got{{older.Id, day(1, 3)}, {newer.Id, day(1, 3)}}, claim(2))
-	lcCheckInvariants(t, e.DB)
+	checkInvariants(t, e.DB)
 }
 
 // The dag_id filter, the empty answer, and what a claimed run looks like.
@@ -237,7 +211,7 @@ func TestClaimFilterEmptyAndLease(t *testing.T) {
 	e := newEnv(t)
 
 	// Nothing to claim: 200 {"runs": []}, an array, not null.
-	res := e.Do(http.MethodPost, lcClaimPath, map[string]any{"worker_id": "w1"})
+	res := e.Do(http.MethodPost, claimPath, map[string]any{"worker_id": "w1"})
 	require.Equal(t, http.StatusOK, res.Status)
 	require.JSONEq(t, `{"runs": []}`, string(res.Body))
 
@@ -245,69 +219,65 @@ func TestClaimFilterEmptyAndLease(t *testing.T) {
 	e.PutDag("lc_filter_b", "@daily", "")
 	e.CreateBackfill(backfillBody("lc_filter_a", day(1, 1), day(1, 3)))
 	bb := e.CreateBackfill(backfillBody("lc_filter_b", day(1, 1), day(1, 3)))
-	lcCreateManualRun(e, "lc_filter_a", day(6, 1))
+	e.CreateManualRun("lc_filter_a", day(6, 1), nil)
 
 	e.Clock.Advance(3 * time.Second)
 	now := e.Clock.Now()
-	runs := lcClaimBody(e, map[string]any{"worker_id": "w-b", "limit": 100, "dag_id": "lc_filter_b", "lease_seconds": 120})
-	require.Len(t, runs, 3)
+	runs := e.ClaimWithN(3, map[string]any{"worker_id": "w-b", "limit": 100, "dag_id": "lc_filter_b", "lease_seconds": 120})
 	for _, r := range runs {
 		require.Equal(t, "lc_filter_b", r.DagId)
 		require.Equal(t, bb.Id, *r.BackfillId)
 		require.Equal(t, api.DagRunState("running"), r.State)
 		require.Equal(t, "w-b", *r.WorkerId)
 		require.EqualValues(t, 1, r.Attempt)
-		lcRequireTime(t, now, r.StartDate, "start_date")
-		lcRequireTime(t, now.Add(120*time.Second), r.LeaseExpiresAt, "lease_expires_at")
+		requireInstant(t, now, r.StartDate, "start_date")
+		requireInstant(t, now.Add(120*time.Second), r.LeaseExpiresAt, "lease_expires_at")
 		require.Nil(t, r.EndDate)
-		require.Equal(t, r, lcGetRun(e, "lc_filter_b", r.RunId))
+		require.Equal(t, r, e.GetRun("lc_filter_b", r.RunId))
 	}
-	res = e.Do(http.MethodPost, lcClaimPath, map[string]any{"worker_id": "w-b", "limit": 100, "dag_id": "lc_filter_b"})
+	res = e.Do(http.MethodPost, claimPath, map[string]any{"worker_id": "w-b", "limit": 100, "dag_id": "lc_filter_b"})
 	require.Equal(t, http.StatusOK, res.Status)
 	require.JSONEq(t, `{"runs": []}`, string(res.Body))
 	// A dag_id that names no DAG matches no run.
-	require.Empty(t, lcClaimBody(e, map[string]any{"worker_id": "w-b", "limit": 100, "dag_id": "lc_filter_none"}))
+	require.Empty(t, e.ClaimWith(map[string]any{"worker_id": "w-b", "limit": 100, "dag_id": "lc_filter_none"}))
 
 	// Default lease: 300 s.
-	runs = lcClaimBody(e, map[string]any{"worker_id": "w-a", "limit": 100})
-	require.Len(t, runs, 4)
+	runs = e.ClaimWithN(4, map[string]any{"worker_id": "w-a", "limit": 100})
 	for _, r := range runs {
 		require.Equal(t, "lc_filter_a", r.DagId)
-		lcRequireTime(t, now.Add(300*time.Second), r.LeaseExpiresAt, "default lease_expires_at")
+		requireInstant(t, now.Add(300*time.Second), r.LeaseExpiresAt, "default lease_expires_at")
 	}
-	lcCheckInvariants(t, e.DB)
+	checkInvariants(t, e.DB)
 }
 
 // Heartbeats extend the lease of its holder only.
 func TestClaimHeartbeat(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.PutDag("lc_hb", "@daily", "")
-	b := e.CreateBackfill(backfillBody("lc_hb", day(1, 1), day(1, 3), "max_active_runs", 1))
-	runs := e.Claim("w1", 1)
-	require.Len(t, runs, 1)
+	b := e.DailyBackfill("lc_hb", day(1, 1), day(1, 3), "max_active_runs", 1)
+	runs := e.ClaimN(1, "w1", 1)
 	run := runs[0]
-	lcRequireTime(t, e.Clock.Now().Add(300*time.Second), run.LeaseExpiresAt)
+	requireInstant(t, e.Clock.Now().Add(300*time.Second), run.LeaseExpiresAt)
 
 	e.Clock.Advance(100 * time.Second)
-	res := lcHeartbeat(e, run.Id, "w1")
+	res := e.Heartbeat(run.Id, "w1")
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 	var hb api.HeartbeatResponse
 	res.Decode(t, &hb)
 	want := e.Clock.Now().Add(300 * time.Second)
-	lcRequireTime(t, want, &hb.LeaseExpiresAt)
+	requireInstant(t, want, &hb.LeaseExpiresAt)
 	require.False(t, hb.CancelRequested)
-	got := lcGetRun(e, "lc_hb", run.RunId)
-	lcRequireTime(t, want, got.LeaseExpiresAt)
+	got := e.GetRun("lc_hb", run.RunId)
+	requireInstant(t, want, got.LeaseExpiresAt)
 	require.Equal(t, api.DagRunState("running"), got.State)
 
 	// The heartbeat keeps the run alive past its first lease.
 	e.Clock.Advance(250 * time.Second)
 	e.SweepOnce()
-	require.Equal(t, api.DagRunState("running"), lcGetRun(e, "lc_hb", run.RunId).State)
+	require.Equal(t, api.DagRunState("running"), e.GetRun("lc_hb", run.RunId).State)
 
-	lcRequireProblem(t, lcHeartbeat(e, run.Id, "w2"), http.StatusConflict, "lease_lost")
-	lcRequireProblem(t, lcHeartbeat(e, 987654321, "w1"), http.StatusNotFound, "run_not_found")
+	requireProblem(t, e.Heartbeat(run.Id, "w2"), http.StatusConflict, "lease_lost")
+	requireProblem(t, e.Heartbeat(987654321, "w1"), http.StatusNotFound, "run_not_found")
 
 	// A queued run is not leased to anyone.
 	var queuedID int64
@@ -318,10 +288,10 @@ func TestClaimHeartbeat(t *testing.T) {
 		}
 	}
 	require.NotZero(t, queuedID)
-	lcRequireProblem(t, lcHeartbeat(e, queuedID, "w1"), http.StatusConflict, "lease_lost")
+	requireProblem(t, e.Heartbeat(queuedID, "w1"), http.StatusConflict, "lease_lost")
 
 	// Nor a finished one.
 	e.Report(run, "success")
-	lcRequireProblem(t, lcHeartbeat(e, run.Id, "w1"), http.StatusConflict, "lease_lost")
-	lcCheckInvariants(t, e.DB)
+	requireProblem(t, e.Heartbeat(run.Id, "w1"), http.StatusConflict, "lease_lost")
+	checkInvariants(t, e.DB)
 }

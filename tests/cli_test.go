@@ -172,36 +172,26 @@ func testCLIToken(t *testing.T, bin string) {
 	require.Contains(t, okCLI(t, bin, e, "dags", "list", "--token", "cli-token"), "DAG_ID")
 }
 
-// completeRuns plays an executor over the API until ctx ends: it claims one run of the DAG
-// per tick, reports it (failed when fail says so), and sweeps, so that the backfill moves
+// completeRuns plays an executor over the API until the test ends: it claims one run of the
+// DAG per tick, reports it (failed when fail says so), and sweeps, so that the backfill moves
 // at a pace the progress bar can be seen to follow.
-func completeRuns(ctx context.Context, t *testing.T, e *env, c *client.Client, dagID string, fail func(client.DagRun) bool) {
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+func completeRuns(t *testing.T, e *env, c *client.Client, dagID string, fail func(client.DagRun) bool) {
+	e.everyTick(t, 20*time.Millisecond, "completing runs", func(ctx context.Context) error {
 		runs, err := c.ClaimRuns(ctx, client.ClaimRequest{WorkerId: "test-worker", Limit: sdkPtr(1), DagId: &dagID})
+		if err != nil {
+			return err
+		}
 		for _, run := range runs {
 			state := client.DagRunStateSuccess
 			if fail != nil && fail(run) {
 				state = client.DagRunStateFailed
 			}
 			if _, err = c.ReportRun(ctx, run.DagId, run.RunId, state, "test-worker"); err != nil {
-				break
+				return err
 			}
 		}
-		if err == nil {
-			err = e.Sweep.RunOnce(ctx)
-		}
-		if err != nil && ctx.Err() == nil {
-			t.Errorf("completing runs: %v", err)
-			return
-		}
-	}
+		return e.Sweep.RunOnce(ctx)
+	})
 }
 
 // testCLITerminal runs `backfills create --wait` in a pseudo-terminal while the test
@@ -214,14 +204,9 @@ func testCLITerminal(t *testing.T, bin string, withFailure bool) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	done := make(chan struct{})
-	defer func() { cancel(); <-done }()
-	go func() {
-		defer close(done)
-		completeRuns(ctx, t, e, c, "tty_dag", func(r client.DagRun) bool {
-			return withFailure && r.LogicalDate.Equal(day(6, 4))
-		})
-	}()
+	completeRuns(t, e, c, "tty_dag", func(r client.DagRun) bool {
+		return withFailure && r.LogicalDate.Equal(day(6, 4))
+	})
 
 	cmd := exec.CommandContext(ctx, bin, "backfills", "create", "--dag-id", "tty_dag",
 		"--from-date", "2024-06-01", "--to-date", "2024-06-10", "--wait", "--interval", "30ms")

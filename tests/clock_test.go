@@ -62,13 +62,6 @@ func clockRunRow(t *testing.T, e *env, id int64) clockRow {
 	return r
 }
 
-// requireInstant compares instants, whatever their time zone.
-func requireInstant(t *testing.T, want time.Time, got *time.Time, what string) {
-	t.Helper()
-	require.NotNil(t, got, what)
-	require.True(t, want.Equal(*got), "%s: want %s (database clock), got %s", what, want, got)
-}
-
 // Two replicas over one database whose clock is 10 minutes behind theirs: every timestamp and
 // every lease decision is the database's, so neither replica expires a lease early, a heartbeat
 // through the other replica extends the lease from the database's now, and the lease ends when
@@ -97,7 +90,7 @@ func TestLeasesFollowTheDatabaseClockAcrossReplicas(t *testing.T) {
 	// Replica A hands out a run with a 60 s lease.
 	a.Clock.Advance(5 * time.Second)
 	t1 := a.Clock.Now()
-	runs := lcClaimBody(a, map[string]any{"worker_id": "w1", "limit": 1, "lease_seconds": 60})
+	runs := a.ClaimWith(map[string]any{"worker_id": "w1", "limit": 1, "lease_seconds": 60})
 	require.Len(t, runs, 1)
 	run := runs[0]
 	requireInstant(t, t1, run.StartDate, "start_date")
@@ -114,7 +107,7 @@ func TestLeasesFollowTheDatabaseClockAcrossReplicas(t *testing.T) {
 	b.SweepOnce()
 	require.Equal(t, "running", clockRunRow(t, b, run.Id).State)
 	b.Clock.Advance(50 * time.Second)
-	res := lcHeartbeat(b, run.Id, "w1")
+	res := b.Heartbeat(run.Id, "w1")
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 	var hb api.HeartbeatResponse
 	res.Decode(t, &hb)
@@ -133,7 +126,7 @@ func TestLeasesFollowTheDatabaseClockAcrossReplicas(t *testing.T) {
 	// Once the database's clock passes the lease, it is over everywhere: B refuses the
 	// heartbeat and B's sweep puts the run back for another attempt.
 	b.Clock.Advance(2 * time.Second)
-	lcRequireProblem(t, lcHeartbeat(b, run.Id, "w1"), http.StatusConflict, "lease_lost")
+	requireProblem(t, b.Heartbeat(run.Id, "w1"), http.StatusConflict, "lease_lost")
 	b.SweepOnce()
 	got = clockRunRow(t, b, run.Id)
 	require.Equal(t, "queued", got.State)
@@ -142,11 +135,11 @@ func TestLeasesFollowTheDatabaseClockAcrossReplicas(t *testing.T) {
 	requireInstant(t, b.Clock.Now(), got.QueuedAt, "queued_at of the new attempt")
 
 	// A run claimed through B and reported through A ends at the database's now too.
-	runs = lcClaimBody(b, map[string]any{"worker_id": "w2", "limit": 1, "lease_seconds": 60})
+	runs = b.ClaimWith(map[string]any{"worker_id": "w2", "limit": 1, "lease_seconds": 60})
 	require.Len(t, runs, 1)
 	a.Clock.Advance(7 * time.Second)
 	done := a.Report(runs[0], "success")
 	requireInstant(t, a.Clock.Now(), done.EndDate, "end_date")
 	requireInstant(t, a.Clock.Now(), clockRunRow(t, a, runs[0].Id).EndDate, "stored end_date")
-	lcCheckInvariants(t, a.DB)
+	checkInvariants(t, a.DB)
 }

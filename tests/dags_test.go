@@ -51,10 +51,7 @@ func TestDagPutCreatesWithDefaultsThenReplacesWhole(t *testing.T) {
 	require.Equal(t, e.Clock.Now(), replaced.UpdatedAt)
 
 	// Replaced whole: the fields left out take their defaults again.
-	res = e.Do(http.MethodPut, "/api/v1/dags/sales_daily", map[string]any{"schedule": "@hourly"})
-	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
-	var again api.Dag
-	res.Decode(t, &again)
+	again := call[api.Dag](e, http.StatusOK, http.MethodPut, "/api/v1/dags/sales_daily", map[string]any{"schedule": "@hourly"})
 	require.Equal(t, "@hourly", again.Schedule)
 	require.Equal(t, "UTC", again.Timezone)
 	require.EqualValues(t, 16, again.MaxActiveRuns)
@@ -62,22 +59,17 @@ func TestDagPutCreatesWithDefaultsThenReplacesWhole(t *testing.T) {
 	require.Nil(t, again.Description)
 
 	// GET answers what the last PUT stored.
-	res = e.Do(http.MethodGet, "/api/v1/dags/sales_daily", nil)
-	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
-	var got api.Dag
-	res.Decode(t, &got)
+	got := call[api.Dag](e, http.StatusOK, http.MethodGet, "/api/v1/dags/sales_daily", nil)
 	require.Equal(t, again, got)
 
-	var n int
-	require.NoError(t, e.DB.Get(&n, `SELECT count(*) FROM dags`))
-	require.Equal(t, 1, n)
+	require.Equal(t, 1, e.TableCounts()["dags"])
 }
 
 func TestDagGetUnknownIsDagNotFound(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	res := e.Do(http.MethodGet, "/api/v1/dags/nope", nil)
-	c2RequireProblem(t, res, http.StatusNotFound, "dag_not_found")
+	requireProblem(t, res, http.StatusNotFound, "dag_not_found")
 }
 
 func TestDagListOrderedByDagIDWithPaging(t *testing.T) {
@@ -88,10 +80,7 @@ func TestDagListOrderedByDagIDWithPaging(t *testing.T) {
 	}
 	list := func(query string) api.DagCollection {
 		t.Helper()
-		res := e.Do(http.MethodGet, "/api/v1/dags"+query, nil)
-		require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
-		var c api.DagCollection
-		res.Decode(t, &c)
+		c := call[api.DagCollection](e, http.StatusOK, http.MethodGet, "/api/v1/dags"+query, nil)
 		return c
 	}
 	ids := func(c api.DagCollection) []string {
@@ -140,19 +129,17 @@ func TestDagPutRejectsUnusableScheduleOrTimezoneWith422(t *testing.T) {
 	}
 	for _, c := range cases {
 		res := e.Do(http.MethodPut, "/api/v1/dags/bad_dag", c.body)
-		p := c2RequireProblem(t, res, http.StatusUnprocessableEntity, "invalid_dag")
+		p := requireProblem(t, res, http.StatusUnprocessableEntity, "invalid_dag")
 		require.NotEmpty(t, p.Detail, c.name)
 	}
 	// An existing DAG is not changed by a rejected replacement.
 	e.PutDag("good_dag", "@daily", "")
 	res := e.Do(http.MethodPut, "/api/v1/dags/good_dag", map[string]any{"schedule": "@every 1h"})
-	c2RequireProblem(t, res, http.StatusUnprocessableEntity, "invalid_dag")
+	requireProblem(t, res, http.StatusUnprocessableEntity, "invalid_dag")
 	var schedule string
 	require.NoError(t, e.DB.Get(&schedule, `SELECT schedule FROM dags WHERE dag_id = 'good_dag'`))
 	require.Equal(t, "@daily", schedule)
-	var n int
-	require.NoError(t, e.DB.Get(&n, `SELECT count(*) FROM dags`))
-	require.Equal(t, 1, n)
+	require.Equal(t, 1, e.TableCounts()["dags"])
 }
 
 func TestDagIDBreakingItsPatternIs400(t *testing.T) {
@@ -165,19 +152,17 @@ func TestDagIDBreakingItsPatternIs400(t *testing.T) {
 		require.NotEqual(t, http.StatusCreated, res.Status, "id %q", id)
 		require.Less(t, res.Status, 500)
 		if res.Status != http.StatusNotFound { // an escaped slash may not route at all
-			c2RequireProblem(t, res, http.StatusBadRequest, "invalid_request")
+			requireProblem(t, res, http.StatusBadRequest, "invalid_request")
 		}
 		res = e.Do(http.MethodGet, path, nil)
 		require.Less(t, res.Status, 500)
 	}
 	// Exactly 250 characters is fine.
 	e.PutDag(strings.Repeat("a", 250), "@daily", "")
-	var n int
-	require.NoError(t, e.DB.Get(&n, `SELECT count(*) FROM dags`))
-	require.Equal(t, 1, n)
+	require.Equal(t, 1, e.TableCounts()["dags"])
 
 	res := e.Do(http.MethodPut, "/api/v1/dags/"+url.PathEscape("bad id!"), body)
-	c2RequireProblem(t, res, http.StatusBadRequest, "invalid_request")
+	requireProblem(t, res, http.StatusBadRequest, "invalid_request")
 	res = e.Do(http.MethodPut, "/api/v1/dags/"+strings.Repeat("a", 251), body)
-	c2RequireProblem(t, res, http.StatusBadRequest, "invalid_request")
+	requireProblem(t, res, http.StatusBadRequest, "invalid_request")
 }

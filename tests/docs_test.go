@@ -83,8 +83,7 @@ func TestDocsAssetIsTheVendoredBundleAndRevalidates(t *testing.T) {
 	require.Contains(t, string(license.Body), "MIT License")
 
 	missing := e.Do(http.MethodGet, "/docs/nope.js", nil)
-	require.Equal(t, http.StatusNotFound, missing.Status)
-	require.Equal(t, "not_found", string(missing.Problem(t).Code))
+	requireProblem(t, missing, http.StatusNotFound, "not_found")
 }
 
 // Redoc really renders the page in a browser, under the page's Content-Security-Policy and

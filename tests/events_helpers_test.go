@@ -122,5 +122,3 @@ func evInjectFailure(t testing.TB, db *sqlx.DB, eventType string) (lift func()) 
 	db.MustExec(`INSERT INTO test_fail_event (type) VALUES ($1)`, eventType)
 	return func() { db.MustExec(`DELETE FROM test_fail_event WHERE type = $1`, eventType) }
 }
-
-func jsonUnmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }

@@ -16,8 +16,7 @@ import (
 func TestEventsOfOperatorControls(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.PutDag("ops_events", "@daily", "")
-	b := e.CreateBackfill(backfillBody("ops_events", day(1, 1), day(1, 3), "max_failed_runs", 1))
+	b := e.DailyBackfill("ops_events", day(1, 1), day(1, 3), "max_failed_runs", 1)
 
 	// A failed run spends the budget: paused by failure_budget, in the report's transaction.
 	run := e.Claim("w", 1)[0]
@@ -41,7 +40,7 @@ func TestEventsOfOperatorControls(t *testing.T) {
 
 	// Cancel, then retry the failed and canceled slots: the new backfill's created event
 	// names its parent.
-	lcActionOK(e, b.Id, "cancel")
+	e.ActionOK(b.Id, "cancel")
 	retry := e.Do(http.MethodPost, fmt.Sprintf("/api/v1/backfills/%d/retry", b.Id), map[string]any{})
 	require.Equal(t, http.StatusCreated, retry.Status, "body: %s", retry.Body)
 	var child struct {
@@ -63,8 +62,7 @@ func TestEventsOfOperatorControls(t *testing.T) {
 func TestOperatorControlEventsRollBackWithTheirChange(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.PutDag("ops_rollback", "@daily", "")
-	b := e.CreateBackfill(backfillBody("ops_rollback", day(1, 1), day(1, 3), "max_failed_runs", 1))
+	b := e.DailyBackfill("ops_rollback", day(1, 1), day(1, 3), "max_failed_runs", 1)
 
 	lift := evInjectFailure(t, e.DB, "backfill.updated")
 	res := e.Do(http.MethodPatch, fmt.Sprintf("/api/v1/backfills/%d", b.Id), `{"max_active_runs": 7}`,
@@ -75,12 +73,12 @@ func TestOperatorControlEventsRollBackWithTheirChange(t *testing.T) {
 
 	run := e.Claim("w", 1)[0]
 	lift = evInjectFailure(t, e.DB, "backfill.paused")
-	res = lcPatch(e, run.DagId, run.RunId, "failed", "w")
+	res = e.PatchRun(run.DagId, run.RunId, "failed", "w")
 	require.Equal(t, http.StatusInternalServerError, res.Status, "body: %s", res.Body)
 	got := e.GetBackfill(b.Id)
 	require.EqualValues(t, "running", got.State, "the budget pause rolled back with its event")
 	require.EqualValues(t, 0, got.Progress.Failed, "and so did the failure that spent the budget")
-	require.EqualValues(t, "running", lcGetRun(e, run.DagId, run.RunId).State)
+	require.EqualValues(t, "running", e.GetRun(run.DagId, run.RunId).State)
 	lift()
 	require.Equal(t, []string{"backfill.created"}, evTypes(evOf(e, b.Id)))
 }
@@ -92,10 +90,9 @@ func TestWebhookDeliversEventsOfRealChanges(t *testing.T) {
 	e := newEnv(t)
 	rc := newReceiver(t, nil)
 	w := e.createWebhook(rc.URL, "backfill.created", "backfill.canceled")
-	e.PutDag("hook_real", "@daily", "")
-	b := e.CreateBackfill(backfillBody("hook_real", day(1, 1), day(1, 2)))
-	lcActionOK(e, b.Id, "pause")
-	lcActionOK(e, b.Id, "cancel")
+	b := e.DailyBackfill("hook_real", day(1, 1), day(1, 2))
+	e.ActionOK(b.Id, "pause")
+	e.ActionOK(b.Id, "cancel")
 	e.localDeliverer().runOnce(t)
 
 	got := rc.Got()

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/backfillsvc/backfill/api"
 	"github.com/stretchr/testify/require"
 )
 
@@ -68,27 +68,13 @@ func TestEventIdsAreTakenInCommitOrder(t *testing.T) {
 		END $$`, a.Id))
 	e.DB.MustExec(`CREATE TRIGGER test_hold_event AFTER INSERT ON events FOR EACH ROW EXECUTE FUNCTION test_hold_event()`)
 
-	aDone := make(chan *response, 1)
-	go func() {
-		res, err := e.do(http.MethodPut, lcBackfillPath(a.Id)+"/pause", nil)
-		if err != nil {
-			res = &response{Status: -1, Body: []byte(err.Error())}
-		}
-		aDone <- res
-	}()
+	aDone := e.doAsync(http.MethodPut, backfillPath(a.Id)+"/pause", nil)
 	evWaitForLockWaiters(t, e, 0, 4242, 1)
 	var taken int64
 	require.NoError(t, e.DB.Get(&taken, `SELECT last_value FROM events_id_seq`))
 	require.Greater(t, taken, start, "A took its id and is still in flight")
 
-	bDone := make(chan *response, 1)
-	go func() {
-		res, err := e.do(http.MethodPut, lcBackfillPath(b.Id)+"/cancel", nil)
-		if err != nil {
-			res = &response{Status: -1, Body: []byte(err.Error())}
-		}
-		bDone <- res
-	}()
+	bDone := e.doAsync(http.MethodPut, backfillPath(b.Id)+"/cancel", nil)
 	// B, which changes another backfill, either commits (were ids not taken in commit order)
 	// or waits for A; either way the reader must not be served B's later ids now.
 	var bRes *response
@@ -113,7 +99,7 @@ func TestEventIdsAreTakenInCommitOrder(t *testing.T) {
 	require.Equal(t, taken, last, "B takes no id while A, which took one, has not committed")
 
 	// A transaction that writes no event does not wait for the ordering lock.
-	require.Len(t, lcClaimBody(e, map[string]any{"worker_id": "w", "dag_id": "oc", "limit": 1}), 1)
+	require.Len(t, e.ClaimWith(map[string]any{"worker_id": "w", "dag_id": "oc", "limit": 1}), 1)
 
 	_, err = hold.ExecContext(ctx, `SELECT pg_advisory_unlock(4242)`)
 	require.NoError(t, err)
@@ -137,40 +123,22 @@ func TestEventReaderPagingAfterSeesEveryEventOnce(t *testing.T) {
 	for w := range writers {
 		e.PutDag(fmt.Sprintf("w%02d", w), "@daily", "")
 	}
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan error, writers)
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			dag := fmt.Sprintf("w%02d", w)
-			for r := range rounds {
-				res, err := e.do(http.MethodPost, "/api/v1/backfills", backfillBody(dag, day(1, 1+r*3), day(1, 3+r*3)))
-				if err != nil || res.Status != http.StatusCreated {
-					errs <- fmt.Errorf("%s create: %v %v", dag, err, res)
-					return
-				}
-				var b struct {
-					ID int64 `json:"id"`
-				}
-				if err := jsonUnmarshal(res.Body, &b); err != nil {
-					errs <- err
-					return
-				}
-				for _, action := range []string{"pause", "unpause", "pause", "cancel"} {
-					res, err := e.do(http.MethodPut, lcBackfillPath(b.ID)+"/"+action, nil)
-					if err != nil || res.Status != http.StatusOK {
-						errs <- fmt.Errorf("%s %s: %v %v", dag, action, err, res)
-						return
-					}
+	// The writers start at once; the reader pages on this goroutine until they are done.
+	writing := startTogether(writers, writers, func(w int) error {
+		dag := fmt.Sprintf("w%02d", w)
+		for r := range rounds {
+			b, err := try[api.Backfill](e, http.StatusCreated, http.MethodPost, "/api/v1/backfills", backfillBody(dag, day(1, 1+r*3), day(1, 3+r*3)))
+			if err != nil {
+				return fmt.Errorf("%s create: %w", dag, err)
+			}
+			for _, action := range []string{"pause", "unpause", "pause", "cancel"} {
+				if _, err := try[api.Backfill](e, http.StatusOK, http.MethodPut, backfillPath(b.Id)+"/"+action, nil); err != nil {
+					return fmt.Errorf("%s %s: %w", dag, action, err)
 				}
 			}
-		}()
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+		}
+		return nil
+	})
 
 	var served []int64
 	after := int64(0)
@@ -186,20 +154,16 @@ func TestEventReaderPagingAfterSeesEveryEventOnce(t *testing.T) {
 		after = p.NextAfter
 		return len(p.Events)
 	}
-	close(start)
 	for finished := false; !finished; {
 		select {
-		case <-done:
+		case err := <-writing:
+			require.NoError(t, err)
 			finished = true
 		default:
 			read()
 		}
 	}
 	for read() > 0 {
-	}
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
 	}
 
 	var stored []int64

@@ -67,16 +67,13 @@ func (c *cutAfterFirstMessage) Close() error { return c.rc.Close() }
 func TestSDKFollowBackfillResumesAndEnds(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	doer := &cutFirstStream{hc: e.HTTP}
+	doer := &cutFirstStream{hc: e.specHTTP(t)}
 	c, err := client.New(e.URL, "", client.WithHTTPClient(doer))
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	_, _, err = c.PutDag(ctx, "sdk_ev", client.DagPut{Schedule: "@daily"})
-	require.NoError(t, err)
-	b, err := c.CreateBackfill(ctx, client.BackfillCreate{DagId: "sdk_ev", FromDate: day(1, 1), ToDate: day(1, 3)}, "")
-	require.NoError(t, err)
+	b := sdkBackfill(t, c, client.BackfillCreate{DagId: "sdk_ev", FromDate: day(1, 1), ToDate: day(1, 3)})
 	_, err = c.PauseBackfill(ctx, b.Id)
 	require.NoError(t, err)
 

@@ -184,8 +184,7 @@ func (s *sseStream) RequireEnd() {
 func TestEventStreamFollowsBackfillToSucceeded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withListenPoll(time.Hour))
-	e.PutDag("s1", "@daily", "")
-	b := e.CreateBackfill(backfillBody("s1", day(1, 1), day(1, 3)))
+	b := e.DailyBackfill("s1", day(1, 1), day(1, 3))
 	s := evOpenStream(t, e, b.Id)
 
 	created := s.NextEvent()
@@ -194,8 +193,7 @@ func TestEventStreamFollowsBackfillToSucceeded(t *testing.T) {
 	require.EqualValues(t, 3, first.Progress.Queued)
 	require.Nil(t, first.EtaSeconds, "no run finished yet: no estimate")
 
-	runs := lcClaimBody(e, map[string]any{"worker_id": "w", "dag_id": "s1", "limit": 3})
-	require.Len(t, runs, 3)
+	runs := e.ClaimWithN(3, map[string]any{"worker_id": "w", "dag_id": "s1", "limit": 3})
 	s.UntilProgress(func(p sseProgress) bool { return p.Progress.Running == 3 })
 
 	e.Clock.Advance(time.Minute)
@@ -204,11 +202,11 @@ func TestEventStreamFollowsBackfillToSucceeded(t *testing.T) {
 	require.NotNil(t, p.EtaSeconds)
 	require.InDelta(t, 120, *p.EtaSeconds, 0.01, "2 runs left at 60 s per run")
 
-	lcActionOK(e, b.Id, "pause")
+	e.ActionOK(b.Id, "pause")
 	paused := s.NextEvent()
 	require.Equal(t, "backfill.paused", paused.Type)
 	require.Equal(t, "user", *paused.Data.Reason)
-	lcActionOK(e, b.Id, "unpause")
+	e.ActionOK(b.Id, "unpause")
 	require.Equal(t, "backfill.unpaused", s.NextEvent().Type)
 
 	e.Report(runs[1], "success")
@@ -231,9 +229,8 @@ func TestEventStreamFollowsBackfillToSucceeded(t *testing.T) {
 func TestEventStreamResumesAfterLastEventID(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.PutDag("s2", "@daily", "")
-	b := e.CreateBackfill(backfillBody("s2", day(1, 1), day(1, 3)))
-	lcActionOK(e, b.Id, "pause")
+	b := e.DailyBackfill("s2", day(1, 1), day(1, 3))
+	e.ActionOK(b.Id, "pause")
 
 	s := evOpenStream(t, e, b.Id)
 	require.Equal(t, "backfill.created", s.NextEvent().Type)
@@ -241,8 +238,8 @@ func TestEventStreamResumesAfterLastEventID(t *testing.T) {
 	require.Equal(t, "backfill.paused", paused.Type)
 	s.Close()
 
-	lcActionOK(e, b.Id, "unpause")
-	lcActionOK(e, b.Id, "cancel")
+	e.ActionOK(b.Id, "unpause")
+	e.ActionOK(b.Id, "cancel")
 
 	s = evOpenStream(t, e, b.Id, "Last-Event-ID", strconv.FormatInt(paused.ID, 10))
 	for _, want := range []string{"backfill.unpaused", "backfill.canceling", "backfill.canceled"} {
@@ -264,7 +261,7 @@ func TestEventStreamResumesAfterLastEventID(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.Status)
 	require.Empty(t, string(res.Body))
 
-	lcRequireProblem(t, e.Do(http.MethodGet, "/api/v1/backfills/424242/events", nil, "Accept", "text/event-stream"),
+	requireProblem(t, e.Do(http.MethodGet, "/api/v1/backfills/424242/events", nil, "Accept", "text/event-stream"),
 		http.StatusNotFound, "backfill_not_found")
 }
 
@@ -273,14 +270,13 @@ func TestEventStreamResumesAfterLastEventID(t *testing.T) {
 func TestEventStreamLimitAndShutdown(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withMaxStreams(2))
-	e.PutDag("s3", "@daily", "")
-	b := e.CreateBackfill(backfillBody("s3", day(1, 1), day(1, 3)))
+	b := e.DailyBackfill("s3", day(1, 1), day(1, 3))
 	s1 := evOpenStream(t, e, b.Id)
 	s1.NextEvent()
 	s2 := evOpenStream(t, e, b.Id)
 	s2.NextEvent()
 	res := e.Do(http.MethodGet, fmt.Sprintf("/api/v1/backfills/%d/events", b.Id), nil, "Accept", "text/event-stream")
-	lcRequireProblem(t, res, http.StatusServiceUnavailable, "busy")
+	requireProblem(t, res, http.StatusServiceUnavailable, "busy")
 	require.NotEmpty(t, res.Header.Get("Retry-After"))
 	// JSON reads are not streams and are not limited.
 	require.Equal(t, http.StatusOK, e.Do(http.MethodGet, fmt.Sprintf("/api/v1/backfills/%d/events", b.Id), nil).Status)
@@ -296,7 +292,7 @@ func TestEventStreamLimitAndShutdown(t *testing.T) {
 	e.Hub.EndStreams()
 	s2.RequireEnd()
 	s3.RequireEnd()
-	lcRequireProblem(t, e.Do(http.MethodGet, fmt.Sprintf("/api/v1/backfills/%d/events", b.Id), nil, "Accept", "text/event-stream"),
+	requireProblem(t, e.Do(http.MethodGet, fmt.Sprintf("/api/v1/backfills/%d/events", b.Id), nil, "Accept", "text/event-stream"),
 		http.StatusServiceUnavailable, "unavailable")
 }
 
@@ -304,8 +300,7 @@ func TestEventStreamLimitAndShutdown(t *testing.T) {
 func TestEventStreamKeepAlive(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withKeepAlive(50*time.Millisecond))
-	e.PutDag("s4", "@daily", "")
-	b := e.CreateBackfill(backfillBody("s4", day(1, 1), day(1, 3)))
+	b := e.DailyBackfill("s4", day(1, 1), day(1, 3))
 	s := evOpenStream(t, e, b.Id)
 	s.NextEvent()
 	for {
@@ -323,8 +318,7 @@ func TestEventStreamKeepAlive(t *testing.T) {
 func TestEventStreamOutlivesWriteTimeout(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withWriteTimeout(300*time.Millisecond), withKeepAlive(50*time.Millisecond))
-	e.PutDag("s6", "@daily", "")
-	b := e.CreateBackfill(backfillBody("s6", day(1, 1), day(1, 3)))
+	b := e.DailyBackfill("s6", day(1, 1), day(1, 3))
 	s := evOpenStream(t, e, b.Id)
 	opened := time.Now()
 	s.NextEvent()
@@ -332,7 +326,7 @@ func TestEventStreamOutlivesWriteTimeout(t *testing.T) {
 		m := s.must()
 		require.True(t, m.Comment == "keep-alive" || m.Event == "progress", "%+v", m)
 	}
-	lcActionOK(e, b.Id, "cancel")
+	e.ActionOK(b.Id, "cancel")
 	require.Equal(t, "backfill.canceling", s.NextEvent().Type)
 }
 
@@ -341,13 +335,12 @@ func TestEventStreamOutlivesWriteTimeout(t *testing.T) {
 func TestEventStreamPollingFallback(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withPollOnly(50*time.Millisecond))
-	e.PutDag("s5", "@daily", "")
-	b := e.CreateBackfill(backfillBody("s5", day(1, 1), day(1, 3)))
+	b := e.DailyBackfill("s5", day(1, 1), day(1, 3))
 	s := evOpenStream(t, e, b.Id)
 	require.Equal(t, "backfill.created", s.NextEvent().Type)
-	lcActionOK(e, b.Id, "pause")
+	e.ActionOK(b.Id, "pause")
 	require.Equal(t, "backfill.paused", s.NextEvent().Type)
-	lcActionOK(e, b.Id, "cancel")
+	e.ActionOK(b.Id, "cancel")
 	require.Equal(t, "backfill.canceling", s.NextEvent().Type)
 	require.Equal(t, "backfill.canceled", s.NextEvent().Type)
 	s.RequireEnd()

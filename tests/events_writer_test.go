@@ -17,11 +17,10 @@ import (
 func TestEventSnapshotEqualsGet(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.PutDag("snap", "@daily", "")
-	created := e.CreateBackfill(backfillBody("snap", day(1, 1), day(1, 4),
+	created := e.DailyBackfill("snap", day(1, 1), day(1, 4),
 		"description", "events \"snapshot\"\nline two",
 		"dag_run_conf", map[string]any{"big": 9007199254740993, "tenth": 0.1, "nested": []any{1, "x", nil}},
-		"max_active_runs", 2))
+		"max_active_runs", 2)
 	evs := evOf(e, created.Id)
 	require.Equal(t, []string{"backfill.created"}, evTypes(evs))
 	evRequireSnapshot(t, evs[0], evGetRaw(e, created.Id))
@@ -30,7 +29,7 @@ func TestEventSnapshotEqualsGet(t *testing.T) {
 
 	// A clock at a fractional second: timestamps keep their digits, trailing zeros dropped.
 	e.Clock.Advance(1500 * time.Millisecond)
-	lcActionOK(e, created.Id, "pause")
+	e.ActionOK(created.Id, "pause")
 	evs = evOf(e, created.Id)
 	require.Equal(t, []string{"backfill.created", "backfill.paused"}, evTypes(evs))
 	evRequireSnapshot(t, evs[1], evGetRaw(e, created.Id))
@@ -39,23 +38,22 @@ func TestEventSnapshotEqualsGet(t *testing.T) {
 	require.Contains(t, string(evs[1].Data.Backfill), `.5Z"`)
 
 	// Pausing a paused backfill changes nothing and writes nothing.
-	lcActionOK(e, created.Id, "pause")
+	e.ActionOK(created.Id, "pause")
 	e.Clock.Advance(250 * time.Millisecond)
-	lcActionOK(e, created.Id, "unpause")
+	e.ActionOK(created.Id, "unpause")
 	evs = evOf(e, created.Id)
 	require.Equal(t, []string{"backfill.created", "backfill.paused", "backfill.unpaused"}, evTypes(evs))
 	evRequireSnapshot(t, evs[2], evGetRaw(e, created.Id))
 	require.Nil(t, evs[2].Data.Reason)
 
 	// Claims and reports move counters only: no event.
-	runs := e.Claim("w1", 2)
-	require.Len(t, runs, 2)
+	runs := e.ClaimN(2, "w1", 2)
 	e.Report(runs[0], "success")
 	require.Len(t, evOf(e, created.Id), 3)
 
 	// Cancel with a run still running: canceling, with the queued runs already canceled in
 	// the snapshot (the same transaction changed the counts after the state).
-	lcActionOK(e, created.Id, "cancel")
+	e.ActionOK(created.Id, "cancel")
 	evs = evOf(e, created.Id)
 	require.Equal(t, "backfill.canceling", evs[3].Type)
 	get := evGetRaw(e, created.Id)
@@ -78,9 +76,8 @@ func TestEventSnapshotEqualsGet(t *testing.T) {
 func TestEventCancelAtOnceWritesBothStates(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.PutDag("now", "@daily", "")
-	b := e.CreateBackfill(backfillBody("now", day(1, 1), day(1, 3)))
-	lcActionOK(e, b.Id, "cancel")
+	b := e.DailyBackfill("now", day(1, 1), day(1, 3))
+	e.ActionOK(b.Id, "cancel")
 	evs := evOf(e, b.Id)
 	require.Equal(t, []string{"backfill.created", "backfill.canceling", "backfill.canceled"}, evTypes(evs))
 	require.Contains(t, string(evs[1].Data.Backfill), `"state":"canceling"`)
@@ -110,11 +107,8 @@ func TestEventCommitsWithItsChange(t *testing.T) {
 		lift := evInjectFailure(t, e.DB, "backfill.created")
 		res := e.Do(http.MethodPost, "/api/v1/backfills", backfillBody("c1", day(1, 1), day(1, 3)))
 		require.Equal(t, http.StatusInternalServerError, res.Status, "body: %s", res.Body)
-		var n int
-		require.NoError(t, e.DB.Get(&n, `SELECT count(*) FROM backfills WHERE dag_id = 'c1'`))
-		require.Zero(t, n, "the backfill was rolled back with its event")
-		require.NoError(t, e.DB.Get(&n, `SELECT count(*) FROM dag_runs WHERE dag_id = 'c1'`))
-		require.Zero(t, n)
+		require.Zero(t, e.Count(`SELECT count(*) FROM backfills WHERE dag_id = 'c1'`), "the backfill was rolled back with its event")
+		require.Zero(t, e.Count(`SELECT count(*) FROM dag_runs WHERE dag_id = 'c1'`))
 		require.Empty(t, evList(e, "type=backfill.created").Events)
 		lift()
 		b := e.CreateBackfill(backfillBody("c1", day(1, 1), day(1, 3)))
@@ -124,16 +118,13 @@ func TestEventCommitsWithItsChange(t *testing.T) {
 	t.Run("all skipped create is born succeeded", func(t *testing.T) {
 		e.PutDag("c2", "@daily", "")
 		for d := 1; d <= 3; d++ {
-			lcCreateManualRun(e, "c2", day(1, d))
+			e.CreateManualRun("c2", day(1, d), nil)
 		}
 		lift := evInjectFailure(t, e.DB, "backfill.succeeded")
 		res := e.Do(http.MethodPost, "/api/v1/backfills", backfillBody("c2", day(1, 1), day(1, 3)))
 		require.Equal(t, http.StatusInternalServerError, res.Status, "body: %s", res.Body)
-		var n int
-		require.NoError(t, e.DB.Get(&n, `SELECT count(*) FROM backfills WHERE dag_id = 'c2'`))
-		require.Zero(t, n)
-		require.NoError(t, e.DB.Get(&n, `SELECT count(*) FROM events WHERE dag_id = 'c2'`))
-		require.Zero(t, n, "the created event went with the failed succeeded one")
+		require.Zero(t, e.Count(`SELECT count(*) FROM backfills WHERE dag_id = 'c2'`))
+		require.Zero(t, e.Count(`SELECT count(*) FROM events WHERE dag_id = 'c2'`), "the created event went with the failed succeeded one")
 		lift()
 		b := e.CreateBackfill(backfillBody("c2", day(1, 1), day(1, 3)))
 		require.Equal(t, "succeeded", string(b.State))
@@ -143,33 +134,30 @@ func TestEventCommitsWithItsChange(t *testing.T) {
 	})
 
 	t.Run("pause and unpause", func(t *testing.T) {
-		e.PutDag("c3", "@daily", "")
-		b := e.CreateBackfill(backfillBody("c3", day(1, 1), day(1, 3)))
+		b := e.DailyBackfill("c3", day(1, 1), day(1, 3))
 		lift := evInjectFailure(t, e.DB, "backfill.paused")
-		require.Equal(t, http.StatusInternalServerError, lcAction(e, b.Id, "pause").Status)
+		require.Equal(t, http.StatusInternalServerError, e.Action(b.Id, "pause").Status)
 		requireFailed(b.Id, "running", 1)
 		lift()
-		lcActionOK(e, b.Id, "pause")
+		e.ActionOK(b.Id, "pause")
 		lift = evInjectFailure(t, e.DB, "backfill.unpaused")
-		require.Equal(t, http.StatusInternalServerError, lcAction(e, b.Id, "unpause").Status)
+		require.Equal(t, http.StatusInternalServerError, e.Action(b.Id, "unpause").Status)
 		requireFailed(b.Id, "paused", 2)
 		lift()
-		lcActionOK(e, b.Id, "unpause")
+		e.ActionOK(b.Id, "unpause")
 		require.Equal(t, map[string]int{"backfill.created": 1, "backfill.paused": 1, "backfill.unpaused": 1},
 			evDBCounts(t, e.DB, b.Id))
 	})
 
 	t.Run("cancel to canceling, then the sweep to canceled", func(t *testing.T) {
-		e.PutDag("c4", "@daily", "")
-		b := e.CreateBackfill(backfillBody("c4", day(1, 1), day(1, 3)))
-		run := lcClaimBody(e, map[string]any{"worker_id": "w", "dag_id": "c4", "limit": 1})
-		require.Len(t, run, 1)
+		b := e.DailyBackfill("c4", day(1, 1), day(1, 3))
+		run := e.ClaimWithN(1, map[string]any{"worker_id": "w", "dag_id": "c4", "limit": 1})
 		lift := evInjectFailure(t, e.DB, "backfill.canceling")
-		require.Equal(t, http.StatusInternalServerError, lcAction(e, b.Id, "cancel").Status)
+		require.Equal(t, http.StatusInternalServerError, e.Action(b.Id, "cancel").Status)
 		requireFailed(b.Id, "running", 1)
 		require.EqualValues(t, 2, e.GetBackfill(b.Id).Progress.Queued, "the queued runs' cancel rolled back too")
 		lift()
-		lcActionOK(e, b.Id, "cancel")
+		e.ActionOK(b.Id, "cancel")
 		e.Report(run[0], "success")
 		lift = evInjectFailure(t, e.DB, "backfill.canceled")
 		require.Error(t, e.Sweep.RunOnce(t.Context()))
@@ -181,13 +169,12 @@ func TestEventCommitsWithItsChange(t *testing.T) {
 	})
 
 	t.Run("cancel to canceled at once", func(t *testing.T) {
-		e.PutDag("c5", "@daily", "")
-		b := e.CreateBackfill(backfillBody("c5", day(1, 1), day(1, 3)))
+		b := e.DailyBackfill("c5", day(1, 1), day(1, 3))
 		lift := evInjectFailure(t, e.DB, "backfill.canceled")
-		require.Equal(t, http.StatusInternalServerError, lcAction(e, b.Id, "cancel").Status)
+		require.Equal(t, http.StatusInternalServerError, e.Action(b.Id, "cancel").Status)
 		requireFailed(b.Id, "running", 1)
 		lift()
-		require.Equal(t, "canceled", string(lcActionOK(e, b.Id, "cancel").State))
+		require.Equal(t, "canceled", string(e.ActionOK(b.Id, "cancel").State))
 		require.Equal(t, map[string]int{"backfill.created": 1, "backfill.canceling": 1, "backfill.canceled": 1},
 			evDBCounts(t, e.DB, b.Id))
 	})
@@ -195,10 +182,8 @@ func TestEventCommitsWithItsChange(t *testing.T) {
 	for _, tc := range []struct{ outcome, state string }{{"success", "succeeded"}, {"failed", "failed"}} {
 		t.Run("sweep finalize "+tc.state, func(t *testing.T) {
 			dag := "c6" + tc.state
-			e.PutDag(dag, "@daily", "")
-			b := e.CreateBackfill(backfillBody(dag, day(1, 1), day(1, 2)))
-			runs := lcClaimBody(e, map[string]any{"worker_id": "w", "dag_id": dag, "limit": 2})
-			require.Len(t, runs, 2)
+			b := e.DailyBackfill(dag, day(1, 1), day(1, 2))
+			runs := e.ClaimWithN(2, map[string]any{"worker_id": "w", "dag_id": dag, "limit": 2})
 			e.Report(runs[0], "success")
 			e.Report(runs[1], tc.outcome)
 			lift := evInjectFailure(t, e.DB, "backfill."+tc.state)
@@ -218,12 +203,10 @@ func TestEventCommitsWithItsChange(t *testing.T) {
 func TestEventListFiltersAndPages(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.PutDag("l1", "@daily", "")
-	e.PutDag("l2", "@daily", "")
-	b1 := e.CreateBackfill(backfillBody("l1", day(1, 1), day(1, 3)))
-	b2 := e.CreateBackfill(backfillBody("l2", day(1, 1), day(1, 3)))
-	lcActionOK(e, b1.Id, "pause")
-	lcActionOK(e, b2.Id, "cancel")
+	b1 := e.DailyBackfill("l1", day(1, 1), day(1, 3))
+	b2 := e.DailyBackfill("l2", day(1, 1), day(1, 3))
+	e.ActionOK(b1.Id, "pause")
+	e.ActionOK(b2.Id, "cancel")
 
 	var all []evEvent
 	after := int64(0)
@@ -261,21 +244,19 @@ func TestEventListFiltersAndPages(t *testing.T) {
 			strings.Contains(string(res.Body), `backfill_events_written_total{type="backfill.canceled"} 1`)
 	}, 10*time.Second, 20*time.Millisecond, "events counted in /metrics")
 
-	lcRequireProblem(t, e.Do(http.MethodGet, "/api/v1/backfills/999999/events", nil), http.StatusNotFound, "backfill_not_found")
-	lcRequireProblem(t, e.Do(http.MethodGet, "/api/v1/events?type=backfill.exploded", nil), http.StatusBadRequest, "invalid_request")
-	lcRequireProblem(t, e.Do(http.MethodGet, "/api/v1/events?after=-1", nil), http.StatusBadRequest, "invalid_request")
+	requireProblem(t, e.Do(http.MethodGet, "/api/v1/backfills/999999/events", nil), http.StatusNotFound, "backfill_not_found")
+	requireProblem(t, e.Do(http.MethodGet, "/api/v1/events?type=backfill.exploded", nil), http.StatusBadRequest, "invalid_request")
+	requireProblem(t, e.Do(http.MethodGet, "/api/v1/events?after=-1", nil), http.StatusBadRequest, "invalid_request")
 }
 
 // The sweep prunes events older than the retention (7 days) and keeps younger ones.
 func TestEventRetentionPrunedBySweep(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.PutDag("r1", "@daily", "")
-	old := e.CreateBackfill(backfillBody("r1", day(1, 1), day(1, 2)))
-	lcActionOK(e, old.Id, "cancel")
+	old := e.DailyBackfill("r1", day(1, 1), day(1, 2))
+	e.ActionOK(old.Id, "cancel")
 	e.Clock.Advance(6 * 24 * time.Hour)
-	e.PutDag("r2", "@daily", "")
-	young := e.CreateBackfill(backfillBody("r2", day(1, 1), day(1, 2)))
+	young := e.DailyBackfill("r2", day(1, 1), day(1, 2))
 	e.SweepOnce()
 	require.Len(t, evOf(e, old.Id), 3, "6 days old: kept")
 	e.Clock.Advance(24*time.Hour + time.Second)

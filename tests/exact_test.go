@@ -137,7 +137,7 @@ func TestConfWithHugeNumberAndNULIs400(t *testing.T) {
 	e.PutDag("exact_nul", "@daily", "")
 	res := e.Do(http.MethodPost, "/api/v1/dags/exact_nul/runs",
 		`{"logical_date": "2024-02-01T00:00:00Z", "conf": {"huge": 1e400, "s": "a\u0000b"}}`)
-	p := lcRequireProblem(t, res, http.StatusBadRequest, "invalid_request")
+	p := requireProblem(t, res, http.StatusBadRequest, "invalid_request")
 	require.NotNil(t, p.Errors)
 	require.Equal(t, "conf.s", (*p.Errors)[0].Field, "body: %s", res.Body)
 }
@@ -186,7 +186,7 @@ func TestIdempotencyComparesConfAsJsonbValues(t *testing.T) {
 			require.Equal(t, b.Id, got.Id, c.name)
 			continue
 		}
-		lcRequireProblem(t, res, http.StatusUnprocessableEntity, "idempotency_key_reused")
+		requireProblem(t, res, http.StatusUnprocessableEntity, "idempotency_key_reused")
 	}
 
 	// Key order is not part of a jsonb value. The other DAG's backfill is still active, so the
@@ -203,11 +203,9 @@ func TestIdempotencyComparesConfAsJsonbValues(t *testing.T) {
 	require.Equal(t, http.StatusCreated, res.Status, "body: %s", res.Body)
 	require.Equal(t, "true", res.Header.Get("Idempotent-Replayed"))
 	// Array order is.
-	lcRequireProblem(t, ordered(`{"a": 1, "b": {"x": [2, 1], "y": 0.1}}`), http.StatusUnprocessableEntity, "idempotency_key_reused")
+	requireProblem(t, ordered(`{"a": 1, "b": {"x": [2, 1], "y": 0.1}}`), http.StatusUnprocessableEntity, "idempotency_key_reused")
 
-	var backfills int
-	require.NoError(t, e.DB.Get(&backfills, `SELECT count(*) FROM backfills`))
-	require.Equal(t, 2, backfills, "refused and replayed requests create nothing")
+	require.Equal(t, 2, e.Count(`SELECT count(*) FROM backfills`), "refused and replayed requests create nothing")
 }
 
 func TestRunIDsKeepFractionalSeconds(t *testing.T) {
@@ -234,11 +232,11 @@ func TestRunIDsKeepFractionalSeconds(t *testing.T) {
 		res.Decode(t, &run)
 		require.Equal(t, c.runID, run.RunId, c.logical)
 		require.Equal(t, "/api/v1/dags/"+dag+"/runs/"+url.PathEscape(c.runID), res.Header.Get("Location"))
-		got := lcGetRun(e, dag, c.runID)
+		got := e.GetRun(dag, c.runID)
 		require.Equal(t, run.Id, got.Id)
 	}
 	// The same instant again, spelled otherwise, is the run that exists.
-	lcRequireProblem(t, create("2024-01-01T01:00:00.50+01:00"), http.StatusConflict, "run_already_exists")
+	requireProblem(t, create("2024-01-01T01:00:00.50+01:00"), http.StatusConflict, "run_already_exists")
 }
 
 func TestSubMicrosecondTimestampsAre400(t *testing.T) {
@@ -261,14 +259,12 @@ func TestSubMicrosecondTimestampsAre400(t *testing.T) {
 	}
 	for _, c := range cases {
 		res := e.Do(http.MethodPost, c.path, c.body)
-		p := lcRequireProblem(t, res, http.StatusBadRequest, "invalid_request")
+		p := requireProblem(t, res, http.StatusBadRequest, "invalid_request")
 		require.NotNil(t, p.Errors, c.name)
 		require.Len(t, *p.Errors, 1, c.name)
 		require.Equal(t, c.field, (*p.Errors)[0].Field, "%s: body: %s", c.name, res.Body)
 	}
-	var n int
-	require.NoError(t, e.DB.Get(&n, `SELECT (SELECT count(*) FROM backfills) + (SELECT count(*) FROM dag_runs)`))
-	require.Zero(t, n, "a refused request writes nothing")
+	require.Zero(t, e.Count(`SELECT (SELECT count(*) FROM backfills) + (SELECT count(*) FROM dag_runs)`), "a refused request writes nothing")
 	// Microseconds are the precision kept, trailing zeros past them are only spelling.
 	b := e.CreateBackfill(map[string]any{"dag_id": dag, "from_date": "2024-01-01T00:00:00.000000000Z", "to_date": "2024-01-02T23:59:59.999999000Z"})
 	require.EqualValues(t, 2, b.Progress.Total)
@@ -338,7 +334,7 @@ func TestSkippedSlotListingMatchesSpecStrictly(t *testing.T) {
 	e := newEnv(t)
 	const dag = "exact_slots"
 	e.PutDag(dag, "@daily", "")
-	lcCreateManualRun(e, dag, day(1, 2)) // queued: its slot is skipped "in flight"
+	e.CreateManualRun(dag, day(1, 2), nil) // queued: its slot is skipped "in flight"
 	b := e.CreateBackfill(backfillBody(dag, day(1, 1), day(1, 3)))
 	res := e.Do(http.MethodGet, fmt.Sprintf("/api/v1/backfills/%d/dag_runs", b.Id), nil)
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)

@@ -1,12 +1,11 @@
 package tests
 
-// Shared helpers of the run-lifecycle tests (lifecycle, claim, cancel, lease, race): small
-// request wrappers and the database invariant checks. Every name starts with lc.
+// The database invariant checks of the run-lifecycle tests (lifecycle, claim, cancel, lease,
+// race), and reads of runs straight from the database.
 
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -19,110 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-const lcClaimPath = "/api/v1/runs/claim"
-
-func lcBackfillPath(id int64) string { return fmt.Sprintf("/api/v1/backfills/%d", id) }
-
-func lcRunPath(dagID, runID string) string { return "/api/v1/dags/" + dagID + "/runs/" + runID }
-
-func lcHeartbeatPath(id int64) string { return fmt.Sprintf("/api/v1/runs/%d/heartbeat", id) }
-
-// lcPutDag creates or replaces a DAG with extra body fields (max_active_runs, is_paused, ...).
-func lcPutDag(e *env, dagID, schedule string, extra ...any) api.Dag {
-	e.t.Helper()
-	body := map[string]any{"schedule": schedule}
-	for i := 0; i+1 < len(extra); i += 2 {
-		body[extra[i].(string)] = extra[i+1]
-	}
-	res := e.Do(http.MethodPut, "/api/v1/dags/"+dagID, body)
-	require.Contains(e.t, []int{http.StatusOK, http.StatusCreated}, res.Status, "body: %s", res.Body)
-	var d api.Dag
-	res.Decode(e.t, &d)
-	return d
-}
-
-// lcCreateManualRun triggers a manual run that must be created.
-func lcCreateManualRun(e *env, dagID string, logical time.Time) api.DagRun {
-	e.t.Helper()
-	res := e.Do(http.MethodPost, "/api/v1/dags/"+dagID+"/runs", map[string]any{"logical_date": ts(logical)})
-	require.Equal(e.t, http.StatusCreated, res.Status, "body: %s", res.Body)
-	var r api.DagRun
-	res.Decode(e.t, &r)
-	return r
-}
-
-// lcGetRun reads one run.
-func lcGetRun(e *env, dagID, runID string) api.DagRun {
-	e.t.Helper()
-	res := e.Do(http.MethodGet, lcRunPath(dagID, runID), nil)
-	require.Equal(e.t, http.StatusOK, res.Status, "body: %s", res.Body)
-	var r api.DagRun
-	res.Decode(e.t, &r)
-	return r
-}
-
-// lcClaimBody claims with an explicit body and requires 200.
-func lcClaimBody(e *env, body map[string]any) []api.DagRun {
-	e.t.Helper()
-	res := e.Do(http.MethodPost, lcClaimPath, body)
-	require.Equal(e.t, http.StatusOK, res.Status, "body: %s", res.Body)
-	var c api.ClaimResponse
-	res.Decode(e.t, &c)
-	return c.Runs
-}
-
-// lcPatch PATCHes a run's state; worker may be "" (no worker_id).
-func lcPatch(e *env, dagID, runID, state, worker string) *response {
-	e.t.Helper()
-	body := map[string]any{"state": state}
-	if worker != "" {
-		body["worker_id"] = worker
-	}
-	return e.Do(http.MethodPatch, lcRunPath(dagID, runID), body)
-}
-
-// lcHeartbeat sends a heartbeat.
-func lcHeartbeat(e *env, id int64, worker string) *response {
-	e.t.Helper()
-	return e.Do(http.MethodPost, lcHeartbeatPath(id), map[string]any{"worker_id": worker})
-}
-
-// lcAction PUTs pause, unpause or cancel.
-func lcAction(e *env, id int64, action string) *response {
-	e.t.Helper()
-	return e.Do(http.MethodPut, lcBackfillPath(id)+"/"+action, nil)
-}
-
-// lcActionOK PUTs pause, unpause or cancel, requires 200 and returns the backfill.
-func lcActionOK(e *env, id int64, action string) api.Backfill {
-	e.t.Helper()
-	res := lcAction(e, id, action)
-	require.Equal(e.t, http.StatusOK, res.Status, "%s: body: %s", action, res.Body)
-	var b api.Backfill
-	res.Decode(e.t, &b)
-	require.Equal(e.t, id, b.Id)
-	return b
-}
-
-// lcRequireProblem requires a problem answer with this status and code.
-func lcRequireProblem(t testing.TB, res *response, status int, code string) api.Problem {
-	t.Helper()
-	require.Equal(t, status, res.Status, "body: %s", res.Body)
-	p := res.Problem(t)
-	require.Equal(t, code, string(p.Code), "body: %s", res.Body)
-	require.EqualValues(t, status, p.Status)
-	return p
-}
-
-// lcRequireTime compares instants.
-func lcRequireTime(t testing.TB, want time.Time, got *time.Time, msgAndArgs ...any) {
-	t.Helper()
-	require.NotNil(t, got, msgAndArgs...)
-	require.True(t, want.Equal(*got), "want %s, got %s %v", want.UTC(), got.UTC(), fmt.Sprint(msgAndArgs...))
-}
-
-// lcRunByID reads a run straight from the database.
-type lcDBRun struct {
+// runByID reads a run straight from the database.
+type dbRun struct {
 	ID             int64      `db:"id"`
 	State          string     `db:"state"`
 	Attempt        int        `db:"attempt"`
@@ -133,16 +30,16 @@ type lcDBRun struct {
 	LeaseExpiresAt *time.Time `db:"lease_expires_at"`
 }
 
-func lcRunByID(t testing.TB, db *sqlx.DB, id int64) lcDBRun {
+func runByID(t testing.TB, db *sqlx.DB, id int64) dbRun {
 	t.Helper()
-	var r lcDBRun
+	var r dbRun
 	require.NoError(t, db.Get(&r, `SELECT id, state, attempt, worker_id, backfill_id, start_date, end_date,
 		lease_expires_at FROM dag_runs WHERE id = $1`, id))
 	return r
 }
 
-// lcRunStates counts a backfill's runs by state straight from dag_runs.
-func lcRunStates(t testing.TB, db *sqlx.DB, backfillID int64) map[string]int64 {
+// runStates counts a backfill's runs by state straight from dag_runs.
+func runStates(t testing.TB, db *sqlx.DB, backfillID int64) map[string]int64 {
 	t.Helper()
 	rows := []struct {
 		State string `db:"state"`
@@ -157,12 +54,12 @@ func lcRunStates(t testing.TB, db *sqlx.DB, backfillID int64) map[string]int64 {
 	return out
 }
 
-// lcRequireProgressExact compares GET progress with a fresh count of runs by state (plus
+// requireProgressExact compares GET progress with a fresh count of runs by state (plus
 // skipped slots) and with the slot listing, and returns the backfill.
-func lcRequireProgressExact(t testing.TB, e *env, id int64) api.Backfill {
+func requireProgressExact(t testing.TB, e *env, id int64) api.Backfill {
 	t.Helper()
 	b := e.GetBackfill(id)
-	states := lcRunStates(t, e.DB, id)
+	states := runStates(t, e.DB, id)
 	var skipped int64
 	require.NoError(t, e.DB.Get(&skipped,
 		`SELECT count(*) FROM backfill_dag_runs WHERE backfill_id = $1 AND dag_run_id IS NULL`, id))
@@ -201,15 +98,15 @@ func lcRequireProgressExact(t testing.TB, e *env, id int64) api.Backfill {
 	return b
 }
 
-// lcInvariantStats is what one invariant check saw.
-type lcInvariantStats = invariants.Report
+// invariantReport is what one invariant check saw.
+type invariantReport = invariants.Report
 
-// lcTerminalRow is the part of a terminal backfill that must never change again.
-type lcTerminalRow = invariants.TerminalRow
+// terminalRow is the part of a terminal backfill that must never change again.
+type terminalRow = invariants.TerminalRow
 
-// lcCheckInvariants runs invariants.Check and reports each violation with t.Errorf, so it may
+// checkInvariants runs invariants.Check and reports each violation with t.Errorf, so it may
 // run on any goroutine while the test runs.
-func lcCheckInvariants(t testing.TB, db *sqlx.DB) lcInvariantStats {
+func checkInvariants(t testing.TB, db *sqlx.DB) invariantReport {
 	t.Helper()
 	rep, err := invariants.Check(context.Background(), db)
 	assert.NoError(t, err)
@@ -219,9 +116,9 @@ func lcCheckInvariants(t testing.TB, db *sqlx.DB) lcInvariantStats {
 	return rep
 }
 
-// lcActiveButFinished lists active backfills none of whose runs is queued or running: the
+// activeButFinished lists active backfills none of whose runs is queued or running: the
 // ones a sweep pass should have finalized.
-func lcActiveButFinished(t testing.TB, db *sqlx.DB) []int64 {
+func activeButFinished(t testing.TB, db *sqlx.DB) []int64 {
 	t.Helper()
 	var ids []int64
 	require.NoError(t, db.Select(&ids, `
@@ -232,20 +129,20 @@ func lcActiveButFinished(t testing.TB, db *sqlx.DB) []int64 {
 	return ids
 }
 
-// lcRecorder captures the violations lcCheckInvariants reports instead of failing the test.
-type lcRecorder struct {
+// violationRecorder captures the violations checkInvariants reports instead of failing the test.
+type violationRecorder struct {
 	testing.TB
 	mu   sync.Mutex
 	msgs []string
 }
 
-func (r *lcRecorder) Errorf(format string, args ...any) {
+func (r *violationRecorder) Errorf(format string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.msgs = append(r.msgs, fmt.Sprintf(format, args...))
 }
 
-func (r *lcRecorder) joined() string {
+func (r *violationRecorder) joined() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return strings.Join(r.msgs, "\n")
@@ -262,10 +159,10 @@ func TestInvariantsCheckerDetectsViolations(t *testing.T) {
 	a := e.CreateBackfill(backfillBody("lc_inv_a", day(1, 1), day(1, 3), "max_active_runs", 2))
 	b := e.CreateBackfill(backfillBody("lc_inv_b", day(1, 1), day(1, 3), "max_active_runs", 2))
 	c := e.CreateBackfill(backfillBody("lc_inv_c", day(1, 1), day(1, 3)))
-	require.Len(t, lcClaimBody(e, map[string]any{"worker_id": "w", "limit": 2, "dag_id": "lc_inv_a"}), 2)
+	require.Len(t, e.ClaimWith(map[string]any{"worker_id": "w", "limit": 2, "dag_id": "lc_inv_a"}), 2)
 
-	clean := &lcRecorder{TB: t}
-	stats := lcCheckInvariants(clean, e.DB)
+	clean := &violationRecorder{TB: t}
+	stats := checkInvariants(clean, e.DB)
 	require.Empty(t, clean.joined())
 	require.Equal(t, 3, stats.Backfills)
 	require.Equal(t, 3, stats.Active)
@@ -282,8 +179,8 @@ func TestInvariantsCheckerDetectsViolations(t *testing.T) {
 	_, err = e.DB.Exec(`UPDATE backfills SET num_success = num_success + 1 WHERE id = $1`, c.Id)
 	require.NoError(t, err)
 
-	rec := &lcRecorder{TB: t}
-	stats = lcCheckInvariants(rec, e.DB)
+	rec := &violationRecorder{TB: t}
+	stats = checkInvariants(rec, e.DB)
 	out := rec.joined()
 	require.Contains(t, out, fmt.Sprintf("invariant (c) violated: backfill %d (running) has 2 running runs, max_active_runs 1", a.Id))
 	require.Contains(t, out, "invariant (a) terminal backfill without unfinished runs violated")
@@ -299,13 +196,13 @@ func TestInvariantsCheckerDetectsViolations(t *testing.T) {
 	// (e): a succeeded backfill that counts a failed run.
 	_, err = e.DB.Exec(`UPDATE backfills SET num_failed = 1 WHERE id = $1`, b.Id)
 	require.NoError(t, err)
-	rec = &lcRecorder{TB: t}
-	lcCheckInvariants(rec, e.DB)
+	rec = &violationRecorder{TB: t}
+	checkInvariants(rec, e.DB)
 	require.Contains(t, rec.joined(), fmt.Sprintf(`invariant (e) terminal state agrees with the runs violated: {"id": %d`, b.Id))
 
 	// The stale-active probe.
-	require.Empty(t, lcActiveButFinished(t, e.DB))
+	require.Empty(t, activeButFinished(t, e.DB))
 	_, err = e.DB.Exec(`UPDATE dag_runs SET state = 'success' WHERE backfill_id = $1`, c.Id)
 	require.NoError(t, err)
-	require.Equal(t, []int64{c.Id}, lcActiveButFinished(t, e.DB))
+	require.Equal(t, []int64{c.Id}, activeButFinished(t, e.DB))
 }

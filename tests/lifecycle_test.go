@@ -27,8 +27,7 @@ func TestLifecycleSweepFinalizesOnceAllRunsAreTerminal(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			e.PutDag("lc_final", "@daily", "")
-			b := e.CreateBackfill(backfillBody("lc_final", day(1, 1), day(1, 5)))
+			b := e.DailyBackfill("lc_final", day(1, 1), day(1, 5))
 			require.Equal(t, api.BackfillState("running"), b.State)
 			require.Nil(t, b.CompletedAt)
 
@@ -36,13 +35,12 @@ func TestLifecycleSweepFinalizesOnceAllRunsAreTerminal(t *testing.T) {
 			for range 5 {
 				e.SweepOnce()
 			}
-			got := lcRequireProgressExact(t, e, b.Id)
+			got := requireProgressExact(t, e, b.Id)
 			require.Equal(t, api.BackfillState("running"), got.State)
 			require.Nil(t, got.CompletedAt)
 			require.EqualValues(t, 5, got.Progress.Queued)
 
-			runs := e.Claim("w1", 10)
-			require.Len(t, runs, 5)
+			runs := e.ClaimN(5, "w1", 10)
 			e.SweepOnce()
 			require.Equal(t, api.BackfillState("running"), e.GetBackfill(b.Id).State)
 
@@ -50,7 +48,7 @@ func TestLifecycleSweepFinalizesOnceAllRunsAreTerminal(t *testing.T) {
 				e.Report(r, "success")
 			}
 			e.SweepOnce()
-			got = lcRequireProgressExact(t, e, b.Id)
+			got = requireProgressExact(t, e, b.Id)
 			require.Equal(t, api.BackfillState("running"), got.State, "one run still runs")
 			require.Nil(t, got.CompletedAt)
 
@@ -62,10 +60,10 @@ func TestLifecycleSweepFinalizesOnceAllRunsAreTerminal(t *testing.T) {
 
 			e.Clock.Advance(7 * time.Second)
 			e.SweepOnce()
-			got = lcRequireProgressExact(t, e, b.Id)
+			got = requireProgressExact(t, e, b.Id)
 			require.Equal(t, tc.want, got.State)
 			require.False(t, got.IsPaused)
-			lcRequireTime(t, e.Clock.Now(), got.CompletedAt, "completed_at")
+			requireInstant(t, e.Clock.Now(), got.CompletedAt, "completed_at")
 			require.EqualValues(t, 0, got.Progress.Queued+got.Progress.Running)
 
 			// A terminal backfill's record never changes again.
@@ -76,7 +74,7 @@ func TestLifecycleSweepFinalizesOnceAllRunsAreTerminal(t *testing.T) {
 
 			next := e.CreateBackfill(backfillBody("lc_final", day(2, 1), day(2, 3)))
 			require.Equal(t, api.BackfillState("running"), next.State)
-			lcCheckInvariants(t, e.DB)
+			checkInvariants(t, e.DB)
 		})
 	}
 }
@@ -86,12 +84,10 @@ func TestLifecycleSweepFinalizesOnceAllRunsAreTerminal(t *testing.T) {
 func TestLifecyclePausedBackfillFinalizes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.PutDag("lc_paused_final", "@daily", "")
-	b := e.CreateBackfill(backfillBody("lc_paused_final", day(1, 1), day(1, 3)))
-	runs := e.Claim("w1", 10)
-	require.Len(t, runs, 3)
+	b := e.DailyBackfill("lc_paused_final", day(1, 1), day(1, 3))
+	runs := e.ClaimN(3, "w1", 10)
 
-	p := lcActionOK(e, b.Id, "pause")
+	p := e.ActionOK(b.Id, "pause")
 	require.Equal(t, api.BackfillState("paused"), p.State)
 	require.True(t, p.IsPaused)
 
@@ -102,63 +98,60 @@ func TestLifecyclePausedBackfillFinalizes(t *testing.T) {
 	require.Equal(t, api.BackfillState("paused"), e.GetBackfill(b.Id).State)
 	e.Report(runs[2], "success")
 	e.SweepOnce()
-	got := lcRequireProgressExact(t, e, b.Id)
+	got := requireProgressExact(t, e, b.Id)
 	require.Equal(t, api.BackfillState("succeeded"), got.State)
 	require.False(t, got.IsPaused)
-	lcRequireTime(t, e.Clock.Now(), got.CompletedAt, "completed_at")
+	requireInstant(t, e.Clock.Now(), got.CompletedAt, "completed_at")
 
 	for _, action := range []string{"pause", "unpause", "cancel"} {
-		lcRequireProblem(t, lcAction(e, b.Id, action), http.StatusConflict, "backfill_not_active")
+		requireProblem(t, e.Action(b.Id, action), http.StatusConflict, "backfill_not_active")
 	}
 	require.Equal(t, got, e.GetBackfill(b.Id), "a refused action changes nothing")
 
 	// A paused backfill with queued runs only, all marked done without running, finalizes too.
 	b2 := e.CreateBackfill(backfillBody("lc_paused_final", day(2, 1), day(2, 2), "description", "second"))
-	lcActionOK(e, b2.Id, "pause")
+	e.ActionOK(b2.Id, "pause")
 	for _, s := range e.Slots(b2.Id) {
-		res := lcPatch(e, "lc_paused_final", *s.RunId, "failed", "")
-		require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+		e.MarkRun("lc_paused_final", *s.RunId, "failed")
 	}
 	e.SweepOnce()
-	got2 := lcRequireProgressExact(t, e, b2.Id)
+	got2 := requireProgressExact(t, e, b2.Id)
 	require.Equal(t, api.BackfillState("failed"), got2.State)
 	require.NotNil(t, got2.CompletedAt)
-	lcCheckInvariants(t, e.DB)
+	checkInvariants(t, e.DB)
 }
 
 // Pause and unpause answers, on every state.
 func TestLifecyclePauseUnpauseAnswers(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.PutDag("lc_pause", "@daily", "")
-	b := e.CreateBackfill(backfillBody("lc_pause", day(1, 1), day(1, 4)))
+	b := e.DailyBackfill("lc_pause", day(1, 1), day(1, 4))
 
-	p := lcActionOK(e, b.Id, "pause")
+	p := e.ActionOK(b.Id, "pause")
 	require.Equal(t, api.BackfillState("paused"), p.State)
 	require.True(t, p.IsPaused)
 	require.Nil(t, p.CompletedAt)
 	require.Equal(t, p.State, e.GetBackfill(b.Id).State)
 
-	p = lcActionOK(e, b.Id, "pause")
+	p = e.ActionOK(b.Id, "pause")
 	require.Equal(t, api.BackfillState("paused"), p.State, "pausing a paused backfill is 200")
 	require.True(t, p.IsPaused)
 
-	u := lcActionOK(e, b.Id, "unpause")
+	u := e.ActionOK(b.Id, "unpause")
 	require.Equal(t, api.BackfillState("running"), u.State)
 	require.False(t, u.IsPaused)
 
-	u = lcActionOK(e, b.Id, "unpause")
+	u = e.ActionOK(b.Id, "unpause")
 	require.Equal(t, api.BackfillState("running"), u.State, "unpausing a running backfill is 200")
 	require.False(t, u.IsPaused)
 
 	// Canceling: one run runs, so cancel leaves it canceling.
-	runs := e.Claim("w1", 1)
-	require.Len(t, runs, 1)
-	c := lcActionOK(e, b.Id, "cancel")
+	runs := e.ClaimN(1, "w1", 1)
+	c := e.ActionOK(b.Id, "cancel")
 	require.Equal(t, api.BackfillState("canceling"), c.State)
 	require.False(t, c.IsPaused)
-	lcRequireProblem(t, lcAction(e, b.Id, "pause"), http.StatusConflict, "backfill_not_active")
-	lcRequireProblem(t, lcAction(e, b.Id, "unpause"), http.StatusConflict, "backfill_not_active")
+	requireProblem(t, e.Action(b.Id, "pause"), http.StatusConflict, "backfill_not_active")
+	requireProblem(t, e.Action(b.Id, "unpause"), http.StatusConflict, "backfill_not_active")
 	require.Equal(t, api.BackfillState("canceling"), e.GetBackfill(b.Id).State)
 
 	// Terminal.
@@ -166,49 +159,46 @@ func TestLifecyclePauseUnpauseAnswers(t *testing.T) {
 	e.SweepOnce()
 	require.Equal(t, api.BackfillState("canceled"), e.GetBackfill(b.Id).State)
 	for _, action := range []string{"pause", "unpause", "cancel"} {
-		lcRequireProblem(t, lcAction(e, b.Id, action), http.StatusConflict, "backfill_not_active")
+		requireProblem(t, e.Action(b.Id, action), http.StatusConflict, "backfill_not_active")
 	}
 
 	// Unknown ids.
 	for _, action := range []string{"pause", "unpause", "cancel"} {
-		lcRequireProblem(t, lcAction(e, 987654321, action), http.StatusNotFound, "backfill_not_found")
+		requireProblem(t, e.Action(987654321, action), http.StatusNotFound, "backfill_not_found")
 	}
-	lcRequireProblem(t, e.Do(http.MethodGet, lcBackfillPath(987654321), nil), http.StatusNotFound, "backfill_not_found")
-	lcCheckInvariants(t, e.DB)
+	requireProblem(t, e.Do(http.MethodGet, backfillPath(987654321), nil), http.StatusNotFound, "backfill_not_found")
+	checkInvariants(t, e.DB)
 }
 
 // Claims never hand out runs of a paused backfill; unpausing makes them claimable again.
 func TestLifecycleClaimsSkipPausedBackfill(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.PutDag("lc_pclaim", "@daily", "")
-	b := e.CreateBackfill(backfillBody("lc_pclaim", day(1, 1), day(1, 4)))
-	lcActionOK(e, b.Id, "pause")
+	b := e.DailyBackfill("lc_pclaim", day(1, 1), day(1, 4))
+	e.ActionOK(b.Id, "pause")
 
 	require.Empty(t, e.Claim("w1", 10))
-	require.Empty(t, lcClaimBody(e, map[string]any{"worker_id": "w1", "limit": 10, "dag_id": "lc_pclaim"}))
-	require.EqualValues(t, 4, lcRequireProgressExact(t, e, b.Id).Progress.Queued)
+	require.Empty(t, e.ClaimWith(map[string]any{"worker_id": "w1", "limit": 10, "dag_id": "lc_pclaim"}))
+	require.EqualValues(t, 4, requireProgressExact(t, e, b.Id).Progress.Queued)
 
-	lcActionOK(e, b.Id, "unpause")
-	runs := e.Claim("w1", 2)
-	require.Len(t, runs, 2)
+	e.ActionOK(b.Id, "unpause")
+	runs := e.ClaimN(2, "w1", 2)
 
 	// Paused again with two runs running: those go on, the rest waits.
-	lcActionOK(e, b.Id, "pause")
+	e.ActionOK(b.Id, "pause")
 	require.Empty(t, e.Claim("w2", 10))
 	for _, r := range runs {
-		res := lcHeartbeat(e, r.Id, "w1")
+		res := e.Heartbeat(r.Id, "w1")
 		require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 		e.Report(r, "success")
 	}
 	require.Empty(t, e.Claim("w2", 10))
-	lcActionOK(e, b.Id, "unpause")
-	runs = e.Claim("w2", 10)
-	require.Len(t, runs, 2)
+	e.ActionOK(b.Id, "unpause")
+	runs = e.ClaimN(2, "w2", 10)
 	for _, r := range runs {
 		require.Equal(t, b.Id, *r.BackfillId)
 	}
-	lcCheckInvariants(t, e.DB)
+	checkInvariants(t, e.DB)
 }
 
 // Progress stays exact through every kind of transition.
@@ -219,13 +209,13 @@ func TestLifecycleProgressStaysExact(t *testing.T) {
 	e.PutDag(dag, "@daily", "")
 	// Two slots will be skipped: a finished manual run ("already exists") and a queued one
 	// ("in flight").
-	done := lcCreateManualRun(e, dag, day(1, 3))
-	res := lcPatch(e, dag, done.RunId, "success", "")
+	done := e.CreateManualRun(dag, day(1, 3), nil)
+	res := e.PatchRun(dag, done.RunId, "success", "")
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
-	lcCreateManualRun(e, dag, day(1, 4))
+	e.CreateManualRun(dag, day(1, 4), nil)
 	// The manual queued run must not be claimed by this test's workers: pause the DAG
 	// (which stops runs outside backfills only).
-	lcPutDag(e, dag, "@daily", "is_paused", true)
+	e.PutDagWith(dag, "@daily", "is_paused", true)
 
 	b := e.CreateBackfill(backfillBody(dag, day(1, 1), day(1, 8), "max_active_runs", 3))
 	progress := func(q, r, s, f, c, sk int64) api.BackfillProgress {
@@ -234,9 +224,9 @@ func TestLifecycleProgressStaysExact(t *testing.T) {
 	}
 	step := func(name string, want api.BackfillProgress) api.Backfill {
 		t.Helper()
-		got := lcRequireProgressExact(t, e, b.Id)
+		got := requireProgressExact(t, e, b.Id)
 		require.Equal(t, want, got.Progress, "after %s", name)
-		lcCheckInvariants(t, e.DB)
+		checkInvariants(t, e.DB)
 		return got
 	}
 	step("creation", progress(6, 0, 0, 0, 0, 2))
@@ -258,22 +248,20 @@ func TestLifecycleProgressStaysExact(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, queuedRunID)
-	res = lcPatch(e, dag, queuedRunID, "canceled", "")
-	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	e.MarkRun(dag, queuedRunID, "canceled")
 	step("queued -> canceled", progress(2, 1, 1, 1, 1, 2))
 
 	// The remaining running run's lease expires: back to queued.
 	e.Clock.Advance(301 * time.Second)
 	e.SweepOnce()
-	require.Equal(t, "queued", lcRunByID(t, e.DB, runs[2].Id).State)
+	require.Equal(t, "queued", runByID(t, e.DB, runs[2].Id).State)
 	step("lease expiry", progress(3, 0, 1, 1, 1, 2))
 
-	lcActionOK(e, b.Id, "pause")
+	e.ActionOK(b.Id, "pause")
 	require.Empty(t, e.Claim("w2", 10))
 	step("pause", progress(3, 0, 1, 1, 1, 2))
-	lcActionOK(e, b.Id, "unpause")
-	runs = e.Claim("w2", 10)
-	require.Len(t, runs, 3)
+	e.ActionOK(b.Id, "unpause")
+	runs = e.ClaimN(3, "w2", 10)
 	step("claim after unpause", progress(0, 3, 1, 1, 1, 2))
 	for _, r := range runs {
 		e.Report(r, "success")
@@ -292,40 +280,38 @@ func TestLifecyclePatchRules(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const dag = "lc_patch"
-	e.PutDag(dag, "@daily", "")
-	b := e.CreateBackfill(backfillBody(dag, day(1, 1), day(1, 8)))
-	runs := e.Claim("w1", 4)
-	require.Len(t, runs, 4)
+	b := e.DailyBackfill(dag, day(1, 1), day(1, 8))
+	runs := e.ClaimN(4, "w1", 4)
 	e.Clock.Advance(5 * time.Second)
 	now := e.Clock.Now()
 
 	ok := func(r api.DagRun, state, worker string) api.DagRun {
 		t.Helper()
-		res := lcPatch(e, dag, r.RunId, state, worker)
+		res := e.PatchRun(dag, r.RunId, state, worker)
 		require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 		var out api.DagRun
 		res.Decode(t, &out)
 		require.Equal(t, api.DagRunState(state), out.State)
-		lcRequireTime(t, now, out.EndDate, "end_date")
+		requireInstant(t, now, out.EndDate, "end_date")
 		require.Nil(t, out.LeaseExpiresAt)
-		require.Equal(t, out, lcGetRun(e, dag, r.RunId))
+		require.Equal(t, out, e.GetRun(dag, r.RunId))
 		return out
 	}
 
 	// running -> success | failed | canceled with the lease holder.
 	out := ok(runs[0], "success", "w1")
-	lcRequireTime(t, *runs[0].StartDate, out.StartDate, "start_date kept")
+	requireInstant(t, *runs[0].StartDate, out.StartDate, "start_date kept")
 	ok(runs[1], "failed", "w1")
 
 	// Another worker's report is refused and changes nothing.
-	lcRequireProblem(t, lcPatch(e, dag, runs[2].RunId, "success", "w2"), http.StatusConflict, "lease_lost")
-	require.Equal(t, runs[2], lcGetRun(e, dag, runs[2].RunId))
+	requireProblem(t, e.PatchRun(dag, runs[2].RunId, "success", "w2"), http.StatusConflict, "lease_lost")
+	require.Equal(t, runs[2], e.GetRun(dag, runs[2].RunId))
 	ok(runs[2], "canceled", "w1")
 
 	// PATCH to running is never a transition: not on a running run, not on a queued one.
-	lcRequireProblem(t, lcPatch(e, dag, runs[3].RunId, "running", "w1"), http.StatusConflict, "invalid_transition")
-	lcRequireProblem(t, lcPatch(e, dag, runs[3].RunId, "running", ""), http.StatusConflict, "invalid_transition")
-	require.Equal(t, runs[3], lcGetRun(e, dag, runs[3].RunId))
+	requireProblem(t, e.PatchRun(dag, runs[3].RunId, "running", "w1"), http.StatusConflict, "invalid_transition")
+	requireProblem(t, e.PatchRun(dag, runs[3].RunId, "running", ""), http.StatusConflict, "invalid_transition")
+	require.Equal(t, runs[3], e.GetRun(dag, runs[3].RunId))
 
 	// Without worker_id a running run may be reported by anyone.
 	ok(runs[3], "success", "")
@@ -333,7 +319,7 @@ func TestLifecyclePatchRules(t *testing.T) {
 	// A terminal run does not move again.
 	for _, r := range runs {
 		for _, state := range []string{"success", "failed", "canceled", "running", "queued"} {
-			lcRequireProblem(t, lcPatch(e, dag, r.RunId, state, ""), http.StatusConflict, "invalid_transition")
+			requireProblem(t, e.PatchRun(dag, r.RunId, state, ""), http.StatusConflict, "invalid_transition")
 		}
 	}
 
@@ -345,16 +331,16 @@ func TestLifecyclePatchRules(t *testing.T) {
 		}
 	}
 	require.Len(t, queued, 4)
-	lcRequireProblem(t, lcPatch(e, dag, queued[0], "running", ""), http.StatusConflict, "invalid_transition")
-	lcRequireProblem(t, lcPatch(e, dag, queued[0], "queued", ""), http.StatusConflict, "invalid_transition")
+	requireProblem(t, e.PatchRun(dag, queued[0], "running", ""), http.StatusConflict, "invalid_transition")
+	requireProblem(t, e.PatchRun(dag, queued[0], "queued", ""), http.StatusConflict, "invalid_transition")
 	for i, state := range []string{"success", "failed", "canceled"} {
 		out := ok(api.DagRun{RunId: queued[i]}, state, "")
 		require.Nil(t, out.WorkerId)
 	}
 
-	lcRequireProblem(t, lcPatch(e, dag, "backfill__1999-01-01T00:00:00Z", "success", ""), http.StatusNotFound, "run_not_found")
-	lcRequireProblem(t, lcPatch(e, dag, "backfill__1999-01-01T00:00:00Z", "success", "w1"), http.StatusNotFound, "run_not_found")
-	lcRequireProblem(t, lcPatch(e, "lc_no_such_dag", runs[0].RunId, "success", ""), http.StatusNotFound, "dag_not_found")
-	lcRequireProgressExact(t, e, b.Id)
-	lcCheckInvariants(t, e.DB)
+	requireProblem(t, e.PatchRun(dag, "backfill__1999-01-01T00:00:00Z", "success", ""), http.StatusNotFound, "run_not_found")
+	requireProblem(t, e.PatchRun(dag, "backfill__1999-01-01T00:00:00Z", "success", "w1"), http.StatusNotFound, "run_not_found")
+	requireProblem(t, e.PatchRun("lc_no_such_dag", runs[0].RunId, "success", ""), http.StatusNotFound, "dag_not_found")
+	requireProgressExact(t, e, b.Id)
+	checkInvariants(t, e.DB)
 }

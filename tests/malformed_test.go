@@ -18,7 +18,7 @@ func TestMalformedRequestsAreRejectedWithoutWriting(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.PutDag("m", "@daily", "")
-	run := c2CreateRun(t, e, "m", day(2, 1), nil)
+	run := e.CreateManualRun("m", day(2, 1), nil)
 
 	// valid is a creation body that would succeed; each case below breaks one thing.
 	valid := func(extra ...string) string {
@@ -40,7 +40,7 @@ func TestMalformedRequestsAreRejectedWithoutWriting(t *testing.T) {
 	}
 	huge := `{"dag_id":"m","from_date":"2024-01-01T00:00:00Z","to_date":"2024-01-03T00:00:00Z","description":"` +
 		strings.Repeat("x", 1<<20) + `"}`
-	runPath := c2RunPath("m", run.RunId)
+	runPath := runPath("m", run.RunId)
 
 	type tc struct {
 		name    string
@@ -236,13 +236,13 @@ func TestMalformedRequestsAreRejectedWithoutWriting(t *testing.T) {
 		require.True(t, names[name], "details names no case %q", name)
 	}
 
-	before := c2Counts(t, e)
+	before := e.TableCounts()
 	for _, c := range cases {
 		res, err := e.do(c.method, c.path, c.body, c.headers...)
 		require.NoError(t, err, c.name)
 		require.Less(t, res.Status, 500, "%s: never a 5xx: %s", c.name, res.Body)
 		require.Equal(t, c.status, res.Status, "%s: %s", c.name, res.Body)
-		p := c2RequireProblem(t, res, c.status, c.code)
+		p := requireProblem(t, res, c.status, c.code)
 		require.NotEmpty(t, p.Detail, c.name)
 		if want, ok := details[c.name]; ok {
 			require.Equal(t, want, p.Detail, c.name)
@@ -254,7 +254,7 @@ func TestMalformedRequestsAreRejectedWithoutWriting(t *testing.T) {
 		require.NotContains(t, p.Detail, "(0[1-9]|", c.name)
 		require.NotRegexp(t, `: *(;|$)`, p.Detail, c.name)
 		require.Less(t, len(p.Detail), 400, "%s: a detail a person reads: %s", c.name, p.Detail)
-		require.Equal(t, before, c2Counts(t, e), "%s wrote something", c.name)
+		require.Equal(t, before, e.TableCounts(), "%s wrote something", c.name)
 	}
 
 	// The DAG was never blocked: a valid request still goes through.

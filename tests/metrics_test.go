@@ -13,10 +13,8 @@ import (
 func TestMetricsShowActiveBackfillsAndUnfinishedRunsByState(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.PutDag("gauge_a", "@daily", "")
-	e.PutDag("gauge_b", "@daily", "")
-	a := e.CreateBackfill(backfillBody("gauge_a", day(1, 1), day(1, 5)))
-	e.CreateBackfill(backfillBody("gauge_b", day(1, 1), day(1, 3)))
+	a := e.DailyBackfill("gauge_a", day(1, 1), day(1, 5))
+	e.DailyBackfill("gauge_b", day(1, 1), day(1, 3))
 	require.Len(t, e.Claim("w", 2), 2)
 	res := e.Do(http.MethodPost, "/api/v1/dags/gauge_b/runs", map[string]any{"logical_date": ts(day(2, 1))})
 	require.Equal(t, http.StatusCreated, res.Status, "body: %s", res.Body)

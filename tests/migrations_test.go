@@ -11,16 +11,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// c2SchemaObjects are what the migrations create: tables, the trigger function, the index
+// schemaObjects are what the migrations create: tables, the trigger function, the index
 // that arbitrates one active backfill per DAG.
-var c2SchemaObjects = []string{
+var schemaObjects = []string{
 	"public.dags", "public.backfills", "public.dag_runs", "public.backfill_dag_runs", "public.idempotency_keys",
 	"public.backfills_one_active_per_dag", "public.dag_runs_unfinished_by_backfill",
 }
 
-func c2RequireSchema(t *testing.T, db *sqlx.DB, present bool) {
+func requireSchema(t *testing.T, db *sqlx.DB, present bool) {
 	t.Helper()
-	for _, name := range c2SchemaObjects {
+	for _, name := range schemaObjects {
 		var reg sql.NullString
 		require.NoError(t, db.Get(&reg, `SELECT to_regclass($1)::text`, name))
 		require.Equal(t, present, reg.Valid, "%s present", name)
@@ -43,7 +43,7 @@ func TestMigrationsUpDownUpOnEmptyDatabase(t *testing.T) {
 	db, err := sqlx.Open("postgres", pgtest.NewEmptyDatabase(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
-	c2RequireSchema(t, db, false)
+	requireSchema(t, db, false)
 
 	p, err := migrations.NewProvider(db.DB)
 	require.NoError(t, err)
@@ -58,7 +58,7 @@ func TestMigrationsUpDownUpOnEmptyDatabase(t *testing.T) {
 	results, err := p.Up(ctx)
 	require.NoError(t, err)
 	require.NotEmpty(t, results)
-	c2RequireSchema(t, db, true)
+	requireSchema(t, db, true)
 	pending, err = migrations.Pending(ctx, p)
 	require.NoError(t, err)
 	require.False(t, pending)
@@ -92,7 +92,7 @@ func TestMigrationsUpDownUpOnEmptyDatabase(t *testing.T) {
 	down, err := p.DownTo(ctx, 0)
 	require.NoError(t, err)
 	require.NotEmpty(t, down)
-	c2RequireSchema(t, db, false)
+	requireSchema(t, db, false)
 	current, _, err = p.GetVersions(ctx)
 	require.NoError(t, err)
 	require.Zero(t, current)
@@ -100,7 +100,7 @@ func TestMigrationsUpDownUpOnEmptyDatabase(t *testing.T) {
 	// And up again from there.
 	_, err = p.Up(ctx)
 	require.NoError(t, err)
-	c2RequireSchema(t, db, true)
+	requireSchema(t, db, true)
 	var n int
 	require.NoError(t, db.Get(&n, `SELECT count(*) FROM backfills`))
 	require.Zero(t, n, "the second up starts from an empty schema")

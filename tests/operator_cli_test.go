@@ -27,9 +27,9 @@ func testCLIOperator(t *testing.T, bin string) {
 	require.Regexp(t, `(?m)^MAX FAILED RUNS:\s+1$`, out)
 	id := cliIDLine.FindStringSubmatch(out)[1]
 
-	runs := opClaimDag(e, "w", "cli_op", 3)
+	runs := e.ClaimDag("w", "cli_op", 3)
 	require.Len(t, runs, 3)
-	opFail(e, runs[0], "disk\nfull")
+	e.ReportFailed(runs[0], "disk\nfull")
 	require.Regexp(t, `(?m)^STATE:\s+paused \(failure_budget\)$`, okCLI(t, bin, e, "backfills", "get", id))
 	require.Regexp(t, `(?m)\s+failed\s+1\s+-\s+disk full$`, okCLI(t, bin, e, "backfills", "runs", id))
 

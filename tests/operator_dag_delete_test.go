@@ -3,14 +3,13 @@ package tests
 import (
 	"fmt"
 	"net/http"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
-// opLeftOf counts what is left of a DAG in every table that can refer to it.
-func opLeftOf(t testing.TB, e *env, dagID string) int {
+// leftOf counts what is left of a DAG in every table that can refer to it.
+func leftOf(t testing.TB, e *env, dagID string) int {
 	t.Helper()
 	var n int
 	require.NoError(t, e.DB.Get(&n, `
@@ -29,19 +28,19 @@ func TestDagDeleteRemovesHistoryAndRefusesWhileBusy(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.PutDag("del", "@daily", "")
-	lcRequireProblem(t, e.Do(http.MethodDelete, "/api/v1/dags/nope", nil), http.StatusNotFound, "dag_not_found")
+	requireProblem(t, e.Do(http.MethodDelete, "/api/v1/dags/nope", nil), http.StatusNotFound, "dag_not_found")
 
 	b := e.CreateBackfill(backfillBody("del", day(1, 1), day(1, 3)))
-	p := lcRequireProblem(t, e.Do(http.MethodDelete, "/api/v1/dags/del", nil), http.StatusConflict, "backfill_already_running")
+	p := requireProblem(t, e.Do(http.MethodDelete, "/api/v1/dags/del", nil), http.StatusConflict, "backfill_already_running")
 	require.Equal(t, b.Id, *p.ActiveBackfillId)
-	lcActionOK(e, b.Id, "cancel")
+	e.ActionOK(b.Id, "cancel")
 
-	manual := lcCreateManualRun(e, "del", day(3, 1))
-	lcRequireProblem(t, e.Do(http.MethodDelete, "/api/v1/dags/del", nil), http.StatusConflict, "runs_in_flight")
-	claimed := opClaimDag(e, "w", "del", 1)
+	manual := e.CreateManualRun("del", day(3, 1), nil)
+	requireProblem(t, e.Do(http.MethodDelete, "/api/v1/dags/del", nil), http.StatusConflict, "runs_in_flight")
+	claimed := e.ClaimDag("w", "del", 1)
 	require.Len(t, claimed, 1)
 	require.Equal(t, manual.Id, claimed[0].Id)
-	lcRequireProblem(t, e.Do(http.MethodDelete, "/api/v1/dags/del", nil), http.StatusConflict, "runs_in_flight")
+	requireProblem(t, e.Do(http.MethodDelete, "/api/v1/dags/del", nil), http.StatusConflict, "runs_in_flight")
 	e.Report(claimed[0], "success")
 
 	// An idempotent creation of the DAG's history goes with it.
@@ -49,22 +48,22 @@ func TestDagDeleteRemovesHistoryAndRefusesWhileBusy(t *testing.T) {
 	require.Equal(t, http.StatusCreated, res.Status, "body: %s", res.Body)
 	var b2 struct{ Id int64 }
 	res.Decode(t, &b2)
-	lcActionOK(e, b2.Id, "cancel")
+	e.ActionOK(b2.Id, "cancel")
 
 	res = e.Do(http.MethodDelete, "/api/v1/dags/del", nil)
 	require.Equal(t, http.StatusNoContent, res.Status, "body: %s", res.Body)
 	require.Empty(t, res.Body)
-	require.Zero(t, opLeftOf(t, e, "del"))
-	lcRequireProblem(t, e.Do(http.MethodGet, "/api/v1/dags/del", nil), http.StatusNotFound, "dag_not_found")
-	lcRequireProblem(t, e.Do(http.MethodGet, lcBackfillPath(b.Id), nil), http.StatusNotFound, "backfill_not_found")
-	lcRequireProblem(t, e.Do(http.MethodPost, "/api/v1/backfills", backfillBody("del", day(2, 1), day(2, 2)), "Idempotency-Key", "del-key"),
+	require.Zero(t, leftOf(t, e, "del"))
+	requireProblem(t, e.Do(http.MethodGet, "/api/v1/dags/del", nil), http.StatusNotFound, "dag_not_found")
+	requireProblem(t, e.Do(http.MethodGet, backfillPath(b.Id), nil), http.StatusNotFound, "backfill_not_found")
+	requireProblem(t, e.Do(http.MethodPost, "/api/v1/backfills", backfillBody("del", day(2, 1), day(2, 2)), "Idempotency-Key", "del-key"),
 		http.StatusNotFound, "dag_not_found")
-	lcRequireProblem(t, e.Do(http.MethodDelete, "/api/v1/dags/del", nil), http.StatusNotFound, "dag_not_found")
+	requireProblem(t, e.Do(http.MethodDelete, "/api/v1/dags/del", nil), http.StatusNotFound, "dag_not_found")
 
 	// The id can be used again, from scratch.
 	e.PutDag("del", "@daily", "")
 	require.EqualValues(t, 3, e.CreateBackfill(backfillBody("del", day(1, 1), day(1, 3))).Progress.Queued)
-	lcCheckInvariants(t, e.DB)
+	checkInvariants(t, e.DB)
 }
 
 // DELETE races a backfill creation, and a manual run, for the same DAG: either the addition
@@ -78,38 +77,26 @@ func TestDagDeleteRacingCreate(t *testing.T) {
 		dagID := fmt.Sprintf("delrace_%d", round)
 		e.PutDag(dagID, "@hourly", "")
 		manual := round%3 == 2
-		var (
-			wg         sync.WaitGroup
-			start      = make(chan struct{})
-			del, add   *response
-			delE, addE error
-			addPath        = "/api/v1/backfills"
-			addBody    any = backfillBody(dagID, day(1, 1), day(1, 10))
-		)
+		addReq := createRequest(backfillBody(dagID, day(1, 1), day(1, 10)))
 		if manual {
-			addPath, addBody = "/api/v1/dags/"+dagID+"/runs", map[string]any{"logical_date": ts(day(5, 1))}
+			addReq = manualRunRequest(dagID, day(5, 1))
 		}
-		wg.Add(2)
-		go func() { defer wg.Done(); <-start; del, delE = e.do(http.MethodDelete, "/api/v1/dags/"+dagID, nil) }()
-		go func() { defer wg.Done(); <-start; add, addE = e.do(http.MethodPost, addPath, addBody) }()
-		close(start)
-		wg.Wait()
-		require.NoError(t, delE)
-		require.NoError(t, addE)
+		answers := e.DoTogether(request{Method: http.MethodDelete, Path: "/api/v1/dags/" + dagID}, addReq)
+		del, add := answers[0], answers[1]
 		key := fmt.Sprintf("manual=%v delete=%d add=%d", manual, del.Status, add.Status)
 		outcomes[key]++
 		switch {
 		case del.Status == http.StatusNoContent:
-			lcRequireProblem(t, add, http.StatusNotFound, "dag_not_found")
-			require.Zero(t, opLeftOf(t, e, dagID), "something of %s survived its delete", dagID)
+			requireProblem(t, add, http.StatusNotFound, "dag_not_found")
+			require.Zero(t, leftOf(t, e, dagID), "something of %s survived its delete", dagID)
 		case manual:
-			lcRequireProblem(t, del, http.StatusConflict, "runs_in_flight")
+			requireProblem(t, del, http.StatusConflict, "runs_in_flight")
 			require.Equal(t, http.StatusCreated, add.Status, "body: %s", add.Body)
 		default:
-			lcRequireProblem(t, del, http.StatusConflict, "backfill_already_running")
+			requireProblem(t, del, http.StatusConflict, "backfill_already_running")
 			require.Equal(t, http.StatusCreated, add.Status, "body: %s", add.Body)
 		}
 	}
 	t.Logf("outcomes: %v", outcomes)
-	lcCheckInvariants(t, e.DB)
+	checkInvariants(t, e.DB)
 }

@@ -1,16 +1,12 @@
 package tests
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/backfillsvc/backfill/api"
-	"github.com/backfillsvc/backfill/internal/invariants"
 	"github.com/stretchr/testify/require"
 )
 
@@ -19,48 +15,40 @@ import (
 func TestPatchMaxActiveRunsUnderConcurrentClaimers(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	require.NoError(t, invariants.InstallClaimAudit(context.Background(), e.DB))
+	e.InstallClaimAudit()
 	e.PutDag("patch_live", "@hourly", "")
 	b := e.CreateBackfill(backfillBody("patch_live", day(1, 1), day(1, 20), "max_active_runs", 6))
 
 	var (
 		stop   atomic.Bool
-		wg     sync.WaitGroup
-		errs   lcErrs
+		errs   loadFailures
 		claims atomic.Int64
 	)
-	for i := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			worker := fmt.Sprintf("pw%d", i)
-			for !stop.Load() {
-				res, err := e.do(http.MethodPost, lcClaimPath, map[string]any{"worker_id": worker, "limit": 3, "dag_id": "patch_live"})
-				if errs.expect("claim", res, err, map[int]string{200: ""}) != http.StatusOK {
-					return
-				}
-				var c api.ClaimResponse
-				if err := json.Unmarshal(res.Body, &c); err != nil {
-					errs.add("decode: %v", err)
-					return
-				}
-				claims.Add(int64(len(c.Runs)))
-				for _, r := range c.Runs {
-					res, err := e.do(http.MethodPatch, lcRunPath(r.DagId, r.RunId), map[string]any{"state": "success", "worker_id": worker})
-					errs.expect("report", res, err, map[int]string{200: ""})
+	working := startTogether(8, 8, func(i int) error {
+		worker := fmt.Sprintf("pw%d", i)
+		for !stop.Load() {
+			c, err := try[api.ClaimResponse](e, http.StatusOK, http.MethodPost, claimPath, map[string]any{"worker_id": worker, "limit": 3, "dag_id": "patch_live"})
+			if err != nil {
+				return err
+			}
+			claims.Add(int64(len(c.Runs)))
+			for _, r := range c.Runs {
+				if _, err := try[api.DagRun](e, http.StatusOK, http.MethodPatch, runPath(r.DagId, r.RunId), map[string]any{"state": "success", "worker_id": worker}); err != nil {
+					return err
 				}
 			}
-		}()
-	}
+		}
+		return nil
+	})
 	limits := []int{1, 5, 2, 9, 3, 1, 7, 4}
 	for round := 0; round < 5; round++ {
 		for _, n := range limits {
-			res, err := e.do(http.MethodPatch, lcBackfillPath(b.Id), map[string]any{"max_active_runs": n, "description": fmt.Sprintf("limit %d", n)})
+			res, err := e.do(http.MethodPatch, backfillPath(b.Id), map[string]any{"max_active_runs": n, "description": fmt.Sprintf("limit %d", n)})
 			errs.expect("patch", res, err, map[int]string{200: "", 409: "backfill_not_active"})
 		}
 	}
 	stop.Store(true)
-	wg.Wait()
+	require.NoError(t, <-working)
 	require.Zero(t, errs.n, "%v", errs.msgs)
 
 	var audited, over int
@@ -71,34 +59,30 @@ func TestPatchMaxActiveRunsUnderConcurrentClaimers(t *testing.T) {
 	t.Logf("%d runs claimed, %d claim commits audited, none above the limit in force", claims.Load(), audited)
 
 	// Lowering below what runs does not stop running runs; the next claim gets nothing.
-	opPatch(e, b.Id, map[string]any{"max_active_runs": 4})
-	held := opClaimDag(e, "held", "patch_live", 4)
+	e.PatchBackfill(b.Id, map[string]any{"max_active_runs": 4})
+	held := e.ClaimDag("held", "patch_live", 4)
 	if len(held) == 4 {
-		p := opPatch(e, b.Id, map[string]any{"max_active_runs": 1})
+		p := e.PatchBackfill(b.Id, map[string]any{"max_active_runs": 1})
 		require.EqualValues(t, 1, p.MaxActiveRuns)
 		require.EqualValues(t, 4, p.Progress.Running)
-		require.Empty(t, opClaimDag(e, "more", "patch_live", 4))
+		require.Empty(t, e.ClaimDag("more", "patch_live", 4))
 	}
-	lcCheckInvariants(t, e.DB)
+	checkInvariants(t, e.DB)
 }
 
 // PATCH is a merge patch of an active backfill; a terminal one is 409; bad values are 400.
 func TestPatchBackfillMergeAndErrors(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.PutDag("patch_rules", "@daily", "")
-	b := e.CreateBackfill(backfillBody("patch_rules", day(1, 1), day(1, 3), "description", "first", "max_failed_runs", 2))
+	b := e.DailyBackfill("patch_rules", day(1, 1), day(1, 3), "description", "first", "max_failed_runs", 2)
 
-	p := opPatch(e, b.Id, map[string]any{"max_active_runs": 3})
+	p := e.PatchBackfill(b.Id, map[string]any{"max_active_runs": 3})
 	require.EqualValues(t, 3, p.MaxActiveRuns)
 	require.Equal(t, "first", *p.Description, "a field left out keeps its value")
 	require.EqualValues(t, 2, *p.MaxFailedRuns)
 
 	// application/merge-patch+json is accepted too; null clears description.
-	res := e.Do(http.MethodPatch, lcBackfillPath(b.Id), `{"description": null}`, "Content-Type", "application/merge-patch+json")
-	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
-	var cleared api.Backfill
-	res.Decode(t, &cleared)
+	cleared := call[api.Backfill](e, http.StatusOK, http.MethodPatch, backfillPath(b.Id), `{"description": null}`, "Content-Type", "application/merge-patch+json")
 	require.Nil(t, cleared.Description)
 	require.EqualValues(t, 3, cleared.MaxActiveRuns)
 
@@ -106,12 +90,12 @@ func TestPatchBackfillMergeAndErrors(t *testing.T) {
 		{"max_active_runs": 0}, {"max_active_runs": 1001}, {"max_active_runs": nil},
 		{"max_failed_runs": 0}, {"state": "running"}, {"dag_run_conf": map[string]any{}},
 	} {
-		lcRequireProblem(t, e.Do(http.MethodPatch, lcBackfillPath(b.Id), bad), http.StatusBadRequest, "invalid_request")
+		requireProblem(t, e.Do(http.MethodPatch, backfillPath(b.Id), bad), http.StatusBadRequest, "invalid_request")
 	}
-	lcRequireProblem(t, e.Do(http.MethodPatch, lcBackfillPath(999999), map[string]any{"max_active_runs": 2}), http.StatusNotFound, "backfill_not_found")
+	requireProblem(t, e.Do(http.MethodPatch, backfillPath(999999), map[string]any{"max_active_runs": 2}), http.StatusNotFound, "backfill_not_found")
 
 	// Canceling is still active: PATCH works. Terminal: 409.
-	lcActionOK(e, b.Id, "cancel")
+	e.ActionOK(b.Id, "cancel")
 	require.Equal(t, api.BackfillStateCanceled, e.GetBackfill(b.Id).State)
-	lcRequireProblem(t, e.Do(http.MethodPatch, lcBackfillPath(b.Id), map[string]any{"max_active_runs": 2}), http.StatusConflict, "backfill_not_active")
+	requireProblem(t, e.Do(http.MethodPatch, backfillPath(b.Id), map[string]any{"max_active_runs": 2}), http.StatusConflict, "backfill_not_active")
 }

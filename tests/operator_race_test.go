@@ -5,54 +5,32 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"slices"
 	"sync/atomic"
 	"testing"
 
 	"github.com/backfillsvc/backfill/api"
 )
 
-// lcOperatorCounters are the operator figures of the race test.
-type lcOperatorCounters struct {
+// operatorCounters are the operator figures of the race test.
+type operatorCounters struct {
 	budgetCreated, patches, patchesRefused atomic.Int64
 	retries, retriesRefused                atomic.Int64
 	released, releasesLost, failedWithNote atomic.Int64
 	budgetPausesSeen                       atomic.Int64
 }
 
-func (c *lcOperatorCounters) log(t testing.TB) {
+func (c *operatorCounters) log(t testing.TB) {
 	t.Logf("operator: backfills with a budget %d; patches %d (%d refused); retries created %d (%d refused); releases %d (%d lease_lost); failures with a note %d; budget pauses seen %d",
 		c.budgetCreated.Load(), c.patches.Load(), c.patchesRefused.Load(), c.retries.Load(), c.retriesRefused.Load(),
 		c.released.Load(), c.releasesLost.Load(), c.failedWithNote.Load(), c.budgetPausesSeen.Load())
 }
 
-// lcExpectCodes is lcErrs.expect where one status may carry several codes.
-func lcExpectCodes(errs *lcErrs, op string, res *response, err error, allowed map[int][]string) int {
-	if err != nil {
-		errs.add("%s: %v", op, err)
-		return 0
-	}
-	codes, ok := allowed[res.Status]
-	if !ok {
-		errs.add("%s answered unexpected %d: %s", op, res.Status, res.Body)
-		return 0
-	}
-	if len(codes) > 0 {
-		var p api.Problem
-		if err := json.Unmarshal(res.Body, &p); err != nil || !slices.Contains(codes, string(p.Code)) {
-			errs.add("%s answered %d with code %q, want one of %v: %s", op, res.Status, p.Code, codes, res.Body)
-			return 0
-		}
-	}
-	return res.Status
-}
-
-// lcStartOperatorLoad adds the operator's load to the race test: backfills with a failure
+// startOperatorLoad adds the operator's load to the race test: backfills with a failure
 // budget, PATCHes of live settings, retries of finished backfills, and a worker that
 // releases or fails (with a note) what it claims. remember records a created backfill.
-func lcStartOperatorLoad(e *env, goLoad func(uint64, func(*rand.Rand)), pick func(*rand.Rand) (int64, bool),
-	remember func(int64), errs *lcErrs, dags []string) *lcOperatorCounters {
-	c := &lcOperatorCounters{}
+func startOperatorLoad(e *env, goLoad func(uint64, func(*rand.Rand)), pick func(*rand.Rand) (int64, bool),
+	remember func(int64), errs *loadFailures, dags []string) *operatorCounters {
+	c := &operatorCounters{}
 	base := day(1, 1).AddDate(-4, 0, 0)
 
 	// Creations with a budget of 1..3 failures.
@@ -84,7 +62,7 @@ func lcStartOperatorLoad(e *env, goLoad func(uint64, func(*rand.Rand)), pick fun
 			case 1:
 				patch["max_failed_runs"] = nil
 			}
-			res, err := e.do(http.MethodPatch, lcBackfillPath(id), patch)
+			res, err := e.do(http.MethodPatch, backfillPath(id), patch)
 			switch errs.expect("patch", res, err, map[int]string{200: "", 409: "backfill_not_active"}) {
 			case http.StatusOK:
 				c.patches.Add(1)
@@ -111,13 +89,13 @@ func lcStartOperatorLoad(e *env, goLoad func(uint64, func(*rand.Rand)), pick fun
 			res, err = e.do(http.MethodGet, "/api/v1/backfills?active=true&dag_id="+parent.DagId, nil)
 			if errs.expect("list active", res, err, map[int]string{200: ""}) == http.StatusOK && json.Unmarshal(res.Body, &l) == nil {
 				for _, b := range l.Backfills {
-					res, err := e.do(http.MethodPut, lcBackfillPath(b.Id)+"/cancel", nil)
+					res, err := e.do(http.MethodPut, backfillPath(b.Id)+"/cancel", nil)
 					errs.expect("cancel before retry", res, err, map[int]string{200: "", 409: "backfill_not_active"})
 				}
 			}
 		}
-		res, err := e.do(http.MethodPost, opRetryPath(id), map[string]any{"max_failed_runs": 1 + rng.IntN(3)})
-		switch lcExpectCodes(errs, "retry", res, err, map[int][]string{
+		res, err := e.do(http.MethodPost, retryPath(id), map[string]any{"max_failed_runs": 1 + rng.IntN(3)})
+		switch errs.expectCodes("retry", res, err, map[int][]string{
 			201: nil, 409: {"backfill_not_terminal", "backfill_already_running"}, 422: {"no_runs_to_create"}}) {
 		case http.StatusCreated:
 			var b api.Backfill
@@ -135,7 +113,7 @@ func lcStartOperatorLoad(e *env, goLoad func(uint64, func(*rand.Rand)), pick fun
 
 	// A worker that hands back a third of what it claims and fails another third with a note.
 	goLoad(502, func(rng *rand.Rand) {
-		res, err := e.do(http.MethodPost, lcClaimPath, map[string]any{"worker_id": "rel", "limit": 1 + rng.IntN(3), "lease_seconds": 30})
+		res, err := e.do(http.MethodPost, claimPath, map[string]any{"worker_id": "rel", "limit": 1 + rng.IntN(3), "lease_seconds": 30})
 		if errs.expect("claim (rel)", res, err, map[int]string{200: ""}) != http.StatusOK {
 			return
 		}
@@ -147,7 +125,7 @@ func lcStartOperatorLoad(e *env, goLoad func(uint64, func(*rand.Rand)), pick fun
 		for _, run := range claim.Runs {
 			switch rng.IntN(3) {
 			case 0:
-				res, err := e.do(http.MethodPost, opReleasePath(run.Id), map[string]any{"worker_id": "rel"})
+				res, err := e.do(http.MethodPost, releasePath(run.Id), map[string]any{"worker_id": "rel"})
 				switch errs.expect("release", res, err, map[int]string{200: "", 409: "lease_lost"}) {
 				case http.StatusOK:
 					c.released.Add(1)
@@ -161,7 +139,7 @@ func lcStartOperatorLoad(e *env, goLoad func(uint64, func(*rand.Rand)), pick fun
 				}
 			case 1:
 				note := fmt.Sprintf("attempt %d failed", run.Attempt)
-				res, err := e.do(http.MethodPatch, lcRunPath(run.DagId, run.RunId), map[string]any{"state": "failed", "worker_id": "rel", "note": note})
+				res, err := e.do(http.MethodPatch, runPath(run.DagId, run.RunId), map[string]any{"state": "failed", "worker_id": "rel", "note": note})
 				if errs.expect("fail with note", res, err, map[int]string{200: "", 409: "lease_lost"}) == http.StatusOK {
 					c.failedWithNote.Add(1)
 					var r api.DagRun
@@ -170,7 +148,7 @@ func lcStartOperatorLoad(e *env, goLoad func(uint64, func(*rand.Rand)), pick fun
 					}
 				}
 			default:
-				res, err := e.do(http.MethodPatch, lcRunPath(run.DagId, run.RunId), map[string]any{"state": "success", "worker_id": "rel"})
+				res, err := e.do(http.MethodPatch, runPath(run.DagId, run.RunId), map[string]any{"state": "success", "worker_id": "rel"})
 				errs.expect("report (rel)", res, err, map[int]string{200: "", 409: "lease_lost"})
 			}
 		}

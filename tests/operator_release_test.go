@@ -15,22 +15,21 @@ import (
 func TestReleaseThenReclaimKeepsAttempt(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withMaxAttempts(3))
-	e.PutDag("release", "@daily", "")
-	b := e.CreateBackfill(backfillBody("release", day(1, 1), day(1, 2), "max_active_runs", 1))
+	b := e.DailyBackfill("release", day(1, 1), day(1, 2), "max_active_runs", 1)
 
 	// Put the first run at attempt 2 through one expired lease.
-	first := lcClaimBody(e, map[string]any{"worker_id": "w1", "lease_seconds": 10, "dag_id": "release"})[0]
+	first := e.ClaimWith(map[string]any{"worker_id": "w1", "lease_seconds": 10, "dag_id": "release"})[0]
 	e.Clock.Advance(11 * time.Second)
 	e.SweepOnce()
-	again := opClaimDag(e, "w1", "release", 1)[0]
+	again := e.ClaimDag("w1", "release", 1)[0]
 	require.Equal(t, first.Id, again.Id)
 	require.EqualValues(t, 2, again.Attempt)
 
-	lcRequireProblem(t, e.Do(http.MethodPost, opReleasePath(again.Id), map[string]any{"worker_id": "other"}), http.StatusConflict, "lease_lost")
-	lcRequireProblem(t, e.Do(http.MethodPost, opReleasePath(987654), map[string]any{"worker_id": "w1"}), http.StatusNotFound, "run_not_found")
-	lcRequireProblem(t, e.Do(http.MethodPost, opReleasePath(again.Id), map[string]any{}), http.StatusBadRequest, "invalid_request")
+	requireProblem(t, e.Do(http.MethodPost, releasePath(again.Id), map[string]any{"worker_id": "other"}), http.StatusConflict, "lease_lost")
+	requireProblem(t, e.Do(http.MethodPost, releasePath(987654), map[string]any{"worker_id": "w1"}), http.StatusNotFound, "run_not_found")
+	requireProblem(t, e.Do(http.MethodPost, releasePath(again.Id), map[string]any{}), http.StatusBadRequest, "invalid_request")
 
-	res := e.Do(http.MethodPost, opReleasePath(again.Id), map[string]any{"worker_id": "w1"})
+	res := e.Do(http.MethodPost, releasePath(again.Id), map[string]any{"worker_id": "w1"})
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 	var released api.DagRun
 	res.Decode(t, &released)
@@ -38,28 +37,28 @@ func TestReleaseThenReclaimKeepsAttempt(t *testing.T) {
 	require.EqualValues(t, 2, released.Attempt)
 	require.Nil(t, released.WorkerId)
 	require.Nil(t, released.LeaseExpiresAt)
-	require.EqualValues(t, 0, lcRequireProgressExact(t, e, b.Id).Progress.Running)
+	require.EqualValues(t, 0, requireProgressExact(t, e, b.Id).Progress.Running)
 
 	// Released twice: the lease is gone.
-	lcRequireProblem(t, e.Do(http.MethodPost, opReleasePath(again.Id), map[string]any{"worker_id": "w1"}), http.StatusConflict, "lease_lost")
+	requireProblem(t, e.Do(http.MethodPost, releasePath(again.Id), map[string]any{"worker_id": "w1"}), http.StatusConflict, "lease_lost")
 
 	// The next claim (max_active_runs 1: the released slot is free again) gets it, same attempt.
-	reclaimed := opClaimDag(e, "w2", "release", 1)
+	reclaimed := e.ClaimDag("w2", "release", 1)
 	require.Len(t, reclaimed, 1)
 	require.Equal(t, again.Id, reclaimed[0].Id)
 	require.EqualValues(t, 2, reclaimed[0].Attempt)
 	require.Equal(t, "w2", *reclaimed[0].WorkerId)
-	lcRequireProgressExact(t, e, b.Id)
+	requireProgressExact(t, e, b.Id)
 
 	// A release while the backfill is canceling cancels the run, as an expired lease would.
-	lcActionOK(e, b.Id, "cancel")
-	res = e.Do(http.MethodPost, opReleasePath(again.Id), map[string]any{"worker_id": "w2"})
+	e.ActionOK(b.Id, "cancel")
+	res = e.Do(http.MethodPost, releasePath(again.Id), map[string]any{"worker_id": "w2"})
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 	res.Decode(t, &released)
 	require.Equal(t, api.DagRunStateCanceled, released.State)
 	e.SweepOnce()
 	require.Equal(t, api.BackfillStateCanceled, e.GetBackfill(b.Id).State)
-	lcCheckInvariants(t, e.DB)
+	checkInvariants(t, e.DB)
 }
 
 // A report's note shows on the run; a note over 4,096 characters is 400; a new claim of the
@@ -67,26 +66,25 @@ func TestReleaseThenReclaimKeepsAttempt(t *testing.T) {
 func TestRunNoteShownAndClearedByNextClaim(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.PutDag("notes", "@daily", "")
-	b := e.CreateBackfill(backfillBody("notes", day(1, 1), day(1, 1)))
-	run := opClaimDag(e, "w", "notes", 1)[0]
-	lcRequireProblem(t, e.Do(http.MethodPatch, lcRunPath(run.DagId, run.RunId),
+	b := e.DailyBackfill("notes", day(1, 1), day(1, 1))
+	run := e.ClaimDag("w", "notes", 1)[0]
+	requireProblem(t, e.Do(http.MethodPatch, runPath(run.DagId, run.RunId),
 		map[string]any{"state": "failed", "worker_id": "w", "note": strings.Repeat("x", 4097)}), http.StatusBadRequest, "invalid_request")
-	failed := opFail(e, run, "disk full on "+strings.Repeat("é", 10))
+	failed := e.ReportFailed(run, "disk full on "+strings.Repeat("é", 10))
 	require.Equal(t, "disk full on "+strings.Repeat("é", 10), *failed.Note)
-	require.Nil(t, lcGetRun(e, "notes", run.RunId).LeaseExpiresAt)
+	require.Nil(t, e.GetRun("notes", run.RunId).LeaseExpiresAt)
 	e.SweepOnce()
 	require.Equal(t, api.BackfillStateFailed, e.GetBackfill(b.Id).State)
 
-	res := e.Do(http.MethodPost, opRetryPath(b.Id), nil)
+	res := e.Do(http.MethodPost, retryPath(b.Id), nil)
 	require.Equal(t, http.StatusCreated, res.Status, "body: %s", res.Body)
-	queued := lcGetRun(e, "notes", run.RunId)
+	queued := e.GetRun("notes", run.RunId)
 	require.Equal(t, api.DagRunStateQueued, queued.State)
 	require.NotNil(t, queued.Note, "the note stays until the run is claimed again")
-	claimed := opClaimDag(e, "w", "notes", 1)
+	claimed := e.ClaimDag("w", "notes", 1)
 	require.Len(t, claimed, 1)
 	require.Nil(t, claimed[0].Note)
-	require.Nil(t, lcGetRun(e, "notes", run.RunId).Note)
+	require.Nil(t, e.GetRun("notes", run.RunId).Note)
 
 	// The parent's slot keeps the attempt and note its run had when the retry took it over.
 	slot := e.Slots(b.Id)[0]

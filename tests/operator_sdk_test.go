@@ -19,8 +19,7 @@ func TestSDKExecutorReleasesOnStopAndNotesFailures(t *testing.T) {
 	e := newEnv(t)
 	c := e.sdk(t)
 	ctx := context.Background()
-	_, _, err := c.PutDag(ctx, "sdk_release", client.DagPut{Schedule: "@daily"})
-	require.NoError(t, err)
+	sdkDailyDag(t, c, "sdk_release")
 	d, err := c.DryRunBackfill(ctx, client.BackfillCreate{DagId: "sdk_release", FromDate: day(1, 1), ToDate: day(1, 4)})
 	require.NoError(t, err)
 	b, err := c.CreateBackfillIfPlan(ctx, client.BackfillCreate{DagId: "sdk_release", FromDate: day(1, 1), ToDate: day(1, 4),

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,19 +14,18 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
-	"github.com/backfillsvc/backfill/internal/invariants"
 	"github.com/backfillsvc/backfill/sweeper"
 	"github.com/stretchr/testify/require"
 )
 
-// lcErrs collects failures seen on load goroutines; the test fails on them at the end.
-type lcErrs struct {
+// loadFailures collects failures seen on load goroutines; the test fails on them at the end.
+type loadFailures struct {
 	mu   sync.Mutex
 	n    int
 	msgs []string
 }
 
-func (l *lcErrs) add(format string, args ...any) {
+func (l *loadFailures) add(format string, args ...any) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.n++
@@ -34,9 +34,22 @@ func (l *lcErrs) add(format string, args ...any) {
 	}
 }
 
-// lcExpect records a transport error, a spec violation, a 5xx, or an answer outside allowed
+// expect records a transport error, a spec violation, a 5xx, or an answer outside allowed
 // (status -> problem code, "" for a success answer). It returns the status, 0 on error.
-func (l *lcErrs) expect(op string, res *response, err error, allowed map[int]string) int {
+func (l *loadFailures) expect(op string, res *response, err error, allowed map[int]string) int {
+	codes := make(map[int][]string, len(allowed))
+	for status, code := range allowed {
+		if code != "" {
+			codes[status] = []string{code}
+		} else {
+			codes[status] = nil
+		}
+	}
+	return l.expectCodes(op, res, err, codes)
+}
+
+// expectCodes is expect where one status may carry several codes.
+func (l *loadFailures) expectCodes(op string, res *response, err error, allowed map[int][]string) int {
 	if err != nil {
 		l.add("%s: %v", op, err)
 		return 0
@@ -45,23 +58,23 @@ func (l *lcErrs) expect(op string, res *response, err error, allowed map[int]str
 		l.add("%s answered %d: %s", op, res.Status, res.Body)
 		return 0
 	}
-	code, ok := allowed[res.Status]
+	codes, ok := allowed[res.Status]
 	if !ok {
 		l.add("%s answered unexpected %d: %s", op, res.Status, res.Body)
 		return 0
 	}
-	if code != "" {
+	if len(codes) > 0 {
 		var p api.Problem
-		if err := json.Unmarshal(res.Body, &p); err != nil || string(p.Code) != code {
-			l.add("%s answered %d with code %q, want %q: %s", op, res.Status, p.Code, code, res.Body)
+		if err := json.Unmarshal(res.Body, &p); err != nil || !slices.Contains(codes, string(p.Code)) {
+			l.add("%s answered %d with code %q, want one of %v: %s", op, res.Status, p.Code, codes, res.Body)
 			return 0
 		}
 	}
 	return res.Status
 }
 
-// lcRaceCounters are the figures the race test logs.
-type lcRaceCounters struct {
+// raceCounters are the figures the race test logs.
+type raceCounters struct {
 	createReqs, created, createConflicts      atomic.Int64
 	claimReqs, claimed                        atomic.Int64
 	reportsOK, reportsLost, reportsRefused    atomic.Int64
@@ -83,20 +96,20 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 	)
 	e := newEnv(t)
 	// PATCHes lower max_active_runs below what runs: check the limit at each claim's commit.
-	require.NoError(t, invariants.InstallClaimAudit(context.Background(), e.DB))
+	e.InstallClaimAudit()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 
 	dags := make([]string, nDags)
 	for i := range dags {
 		dags[i] = fmt.Sprintf("lc_race_%d", i)
-		lcPutDag(e, dags[i], "@daily", "max_active_runs", 2)
+		e.PutDagWith(dags[i], "@daily", "max_active_runs", 2)
 	}
 	base := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
 
 	var (
-		c     lcRaceCounters
-		errs  lcErrs
+		c     raceCounters
+		errs  loadFailures
 		stop  atomic.Bool
 		load  sync.WaitGroup
 		known struct {
@@ -174,7 +187,7 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 				body["dag_id"] = dags[rng.IntN(nDags)]
 			}
 			c.claimReqs.Add(1)
-			res, err := e.do(http.MethodPost, lcClaimPath, body)
+			res, err := e.do(http.MethodPost, claimPath, body)
 			if errs.expect("claim", res, err, map[int]string{200: ""}) != http.StatusOK {
 				return
 			}
@@ -194,7 +207,7 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 				}
 				if rng.IntN(5) == 0 {
 					c.heartbeats.Add(1)
-					res, err := e.do(http.MethodPost, lcHeartbeatPath(run.Id), map[string]any{"worker_id": worker})
+					res, err := e.do(http.MethodPost, heartbeatPath(run.Id), map[string]any{"worker_id": worker})
 					if errs.expect("heartbeat", res, err, map[int]string{200: "", 409: "lease_lost"}) == http.StatusConflict {
 						c.heartbeatsLost.Add(1)
 					}
@@ -212,7 +225,7 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 					delete(patch, "worker_id")
 					allowed = map[int]string{200: "", 409: "invalid_transition"}
 				}
-				res, err := e.do(http.MethodPatch, lcRunPath(run.DagId, run.RunId), patch)
+				res, err := e.do(http.MethodPatch, runPath(run.DagId, run.RunId), patch)
 				switch errs.expect("report", res, err, allowed) {
 				case http.StatusOK:
 					c.reportsOK.Add(1)
@@ -235,7 +248,7 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 		}
 		if rng.IntN(8) == 0 {
 			c.reads.Add(1)
-			res, err := e.do(http.MethodGet, lcBackfillPath(id), nil)
+			res, err := e.do(http.MethodGet, backfillPath(id), nil)
 			if errs.expect("get backfill", res, err, map[int]string{200: ""}) == http.StatusOK {
 				var b api.Backfill
 				if err := json.Unmarshal(res.Body, &b); err != nil {
@@ -260,7 +273,7 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 			action = "cancel"
 			c.cancels.Add(1)
 		}
-		res, err := e.do(http.MethodPut, lcBackfillPath(id)+"/"+action, nil)
+		res, err := e.do(http.MethodPut, backfillPath(id)+"/"+action, nil)
 		switch errs.expect(action, res, err, map[int]string{200: "", 409: "backfill_not_active"}) {
 		case http.StatusOK:
 			c.actionsOK.Add(1)
@@ -270,7 +283,7 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 	})
 
 	// Operator: failure budgets, PATCHes, retries, releases and notes (operator_race_test.go).
-	operator := lcStartOperatorLoad(e, goLoad, pickBackfill, func(id int64) {
+	operator := startOperatorLoad(e, goLoad, pickBackfill, func(id int64) {
 		known.Lock()
 		known.ids = append(known.ids, id)
 		known.Unlock()
@@ -310,11 +323,11 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 	var (
 		checker     sync.WaitGroup
 		checkpoints int
-		peak        lcInvariantStats
+		peak        invariantReport
 	)
 	checkerDone := make(chan struct{})
-	terminalSeen := map[int64]lcTerminalRow{}
-	observe := func(s lcInvariantStats) {
+	terminalSeen := map[int64]terminalRow{}
+	observe := func(s invariantReport) {
 		checkpoints++
 		if s.PeakRatio > peak.PeakRatio || (s.PeakRatio == peak.PeakRatio && s.PeakRunning > peak.PeakRunning) {
 			peak.PeakRatio, peak.PeakRunning, peak.PeakMax = s.PeakRatio, s.PeakRunning, s.PeakMax
@@ -341,7 +354,7 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 			case <-checkerDone:
 				return
 			case <-tick.C:
-				observe(lcCheckInvariants(t, e.DB))
+				observe(checkInvariants(t, e.DB))
 			}
 		}
 	}()
@@ -367,12 +380,12 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 	} {
 		require.Positive(t, n, "the load produced no %s", name)
 	}
-	observe(lcCheckInvariants(t, e.DB))
+	observe(checkInvariants(t, e.DB))
 
 	// (e) Load stopped: one pass finalizes every active backfill whose runs are all terminal.
 	e.SweepOnce()
-	require.Empty(t, lcActiveButFinished(t, e.DB), "active backfills with all runs terminal after one pass")
-	observe(lcCheckInvariants(t, e.DB))
+	require.Empty(t, activeButFinished(t, e.DB), "active backfills with all runs terminal after one pass")
+	observe(checkInvariants(t, e.DB))
 
 	// Drain: expire every lease, unpause, claim and report everything; one pass then leaves
 	// no active backfill.
@@ -381,11 +394,11 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 	var paused []int64
 	require.NoError(t, e.DB.Select(&paused, `SELECT id FROM backfills WHERE state = 'paused' ORDER BY id`))
 	for _, id := range paused {
-		lcActionOK(e, id, "unpause")
+		e.ActionOK(id, "unpause")
 	}
 	drained := 0
 	for {
-		runs := lcClaimBody(e, map[string]any{"worker_id": "drain", "limit": 100, "lease_seconds": 3600})
+		runs := e.ClaimWith(map[string]any{"worker_id": "drain", "limit": 100, "lease_seconds": 3600})
 		if len(runs) == 0 {
 			break
 		}
@@ -397,13 +410,13 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 	var unfinished int
 	require.NoError(t, e.DB.Get(&unfinished, `SELECT count(*) FROM dag_runs WHERE state IN ('queued', 'running')`))
 	require.Zero(t, unfinished, "runs left unfinished after the drain")
-	leftForSweep := len(lcActiveButFinished(t, e.DB))
+	leftForSweep := len(activeButFinished(t, e.DB))
 	e.SweepOnce()
-	require.Empty(t, lcActiveButFinished(t, e.DB))
+	require.Empty(t, activeButFinished(t, e.DB))
 	var active int
 	require.NoError(t, e.DB.Get(&active, `SELECT count(*) FROM backfills WHERE state IN ('running', 'paused', 'canceling')`))
 	require.Zero(t, active, "active backfills after the drain and one pass")
-	observe(lcCheckInvariants(t, e.DB))
+	observe(checkInvariants(t, e.DB))
 
 	final := []struct {
 		State string `db:"state"`

@@ -51,19 +51,18 @@ func scaleWarm(t *testing.T, e *env) {
 	const dag = "scale_warm"
 	e.PutDag(dag, "* * * * *", "")
 	b := e.CreateBackfill(scaleWindow(dag, 20, "max_active_runs", 10))
-	runs := e.Claim("warm", 4)
-	require.Len(t, runs, 4)
-	require.Equal(t, http.StatusOK, lcHeartbeat(e, runs[0].Id, "warm").Status)
-	require.Equal(t, http.StatusConflict, lcHeartbeat(e, runs[0].Id, "someone_else").Status)
+	runs := e.ClaimN(4, "warm", 4)
+	require.Equal(t, http.StatusOK, e.Heartbeat(runs[0].Id, "warm").Status)
+	require.Equal(t, http.StatusConflict, e.Heartbeat(runs[0].Id, "someone_else").Status)
 	e.Report(runs[0], "success")
 	e.Report(runs[1], "failed")
 	e.Clock.Advance(time.Hour) // the other two leases expire
 	e.SweepOnce()
-	require.Equal(t, api.BackfillState("canceled"), lcActionOK(e, b.Id, "cancel").State)
+	require.Equal(t, api.BackfillState("canceled"), e.ActionOK(b.Id, "cancel").State)
 	e.SweepOnce()
 	r := e.CreateBackfill(scaleWindow(dag, 20, "reprocess_behavior", "failed"))
 	require.EqualValues(t, 19, r.Progress.Queued, "every slot but the successful one is reprocessed")
-	require.Equal(t, api.BackfillState("canceled"), lcActionOK(e, r.Id, "cancel").State)
+	require.Equal(t, api.BackfillState("canceled"), e.ActionOK(r.Id, "cancel").State)
 	e.SweepOnce()
 	scaleRequireCounters(t, e, b.Id)
 	scaleRequireCounters(t, e, r.Id)
@@ -131,12 +130,12 @@ func TestScaleCancelOf100kRunsOnWarmConnection(t *testing.T) {
 	b := e.CreateBackfill(scaleWindow(dag, scaleRuns))
 	require.EqualValues(t, scaleRuns, b.Progress.Queued)
 
-	c := lcActionOK(e, b.Id, "cancel")
+	c := e.ActionOK(b.Id, "cancel")
 	require.Equal(t, api.BackfillState("canceled"), c.State)
 	require.NotNil(t, c.CompletedAt)
 	require.Equal(t, api.BackfillProgress{Total: scaleRuns, Canceled: scaleRuns}, c.Progress)
 	require.Equal(t, c.Progress, scaleRequireCounters(t, e, b.Id).Progress)
-	require.Equal(t, map[string]int64{"canceled": scaleRuns}, lcRunStates(t, e.DB, b.Id))
+	require.Equal(t, map[string]int64{"canceled": scaleRuns}, runStates(t, e.DB, b.Id))
 
 	// The DAG is free again at once.
 	next := e.CreateBackfill(scaleWindow(dag, 10, "reprocess_behavior", "none"))
@@ -167,11 +166,11 @@ func TestScaleLeaseExpiryFinalizeAndReprocessFailedOf100kRuns(t *testing.T) {
 	got := scaleRequireCounters(t, e, b.Id)
 	require.Equal(t, api.BackfillState("failed"), got.State)
 	require.Equal(t, api.BackfillProgress{Total: scaleRuns, Failed: scaleRuns}, got.Progress)
-	require.Equal(t, map[string]int64{"failed": scaleRuns}, lcRunStates(t, e.DB, b.Id))
+	require.Equal(t, map[string]int64{"failed": scaleRuns}, runStates(t, e.DB, b.Id))
 
 	r := e.CreateBackfill(scaleWindow(dag, scaleRuns, "reprocess_behavior", "failed"))
 	require.Equal(t, api.BackfillProgress{Total: scaleRuns, Queued: scaleRuns}, scaleRequireCounters(t, e, r.Id).Progress)
-	require.Equal(t, map[string]int64{"queued": scaleRuns}, lcRunStates(t, e.DB, r.Id))
+	require.Equal(t, map[string]int64{"queued": scaleRuns}, runStates(t, e.DB, r.Id))
 	// The parent's record is frozen as it was when its runs were taken over.
 	old := scaleRequireCounters(t, e, b.Id)
 	require.Equal(t, api.BackfillProgress{Total: scaleRuns, Failed: scaleRuns}, old.Progress)
@@ -196,10 +195,10 @@ func TestScaleFinalizeAndReprocessCompletedOf100kRuns(t *testing.T) {
 	require.Equal(t, api.BackfillProgress{Total: scaleRuns, Queued: scaleRuns}, scaleRequireCounters(t, e, r.Id).Progress)
 	require.Equal(t, api.BackfillProgress{Total: scaleRuns, Success: scaleRuns}, scaleRequireCounters(t, e, b.Id).Progress)
 
-	c := lcActionOK(e, r.Id, "cancel")
+	c := e.ActionOK(r.Id, "cancel")
 	require.Equal(t, api.BackfillState("canceled"), c.State)
 	require.Equal(t, api.BackfillProgress{Total: scaleRuns, Canceled: scaleRuns}, scaleRequireCounters(t, e, r.Id).Progress)
-	require.Equal(t, map[string]int64{"canceled": scaleRuns}, lcRunStates(t, e.DB, r.Id))
+	require.Equal(t, map[string]int64{"canceled": scaleRuns}, runStates(t, e.DB, r.Id))
 	require.Equal(t, api.BackfillProgress{Total: scaleRuns, Success: scaleRuns}, scaleRequireCounters(t, e, b.Id).Progress,
 		fmt.Sprintf("backfill %d keeps the record of its runs", b.Id))
 }

@@ -13,10 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// sdk is a Go SDK client of the env's server.
+// sdk is a Go SDK client of the env's server; every answer it gets is checked against the
+// spec.
 func (e *env) sdk(t testing.TB) *client.Client {
 	t.Helper()
-	c, err := client.New(e.URL, e.Token, client.WithHTTPClient(e.HTTP))
+	c, err := client.New(e.URL, e.Token, client.WithHTTPClient(e.specHTTP(t)))
 	require.NoError(t, err)
 	return c
 }
@@ -24,10 +25,16 @@ func (e *env) sdk(t testing.TB) *client.Client {
 // sweepInBackground runs a sweep pass every few milliseconds until the test ends, as the
 // service's own sweeper would every SWEEP_INTERVAL.
 func (e *env) sweepInBackground(t testing.TB) {
+	e.everyTick(t, 10*time.Millisecond, "sweep", e.Sweep.RunOnce)
+}
+
+// everyTick calls fn on each tick of every until the test ends (its cleanups wait for the
+// last call, before newEnv's drops the database); the first error fails the test and stops it.
+func (e *env) everyTick(t testing.TB, every time.Duration, what string, fn func(context.Context) error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		tick := time.NewTicker(10 * time.Millisecond)
+		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for {
 			select {
@@ -35,12 +42,12 @@ func (e *env) sweepInBackground(t testing.TB) {
 				return
 			case <-tick.C:
 			}
-			if err := e.Sweep.RunOnce(ctx); err != nil && ctx.Err() == nil {
-				t.Errorf("sweep: %v", err)
+			if err := fn(ctx); err != nil && ctx.Err() == nil {
+				t.Errorf("%s: %v", what, err)
+				return
 			}
 		}
 	})
-	// Runs before newEnv's cleanup drops the database.
 	t.Cleanup(func() { cancel(); wg.Wait() })
 }
 
@@ -58,6 +65,22 @@ func runSDKExecutors(t testing.TB, c *client.Client, n int, cfg client.ExecutorC
 		})
 	}
 	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+// sdkDailyDag puts a daily DAG through the SDK.
+func sdkDailyDag(t testing.TB, c *client.Client, dagID string) {
+	t.Helper()
+	_, _, err := c.PutDag(context.Background(), dagID, client.DagPut{Schedule: "@daily"})
+	require.NoError(t, err)
+}
+
+// sdkBackfill puts a daily DAG and creates a backfill of it through the SDK.
+func sdkBackfill(t testing.TB, c *client.Client, req client.BackfillCreate) client.Backfill {
+	t.Helper()
+	sdkDailyDag(t, c, req.DagId)
+	b, err := c.CreateBackfill(context.Background(), req, "")
+	require.NoError(t, err)
+	return b
 }
 
 // sdkFastExecutor polls often, so that tests finish quickly.
@@ -158,10 +181,7 @@ func TestSDKExecutorsCompleteEveryRunAndTheBackfillSucceeds(t *testing.T) {
 	e := newEnv(t)
 	c := e.sdk(t)
 	ctx := context.Background()
-	_, _, err := c.PutDag(ctx, "sdk_ok", client.DagPut{Schedule: "@daily"})
-	require.NoError(t, err)
-	b, err := c.CreateBackfill(ctx, client.BackfillCreate{DagId: "sdk_ok", FromDate: day(3, 1), ToDate: day(3, 12), MaxActiveRuns: sdkPtr[int32](3)}, "")
-	require.NoError(t, err)
+	b := sdkBackfill(t, c, client.BackfillCreate{DagId: "sdk_ok", FromDate: day(3, 1), ToDate: day(3, 12), MaxActiveRuns: sdkPtr[int32](3)})
 
 	var mu sync.Mutex
 	workedBy := map[string]string{} // run_id -> worker
@@ -204,10 +224,7 @@ func TestSDKExecutorErrorFailsTheRunAndTheBackfill(t *testing.T) {
 	e := newEnv(t)
 	c := e.sdk(t)
 	ctx := context.Background()
-	_, _, err := c.PutDag(ctx, "sdk_fail", client.DagPut{Schedule: "@daily"})
-	require.NoError(t, err)
-	b, err := c.CreateBackfill(ctx, client.BackfillCreate{DagId: "sdk_fail", FromDate: day(4, 1), ToDate: day(4, 6)}, "")
-	require.NoError(t, err)
+	b := sdkBackfill(t, c, client.BackfillCreate{DagId: "sdk_fail", FromDate: day(4, 1), ToDate: day(4, 6)})
 
 	bad := day(4, 3)
 	e.sweepInBackground(t)
@@ -237,10 +254,7 @@ func TestSDKCancelStopsRunningWorkAndTheBackfillEndsCanceled(t *testing.T) {
 	e := newEnv(t)
 	c := e.sdk(t)
 	ctx := context.Background()
-	_, _, err := c.PutDag(ctx, "sdk_cancel", client.DagPut{Schedule: "@daily"})
-	require.NoError(t, err)
-	b, err := c.CreateBackfill(ctx, client.BackfillCreate{DagId: "sdk_cancel", FromDate: day(5, 1), ToDate: day(5, 5), MaxActiveRuns: sdkPtr[int32](2)}, "")
-	require.NoError(t, err)
+	b := sdkBackfill(t, c, client.BackfillCreate{DagId: "sdk_cancel", FromDate: day(5, 1), ToDate: day(5, 5), MaxActiveRuns: sdkPtr[int32](2)})
 
 	started := make(chan string, 5)
 	causes := make(chan error, 5)
@@ -282,12 +296,12 @@ func TestSDKCancelStopsRunningWorkAndTheBackfillEndsCanceled(t *testing.T) {
 func TestSDKSendsTheBearerToken(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withTokens("sdk-token"))
-	ok, err := client.New(e.URL, "sdk-token")
+	ok, err := client.New(e.URL, "sdk-token", client.WithHTTPClient(e.specHTTP(t)))
 	require.NoError(t, err)
 	_, err = ok.ListDags(context.Background(), nil)
 	require.NoError(t, err)
 
-	anon, err := client.New(e.URL, "")
+	anon, err := client.New(e.URL, "", client.WithHTTPClient(e.specHTTP(t)))
 	require.NoError(t, err)
 	_, err = anon.ListDags(context.Background(), nil)
 	var p *client.ProblemError

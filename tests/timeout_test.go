@@ -18,8 +18,7 @@ import (
 func TestStatementTimeoutAnswers503TimeoutWithRetryAfter(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.PutDag("locked", "@daily", "")
-	b := e.CreateBackfill(backfillBody("locked", day(1, 1), day(1, 3)))
+	b := e.DailyBackfill("locked", day(1, 1), day(1, 3))
 
 	// Every new session of this database stops statements after 300 ms; the pool's idle
 	// sessions are closed so that the service's next ones take the setting.
@@ -50,9 +49,7 @@ func TestStatementTimeoutAnswers503TimeoutWithRetryAfter(t *testing.T) {
 			body = map[string]any{"schedule": "@hourly", "description": "changed"}
 		}
 		res := e.Do(req.method, req.path, body)
-		require.Equal(t, http.StatusServiceUnavailable, res.Status, "%s %s: %s", req.method, req.path, res.Body)
-		p := res.Problem(t)
-		require.EqualValues(t, "timeout", p.Code, "%s %s", req.method, req.path)
+		p := requireProblem(t, res, http.StatusServiceUnavailable, "timeout", req.method, " ", req.path)
 		require.NotEmpty(t, res.Header.Get("Retry-After"))
 		require.Contains(t, p.Detail, "time limit")
 		require.False(t, strings.Contains(p.Detail, "cannot be reached"), p.Detail)

@@ -183,7 +183,7 @@ func TestConsoleCreatesWatchesAndSteersABackfill(t *testing.T) {
 
 	// An executor works the runs; the page follows without a reload until succeeded.
 	eval[bool](t, b, `window.noReload = true`)
-	c, err := client.New(e.URL, "", client.WithHTTPClient(e.HTTP))
+	c, err := client.New(e.URL, "", client.WithHTTPClient(e.specHTTP(t)))
 	require.NoError(t, err)
 	execCtx, stopExec := context.WithCancel(context.Background())
 	defer stopExec()

@@ -70,12 +70,9 @@ func TestWebhookCreateRejectsURLsThatAreNotAbsoluteHTTP(t *testing.T) {
 		"mailto:ops@example.com", "https://user:pw@example.com/hook", "http://exa mple.com/", "javascript:alert(1)",
 	} {
 		res := e.Do(http.MethodPost, "/api/v1/webhooks", map[string]any{"url": url})
-		require.Equal(t, http.StatusUnprocessableEntity, res.Status, "url %q: %s", url, res.Body)
-		require.Equal(t, api.ProblemCode("invalid_webhook"), res.Problem(t).Code, url)
+		requireProblem(t, res, http.StatusUnprocessableEntity, "invalid_webhook", "url ", url)
 	}
-	var n int
-	require.NoError(t, e.DB.Get(&n, `SELECT count(*) FROM webhooks`))
-	require.Zero(t, n, "nothing is registered by a refused request")
+	require.Zero(t, e.Count(`SELECT count(*) FROM webhooks`), "nothing is registered by a refused request")
 }
 
 func TestWebhookCreateRejectsMalformedBodiesWith400(t *testing.T) {
@@ -93,8 +90,7 @@ func TestWebhookCreateRejectsMalformedBodiesWith400(t *testing.T) {
 		"url too long":           fmt.Sprintf(`{"url": "https://example.com/%s"}`, strings.Repeat("a", 2048)),
 	} {
 		res := e.Do(http.MethodPost, "/api/v1/webhooks", body)
-		require.Equal(t, http.StatusBadRequest, res.Status, "%s: %s", name, res.Body)
-		require.Equal(t, api.ProblemCode("invalid_request"), res.Problem(t).Code, name)
+		requireProblem(t, res, http.StatusBadRequest, "invalid_request", name)
 	}
 }
 
@@ -109,12 +105,9 @@ func TestWebhookDeleteAnswers204ThenTheWebhookIsGone(t *testing.T) {
 	require.Empty(t, res.Body)
 	for _, req := range [][2]string{{http.MethodGet, path}, {http.MethodDelete, path}, {http.MethodGet, path + "/deliveries"}} {
 		res := e.Do(req[0], req[1], nil)
-		require.Equal(t, http.StatusNotFound, res.Status, "%s %s", req[0], req[1])
-		require.Equal(t, api.ProblemCode("webhook_not_found"), res.Problem(t).Code)
+		requireProblem(t, res, http.StatusNotFound, "webhook_not_found", req[0], " ", req[1])
 	}
-	var n int
-	require.NoError(t, e.DB.Get(&n, `SELECT count(*) FROM webhook_deliveries`))
-	require.Zero(t, n, "the webhook's pending delivery went with it")
+	require.Zero(t, e.Count(`SELECT count(*) FROM webhook_deliveries`), "the webhook's pending delivery went with it")
 }
 
 func TestWebhookRoutesRejectBadIdsAndPages(t *testing.T) {

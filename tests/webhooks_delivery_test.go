@@ -221,9 +221,7 @@ func TestWebhookDeliveryIsMadeOnlyWithACommittedEvent(t *testing.T) {
 
 	e.localDeliverer().runOnce(t)
 	require.Empty(t, rc.Got())
-	var n int
-	require.NoError(t, e.DB.Get(&n, `SELECT count(*) FROM webhook_deliveries`))
-	require.Zero(t, n)
+	require.Zero(t, e.Count(`SELECT count(*) FROM webhook_deliveries`))
 }
 
 // A process that claims a delivery and dies leaves it leased; when the lease runs out any
@@ -352,7 +350,5 @@ func TestWebhookDelivererLoopDeliversUntilStopped(t *testing.T) {
 	}
 	d.Stop()
 	d.Stop()
-	var pending int
-	require.NoError(t, e.DB.Get(&pending, `SELECT count(*) FROM webhook_deliveries WHERE state <> 'delivered'`))
-	require.Zero(t, pending)
+	require.Zero(t, e.Count(`SELECT count(*) FROM webhook_deliveries WHERE state <> 'delivered'`))
 }

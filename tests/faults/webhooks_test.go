@@ -100,14 +100,21 @@ func (h *hookReceiver) snapshot() (acked map[string]int, requests int, bad []str
 	return acked, h.requests, append([]string(nil), h.bad...)
 }
 
-func registerWebhook(t testing.TB, c *client, url string) (id int64, secret string) {
+// registerWebhook registers the receiver's hook URL and arms the receiver with the SDK's
+// verifier for the webhook's secret, so that it checks every signature it gets.
+func registerWebhook(t testing.TB, c *client, rc *hookReceiver) (id int64) {
 	t.Helper()
-	a := c.must(t, http.MethodPost, "/api/v1/webhooks", map[string]any{"url": url}, http.StatusCreated)
+	a := c.must(t, http.MethodPost, "/api/v1/webhooks", map[string]any{"url": rc.srv.URL + "/hook"}, http.StatusCreated)
 	w := decode[struct {
 		ID     int64  `json:"id"`
 		Secret string `json:"secret"`
 	}](t, a)
-	return w.ID, w.Secret
+	v, err := sdk.NewWebhookVerifier(w.Secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.verifier.Store(v)
+	return w.ID
 }
 
 // waitDelivered polls the database until every delivery is delivered and answers how long
@@ -141,12 +148,7 @@ func TestKillDuringWebhookDelivery(t *testing.T) {
 	rc.hold.Store(true)
 	srv := startProc(t, "bf_wh_kill", tdb.DSN, "WEBHOOK_ALLOW_LOCAL=true")
 	c := newClient(srv.URL, false)
-	hookID, secret := registerWebhook(t, c, rc.srv.URL+"/hook")
-	v, err := sdk.NewWebhookVerifier(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc.verifier.Store(v)
+	hookID := registerWebhook(t, c, rc)
 	ids := insertEvents(t, tdb.DB, before)
 
 	// Kill once attempts are in flight at the receiver (the deliverer runs 8 at a time).
@@ -229,12 +231,7 @@ func TestWebhookThirdAttemptAfterTwo500s(t *testing.T) {
 	})
 	srv := startProc(t, "bf_wh_retry", tdb.DSN, "WEBHOOK_ALLOW_LOCAL=true")
 	c := newClient(srv.URL, false)
-	hookID, secret := registerWebhook(t, c, rc.srv.URL+"/hook")
-	v, err := sdk.NewWebhookVerifier(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc.verifier.Store(v)
+	hookID := registerWebhook(t, c, rc)
 	id := insertEvents(t, tdb.DB, 1)[0]
 
 	type attempt struct {
