@@ -97,7 +97,7 @@ type BackfillSlotsParams struct {
 }
 
 // BackfillSlots pages a backfill's slots in sort order. A slot whose run a later backfill took
-// over shows the state frozen at the takeover.
+// over shows the run as it was at the takeover (see backfill_slot_records, migration 00010).
 func (s *Store) BackfillSlots(ctx context.Context, p BackfillSlotsParams) ([]BackfillSlot, int64, error) {
 	b, err := s.BackfillGet(ctx, p.BackfillID)
 	if err != nil {
@@ -109,11 +109,8 @@ func (s *Store) BackfillSlots(ctx context.Context, p BackfillSlotsParams) ([]Bac
 	}
 	slots := []BackfillSlot{}
 	err = sqlx.SelectContext(ctx, s.db, &slots, `
-		SELECT s.sort_ordinal, s.logical_date, s.dag_run_id, r.run_id,
-			coalesce(s.frozen_state, r.state) AS state, s.exception_reason,
-			CASE WHEN s.frozen_state IS NULL THEN r.attempt ELSE s.frozen_attempt END AS attempt,
-			CASE WHEN s.frozen_state IS NULL THEN r.note ELSE s.frozen_note END AS note
-		FROM backfill_dag_runs s LEFT JOIN dag_runs r ON r.id = s.dag_run_id
+		SELECT s.sort_ordinal, s.logical_date, s.dag_run_id, s.run_id, s.state, s.exception_reason, s.attempt, s.note
+		FROM backfill_slot_records s
 		WHERE s.backfill_id = $1`+order+` LIMIT $2 OFFSET $3`,
 		p.BackfillID, p.Limit, p.Offset)
 	if err != nil {

@@ -211,19 +211,20 @@ func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCr
 	return b, nil
 }
 
-// takenRun is a run that exists for a slot's date, with where it sits in the backfill that
-// owns it (if any), so that the takeover can freeze that backfill's slot by primary key.
+// takenRun is a run that exists for a slot's date, with the backfill that owns it (if any)
+// and what that backfill's record shows of it, which the takeover keeps on the new slot.
 type takenRun struct {
 	existingRun
-	BackfillID  *int64  `db:"backfill_id"`
-	SortOrdinal *int64  `db:"backfill_sort_ordinal"`
-	Attempt     int     `db:"attempt"`
-	Note        *string `db:"note"`
+	BackfillID *int64  `db:"backfill_id"`
+	Attempt    int     `db:"attempt"`
+	Note       *string `db:"note"`
 }
 
 // settleTakenSlots decides the slots whose date already had a run, reading those runs in one
 // range scan of the window they span: each is reprocessed (the run is taken over) or skipped
-// with a reason. It then writes those slots' rows.
+// with a reason. It then writes those slots' rows; a reprocessed slot's row records the
+// backfill it took the run from and the state, attempt and note the run had there, which is
+// what that backfill's record goes on showing (the view backfill_slot_records).
 func settleTakenSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p BackfillCreateParams, slots []PlannedSlot, taken []int, now time.Time) error {
 	takenSlots := make([]PlannedSlot, len(taken))
 	for i, idx := range taken {
@@ -232,7 +233,7 @@ func settleTakenSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p Back
 	first, last := domain.Window(takenSlots)
 	var runs []takenRun
 	err := sqlx.SelectContext(ctx, tx, &runs, `
-		SELECT id, logical_date, state, backfill_id, backfill_sort_ordinal, attempt, note FROM dag_runs
+		SELECT id, logical_date, state, backfill_id, attempt, note FROM dag_runs
 		WHERE dag_id = $1 AND logical_date BETWEEN $2 AND $3`, p.DagID, first, last)
 	if err != nil {
 		return fmt.Errorf("read existing runs: %w", err)
@@ -242,6 +243,7 @@ func settleTakenSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p Back
 		byDate[r.LogicalDate.UnixMicro()] = r
 	}
 	var over []takeover
+	rows := newTakenSlotRows(len(taken))
 	for _, idx := range taken {
 		r, ok := byDate[slots[idx].LogicalDate.UnixMicro()]
 		if !ok {
@@ -249,34 +251,75 @@ func settleTakenSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p Back
 			return fmt.Errorf("slot %s conflicted with no run of its date", slots[idx].LogicalDate)
 		}
 		domain.Decide(&slots[idx], p.ReprocessBehavior, r.ID, r.State)
+		var prior *takenRun
 		if slots[idx].Action == ActionReprocess {
 			over = append(over, takeover{run: r, ordinal: slots[idx].SortOrdinal})
+			if r.BackfillID != nil {
+				prior = &r
+			}
 		}
+		rows.add(slots[idx], prior)
 	}
 	if err := reprocessRuns(ctx, tx, backfillID, p, over, now); err != nil {
 		return err
 	}
-	ordinals := make(pq.Int64Array, len(taken))
-	dates := make(pq.StringArray, len(taken))
-	runIDs := make(pq.Int64Array, len(taken))
-	reasons := make(pq.StringArray, len(taken))
-	for i, idx := range taken {
-		ordinals[i] = int64(slots[idx].SortOrdinal)
-		dates[i] = slots[idx].LogicalDate.Format(time.RFC3339Nano)
-		runIDs[i] = slots[idx].ExistingRunID
-		if r := slots[idx].ExceptionReason; r != nil {
-			reasons[i] = *r
-		}
-	}
 	_, err = tx.ExecContext(ctx, `
-		INSERT INTO backfill_dag_runs (backfill_id, sort_ordinal, logical_date, dag_run_id, exception_reason)
-		SELECT $1, u.sort_ordinal, u.logical_date, nullif(u.run_id, 0), nullif(u.reason, '')
-		FROM unnest($2::int[], $3::timestamptz[], $4::bigint[], $5::text[]) AS u(sort_ordinal, logical_date, run_id, reason)`,
-		backfillID, ordinals, dates, runIDs, reasons)
+		INSERT INTO backfill_dag_runs (backfill_id, sort_ordinal, logical_date, dag_run_id, exception_reason,
+			prior_backfill_id, prior_state, prior_attempt, prior_note)
+		SELECT $1, u.sort_ordinal, u.logical_date, nullif(u.run_id, 0), nullif(u.reason, ''),
+			nullif(u.prior_backfill_id, 0), nullif(u.prior_state, ''), nullif(u.prior_attempt, 0), u.prior_note
+		FROM unnest($2::int[], $3::timestamptz[], $4::bigint[], $5::text[], $6::bigint[], $7::text[], $8::int[], $9::text[])
+			AS u(sort_ordinal, logical_date, run_id, reason, prior_backfill_id, prior_state, prior_attempt, prior_note)`,
+		backfillID, rows.ordinals, rows.dates, rows.runIDs, rows.reasons,
+		rows.priorOwners, rows.priorStates, rows.priorAttempts, pq.Array(rows.priorNotes))
 	if err != nil {
 		return fmt.Errorf("insert slots of existing runs: %w", err)
 	}
 	return nil
+}
+
+// takenSlotRows are the slot rows settleTakenSlots inserts, as parallel arrays (zero and ""
+// stand for NULL: no ordinal, owner id or attempt is 0).
+type takenSlotRows struct {
+	ordinals, runIDs, priorOwners, priorAttempts pq.Int64Array
+	dates, reasons, priorStates                  pq.StringArray
+	priorNotes                                   []sql.NullString
+}
+
+func newTakenSlotRows(n int) *takenSlotRows {
+	return &takenSlotRows{
+		ordinals: make(pq.Int64Array, 0, n), runIDs: make(pq.Int64Array, 0, n),
+		priorOwners: make(pq.Int64Array, 0, n), priorAttempts: make(pq.Int64Array, 0, n),
+		dates: make(pq.StringArray, 0, n), reasons: make(pq.StringArray, 0, n),
+		priorStates: make(pq.StringArray, 0, n), priorNotes: make([]sql.NullString, 0, n),
+	}
+}
+
+// add appends a settled slot; prior is the run it took over from another backfill, if any.
+func (t *takenSlotRows) add(sl PlannedSlot, prior *takenRun) {
+	t.ordinals = append(t.ordinals, int64(sl.SortOrdinal))
+	t.dates = append(t.dates, sl.LogicalDate.Format(time.RFC3339Nano))
+	t.runIDs = append(t.runIDs, sl.ExistingRunID)
+	reason := ""
+	if sl.ExceptionReason != nil {
+		reason = *sl.ExceptionReason
+	}
+	t.reasons = append(t.reasons, reason)
+	if prior == nil {
+		t.priorOwners = append(t.priorOwners, 0)
+		t.priorStates = append(t.priorStates, "")
+		t.priorAttempts = append(t.priorAttempts, 0)
+		t.priorNotes = append(t.priorNotes, sql.NullString{})
+		return
+	}
+	t.priorOwners = append(t.priorOwners, *prior.BackfillID)
+	t.priorStates = append(t.priorStates, string(prior.State))
+	t.priorAttempts = append(t.priorAttempts, int64(prior.Attempt))
+	note := sql.NullString{}
+	if prior.Note != nil {
+		note = sql.NullString{String: *prior.Note, Valid: true}
+	}
+	t.priorNotes = append(t.priorNotes, note)
 }
 
 // takeover is a run a slot of the new backfill reprocesses, and that slot's ordinal.
@@ -285,27 +328,23 @@ type takeover struct {
 	ordinal int
 }
 
-// reprocessRuns takes the runs over: it first freezes their state in the slot listing of the
-// (terminal) backfill that owned them, by that slot's primary key, then clears them back to
-// queued. The state frozen is the one read in this transaction; the takeover below proves it
-// still held (a run that changed fails the count and the transaction is tried again).
+// reprocessRuns takes the runs over: it clears them back to queued, owned by the new
+// backfill. The state the new slot records of each run is the one read in this transaction;
+// the update proves it still held (a run that changed fails the count and the transaction is
+// tried again).
 //
-// Both statements bound what they read by a range of an index (the owners' slots between
-// the lowest and highest ordinal taken; the DAG's runs between the first and last date
-// taken) besides the join on the arrays: with the join alone, the planner hashed the whole
-// table when the arrays were a few percent of it (a 10,000-run reprocess read every one of
-// 825,000 runs), a cost that grew with history instead of with the runs taken over.
+// The update bounds what it reads by a range of an index (the DAG's runs between the first
+// and last date taken) besides the join on the arrays: with the join alone, the planner
+// hashed the whole table when the arrays were a few percent of it (a 10,000-run reprocess
+// read every one of 825,000 runs), a cost that grew with history instead of with the runs
+// taken over.
 func reprocessRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p BackfillCreateParams, over []takeover, now time.Time) error {
 	if len(over) == 0 {
 		return nil
 	}
 	ids := make(pq.Int64Array, 0, len(over))
 	ordinals := make(pq.Int64Array, 0, len(over))
-	var owners, ownerOrdinals, owned, attempts pq.Int64Array
-	var states pq.StringArray
-	var notes []sql.NullString
 	first, last := over[0].run.LogicalDate, over[0].run.LogicalDate
-	var lowOrd, highOrd int64
 	for _, t := range over {
 		ids = append(ids, t.run.ID)
 		ordinals = append(ordinals, int64(t.ordinal))
@@ -314,38 +353,6 @@ func reprocessRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p Backfil
 		}
 		if t.run.LogicalDate.After(last) {
 			last = t.run.LogicalDate
-		}
-		if t.run.BackfillID != nil && t.run.SortOrdinal != nil {
-			ord := *t.run.SortOrdinal
-			if len(owners) == 0 || ord < lowOrd {
-				lowOrd = ord
-			}
-			if len(owners) == 0 || ord > highOrd {
-				highOrd = ord
-			}
-			owners = append(owners, *t.run.BackfillID)
-			ownerOrdinals = append(ownerOrdinals, ord)
-			owned = append(owned, t.run.ID)
-			states = append(states, string(t.run.State))
-			attempts = append(attempts, int64(t.run.Attempt))
-			if t.run.Note != nil {
-				notes = append(notes, sql.NullString{String: *t.run.Note, Valid: true})
-			} else {
-				notes = append(notes, sql.NullString{})
-			}
-		}
-	}
-	if len(owners) > 0 {
-		_, err := tx.ExecContext(ctx, `
-			UPDATE backfill_dag_runs s SET frozen_state = u.state, frozen_attempt = u.attempt, frozen_note = u.note
-			FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::text[], $7::int[], $8::text[])
-				AS u(backfill_id, sort_ordinal, run_id, state, attempt, note)
-			WHERE s.backfill_id = u.backfill_id AND s.sort_ordinal = u.sort_ordinal AND s.dag_run_id = u.run_id
-			  AND s.frozen_state IS NULL
-			  AND s.backfill_id = ANY(ARRAY(SELECT DISTINCT unnest($1::bigint[]))) AND s.sort_ordinal BETWEEN $5 AND $6`,
-			owners, ownerOrdinals, owned, states, lowOrd, highOrd, attempts, pq.Array(notes))
-		if err != nil {
-			return fmt.Errorf("freeze taken-over slots: %w", err)
 		}
 	}
 	res, err := tx.ExecContext(ctx, `

@@ -45,9 +45,8 @@ func (s *Store) BackfillRetry(ctx context.Context, rp BackfillRetryParams) (Back
 	}
 	var dates []time.Time
 	err = sqlx.SelectContext(ctx, s.db, &dates, `
-		SELECT s.logical_date
-		FROM backfill_dag_runs s JOIN dag_runs r ON r.id = s.dag_run_id
-		WHERE s.backfill_id = $1 AND coalesce(s.frozen_state, r.state) IN ('failed', 'canceled')
+		SELECT s.logical_date FROM backfill_slot_records s
+		WHERE s.backfill_id = $1 AND s.state IN ('failed', 'canceled')
 		ORDER BY s.sort_ordinal`, parent.ID)
 	if err != nil {
 		return Backfill{}, false, fmt.Errorf("read failed slots of backfill %d: %w", parent.ID, err)

@@ -111,3 +111,79 @@ func TestMigrationsUpDownUpOnEmptyDatabase(t *testing.T) {
 	require.Empty(t, again)
 	require.NoError(t, migrations.Up(ctx, db.DB))
 }
+
+// Migration 00010 moves the state a takeover kept from the old owner's slot (frozen_*) to
+// the new owner's (prior_*), and its Down moves it back: a history written before the
+// upgrade reads the same after it, and after a downgrade.
+func TestMigration00010KeepsTakeoverHistory(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := sqlx.Open("postgres", pgtest.NewEmptyDatabase(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	p, err := migrations.NewProvider(db.DB)
+	require.NoError(t, err)
+	_, err = p.UpTo(ctx, 9)
+	require.NoError(t, err)
+
+	// Backfill a ran the run and failed; backfill b took it over (as 00009's code did it:
+	// frozen_* written on a's slot).
+	exec := func(q string, args ...any) {
+		t.Helper()
+		_, err := db.Exec(q, args...)
+		require.NoError(t, err)
+	}
+	exec(`INSERT INTO dags (dag_id, schedule, timezone, max_active_runs, is_paused, created_at, updated_at)
+		VALUES ('mig10', '@daily', 'UTC', 1, false, now(), now())`)
+	newBackfill := func() int64 {
+		var id int64
+		require.NoError(t, db.Get(&id, `INSERT INTO backfills (dag_id, from_date, to_date, run_backwards, reprocess_behavior,
+				max_active_runs, state, created_at, updated_at, num_queued)
+			VALUES ('mig10', '2024-01-01', '2024-01-02', false, 'failed', 1, 'running', now(), now(), 1) RETURNING id`))
+		return id
+	}
+	a := newBackfill()
+	var run int64
+	require.NoError(t, db.Get(&run, `INSERT INTO dag_runs (dag_id, run_id, logical_date, data_interval_start, data_interval_end,
+			state, run_type, backfill_id, backfill_sort_ordinal, attempt)
+		VALUES ('mig10', 'backfill__2024-01-01T00:00:00Z', '2024-01-01', '2024-01-01', '2024-01-02', 'queued', 'backfill', $1, 1, 1)
+		RETURNING id`, a))
+	exec(`INSERT INTO backfill_dag_runs (backfill_id, sort_ordinal, logical_date, dag_run_id) VALUES ($1, 1, '2024-01-01', $2)`, a, run)
+	exec(`UPDATE dag_runs SET state = 'failed', attempt = 2, note = 'broke' WHERE id = $1`, run)
+	exec(`UPDATE backfills SET state = 'failed', completed_at = now() WHERE id = $1`, a)
+	b := newBackfill()
+	exec(`UPDATE backfill_dag_runs SET frozen_state = 'failed', frozen_attempt = 2, frozen_note = 'broke' WHERE backfill_id = $1`, a)
+	exec(`UPDATE dag_runs SET state = 'queued', attempt = 1, note = NULL, backfill_id = $2 WHERE id = $1`, run, b)
+	exec(`INSERT INTO backfill_dag_runs (backfill_id, sort_ordinal, logical_date, dag_run_id) VALUES ($1, 1, '2024-01-01', $2)`, b, run)
+
+	_, err = p.UpTo(ctx, 10)
+	require.NoError(t, err)
+	type record struct {
+		BackfillID int64   `db:"backfill_id"`
+		TakenOver  bool    `db:"taken_over"`
+		State      string  `db:"state"`
+		Attempt    int     `db:"attempt"`
+		Note       *string `db:"note"`
+	}
+	var got []record
+	require.NoError(t, db.Select(&got, `SELECT backfill_id, taken_over, state, attempt, note FROM backfill_slot_records ORDER BY backfill_id`))
+	require.Equal(t, []record{
+		{BackfillID: a, TakenOver: true, State: "failed", Attempt: 2, Note: new("broke")},
+		{BackfillID: b, TakenOver: false, State: "queued", Attempt: 1},
+	}, got)
+
+	_, err = p.DownTo(ctx, 9)
+	require.NoError(t, err)
+	type frozen struct {
+		BackfillID int64   `db:"backfill_id"`
+		State      *string `db:"frozen_state"`
+		Attempt    *int    `db:"frozen_attempt"`
+		Note       *string `db:"frozen_note"`
+	}
+	var back []frozen
+	require.NoError(t, db.Select(&back, `SELECT backfill_id, frozen_state, frozen_attempt, frozen_note FROM backfill_dag_runs ORDER BY backfill_id`))
+	require.Equal(t, []frozen{
+		{BackfillID: a, State: new("failed"), Attempt: new(2), Note: new("broke")},
+		{BackfillID: b},
+	}, back)
+}

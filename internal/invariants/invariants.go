@@ -46,8 +46,10 @@ type TerminalRow struct {
 //	(c) no backfill has more running runs than its max_active_runs, no DAG more running
 //	    runs outside backfills than its max_active_runs;
 //	(d) the num_* counters equal a fresh count of the backfill's slots by the state of their
-//	    run (frozen state for a slot whose run a later backfill took over, skipped for a slot
-//	    without run), and a slot that is not frozen points at a run this backfill owns;
+//	    run as backfill_slot_records shows it (the state at the takeover for a slot whose run
+//	    a later backfill took over, skipped for a slot without run), a slot not taken over
+//	    points at a run this backfill owns, and a taken-over slot's run is owned by a later
+//	    backfill;
 //	(e) a succeeded backfill has no failed or canceled run, a failed one has at least one,
 //	    and completed_at is set exactly when the state is terminal;
 //	(f) pause_reason is set exactly when the backfill is paused, and is user or
@@ -144,8 +146,8 @@ func Check(ctx context.Context, db *sqlx.DB) (Report, error) {
 	check("(d) counters equal slot counts", `
 		WITH slot_states AS (
 			SELECT s.backfill_id,
-			       CASE WHEN s.dag_run_id IS NULL THEN 'skipped' ELSE coalesce(s.frozen_state, r.state) END AS st
-			FROM backfill_dag_runs s LEFT JOIN dag_runs r ON r.id = s.dag_run_id
+			       CASE WHEN s.dag_run_id IS NULL THEN 'skipped' ELSE s.state END AS st
+			FROM backfill_slot_records s
 		), counted AS (
 			SELECT backfill_id,
 			       count(*) FILTER (WHERE st = 'queued')   AS queued,
@@ -183,16 +185,17 @@ func Check(ctx context.Context, db *sqlx.DB) (Report, error) {
 		       ARRAY[coalesce(c.queued, 0), coalesce(c.running, 0), coalesce(c.success, 0),
 		             coalesce(c.failed, 0), coalesce(c.canceled, 0)] AS counted
 		FROM backfills b LEFT JOIN counted c ON c.backfill_id = b.id
-		WHERE NOT EXISTS (SELECT 1 FROM backfill_dag_runs s WHERE s.backfill_id = b.id AND s.frozen_state IS NOT NULL)
+		WHERE NOT EXISTS (SELECT 1 FROM backfill_slot_records s WHERE s.backfill_id = b.id AND s.taken_over)
 		  AND (b.num_queued, b.num_running, b.num_success, b.num_failed, b.num_canceled)
 		      IS DISTINCT FROM
 		      (coalesce(c.queued, 0), coalesce(c.running, 0), coalesce(c.success, 0),
 		       coalesce(c.failed, 0), coalesce(c.canceled, 0))`)
 
-	check("(d) unfrozen slot points at a run of its backfill", `
-		SELECT s.backfill_id, s.sort_ordinal, r.id AS run_id, r.backfill_id AS run_backfill_id
-		FROM backfill_dag_runs s JOIN dag_runs r ON r.id = s.dag_run_id
-		WHERE s.frozen_state IS NULL AND r.backfill_id IS DISTINCT FROM s.backfill_id`)
+	check("(d) a slot not taken over points at a run of its backfill, a taken-over one at a later backfill's", `
+		SELECT s.backfill_id, s.sort_ordinal, s.taken_over, r.id AS run_id, r.backfill_id AS run_backfill_id
+		FROM backfill_slot_records s JOIN dag_runs r ON r.id = s.dag_run_id
+		WHERE CASE WHEN s.taken_over THEN r.backfill_id IS NULL OR r.backfill_id <= s.backfill_id
+		           ELSE r.backfill_id IS DISTINCT FROM s.backfill_id END`)
 
 	check("(e) terminal state agrees with the runs", `
 		SELECT id, state, num_success, num_failed, num_canceled FROM backfills
@@ -212,9 +215,9 @@ func Check(ctx context.Context, db *sqlx.DB) (Report, error) {
 		JOIN backfill_dag_runs s ON s.backfill_id = c.id
 		WHERE p.state NOT IN ('succeeded', 'failed', 'canceled')
 		   OR NOT EXISTS (
-				SELECT 1 FROM backfill_dag_runs ps LEFT JOIN dag_runs pr ON pr.id = ps.dag_run_id
+				SELECT 1 FROM backfill_slot_records ps
 				WHERE ps.backfill_id = p.id AND ps.logical_date = s.logical_date
-				  AND coalesce(ps.frozen_state, pr.state) IN ('failed', 'canceled'))`)
+				  AND ps.state IN ('failed', 'canceled'))`)
 
 	if firstErr != nil {
 		return rep, firstErr
