@@ -8,6 +8,7 @@ import (
 	"github.com/backfillsvc/backfill/internal/pgtest"
 	"github.com/backfillsvc/backfill/migrations"
 	"github.com/jmoiron/sqlx"
+	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 )
 
@@ -37,16 +38,24 @@ func requireSchema(t *testing.T, db *sqlx.DB, present bool) {
 	}
 }
 
-func TestMigrationsUpDownUpOnEmptyDatabase(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
+// emptyDatabaseWithMigrations is a new database without a schema, and the migration
+// provider for it.
+func emptyDatabaseWithMigrations(t *testing.T) (*sqlx.DB, *goose.Provider) {
+	t.Helper()
 	db, err := sqlx.Open("postgres", pgtest.NewEmptyDatabase(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
-	requireSchema(t, db, false)
-
 	p, err := migrations.NewProvider(db.DB)
 	require.NoError(t, err)
+	return db, p
+}
+
+func TestMigrationsUpDownUpOnEmptyDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, p := emptyDatabaseWithMigrations(t)
+	requireSchema(t, db, false)
+
 	current, target, err := p.GetVersions(ctx)
 	require.NoError(t, err)
 	require.Zero(t, current)
@@ -118,12 +127,8 @@ func TestMigrationsUpDownUpOnEmptyDatabase(t *testing.T) {
 func TestMigration00010KeepsTakeoverHistory(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, err := sqlx.Open("postgres", pgtest.NewEmptyDatabase(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	p, err := migrations.NewProvider(db.DB)
-	require.NoError(t, err)
-	_, err = p.UpTo(ctx, 9)
+	db, p := emptyDatabaseWithMigrations(t)
+	_, err := p.UpTo(ctx, 9)
 	require.NoError(t, err)
 
 	// Backfill a ran the run and failed; backfill b took it over (as 00009's code did it:
