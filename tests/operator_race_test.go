@@ -117,9 +117,8 @@ func startOperatorLoad(e *env, goLoad func(uint64, func(*rand.Rand)), pick func(
 		if errs.expect("claim (rel)", res, err, map[int]string{200: ""}) != http.StatusOK {
 			return
 		}
-		var claim api.ClaimResponse
-		if err := json.Unmarshal(res.Body, &claim); err != nil {
-			errs.add("decode claim: %v", err)
+		claim, ok := decodeLoad[api.ClaimResponse](errs, "claim", res.Body)
+		if !ok {
 			return
 		}
 		for _, run := range claim.Runs {

@@ -73,6 +73,17 @@ func (l *loadFailures) expectCodes(op string, res *response, err error, allowed 
 	return res.Status
 }
 
+// decodeLoad decodes an answer's body as a T; where it does not decode, it records the
+// failure and answers false.
+func decodeLoad[T any](l *loadFailures, what string, body []byte) (T, bool) {
+	var v T
+	if err := json.Unmarshal(body, &v); err != nil {
+		l.add("decode %s: %v", what, err)
+		return v, false
+	}
+	return v, true
+}
+
 // raceCounters are the figures the race test logs.
 type raceCounters struct {
 	createReqs, created, createConflicts      atomic.Int64
@@ -154,9 +165,8 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 			res, err := e.do(http.MethodPost, "/api/v1/backfills", body)
 			switch errs.expect("create backfill", res, err, map[int]string{201: "", 409: "backfill_already_running"}) {
 			case http.StatusCreated:
-				var b api.Backfill
-				if err := json.Unmarshal(res.Body, &b); err != nil {
-					errs.add("decode backfill: %v", err)
+				b, ok := decodeLoad[api.Backfill](&errs, "backfill", res.Body)
+				if !ok {
 					return
 				}
 				c.created.Add(1)
@@ -191,9 +201,8 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 			if errs.expect("claim", res, err, map[int]string{200: ""}) != http.StatusOK {
 				return
 			}
-			var claim api.ClaimResponse
-			if err := json.Unmarshal(res.Body, &claim); err != nil {
-				errs.add("decode claim: %v", err)
+			claim, ok := decodeLoad[api.ClaimResponse](&errs, "claim", res.Body)
+			if !ok {
 				return
 			}
 			c.claimed.Add(int64(len(claim.Runs)))
@@ -250,9 +259,8 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 			c.reads.Add(1)
 			res, err := e.do(http.MethodGet, backfillPath(id), nil)
 			if errs.expect("get backfill", res, err, map[int]string{200: ""}) == http.StatusOK {
-				var b api.Backfill
-				if err := json.Unmarshal(res.Body, &b); err != nil {
-					errs.add("decode backfill: %v", err)
+				b, ok := decodeLoad[api.Backfill](&errs, "backfill", res.Body)
+				if !ok {
 					return
 				}
 				p := b.Progress

@@ -4,7 +4,6 @@ package faults
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -155,9 +154,8 @@ func runFailover(t *testing.T, via string) {
 					fails.add("create backfill on %s: %v", dag, a)
 					continue
 				}
-				var b api.Backfill
-				if err := json.Unmarshal(a.Body, &b); err != nil {
-					fails.add("decode backfill: %v", err)
+				b, ok := decodeLoad[api.Backfill](&fails, "backfill", a.Body)
+				if !ok {
 					continue
 				}
 				ledger.mu.Lock()

@@ -591,6 +591,17 @@ func (f *failures) check(t testing.TB) {
 	}
 }
 
+// decodeLoad decodes an answer's body as a T; where it does not decode, it records the
+// failure and answers false.
+func decodeLoad[T any](f *failures, what string, body []byte) (T, bool) {
+	var v T
+	if err := json.Unmarshal(body, &v); err != nil {
+		f.add("decode %s: %v", what, err)
+		return v, false
+	}
+	return v, true
+}
+
 // statusTally counts answers by status.
 type statusTally struct {
 	mu sync.Mutex

@@ -4,7 +4,6 @@ package faults
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -175,9 +174,8 @@ func runOutage(t *testing.T, variant string) {
 			}
 			switch a.Status {
 			case http.StatusCreated:
-				var b api.Backfill
-				if err := json.Unmarshal(a.Body, &b); err != nil {
-					fails.add("decode backfill: %v", err)
+				b, ok := decodeLoad[api.Backfill](&fails, "backfill", a.Body)
+				if !ok {
 					return
 				}
 				ledger.mu.Lock()
@@ -205,9 +203,8 @@ func runOutage(t *testing.T, variant string) {
 		}
 		switch a.Status {
 		case http.StatusCreated:
-			var r api.DagRun
-			if err := json.Unmarshal(a.Body, &r); err != nil {
-				fails.add("decode run: %v", err)
+			r, ok := decodeLoad[api.DagRun](&fails, "run", a.Body)
+			if !ok {
 				return
 			}
 			ledger.mu.Lock()
@@ -233,9 +230,8 @@ func runOutage(t *testing.T, variant string) {
 				fails.add("claim answered %s", a)
 				return
 			}
-			var cr api.ClaimResponse
-			if err := json.Unmarshal(a.Body, &cr); err != nil {
-				fails.add("decode claim: %v", err)
+			cr, ok := decodeLoad[api.ClaimResponse](&fails, "claim", a.Body)
+			if !ok {
 				return
 			}
 			if len(cr.Runs) == 0 {

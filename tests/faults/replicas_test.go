@@ -129,9 +129,8 @@ func TestTwoReplicasUnderLoad(t *testing.T) {
 			if expect("claim", a, err, map[int]string{200: ""}) != http.StatusOK {
 				return
 			}
-			var cr api.ClaimResponse
-			if err := json.Unmarshal(a.Body, &cr); err != nil {
-				fails.add("decode claim: %v", err)
+			cr, ok := decodeLoad[api.ClaimResponse](&fails, "claim", a.Body)
+			if !ok {
 				return
 			}
 			claimed.Add(int64(len(cr.Runs)))
