@@ -84,6 +84,29 @@ func decodeLoad[T any](l *loadFailures, what string, body []byte) (T, bool) {
 	return v, true
 }
 
+// weighted is a choice for pickWeighted: value, as likely as weight.
+type weighted struct {
+	weight int
+	value  string
+}
+
+// pickWeighted picks one of choices by weight with one draw of rng over the total weight, the
+// first choice taking the lowest draws.
+func pickWeighted(rng *rand.Rand, choices ...weighted) string {
+	total := 0
+	for _, c := range choices {
+		total += c.weight
+	}
+	p := rng.IntN(total)
+	for _, c := range choices {
+		if p < c.weight {
+			return c.value
+		}
+		p -= c.weight
+	}
+	panic("pickWeighted: no choice")
+}
+
 // raceCounters are the figures the race test logs.
 type raceCounters struct {
 	createReqs, created, createConflicts      atomic.Int64
@@ -221,13 +244,7 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 						c.heartbeatsLost.Add(1)
 					}
 				}
-				state := "success"
-				switch p := rng.IntN(10); {
-				case p < 2:
-					state = "failed"
-				case p < 3:
-					state = "canceled"
-				}
+				state := pickWeighted(rng, weighted{2, "failed"}, weighted{1, "canceled"}, weighted{7, "success"})
 				patch := map[string]any{"state": state, "worker_id": worker}
 				allowed := map[int]string{200: "", 409: "lease_lost"}
 				if rng.IntN(20) == 0 {
@@ -273,12 +290,8 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 			}
 			return
 		}
-		action := "unpause"
-		switch p := rng.IntN(20); {
-		case p < 7:
-			action = "pause"
-		case p < 10:
-			action = "cancel"
+		action := pickWeighted(rng, weighted{7, "pause"}, weighted{3, "cancel"}, weighted{10, "unpause"})
+		if action == "cancel" {
 			c.cancels.Add(1)
 		}
 		res, err := e.do(http.MethodPut, backfillPath(id)+"/"+action, nil)

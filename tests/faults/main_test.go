@@ -84,20 +84,28 @@ func buildAPI() (string, error) {
 
 // removeStaleBuilds removes bf-faults-* directories whose test process is gone.
 func removeStaleBuilds() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "bf-faults-*"))
+	for _, d := range orphanedTempDirs("bf-faults-*", "pid") {
+		_ = os.RemoveAll(d)
+	}
+}
+
+// orphanedTempDirs lists the temporary directories matching pattern whose owner, the process
+// whose pid the directory's file pidFile holds, is gone.
+func orphanedTempDirs(pattern, pidFile string) []string {
+	var orphaned []string
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), pattern))
 	for _, d := range dirs {
-		raw, err := os.ReadFile(filepath.Join(d, "pid"))
+		raw, err := os.ReadFile(filepath.Join(d, pidFile))
 		if err != nil {
 			continue
 		}
 		pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-		if err != nil || pid <= 0 {
+		if err != nil || pid <= 0 || syscall.Kill(pid, 0) != syscall.ESRCH {
 			continue
 		}
-		if syscall.Kill(pid, 0) == syscall.ESRCH {
-			_ = os.RemoveAll(d)
-		}
+		orphaned = append(orphaned, d)
 	}
+	return orphaned
 }
 
 // ---- the child process -------------------------------------------------------------------
