@@ -83,6 +83,17 @@ func sdkBackfill(t testing.TB, c *client.Client, req client.BackfillCreate) clie
 	return b
 }
 
+// newSDKExecutorEnv is an env for executor tests: its sweeper runs in the background, and
+// req's backfill (on a daily DAG) is created through the SDK client it answers.
+func newSDKExecutorEnv(t *testing.T, req client.BackfillCreate) (*client.Client, client.Backfill) {
+	t.Helper()
+	e := newEnv(t)
+	c := e.sdk(t)
+	b := sdkBackfill(t, c, req)
+	e.sweepInBackground(t)
+	return c, b
+}
+
 // sdkFastExecutor polls often, so that tests finish quickly.
 var sdkFastExecutor = client.ExecutorConfig{Limit: 2, IdleBackoff: 5 * time.Millisecond, MaxIdleBackoff: 20 * time.Millisecond}
 
@@ -178,14 +189,11 @@ func TestSDKDagsDryRunCreateIdempotencyAndConflicts(t *testing.T) {
 
 func TestSDKExecutorsCompleteEveryRunAndTheBackfillSucceeds(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	c := e.sdk(t)
+	c, b := newSDKExecutorEnv(t, client.BackfillCreate{DagId: "sdk_ok", FromDate: day(3, 1), ToDate: day(3, 12), MaxActiveRuns: sdkPtr[int32](3)})
 	ctx := context.Background()
-	b := sdkBackfill(t, c, client.BackfillCreate{DagId: "sdk_ok", FromDate: day(3, 1), ToDate: day(3, 12), MaxActiveRuns: sdkPtr[int32](3)})
 
 	var mu sync.Mutex
 	workedBy := map[string]string{} // run_id -> worker
-	e.sweepInBackground(t)
 	runSDKExecutors(t, c, 2, sdkFastExecutor, func(ctx context.Context, run client.DagRun) error {
 		mu.Lock()
 		defer mu.Unlock()
@@ -221,13 +229,10 @@ func TestSDKExecutorsCompleteEveryRunAndTheBackfillSucceeds(t *testing.T) {
 
 func TestSDKExecutorErrorFailsTheRunAndTheBackfill(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	c := e.sdk(t)
+	c, b := newSDKExecutorEnv(t, client.BackfillCreate{DagId: "sdk_fail", FromDate: day(4, 1), ToDate: day(4, 6)})
 	ctx := context.Background()
-	b := sdkBackfill(t, c, client.BackfillCreate{DagId: "sdk_fail", FromDate: day(4, 1), ToDate: day(4, 6)})
 
 	bad := day(4, 3)
-	e.sweepInBackground(t)
 	runSDKExecutors(t, c, 2, sdkFastExecutor, func(ctx context.Context, run client.DagRun) error {
 		if run.LogicalDate.Equal(bad) {
 			return errors.New("upstream table missing")
@@ -251,14 +256,11 @@ func TestSDKExecutorErrorFailsTheRunAndTheBackfill(t *testing.T) {
 
 func TestSDKCancelStopsRunningWorkAndTheBackfillEndsCanceled(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	c := e.sdk(t)
+	c, b := newSDKExecutorEnv(t, client.BackfillCreate{DagId: "sdk_cancel", FromDate: day(5, 1), ToDate: day(5, 5), MaxActiveRuns: sdkPtr[int32](2)})
 	ctx := context.Background()
-	b := sdkBackfill(t, c, client.BackfillCreate{DagId: "sdk_cancel", FromDate: day(5, 1), ToDate: day(5, 5), MaxActiveRuns: sdkPtr[int32](2)})
 
 	started := make(chan string, 5)
 	causes := make(chan error, 5)
-	e.sweepInBackground(t)
 	cfg := sdkFastExecutor
 	cfg.HeartbeatEvery = 10 * time.Millisecond
 	runSDKExecutors(t, c, 1, cfg, func(ctx context.Context, run client.DagRun) error {
