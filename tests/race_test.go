@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,24 +14,12 @@ import (
 
 	"github.com/backfillsvc/backfill/api"
 	"github.com/backfillsvc/backfill/sweeper"
+	"github.com/backfillsvc/backfill/tests/internal/loadkit"
 	"github.com/stretchr/testify/require"
 )
 
 // loadFailures collects failures seen on load goroutines; the test fails on them at the end.
-type loadFailures struct {
-	mu   sync.Mutex
-	n    int
-	msgs []string
-}
-
-func (l *loadFailures) add(format string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.n++
-	if len(l.msgs) < 30 {
-		l.msgs = append(l.msgs, fmt.Sprintf(format, args...))
-	}
-}
+type loadFailures struct{ loadkit.Failures }
 
 // expect records a transport error, a spec violation, a 5xx, or an answer outside allowed
 // (status -> problem code, "" for a success answer). It returns the status, 0 on error.
@@ -51,37 +38,26 @@ func (l *loadFailures) expect(op string, res *response, err error, allowed map[i
 // expectCodes is expect where one status may carry several codes.
 func (l *loadFailures) expectCodes(op string, res *response, err error, allowed map[int][]string) int {
 	if err != nil {
-		l.add("%s: %v", op, err)
+		l.Add("%s: %v", op, err)
 		return 0
 	}
 	if res.Status >= 500 {
-		l.add("%s answered %d: %s", op, res.Status, res.Body)
+		l.Add("%s answered %d: %s", op, res.Status, res.Body)
 		return 0
 	}
 	codes, ok := allowed[res.Status]
 	if !ok {
-		l.add("%s answered unexpected %d: %s", op, res.Status, res.Body)
+		l.Add("%s answered unexpected %d: %s", op, res.Status, res.Body)
 		return 0
 	}
 	if len(codes) > 0 {
 		var p api.Problem
 		if err := json.Unmarshal(res.Body, &p); err != nil || !slices.Contains(codes, string(p.Code)) {
-			l.add("%s answered %d with code %q, want one of %v: %s", op, res.Status, p.Code, codes, res.Body)
+			l.Add("%s answered %d with code %q, want one of %v: %s", op, res.Status, p.Code, codes, res.Body)
 			return 0
 		}
 	}
 	return res.Status
-}
-
-// decodeLoad decodes an answer's body as a T; where it does not decode, it records the
-// failure and answers false.
-func decodeLoad[T any](l *loadFailures, what string, body []byte) (T, bool) {
-	var v T
-	if err := json.Unmarshal(body, &v); err != nil {
-		l.add("decode %s: %v", what, err)
-		return v, false
-	}
-	return v, true
 }
 
 // weighted is a choice for pickWeighted: value, as likely as weight.
@@ -161,17 +137,7 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 		window := min(len(known.ids), 3*nDags)
 		return known.ids[len(known.ids)-1-rng.IntN(window)], true
 	}
-	stopCh := make(chan struct{})
-	goLoad := func(stream uint64, fn func(rng *rand.Rand)) {
-		load.Add(1)
-		go func() {
-			defer load.Done()
-			rng := rand.New(rand.NewPCG(seed, stream))
-			for !stop.Load() {
-				fn(rng)
-			}
-		}()
-	}
+	goLoad := loadkit.Looper(&load, &stop, seed)
 
 	// Creators.
 	for i := range 2 {
@@ -188,7 +154,7 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 			res, err := e.do(http.MethodPost, "/api/v1/backfills", body)
 			switch errs.expect("create backfill", res, err, map[int]string{201: "", 409: "backfill_already_running"}) {
 			case http.StatusCreated:
-				b, ok := decodeLoad[api.Backfill](&errs, "backfill", res.Body)
+				b, ok := loadkit.Decode[api.Backfill](&errs, "backfill", res.Body)
 				if !ok {
 					return
 				}
@@ -224,14 +190,14 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 			if errs.expect("claim", res, err, map[int]string{200: ""}) != http.StatusOK {
 				return
 			}
-			claim, ok := decodeLoad[api.ClaimResponse](&errs, "claim", res.Body)
+			claim, ok := loadkit.Decode[api.ClaimResponse](&errs, "claim", res.Body)
 			if !ok {
 				return
 			}
 			c.claimed.Add(int64(len(claim.Runs)))
 			for _, run := range claim.Runs {
 				if run.State != "running" || run.WorkerId == nil || *run.WorkerId != worker {
-					errs.add("claimed run not running for %s: %+v", worker, run)
+					errs.Add("claimed run not running for %s: %+v", worker, run)
 				}
 				if rng.IntN(20) == 0 {
 					c.abandoned.Add(1)
@@ -276,7 +242,7 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 			c.reads.Add(1)
 			res, err := e.do(http.MethodGet, backfillPath(id), nil)
 			if errs.expect("get backfill", res, err, map[int]string{200: ""}) == http.StatusOK {
-				b, ok := decodeLoad[api.Backfill](&errs, "backfill", res.Body)
+				b, ok := loadkit.Decode[api.Backfill](&errs, "backfill", res.Body)
 				if !ok {
 					return
 				}
@@ -285,7 +251,7 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 				if p.Total != p.Queued+p.Running+p.Success+p.Failed+p.Canceled+p.Skipped ||
 					b.IsPaused != (b.State == "paused") || (b.CompletedAt != nil) != terminal ||
 					(terminal && p.Queued+p.Running > 0) {
-					errs.add("inconsistent backfill read: %s", res.Body)
+					errs.Add("inconsistent backfill read: %s", res.Body)
 				}
 			}
 			return
@@ -315,7 +281,7 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 		sw := sweeper.New(e.Store, sweeper.Config{Batch: 50})
 		goLoad(uint64(400+i), func(*rand.Rand) {
 			if err := sw.RunOnce(context.Background()); err != nil {
-				errs.add("sweeper %d: %v", i, err)
+				errs.Add("sweeper %d: %v", i, err)
 			}
 			c.sweepPasses.Add(1)
 		})
@@ -323,30 +289,17 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 
 	// The clock: one goroutine moves it 400 s about every second, past the 30 s and 300 s
 	// leases.
-	load.Add(1)
-	go func() {
-		defer load.Done()
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stopCh:
-				return
-			case <-tick.C:
-				e.Clock.Advance(400 * time.Second)
-				c.clockAdvances.Add(1)
-			}
-		}
-	}()
+	stopClock := loadkit.Every(time.Second, func() {
+		e.Clock.Advance(400 * time.Second)
+		c.clockAdvances.Add(1)
+	})
 
 	// Checker: the invariants in one database snapshot about every 500 ms; a terminal
 	// backfill's record must never change again.
 	var (
-		checker     sync.WaitGroup
 		checkpoints int
 		peak        invariantReport
 	)
-	checkerDone := make(chan struct{})
 	terminalSeen := map[int64]terminalRow{}
 	observe := func(s invariantReport) {
 		checkpoints++
@@ -365,31 +318,18 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 			terminalSeen[id] = row
 		}
 	}
-	checker.Add(1)
-	go func() {
-		defer checker.Done()
-		tick := time.NewTicker(500 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-checkerDone:
-				return
-			case <-tick.C:
-				observe(checkInvariants(t, e.DB))
-			}
-		}
-	}()
+	stopChecker := loadkit.Every(500*time.Millisecond, func() { observe(checkInvariants(t, e.DB)) })
 
 	started := time.Now()
 	<-time.After(loadFor) // the load's duration
 	stop.Store(true)
-	close(stopCh)
+	stopClock()
 	load.Wait()
-	close(checkerDone)
-	checker.Wait()
+	stopChecker()
 	loadTook := time.Since(started)
 
-	require.Zero(t, errs.n, "load errors (%d):\n%s", errs.n, strings.Join(errs.msgs, "\n"))
+	nErrs, errMsgs := errs.Summary()
+	require.Zero(t, nErrs, "load errors (%d):\n%s", nErrs, errMsgs)
 	// The load really ran: a run that created, claimed, reported or swept nothing (a harness
 	// that broke, every request refused) would otherwise pass on invariants that hold vacuously.
 	for name, n := range map[string]int64{

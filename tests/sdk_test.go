@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/client"
+	"github.com/backfillsvc/backfill/tests/internal/loadkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -29,26 +30,21 @@ func (e *env) sweepInBackground(t testing.TB) {
 }
 
 // everyTick calls fn on each tick of every until the test ends (its cleanups wait for the
-// last call, before newEnv's drops the database); the first error fails the test and stops it.
+// last call, before newEnv's drops the database); the first error fails the test and ends
+// the calls.
 func (e *env) everyTick(t testing.TB, every time.Duration, what string, fn func(context.Context) error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			if err := fn(ctx); err != nil && ctx.Err() == nil {
-				t.Errorf("%s: %v", what, err)
-				return
-			}
+	var failed bool // only the ticking goroutine reads and writes it
+	stop := loadkit.Every(every, func() {
+		if failed {
+			return
+		}
+		if err := fn(ctx); err != nil && ctx.Err() == nil {
+			failed = true
+			t.Errorf("%s: %v", what, err)
 		}
 	})
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	t.Cleanup(func() { cancel(); stop() })
 }
 
 // runSDKExecutors runs n SDK executor loops (workers w1..wn) until the test ends.

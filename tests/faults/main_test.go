@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/internal/pgtest"
+	"github.com/backfillsvc/backfill/tests/internal/loadkit"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 )
@@ -575,39 +576,13 @@ func countRows(t testing.TB, db *sqlx.DB) counts {
 // ---- load bookkeeping --------------------------------------------------------------------
 
 // failures collects problems seen on load goroutines.
-type failures struct {
-	mu   sync.Mutex
-	n    int
-	msgs []string
-}
-
-func (f *failures) add(format string, args ...any) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.n++
-	if len(f.msgs) < 40 {
-		f.msgs = append(f.msgs, fmt.Sprintf(format, args...))
-	}
-}
+type failures struct{ loadkit.Failures }
 
 func (f *failures) check(t testing.TB) {
 	t.Helper()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.n > 0 {
-		t.Errorf("%d failures under load:\n%s", f.n, strings.Join(f.msgs, "\n"))
+	if n, msgs := f.Summary(); n > 0 {
+		t.Errorf("%d failures under load:\n%s", n, msgs)
 	}
-}
-
-// decodeLoad decodes an answer's body as a T; where it does not decode, it records the
-// failure and answers false.
-func decodeLoad[T any](f *failures, what string, body []byte) (T, bool) {
-	var v T
-	if err := json.Unmarshal(body, &v); err != nil {
-		f.add("decode %s: %v", what, err)
-		return v, false
-	}
-	return v, true
 }
 
 // statusTally counts answers by status.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/tests/internal/loadkit"
 	"github.com/lib/pq"
 )
 
@@ -121,7 +122,7 @@ func runOutage(t *testing.T, variant string) {
 		defer cancel()
 		a, err := c.do(ctx, method, path, body, headers...)
 		if err != nil {
-			fails.add("%s: transport error: %v", op, err)
+			fails.Add("%s: transport error: %v", op, err)
 			return nil
 		}
 		tally.add(a.Status)
@@ -129,11 +130,11 @@ func runOutage(t *testing.T, variant string) {
 		case a.Status == http.StatusServiceUnavailable:
 			count503(a)
 			if a.Problem().Code == "" {
-				fails.add("%s: 503 without a problem body: %s", op, a)
+				fails.Add("%s: 503 without a problem body: %s", op, a)
 			}
 			return nil
 		case a.Status >= 500:
-			fails.add("%s answered %s", op, a)
+			fails.Add("%s answered %s", op, a)
 			return nil
 		}
 		return a
@@ -147,16 +148,7 @@ func runOutage(t *testing.T, variant string) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	goLoad := func(stream uint64, fn func(rng *rand.Rand)) {
-		load.Add(1)
-		go func() {
-			defer load.Done()
-			rng := rand.New(rand.NewPCG(seed, stream))
-			for !stop.Load() {
-				fn(rng)
-			}
-		}()
-	}
+	goLoad := loadkit.Looper(&load, &stop, seed)
 
 	// Creators: small backfills, each with an Idempotency-Key, retried through 503s.
 	var keyN atomic.Int64
@@ -174,7 +166,7 @@ func runOutage(t *testing.T, variant string) {
 			}
 			switch a.Status {
 			case http.StatusCreated:
-				b, ok := decodeLoad[api.Backfill](&fails, "backfill", a.Body)
+				b, ok := loadkit.Decode[api.Backfill](&fails, "backfill", a.Body)
 				if !ok {
 					return
 				}
@@ -187,7 +179,7 @@ func runOutage(t *testing.T, variant string) {
 			case http.StatusConflict:
 				time.Sleep(20 * time.Millisecond)
 			default:
-				fails.add("create backfill answered %s", a)
+				fails.Add("create backfill answered %s", a)
 			}
 		})
 	}
@@ -203,7 +195,7 @@ func runOutage(t *testing.T, variant string) {
 		}
 		switch a.Status {
 		case http.StatusCreated:
-			r, ok := decodeLoad[api.DagRun](&fails, "run", a.Body)
+			r, ok := loadkit.Decode[api.DagRun](&fails, "run", a.Body)
 			if !ok {
 				return
 			}
@@ -212,7 +204,7 @@ func runOutage(t *testing.T, variant string) {
 			ledger.mu.Unlock()
 		case http.StatusConflict:
 		default:
-			fails.add("create run answered %s", a)
+			fails.Add("create run answered %s", a)
 		}
 		time.Sleep(20 * time.Millisecond)
 	})
@@ -227,10 +219,10 @@ func runOutage(t *testing.T, variant string) {
 				return
 			}
 			if a.Status != http.StatusOK {
-				fails.add("claim answered %s", a)
+				fails.Add("claim answered %s", a)
 				return
 			}
-			cr, ok := decodeLoad[api.ClaimResponse](&fails, "claim", a.Body)
+			cr, ok := loadkit.Decode[api.ClaimResponse](&fails, "claim", a.Body)
 			if !ok {
 				return
 			}
@@ -260,7 +252,7 @@ func runOutage(t *testing.T, variant string) {
 				case http.StatusConflict:
 					// lease_lost: an earlier attempt of this report committed before its 503.
 				default:
-					fails.add("report answered %s", ra)
+					fails.Add("report answered %s", ra)
 				}
 			}
 		})
@@ -275,7 +267,7 @@ func runOutage(t *testing.T, variant string) {
 			a, err := c.do(ctx, http.MethodGet, "/readyz", nil)
 			cancel()
 			if err != nil {
-				fails.add("readyz: %v", err)
+				fails.Add("readyz: %v", err)
 				continue
 			}
 			ready.mu.Lock()
