@@ -94,14 +94,6 @@ func TestEventCommitsWithItsChange(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 
-	// requireFailed checks that an armed call changed nothing: the state is as before and
-	// the backfill has no more events than before.
-	requireFailed := func(id int64, state string, events int) {
-		t.Helper()
-		require.Equal(t, state, string(e.GetBackfill(id).State))
-		require.Len(t, evOf(e, id), events)
-	}
-
 	t.Run("create", func(t *testing.T) {
 		e.PutDag("c1", "@daily", "")
 		lift := evInjectFailure(t, e.DB, "backfill.created")
@@ -135,16 +127,8 @@ func TestEventCommitsWithItsChange(t *testing.T) {
 
 	t.Run("pause and unpause", func(t *testing.T) {
 		b := e.DailyBackfill("c3", day(1, 1), day(1, 3))
-		lift := evInjectFailure(t, e.DB, "backfill.paused")
-		require.Equal(t, http.StatusInternalServerError, e.Action(b.Id, "pause").Status)
-		requireFailed(b.Id, "running", 1)
-		lift()
-		e.ActionOK(b.Id, "pause")
-		lift = evInjectFailure(t, e.DB, "backfill.unpaused")
-		require.Equal(t, http.StatusInternalServerError, e.Action(b.Id, "unpause").Status)
-		requireFailed(b.Id, "paused", 2)
-		lift()
-		e.ActionOK(b.Id, "unpause")
+		evActionRollsBackWithEvent(t, e, b.Id, "pause", "backfill.paused", "running", 1)
+		evActionRollsBackWithEvent(t, e, b.Id, "unpause", "backfill.unpaused", "paused", 2)
 		require.Equal(t, map[string]int{"backfill.created": 1, "backfill.paused": 1, "backfill.unpaused": 1},
 			evDBCounts(t, e.DB, b.Id))
 	})
@@ -154,27 +138,19 @@ func TestEventCommitsWithItsChange(t *testing.T) {
 		run := e.ClaimWithN(1, map[string]any{"worker_id": "w", "dag_id": "c4", "limit": 1})
 		lift := evInjectFailure(t, e.DB, "backfill.canceling")
 		require.Equal(t, http.StatusInternalServerError, e.Action(b.Id, "cancel").Status)
-		requireFailed(b.Id, "running", 1)
+		evRequireUnchanged(t, e, b.Id, "running", 1)
 		require.EqualValues(t, 2, e.GetBackfill(b.Id).Progress.Queued, "the queued runs' cancel rolled back too")
 		lift()
 		e.ActionOK(b.Id, "cancel")
 		e.Report(run[0], "success")
-		lift = evInjectFailure(t, e.DB, "backfill.canceled")
-		require.Error(t, e.Sweep.RunOnce(t.Context()))
-		requireFailed(b.Id, "canceling", 2)
-		lift()
-		e.SweepOnce()
+		evSweepRollsBackWithEvent(t, e, b.Id, "backfill.canceled", "canceling", 2)
 		require.Equal(t, map[string]int{"backfill.created": 1, "backfill.canceling": 1, "backfill.canceled": 1},
 			evDBCounts(t, e.DB, b.Id))
 	})
 
 	t.Run("cancel to canceled at once", func(t *testing.T) {
 		b := e.DailyBackfill("c5", day(1, 1), day(1, 3))
-		lift := evInjectFailure(t, e.DB, "backfill.canceled")
-		require.Equal(t, http.StatusInternalServerError, e.Action(b.Id, "cancel").Status)
-		requireFailed(b.Id, "running", 1)
-		lift()
-		require.Equal(t, "canceled", string(e.ActionOK(b.Id, "cancel").State))
+		require.Equal(t, "canceled", evActionRollsBackWithEvent(t, e, b.Id, "cancel", "backfill.canceled", "running", 1))
 		require.Equal(t, map[string]int{"backfill.created": 1, "backfill.canceling": 1, "backfill.canceled": 1},
 			evDBCounts(t, e.DB, b.Id))
 	})
@@ -186,16 +162,45 @@ func TestEventCommitsWithItsChange(t *testing.T) {
 			runs := e.ClaimWithN(2, map[string]any{"worker_id": "w", "dag_id": dag, "limit": 2})
 			e.Report(runs[0], "success")
 			e.Report(runs[1], tc.outcome)
-			lift := evInjectFailure(t, e.DB, "backfill."+tc.state)
-			require.Error(t, e.Sweep.RunOnce(t.Context()))
-			requireFailed(b.Id, "running", 1)
-			lift()
-			e.SweepOnce()
+			evSweepRollsBackWithEvent(t, e, b.Id, "backfill."+tc.state, "running", 1)
 			evs := evOf(e, b.Id)
 			require.Equal(t, []string{"backfill.created", "backfill." + tc.state}, evTypes(evs))
 			evRequireSnapshot(t, evs[1], evGetRaw(e, b.Id))
 		})
 	}
+}
+
+// evRequireUnchanged checks that a call refused for an injected event failure changed
+// nothing: the backfill's state is as before and it has no more events than before.
+func evRequireUnchanged(t testing.TB, e *env, id int64, state string, events int) {
+	t.Helper()
+	require.Equal(t, state, string(e.GetBackfill(id).State))
+	require.Len(t, evOf(e, id), events)
+}
+
+// evActionRollsBackWithEvent checks that action on backfill id answers 500 and changes
+// nothing while its event eventType cannot be written (the state stays state, the backfill
+// keeps its events events); then, the failure lifted, it repeats the action and answers the
+// backfill's state after it.
+func evActionRollsBackWithEvent(t testing.TB, e *env, id int64, action, eventType, state string, events int) string {
+	t.Helper()
+	lift := evInjectFailure(t, e.DB, eventType)
+	require.Equal(t, http.StatusInternalServerError, e.Action(id, action).Status)
+	evRequireUnchanged(t, e, id, state, events)
+	lift()
+	return string(e.ActionOK(id, action).State)
+}
+
+// evSweepRollsBackWithEvent is evActionRollsBackWithEvent for a sweep pass that would
+// finish backfill id with the event eventType: the pass fails, nothing changes; then, the
+// failure lifted, a pass runs.
+func evSweepRollsBackWithEvent(t testing.TB, e *env, id int64, eventType, state string, events int) {
+	t.Helper()
+	lift := evInjectFailure(t, e.DB, eventType)
+	require.Error(t, e.Sweep.RunOnce(t.Context()))
+	evRequireUnchanged(t, e, id, state, events)
+	lift()
+	e.SweepOnce()
 }
 
 // GET /events filters by backfill and type, pages with next_after, and GET

@@ -49,7 +49,8 @@ func TestPatchMaxActiveRunsUnderConcurrentClaimers(t *testing.T) {
 	}
 	stop.Store(true)
 	require.NoError(t, <-working)
-	require.Zero(t, errs.n, "%v", errs.msgs)
+	nErrs, errMsgs := errs.Summary()
+	require.Zero(t, nErrs, "%v", errMsgs)
 
 	var audited, over int
 	require.NoError(t, e.DB.Get(&audited, `SELECT count(*) FROM invariants_claim_audit`))

@@ -79,15 +79,12 @@ func TestPlanHashBindsCreate(t *testing.T) {
 func TestPlanIfMatchRacingManualRun(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	outcomes := map[string]int{}
-	for round := range 16 {
-		dagID := fmt.Sprintf("planrace_%d", round)
+	e.raceRounds(16, "planrace", func(round int, dagID string) string {
 		dag := e.PutDag(dagID, "@daily", "")
 		body := backfillBody(dagID, day(1, 1), day(1, 20))
 		d, tag := e.DryRun(body)
 		answers := e.DoTogether(createRequest(body, "If-Match", tag), manualRunRequest(dagID, day(1, 1+round)))
 		create, manual := answers[0], answers[1]
-		outcomes[fmt.Sprintf("create=%d manual=%d", create.Status, manual.Status)]++
 		switch create.Status {
 		case http.StatusCreated:
 			var b api.Backfill
@@ -104,7 +101,6 @@ func TestPlanIfMatchRacingManualRun(t *testing.T) {
 		default:
 			t.Fatalf("create answered %d: %s", create.Status, create.Body)
 		}
-	}
-	t.Logf("outcomes: %v", outcomes)
-	checkInvariants(t, e.DB)
+		return fmt.Sprintf("create=%d manual=%d", create.Status, manual.Status)
+	})
 }

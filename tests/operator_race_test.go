@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/tests/internal/loadkit"
 )
 
 // operatorCounters are the operator figures of the race test.
@@ -101,7 +102,7 @@ func startOperatorLoad(e *env, goLoad func(uint64, func(*rand.Rand)), pick func(
 			var b api.Backfill
 			if json.Unmarshal(res.Body, &b) == nil {
 				if b.ParentBackfillId == nil || *b.ParentBackfillId != id {
-					errs.add("retry of %d answered parent %v", id, b.ParentBackfillId)
+					errs.Add("retry of %d answered parent %v", id, b.ParentBackfillId)
 				}
 				c.retries.Add(1)
 				remember(b.Id)
@@ -117,9 +118,8 @@ func startOperatorLoad(e *env, goLoad func(uint64, func(*rand.Rand)), pick func(
 		if errs.expect("claim (rel)", res, err, map[int]string{200: ""}) != http.StatusOK {
 			return
 		}
-		var claim api.ClaimResponse
-		if err := json.Unmarshal(res.Body, &claim); err != nil {
-			errs.add("decode claim: %v", err)
+		claim, ok := loadkit.Decode[api.ClaimResponse](errs, "claim", res.Body)
+		if !ok {
 			return
 		}
 		for _, run := range claim.Runs {
@@ -132,7 +132,7 @@ func startOperatorLoad(e *env, goLoad func(uint64, func(*rand.Rand)), pick func(
 					var r api.DagRun
 					if json.Unmarshal(res.Body, &r) == nil &&
 						!((r.State == api.DagRunStateQueued && r.Attempt == run.Attempt) || r.State == api.DagRunStateCanceled) {
-						errs.add("release of run %d (attempt %d) left it %s at attempt %d", run.Id, run.Attempt, r.State, r.Attempt)
+						errs.Add("release of run %d (attempt %d) left it %s at attempt %d", run.Id, run.Attempt, r.State, r.Attempt)
 					}
 				case http.StatusConflict:
 					c.releasesLost.Add(1)
@@ -144,7 +144,7 @@ func startOperatorLoad(e *env, goLoad func(uint64, func(*rand.Rand)), pick func(
 					c.failedWithNote.Add(1)
 					var r api.DagRun
 					if json.Unmarshal(res.Body, &r) == nil && (r.Note == nil || *r.Note != note) {
-						errs.add("failed run %d shows note %v", r.Id, r.Note)
+						errs.Add("failed run %d shows note %v", r.Id, r.Note)
 					}
 				}
 			default:

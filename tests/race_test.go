@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,24 +14,12 @@ import (
 
 	"github.com/backfillsvc/backfill/api"
 	"github.com/backfillsvc/backfill/sweeper"
+	"github.com/backfillsvc/backfill/tests/internal/loadkit"
 	"github.com/stretchr/testify/require"
 )
 
 // loadFailures collects failures seen on load goroutines; the test fails on them at the end.
-type loadFailures struct {
-	mu   sync.Mutex
-	n    int
-	msgs []string
-}
-
-func (l *loadFailures) add(format string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.n++
-	if len(l.msgs) < 30 {
-		l.msgs = append(l.msgs, fmt.Sprintf(format, args...))
-	}
-}
+type loadFailures struct{ loadkit.Failures }
 
 // expect records a transport error, a spec violation, a 5xx, or an answer outside allowed
 // (status -> problem code, "" for a success answer). It returns the status, 0 on error.
@@ -51,26 +38,49 @@ func (l *loadFailures) expect(op string, res *response, err error, allowed map[i
 // expectCodes is expect where one status may carry several codes.
 func (l *loadFailures) expectCodes(op string, res *response, err error, allowed map[int][]string) int {
 	if err != nil {
-		l.add("%s: %v", op, err)
+		l.Add("%s: %v", op, err)
 		return 0
 	}
 	if res.Status >= 500 {
-		l.add("%s answered %d: %s", op, res.Status, res.Body)
+		l.Add("%s answered %d: %s", op, res.Status, res.Body)
 		return 0
 	}
 	codes, ok := allowed[res.Status]
 	if !ok {
-		l.add("%s answered unexpected %d: %s", op, res.Status, res.Body)
+		l.Add("%s answered unexpected %d: %s", op, res.Status, res.Body)
 		return 0
 	}
 	if len(codes) > 0 {
 		var p api.Problem
 		if err := json.Unmarshal(res.Body, &p); err != nil || !slices.Contains(codes, string(p.Code)) {
-			l.add("%s answered %d with code %q, want one of %v: %s", op, res.Status, p.Code, codes, res.Body)
+			l.Add("%s answered %d with code %q, want one of %v: %s", op, res.Status, p.Code, codes, res.Body)
 			return 0
 		}
 	}
 	return res.Status
+}
+
+// weighted is a choice for pickWeighted: value, as likely as weight.
+type weighted struct {
+	weight int
+	value  string
+}
+
+// pickWeighted picks one of choices by weight with one draw of rng over the total weight, the
+// first choice taking the lowest draws.
+func pickWeighted(rng *rand.Rand, choices ...weighted) string {
+	total := 0
+	for _, c := range choices {
+		total += c.weight
+	}
+	p := rng.IntN(total)
+	for _, c := range choices {
+		if p < c.weight {
+			return c.value
+		}
+		p -= c.weight
+	}
+	panic("pickWeighted: no choice")
 }
 
 // raceCounters are the figures the race test logs.
@@ -127,17 +137,7 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 		window := min(len(known.ids), 3*nDags)
 		return known.ids[len(known.ids)-1-rng.IntN(window)], true
 	}
-	stopCh := make(chan struct{})
-	goLoad := func(stream uint64, fn func(rng *rand.Rand)) {
-		load.Add(1)
-		go func() {
-			defer load.Done()
-			rng := rand.New(rand.NewPCG(seed, stream))
-			for !stop.Load() {
-				fn(rng)
-			}
-		}()
-	}
+	goLoad := loadkit.Looper(&load, &stop, seed)
 
 	// Creators.
 	for i := range 2 {
@@ -154,9 +154,8 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 			res, err := e.do(http.MethodPost, "/api/v1/backfills", body)
 			switch errs.expect("create backfill", res, err, map[int]string{201: "", 409: "backfill_already_running"}) {
 			case http.StatusCreated:
-				var b api.Backfill
-				if err := json.Unmarshal(res.Body, &b); err != nil {
-					errs.add("decode backfill: %v", err)
+				b, ok := loadkit.Decode[api.Backfill](&errs, "backfill", res.Body)
+				if !ok {
 					return
 				}
 				c.created.Add(1)
@@ -191,15 +190,14 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 			if errs.expect("claim", res, err, map[int]string{200: ""}) != http.StatusOK {
 				return
 			}
-			var claim api.ClaimResponse
-			if err := json.Unmarshal(res.Body, &claim); err != nil {
-				errs.add("decode claim: %v", err)
+			claim, ok := loadkit.Decode[api.ClaimResponse](&errs, "claim", res.Body)
+			if !ok {
 				return
 			}
 			c.claimed.Add(int64(len(claim.Runs)))
 			for _, run := range claim.Runs {
 				if run.State != "running" || run.WorkerId == nil || *run.WorkerId != worker {
-					errs.add("claimed run not running for %s: %+v", worker, run)
+					errs.Add("claimed run not running for %s: %+v", worker, run)
 				}
 				if rng.IntN(20) == 0 {
 					c.abandoned.Add(1)
@@ -212,13 +210,7 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 						c.heartbeatsLost.Add(1)
 					}
 				}
-				state := "success"
-				switch p := rng.IntN(10); {
-				case p < 2:
-					state = "failed"
-				case p < 3:
-					state = "canceled"
-				}
+				state := pickWeighted(rng, weighted{2, "failed"}, weighted{1, "canceled"}, weighted{7, "success"})
 				patch := map[string]any{"state": state, "worker_id": worker}
 				allowed := map[int]string{200: "", 409: "lease_lost"}
 				if rng.IntN(20) == 0 {
@@ -250,9 +242,8 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 			c.reads.Add(1)
 			res, err := e.do(http.MethodGet, backfillPath(id), nil)
 			if errs.expect("get backfill", res, err, map[int]string{200: ""}) == http.StatusOK {
-				var b api.Backfill
-				if err := json.Unmarshal(res.Body, &b); err != nil {
-					errs.add("decode backfill: %v", err)
+				b, ok := loadkit.Decode[api.Backfill](&errs, "backfill", res.Body)
+				if !ok {
 					return
 				}
 				p := b.Progress
@@ -260,17 +251,13 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 				if p.Total != p.Queued+p.Running+p.Success+p.Failed+p.Canceled+p.Skipped ||
 					b.IsPaused != (b.State == "paused") || (b.CompletedAt != nil) != terminal ||
 					(terminal && p.Queued+p.Running > 0) {
-					errs.add("inconsistent backfill read: %s", res.Body)
+					errs.Add("inconsistent backfill read: %s", res.Body)
 				}
 			}
 			return
 		}
-		action := "unpause"
-		switch p := rng.IntN(20); {
-		case p < 7:
-			action = "pause"
-		case p < 10:
-			action = "cancel"
+		action := pickWeighted(rng, weighted{7, "pause"}, weighted{3, "cancel"}, weighted{10, "unpause"})
+		if action == "cancel" {
 			c.cancels.Add(1)
 		}
 		res, err := e.do(http.MethodPut, backfillPath(id)+"/"+action, nil)
@@ -294,7 +281,7 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 		sw := sweeper.New(e.Store, sweeper.Config{Batch: 50})
 		goLoad(uint64(400+i), func(*rand.Rand) {
 			if err := sw.RunOnce(context.Background()); err != nil {
-				errs.add("sweeper %d: %v", i, err)
+				errs.Add("sweeper %d: %v", i, err)
 			}
 			c.sweepPasses.Add(1)
 		})
@@ -302,30 +289,17 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 
 	// The clock: one goroutine moves it 400 s about every second, past the 30 s and 300 s
 	// leases.
-	load.Add(1)
-	go func() {
-		defer load.Done()
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stopCh:
-				return
-			case <-tick.C:
-				e.Clock.Advance(400 * time.Second)
-				c.clockAdvances.Add(1)
-			}
-		}
-	}()
+	stopClock := loadkit.Every(time.Second, func() {
+		e.Clock.Advance(400 * time.Second)
+		c.clockAdvances.Add(1)
+	})
 
 	// Checker: the invariants in one database snapshot about every 500 ms; a terminal
 	// backfill's record must never change again.
 	var (
-		checker     sync.WaitGroup
 		checkpoints int
 		peak        invariantReport
 	)
-	checkerDone := make(chan struct{})
 	terminalSeen := map[int64]terminalRow{}
 	observe := func(s invariantReport) {
 		checkpoints++
@@ -344,31 +318,18 @@ func TestRaceLifecycleInvariantsUnderLoad(t *testing.T) {
 			terminalSeen[id] = row
 		}
 	}
-	checker.Add(1)
-	go func() {
-		defer checker.Done()
-		tick := time.NewTicker(500 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-checkerDone:
-				return
-			case <-tick.C:
-				observe(checkInvariants(t, e.DB))
-			}
-		}
-	}()
+	stopChecker := loadkit.Every(500*time.Millisecond, func() { observe(checkInvariants(t, e.DB)) })
 
 	started := time.Now()
 	<-time.After(loadFor) // the load's duration
 	stop.Store(true)
-	close(stopCh)
+	stopClock()
 	load.Wait()
-	close(checkerDone)
-	checker.Wait()
+	stopChecker()
 	loadTook := time.Since(started)
 
-	require.Zero(t, errs.n, "load errors (%d):\n%s", errs.n, strings.Join(errs.msgs, "\n"))
+	nErrs, errMsgs := errs.Summary()
+	require.Zero(t, nErrs, "load errors (%d):\n%s", nErrs, errMsgs)
 	// The load really ran: a run that created, claimed, reported or swept nothing (a harness
 	// that broke, every request refused) would otherwise pass on invariants that hold vacuously.
 	for name, n := range map[string]int64{

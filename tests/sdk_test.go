@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/client"
+	"github.com/backfillsvc/backfill/tests/internal/loadkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -29,26 +30,21 @@ func (e *env) sweepInBackground(t testing.TB) {
 }
 
 // everyTick calls fn on each tick of every until the test ends (its cleanups wait for the
-// last call, before newEnv's drops the database); the first error fails the test and stops it.
+// last call, before newEnv's drops the database); the first error fails the test and ends
+// the calls.
 func (e *env) everyTick(t testing.TB, every time.Duration, what string, fn func(context.Context) error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			if err := fn(ctx); err != nil && ctx.Err() == nil {
-				t.Errorf("%s: %v", what, err)
-				return
-			}
+	var failed bool // only the ticking goroutine reads and writes it
+	stop := loadkit.Every(every, func() {
+		if failed {
+			return
+		}
+		if err := fn(ctx); err != nil && ctx.Err() == nil {
+			failed = true
+			t.Errorf("%s: %v", what, err)
 		}
 	})
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	t.Cleanup(func() { cancel(); stop() })
 }
 
 // runSDKExecutors runs n SDK executor loops (workers w1..wn) until the test ends.
@@ -81,6 +77,17 @@ func sdkBackfill(t testing.TB, c *client.Client, req client.BackfillCreate) clie
 	b, err := c.CreateBackfill(context.Background(), req, "")
 	require.NoError(t, err)
 	return b
+}
+
+// newSDKExecutorEnv is an env for executor tests: its sweeper runs in the background, and
+// req's backfill (on a daily DAG) is created through the SDK client it answers.
+func newSDKExecutorEnv(t *testing.T, req client.BackfillCreate) (*client.Client, client.Backfill) {
+	t.Helper()
+	e := newEnv(t)
+	c := e.sdk(t)
+	b := sdkBackfill(t, c, req)
+	e.sweepInBackground(t)
+	return c, b
 }
 
 // sdkFastExecutor polls often, so that tests finish quickly.
@@ -178,14 +185,11 @@ func TestSDKDagsDryRunCreateIdempotencyAndConflicts(t *testing.T) {
 
 func TestSDKExecutorsCompleteEveryRunAndTheBackfillSucceeds(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	c := e.sdk(t)
+	c, b := newSDKExecutorEnv(t, client.BackfillCreate{DagId: "sdk_ok", FromDate: day(3, 1), ToDate: day(3, 12), MaxActiveRuns: sdkPtr[int32](3)})
 	ctx := context.Background()
-	b := sdkBackfill(t, c, client.BackfillCreate{DagId: "sdk_ok", FromDate: day(3, 1), ToDate: day(3, 12), MaxActiveRuns: sdkPtr[int32](3)})
 
 	var mu sync.Mutex
 	workedBy := map[string]string{} // run_id -> worker
-	e.sweepInBackground(t)
 	runSDKExecutors(t, c, 2, sdkFastExecutor, func(ctx context.Context, run client.DagRun) error {
 		mu.Lock()
 		defer mu.Unlock()
@@ -221,13 +225,10 @@ func TestSDKExecutorsCompleteEveryRunAndTheBackfillSucceeds(t *testing.T) {
 
 func TestSDKExecutorErrorFailsTheRunAndTheBackfill(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	c := e.sdk(t)
+	c, b := newSDKExecutorEnv(t, client.BackfillCreate{DagId: "sdk_fail", FromDate: day(4, 1), ToDate: day(4, 6)})
 	ctx := context.Background()
-	b := sdkBackfill(t, c, client.BackfillCreate{DagId: "sdk_fail", FromDate: day(4, 1), ToDate: day(4, 6)})
 
 	bad := day(4, 3)
-	e.sweepInBackground(t)
 	runSDKExecutors(t, c, 2, sdkFastExecutor, func(ctx context.Context, run client.DagRun) error {
 		if run.LogicalDate.Equal(bad) {
 			return errors.New("upstream table missing")
@@ -251,14 +252,11 @@ func TestSDKExecutorErrorFailsTheRunAndTheBackfill(t *testing.T) {
 
 func TestSDKCancelStopsRunningWorkAndTheBackfillEndsCanceled(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	c := e.sdk(t)
+	c, b := newSDKExecutorEnv(t, client.BackfillCreate{DagId: "sdk_cancel", FromDate: day(5, 1), ToDate: day(5, 5), MaxActiveRuns: sdkPtr[int32](2)})
 	ctx := context.Background()
-	b := sdkBackfill(t, c, client.BackfillCreate{DagId: "sdk_cancel", FromDate: day(5, 1), ToDate: day(5, 5), MaxActiveRuns: sdkPtr[int32](2)})
 
 	started := make(chan string, 5)
 	causes := make(chan error, 5)
-	e.sweepInBackground(t)
 	cfg := sdkFastExecutor
 	cfg.HeartbeatEvery = 10 * time.Millisecond
 	runSDKExecutors(t, c, 1, cfg, func(ctx context.Context, run client.DagRun) error {

@@ -16,6 +16,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// raceRounds plays n rounds of a race, round i on a DAG id of its own (prefix_i), tallies the
+// outcome each round names, logs the tally, and checks the invariants once all rounds are
+// done.
+func (e *env) raceRounds(n int, prefix string, round func(i int, dagID string) (outcome string)) {
+	e.t.Helper()
+	outcomes := map[string]int{}
+	for i := range n {
+		outcomes[round(i, fmt.Sprintf("%s_%d", prefix, i))]++
+	}
+	e.t.Logf("outcomes: %v", outcomes)
+	checkInvariants(e.t, e.DB)
+}
+
 // releaseTogether runs fn(0) .. fn(n-1) on n goroutines held at one barrier and released at
 // once, waits for all, and then fails the test with every error they returned. fn runs off
 // the test's goroutine, so it reports through its error, never through require.

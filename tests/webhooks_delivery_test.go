@@ -19,9 +19,7 @@ import (
 
 func TestWebhookDeliversTheEventSignedPerStandardWebhooks(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	rc := newReceiver(t, nil)
-	w := e.createWebhook(rc.URL)
+	e, rc, w := newHookedEnv(t, nil)
 	id := e.insertEvent("backfill.created", 42, "sales")
 	d := e.localDeliverer()
 	d.runOnce(t)
@@ -75,14 +73,12 @@ func TestWebhookDeliversTheEventSignedPerStandardWebhooks(t *testing.T) {
 // log shows all three, and the retries come after growing delays, the first within 10 s.
 func TestWebhookReceiverFailingTwiceGetsTheEventOnTheThirdAttempt(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	rc := newReceiver(t, func(n int, _ *http.Request) int {
+	e, rc, w := newHookedEnv(t, func(n int, _ *http.Request) int {
 		if n <= 2 {
 			return http.StatusInternalServerError
 		}
 		return http.StatusOK
 	})
-	w := e.createWebhook(rc.URL)
 	id := e.insertEvent("backfill.failed", 7, "d")
 	d := e.localDeliverer()
 	start := e.Clock.Now()
@@ -143,9 +139,7 @@ func TestWebhookReceiverFailingTwiceGetsTheEventOnTheThirdAttempt(t *testing.T) 
 // A receiver that never answers 2xx is retried for at least 24 h, then given up.
 func TestWebhookIsRetriedForADayThenGivenUp(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	rc := newReceiver(t, func(int, *http.Request) int { return http.StatusServiceUnavailable })
-	w := e.createWebhook(rc.URL)
+	e, rc, w := newHookedEnv(t, func(int, *http.Request) int { return http.StatusServiceUnavailable })
 	e.insertEvent("backfill.canceled", 1, "d")
 	d := e.localDeliverer()
 	start := e.Clock.Now()
@@ -206,9 +200,7 @@ func TestWebhookGetsOnlyItsEventTypesAndOnlyEventsAfterItsCreation(t *testing.T)
 // An event whose transaction rolls back owes no delivery: the trigger's rows roll back with it.
 func TestWebhookDeliveryIsMadeOnlyWithACommittedEvent(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	rc := newReceiver(t, nil)
-	e.createWebhook(rc.URL)
+	e, rc, _ := newHookedEnv(t, nil)
 	tx, err := e.DB.Beginx()
 	require.NoError(t, err)
 	_, err = tx.Exec(`INSERT INTO events (type, backfill_id, dag_id, occurred_at, data)
@@ -229,9 +221,7 @@ func TestWebhookDeliveryIsMadeOnlyWithACommittedEvent(t *testing.T) {
 // the lost attempt cannot undo the delivery.
 func TestWebhookClaimOfADeadProcessIsRetriedAfterItsLease(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	rc := newReceiver(t, nil)
-	w := e.createWebhook(rc.URL)
+	e, rc, w := newHookedEnv(t, nil)
 	id := e.insertEvent("backfill.created", 1, "d")
 
 	lost, err := e.Store.WebhookDeliveryClaim(context.Background(), 10, 15*time.Second)
@@ -268,9 +258,7 @@ func TestWebhookClaimOfADeadProcessIsRetriedAfterItsLease(t *testing.T) {
 // when every receiver answers in time: the claim skips rows another one holds.
 func TestWebhookDeliverersRunningTogetherDeliverEachEventOnce(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	rc := newReceiver(t, nil)
-	w := e.createWebhook(rc.URL)
+	e, rc, w := newHookedEnv(t, nil)
 	const events = 60
 	want := map[string]bool{}
 	for i := range events {
@@ -327,9 +315,7 @@ func repoOutcome(webhookID, eventID int64, attempt, status int, msg string, retr
 // and Stop is safe before Start, idempotent, and returns after the loop has ended.
 func TestWebhookDelivererLoopDeliversUntilStopped(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	rc := newReceiver(t, nil)
-	e.createWebhook(rc.URL)
+	e, rc, _ := newHookedEnv(t, nil)
 	idle := e.newDeliverer(webhooks.Config{AllowLocal: true})
 	idle.Stop()
 

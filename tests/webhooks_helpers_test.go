@@ -119,6 +119,15 @@ type receiver struct {
 	answer func(n int, r *http.Request) int
 }
 
+// newHookedEnv is an env with one webhook, for every event type, whose target is a new
+// receiver answering as answer does (nil: 204).
+func newHookedEnv(t *testing.T, answer func(n int, r *http.Request) int) (*env, *receiver, api.WebhookWithSecret) {
+	t.Helper()
+	e := newEnv(t)
+	rc := newReceiver(t, answer)
+	return e, rc, e.createWebhook(rc.URL)
+}
+
 func newReceiver(t testing.TB, answer func(n int, r *http.Request) int) *receiver {
 	rc := &receiver{answer: answer}
 	if rc.answer == nil {

@@ -4,7 +4,6 @@ package faults
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/tests/internal/loadkit"
 )
 
 // commitLostDetail is how the service says that a write's connection was lost during
@@ -142,7 +142,7 @@ func runFailover(t *testing.T, via string) {
 				dag := fmt.Sprintf("fo_%d_%d", i, n)
 				a, _ := untilAnswered("put dag", http.MethodPut, "/api/v1/dags/"+dag, map[string]any{"schedule": "@daily"})
 				if a == nil || (a.Status != http.StatusCreated && a.Status != http.StatusOK) {
-					fails.add("put dag %s: %v", dag, a)
+					fails.Add("put dag %s: %v", dag, a)
 					continue
 				}
 				ledger.mu.Lock()
@@ -152,12 +152,11 @@ func runFailover(t *testing.T, via string) {
 				body := map[string]any{"dag_id": dag, "from_date": "2024-01-01T00:00:00Z", "to_date": "2024-01-03T00:00:00Z"}
 				a, lost := untilAnswered("create backfill", http.MethodPost, "/api/v1/backfills", body, "Idempotency-Key", key)
 				if a == nil || a.Status != http.StatusCreated {
-					fails.add("create backfill on %s: %v", dag, a)
+					fails.Add("create backfill on %s: %v", dag, a)
 					continue
 				}
-				var b api.Backfill
-				if err := json.Unmarshal(a.Body, &b); err != nil {
-					fails.add("decode backfill: %v", err)
+				b, ok := loadkit.Decode[api.Backfill](&fails, "backfill", a.Body)
+				if !ok {
 					continue
 				}
 				ledger.mu.Lock()

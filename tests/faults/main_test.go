@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/internal/pgtest"
+	"github.com/backfillsvc/backfill/tests/internal/loadkit"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 )
@@ -84,20 +85,28 @@ func buildAPI() (string, error) {
 
 // removeStaleBuilds removes bf-faults-* directories whose test process is gone.
 func removeStaleBuilds() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "bf-faults-*"))
+	for _, d := range orphanedTempDirs("bf-faults-*", "pid") {
+		_ = os.RemoveAll(d)
+	}
+}
+
+// orphanedTempDirs lists the temporary directories matching pattern whose owner, the process
+// whose pid the directory's file pidFile holds, is gone.
+func orphanedTempDirs(pattern, pidFile string) []string {
+	var orphaned []string
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), pattern))
 	for _, d := range dirs {
-		raw, err := os.ReadFile(filepath.Join(d, "pid"))
+		raw, err := os.ReadFile(filepath.Join(d, pidFile))
 		if err != nil {
 			continue
 		}
 		pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-		if err != nil || pid <= 0 {
+		if err != nil || pid <= 0 || syscall.Kill(pid, 0) != syscall.ESRCH {
 			continue
 		}
-		if syscall.Kill(pid, 0) == syscall.ESRCH {
-			_ = os.RemoveAll(d)
-		}
+		orphaned = append(orphaned, d)
 	}
+	return orphaned
 }
 
 // ---- the child process -------------------------------------------------------------------
@@ -567,27 +576,12 @@ func countRows(t testing.TB, db *sqlx.DB) counts {
 // ---- load bookkeeping --------------------------------------------------------------------
 
 // failures collects problems seen on load goroutines.
-type failures struct {
-	mu   sync.Mutex
-	n    int
-	msgs []string
-}
-
-func (f *failures) add(format string, args ...any) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.n++
-	if len(f.msgs) < 40 {
-		f.msgs = append(f.msgs, fmt.Sprintf(format, args...))
-	}
-}
+type failures struct{ loadkit.Failures }
 
 func (f *failures) check(t testing.TB) {
 	t.Helper()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.n > 0 {
-		t.Errorf("%d failures under load:\n%s", f.n, strings.Join(f.msgs, "\n"))
+	if n, msgs := f.Summary(); n > 0 {
+		t.Errorf("%d failures under load:\n%s", n, msgs)
 	}
 }
 

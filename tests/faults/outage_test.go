@@ -4,7 +4,6 @@ package faults
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/tests/internal/loadkit"
 	"github.com/lib/pq"
 )
 
@@ -122,7 +122,7 @@ func runOutage(t *testing.T, variant string) {
 		defer cancel()
 		a, err := c.do(ctx, method, path, body, headers...)
 		if err != nil {
-			fails.add("%s: transport error: %v", op, err)
+			fails.Add("%s: transport error: %v", op, err)
 			return nil
 		}
 		tally.add(a.Status)
@@ -130,11 +130,11 @@ func runOutage(t *testing.T, variant string) {
 		case a.Status == http.StatusServiceUnavailable:
 			count503(a)
 			if a.Problem().Code == "" {
-				fails.add("%s: 503 without a problem body: %s", op, a)
+				fails.Add("%s: 503 without a problem body: %s", op, a)
 			}
 			return nil
 		case a.Status >= 500:
-			fails.add("%s answered %s", op, a)
+			fails.Add("%s answered %s", op, a)
 			return nil
 		}
 		return a
@@ -148,16 +148,7 @@ func runOutage(t *testing.T, variant string) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	goLoad := func(stream uint64, fn func(rng *rand.Rand)) {
-		load.Add(1)
-		go func() {
-			defer load.Done()
-			rng := rand.New(rand.NewPCG(seed, stream))
-			for !stop.Load() {
-				fn(rng)
-			}
-		}()
-	}
+	goLoad := loadkit.Looper(&load, &stop, seed)
 
 	// Creators: small backfills, each with an Idempotency-Key, retried through 503s.
 	var keyN atomic.Int64
@@ -175,9 +166,8 @@ func runOutage(t *testing.T, variant string) {
 			}
 			switch a.Status {
 			case http.StatusCreated:
-				var b api.Backfill
-				if err := json.Unmarshal(a.Body, &b); err != nil {
-					fails.add("decode backfill: %v", err)
+				b, ok := loadkit.Decode[api.Backfill](&fails, "backfill", a.Body)
+				if !ok {
 					return
 				}
 				ledger.mu.Lock()
@@ -189,7 +179,7 @@ func runOutage(t *testing.T, variant string) {
 			case http.StatusConflict:
 				time.Sleep(20 * time.Millisecond)
 			default:
-				fails.add("create backfill answered %s", a)
+				fails.Add("create backfill answered %s", a)
 			}
 		})
 	}
@@ -205,9 +195,8 @@ func runOutage(t *testing.T, variant string) {
 		}
 		switch a.Status {
 		case http.StatusCreated:
-			var r api.DagRun
-			if err := json.Unmarshal(a.Body, &r); err != nil {
-				fails.add("decode run: %v", err)
+			r, ok := loadkit.Decode[api.DagRun](&fails, "run", a.Body)
+			if !ok {
 				return
 			}
 			ledger.mu.Lock()
@@ -215,7 +204,7 @@ func runOutage(t *testing.T, variant string) {
 			ledger.mu.Unlock()
 		case http.StatusConflict:
 		default:
-			fails.add("create run answered %s", a)
+			fails.Add("create run answered %s", a)
 		}
 		time.Sleep(20 * time.Millisecond)
 	})
@@ -230,12 +219,11 @@ func runOutage(t *testing.T, variant string) {
 				return
 			}
 			if a.Status != http.StatusOK {
-				fails.add("claim answered %s", a)
+				fails.Add("claim answered %s", a)
 				return
 			}
-			var cr api.ClaimResponse
-			if err := json.Unmarshal(a.Body, &cr); err != nil {
-				fails.add("decode claim: %v", err)
+			cr, ok := loadkit.Decode[api.ClaimResponse](&fails, "claim", a.Body)
+			if !ok {
 				return
 			}
 			if len(cr.Runs) == 0 {
@@ -264,7 +252,7 @@ func runOutage(t *testing.T, variant string) {
 				case http.StatusConflict:
 					// lease_lost: an earlier attempt of this report committed before its 503.
 				default:
-					fails.add("report answered %s", ra)
+					fails.Add("report answered %s", ra)
 				}
 			}
 		})
@@ -279,7 +267,7 @@ func runOutage(t *testing.T, variant string) {
 			a, err := c.do(ctx, http.MethodGet, "/readyz", nil)
 			cancel()
 			if err != nil {
-				fails.add("readyz: %v", err)
+				fails.Add("readyz: %v", err)
 				continue
 			}
 			ready.mu.Lock()

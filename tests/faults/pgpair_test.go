@@ -174,16 +174,7 @@ type pgPair struct {
 // stopStaleClusters stops and removes the throwaway clusters of test processes that died
 // without cleaning up (killed by a timeout, say), so that they do not run on for ever.
 func stopStaleClusters(t testing.TB) {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "bf-pg-*"))
-	for _, d := range dirs {
-		raw, err := os.ReadFile(filepath.Join(d, "owner"))
-		if err != nil {
-			continue
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-		if err != nil || pid <= 0 || syscall.Kill(pid, 0) != syscall.ESRCH {
-			continue
-		}
+	for _, d := range orphanedTempDirs("bf-pg-*", "owner") {
 		_ = pgCmd(t, "pg_ctl", "-D", filepath.Join(d, "data"), "-m", "immediate", "-w", "stop").Run()
 		_ = os.RemoveAll(d)
 	}

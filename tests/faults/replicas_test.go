@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/tests/internal/loadkit"
 )
 
 // TestTwoReplicasUnderLoad runs two service processes on one database, both sweeping every
@@ -64,7 +65,7 @@ func TestTwoReplicasUnderLoad(t *testing.T) {
 	t.Logf("seed %d", seed)
 	expect := func(op string, a *answer, err error, allowed map[int]string) int {
 		if err != nil {
-			fails.add("%s: %v", op, err)
+			fails.Add("%s: %v", op, err)
 			return 0
 		}
 		tally.add(a.Status)
@@ -73,21 +74,12 @@ func TestTwoReplicasUnderLoad(t *testing.T) {
 		}
 		code, ok := allowed[a.Status]
 		if !ok || (code != "" && a.Problem().Code != code) {
-			fails.add("%s answered %s", op, a)
+			fails.Add("%s answered %s", op, a)
 			return 0
 		}
 		return a.Status
 	}
-	goLoad := func(stream uint64, fn func(rng *rand.Rand)) {
-		load.Add(1)
-		go func() {
-			defer load.Done()
-			rng := rand.New(rand.NewPCG(seed, stream))
-			for !stop.Load() {
-				fn(rng)
-			}
-		}()
-	}
+	goLoad := loadkit.Looper(&load, &stop, seed)
 	ctx := context.Background()
 	base := time.Date(2018, 1, 1, 0, 0, 0, 0, time.UTC)
 
@@ -129,9 +121,8 @@ func TestTwoReplicasUnderLoad(t *testing.T) {
 			if expect("claim", a, err, map[int]string{200: ""}) != http.StatusOK {
 				return
 			}
-			var cr api.ClaimResponse
-			if err := json.Unmarshal(a.Body, &cr); err != nil {
-				fails.add("decode claim: %v", err)
+			cr, ok := loadkit.Decode[api.ClaimResponse](&fails, "claim", a.Body)
+			if !ok {
 				return
 			}
 			claimed.Add(int64(len(cr.Runs)))
@@ -178,39 +169,26 @@ func TestTwoReplicasUnderLoad(t *testing.T) {
 	// The checker: invariants in one snapshot, and each process's pool size.
 	var checkpoints, peakA, peakB int
 	var peakRun peakRunning
-	checkerDone := make(chan struct{})
-	var checker sync.WaitGroup
-	checker.Add(1)
-	go func() {
-		defer checker.Done()
-		tick := time.NewTicker(500 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-checkerDone:
-				return
-			case <-tick.C:
-			}
-			v, peak, err := checkInvariants(tdb.DB)
-			if err != nil {
-				fails.add("invariants: %v", err)
-				continue
-			}
-			checkpoints++
-			peakRun = peakRun.higher(peak)
-			for _, s := range v {
-				fails.add("checkpoint %d: %s", checkpoints, s)
-			}
-			b := backends(t, tdb.Name)
-			peakA, peakB = max(peakA, b["bf_replica_a"]), max(peakB, b["bf_replica_b"])
+	stopChecker := loadkit.Every(500*time.Millisecond, func() {
+		v, peak, err := checkInvariants(tdb.DB)
+		if err != nil {
+			fails.Add("invariants: %v", err)
+			return
 		}
-	}()
+		checkpoints++
+		peakRun = peakRun.higher(peak)
+		for _, s := range v {
+			fails.Add("checkpoint %d: %s", checkpoints, s)
+		}
+		b := backends(t, tdb.Name)
+		peakA, peakB = max(peakA, b["bf_replica_a"]), max(peakB, b["bf_replica_b"])
+	})
 	// Sample the pools more often than the invariants.
 	go func() {
 		for !stop.Load() {
 			b := backends(t, tdb.Name)
 			if b["bf_replica_a"] > maxConns || b["bf_replica_b"] > maxConns {
-				fails.add("a process holds more than DB_MAX_CONNS=%d sessions: %v", maxConns, b)
+				fails.Add("a process holds more than DB_MAX_CONNS=%d sessions: %v", maxConns, b)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -219,8 +197,7 @@ func TestTwoReplicasUnderLoad(t *testing.T) {
 	time.Sleep(loadFor)
 	stop.Store(true)
 	load.Wait()
-	close(checkerDone)
-	checker.Wait()
+	stopChecker()
 	fails.check(t)
 	v, _, err := checkInvariants(tdb.DB)
 	if err != nil {
