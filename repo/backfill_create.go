@@ -255,7 +255,7 @@ func settleTakenSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p Back
 		return err
 	}
 	// Streamed with COPY: for 100,000 taken slots an INSERT over nine unnested arrays took
-	// 0.8 s (building and parsing the arrays) where COPY takes 0.25 s. The rows cannot
+	// 0.8 s (building and parsing the arrays) where COPY takes 0.45 s. The rows cannot
 	// conflict: their key starts with the backfill's new id.
 	row := make([]any, 0, 9)
 	err = copyIn(ctx, tx, `COPY backfill_dag_runs (backfill_id, sort_ordinal, logical_date, dag_run_id,
