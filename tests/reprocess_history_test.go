@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"net/http"
 	"testing"
 	"time"
 
@@ -76,10 +77,7 @@ func TestReprocessKeepsEachOwnersRecordThroughTwoTakeovers(t *testing.T) {
 	// A retry of A picks its slots from A's record (days 2 and 3 failed), not from the runs'
 	// present (all succeeded, which would leave nothing to retry); as reprocess_behavior
 	// failed, it then skips both, their runs having succeeded since.
-	res := e.Do("POST", backfillPath(a.Id)+"/retry", nil)
-	require.Equal(t, 201, res.Status, "body: %s", res.Body)
-	var retry api.Backfill
-	res.Decode(t, &retry)
+	retry := call[api.Backfill](e, http.StatusCreated, http.MethodPost, retryPath(a.Id), nil)
 	require.Equal(t, api.BackfillProgress{Total: 2, Skipped: 2}, retry.Progress)
 	checkInvariants(t, e.DB)
 }
