@@ -94,7 +94,7 @@ func TestStoreFailuresAnswer5xxWithoutInternalText(t *testing.T) {
 		{"too many connections", fmt.Errorf("begin: %w", &pq.Error{Code: "53300", Message: secret}), 503, "unavailable"},
 		{"network error", fmt.Errorf("begin: %w", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New(secret)}), 503, "unavailable"},
 		{"statement timeout", fmt.Errorf("insert: %w", &pq.Error{Code: "57014", Message: secret}), 503, "timeout"},
-		{"connection lost during commit", fmt.Errorf("commit: %w: %w", repo.ErrCommitOutcomeUnknown, io.EOF), 503, "unavailable"},
+		{"connection lost during commit", fmt.Errorf("commit: %w: %w", repo.ErrOutcomeUnknown, io.EOF), 503, "outcome_unknown"},
 		{"unknown failure", fmt.Errorf("insert: %w", &pq.Error{Code: "XX000", Message: secret}), 500, "internal"},
 		{"plain error", errors.New(secret), 500, "internal"},
 	}
@@ -107,7 +107,7 @@ func TestStoreFailuresAnswer5xxWithoutInternalText(t *testing.T) {
 			require.Equal(t, c.code, p.Code, "%s: %s %s", c.name, r.method, r.path)
 			require.NotContains(t, rec.Body.String(), "SECRET", "%s: a 5xx carries internal error text", c.name)
 			require.NotContains(t, rec.Body.String(), "serialize")
-			if c.code == "busy" || c.code == "timeout" {
+			if c.code == "busy" || c.code == "timeout" || c.code == "outcome_unknown" {
 				ra, err := strconv.Atoi(rec.Header().Get("Retry-After"))
 				require.NoError(t, err, "%s %s: Retry-After %q", r.method, r.path, rec.Header().Get("Retry-After"))
 				require.Positive(t, ra)

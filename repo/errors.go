@@ -36,11 +36,7 @@ var (
 	ErrStatementTimeout = errors.New("statement timeout")
 	// ErrUnavailable: no usable database session within the reconnect wait (no host
 	// answered, or none accepts writes).
-	ErrUnavailable = errors.New("database unavailable")
-	// ErrCommitOutcomeUnknown: the connection was lost after COMMIT was sent and before its
-	// answer came back. The transaction may or may not have committed; it is never retried
-	// inside the server, because a retry could do the work twice.
-	ErrCommitOutcomeUnknown    = errors.New("connection lost during commit; outcome unknown")
+	ErrUnavailable             = errors.New("database unavailable")
 	errIdempotencyKeyTaken     = errors.New("idempotency key taken")
 	errConcurrentRunForDate    = errors.New("a concurrent run took a slot's date")
 	errBackfillUniqueViolation = errors.New("active backfill index violated")
@@ -86,7 +82,7 @@ func uniqueViolation(err error) string {
 // IsUnavailable reports whether err means the database could not be reached, is shutting
 // down, or accepts no writes, as opposed to a fault in the request or in this code.
 func IsUnavailable(err error) bool {
-	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrCommitOutcomeUnknown) ||
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown) ||
 		errors.Is(err, context.DeadlineExceeded) || isSessionFailure(err) {
 		return true
 	}
