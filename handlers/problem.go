@@ -102,6 +102,11 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.log(r).Warn("transaction retries exhausted", "err", err)
 		w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
 		writeProblem(w, problem(http.StatusServiceUnavailable, "busy", "too many concurrent changes; retry shortly"))
+	case errors.Is(err, repo.ErrLockWait):
+		s.log(r).Warn("lock wait exceeded", "err", err)
+		w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
+		writeProblem(w, problem(http.StatusServiceUnavailable, "busy",
+			"waited LOCK_WAIT for a row another request holds; nothing was written"))
 	case r.Context().Err() != nil:
 		// The client went away (lib/pq then reports its canceled statement as 57014, like a
 		// timeout); nobody reads this answer.

@@ -34,6 +34,9 @@ var (
 	// ErrStatementTimeout: a statement ran into its time limit (statement_timeout) and was
 	// stopped. Retrying the same request may well meet the same limit.
 	ErrStatementTimeout = errors.New("statement timeout")
+	// ErrLockWait: a statement waited LOCK_WAIT (lock_timeout) for a row another transaction
+	// holds, and the transaction was rolled back: nothing was written.
+	ErrLockWait = errors.New("lock wait exceeded")
 	// ErrUnavailable: no usable database session within the reconnect wait (no host
 	// answered, or none accepts writes).
 	ErrUnavailable             = errors.New("database unavailable")
@@ -104,6 +107,11 @@ func IsStatementTimeout(err error) bool {
 		return false
 	}
 	return errors.Is(err, ErrStatementTimeout) || pq.As(err, pqerror.QueryCanceled) != nil
+}
+
+// isLockNotAvailable reports 55P03: lock_timeout ran out (or a NOWAIT found the row held).
+func isLockNotAvailable(err error) bool {
+	return pq.As(err, pqerror.LockNotAvailable) != nil
 }
 
 // IsReadOnly reports whether the session's host accepts no writes: a hot standby, or a

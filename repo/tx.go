@@ -83,6 +83,10 @@ func (s *Store) withRetry(ctx context.Context, attemptFn func() error) error {
 			}
 			reconnects++
 			delay = min(reconnectBackoff(reconnects), left)
+		case isLockNotAvailable(err):
+			// Not retried: the row is held by a transaction that may hold it for long, and
+			// the request has already waited LOCK_WAIT for it.
+			return fmt.Errorf("%w: %w", ErrLockWait, err)
 		case IsStatementTimeout(err):
 			return fmt.Errorf("%w: %w", ErrStatementTimeout, err)
 		default:
@@ -112,7 +116,7 @@ func isRetrySafe(err error) bool {
 }
 
 func (s *Store) runTx(ctx context.Context, level sql.IsolationLevel, fn func(tx *sqlx.Tx) error) (err error) {
-	tx, err := s.db.BeginTxx(ctx, &sql.TxOptions{Isolation: level})
+	tx, err := s.txDB(ctx).BeginTxx(ctx, &sql.TxOptions{Isolation: level})
 	if err != nil {
 		var ce *connectError
 		if errors.As(err, &ce) {
@@ -130,7 +134,10 @@ func (s *Store) runTx(ctx context.Context, level sql.IsolationLevel, fn func(tx 
 			_ = tx.Rollback()
 		}
 	}()
-	if err = fn(tx); err != nil {
+	if err = s.setLockWait(ctx, tx); err == nil {
+		err = fn(tx)
+	}
+	if err != nil {
 		if isSessionFailure(err) {
 			return &errBeforeCommit{err}
 		}

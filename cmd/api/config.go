@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/backfillsvc/backfill/handlers"
 	"github.com/backfillsvc/backfill/repo"
 )
 
@@ -44,8 +45,18 @@ type config struct {
 	// EventPollInterval is how often the event listener reads the outbox when no NOTIFY
 	// woke it: the most a lost notification can delay an event.
 	EventPollInterval time.Duration
-	// AdmissionWait is the longest a request waits for an admission slot before 503 busy.
+	// AdmissionWait is the admission queue's interval: a queue that has not been empty for
+	// that long is standing, and a request that arrives at it waits at most that long for a
+	// slot before 503 busy.
 	AdmissionWait time.Duration
+	// AdmissionLongWait is the longest a request that arrives at a queue that is not
+	// standing (a burst) waits for a slot.
+	AdmissionLongWait time.Duration
+	// DBLeaseMaxConns is the lease pool (heartbeats, reports, releases), kept apart from
+	// DBMaxConns, and the number of lease requests admitted at once.
+	DBLeaseMaxConns int
+	// LockWait bounds every wait of a transaction for a row lock (lock_timeout).
+	LockWait time.Duration
 	// AdmissionMaxInFlight bounds the requests served at once; by default the pool less
 	// admissionPoolReserve, so that an admitted request never queues for a connection.
 	AdmissionMaxInFlight int
@@ -78,6 +89,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 		EventStreamsMax:   2000,
 		EventPollInterval: 2 * time.Second,
 		AdmissionWait:     100 * time.Millisecond,
+		AdmissionLongWait: time.Second,
+		DBLeaseMaxConns:   handlers.DefaultLeaseMaxInFlight,
+		LockWait:          repo.DefaultLockWait,
 	}
 	var errs []error
 	if cfg.DatabaseURL == "" {
@@ -109,6 +123,12 @@ func loadConfig(getenv func(string) string) (config, error) {
 	intVar(getenv, "EVENT_STREAMS_MAX", &cfg.EventStreamsMax, 1, 1_000_000, &errs)
 	durationVar(getenv, "EVENT_POLL_INTERVAL", &cfg.EventPollInterval, &errs)
 	durationVar(getenv, "ADMISSION_WAIT", &cfg.AdmissionWait, &errs)
+	durationVar(getenv, "ADMISSION_LONG_WAIT", &cfg.AdmissionLongWait, &errs)
+	if cfg.AdmissionLongWait < cfg.AdmissionWait {
+		errs = append(errs, fmt.Errorf("ADMISSION_LONG_WAIT=%s is shorter than ADMISSION_WAIT=%s", cfg.AdmissionLongWait, cfg.AdmissionWait))
+	}
+	intVar(getenv, "DB_LEASE_MAX_CONNS", &cfg.DBLeaseMaxConns, 1, 1000, &errs)
+	durationVar(getenv, "LOCK_WAIT", &cfg.LockWait, &errs)
 	cfg.AdmissionMaxInFlight = max(3, cfg.DBMaxConns-admissionPoolReserve)
 	intVar(getenv, "ADMISSION_MAX_IN_FLIGHT", &cfg.AdmissionMaxInFlight, 3, 10_000, &errs)
 	for _, t := range strings.Split(getenv("API_TOKEN"), ",") {
@@ -186,5 +206,8 @@ func (c config) logAttrs() []any {
 		"event_poll_interval", c.EventPollInterval.String(),
 		"admission_wait", c.AdmissionWait.String(),
 		"admission_max_in_flight", c.AdmissionMaxInFlight,
+		"admission_long_wait", c.AdmissionLongWait.String(),
+		"db_lease_max_conns", c.DBLeaseMaxConns,
+		"lock_wait", c.LockWait.String(),
 	}
 }

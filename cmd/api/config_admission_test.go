@@ -28,6 +28,9 @@ func TestAdmissionConfig(t *testing.T) {
 		{"wait not a duration", []string{"ADMISSION_WAIT", "100"}, 0, 0, true},
 		{"wait zero", []string{"ADMISSION_WAIT", "0s"}, 0, 0, true},
 		{"in flight too small", []string{"ADMISSION_MAX_IN_FLIGHT", "2"}, 0, 0, true},
+		{"long wait shorter than wait", []string{"ADMISSION_WAIT", "2s"}, 0, 0, true},
+		{"lease pool zero", []string{"DB_LEASE_MAX_CONNS", "0"}, 0, 0, true},
+		{"lock wait not a duration", []string{"LOCK_WAIT", "2"}, 0, 0, true},
 	}
 	for _, c := range cases {
 		cfg, err := loadConfig(env(c.env...))

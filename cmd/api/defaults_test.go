@@ -55,6 +55,9 @@ func TestDocsStateTheDefaultsConfigApplies(t *testing.T) {
 		"EVENT_STREAMS_MAX":    fmt.Sprint(cfg.EventStreamsMax),
 		"EVENT_POLL_INTERVAL":  cfg.EventPollInterval,
 		"ADMISSION_WAIT":       cfg.AdmissionWait,
+		"ADMISSION_LONG_WAIT":  cfg.AdmissionLongWait,
+		"DB_LEASE_MAX_CONNS":   fmt.Sprint(cfg.DBLeaseMaxConns),
+		"LOCK_WAIT":            cfg.LockWait,
 		// Derived from the pool; the docs state the rule, checked here against the value.
 		"ADMISSION_MAX_IN_FLIGHT": "DB_MAX_CONNS` − 2 (at least 3)",
 	}
