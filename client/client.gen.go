@@ -1054,6 +1054,13 @@ type ListDagRunsParams struct {
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
+// CreateDagRunParams defines parameters for CreateDagRun.
+type CreateDagRunParams struct {
+	// IdempotencyKey 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
+	// operation's description.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListEventsParams defines parameters for ListEvents.
 type ListEventsParams struct {
 	// After Answer only events with a larger id (the last id the reader saw).
@@ -1069,6 +1076,13 @@ type ListEventsParams struct {
 	Type *EventTypeQuery `form:"type,omitempty" json:"type,omitempty"`
 }
 
+// ClaimRunsParams defines parameters for ClaimRuns.
+type ClaimRunsParams struct {
+	// IdempotencyKey 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
+	// operation's description.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListWebhooksParams defines parameters for ListWebhooks.
 type ListWebhooksParams struct {
 	// Limit Page size.
@@ -1076,6 +1090,13 @@ type ListWebhooksParams struct {
 
 	// Offset Entries to skip before the page starts.
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+}
+
+// CreateWebhookParams defines parameters for CreateWebhook.
+type CreateWebhookParams struct {
+	// IdempotencyKey 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
+	// operation's description.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // ListWebhookDeliveriesParams defines parameters for ListWebhookDeliveries.
@@ -1641,10 +1662,17 @@ type ClientInterface interface {
 	// its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
 	// `dag_not_found`.
 	//
+	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+	// request (`conf` compared as jsonb values) creates nothing and answers 201 with the
+	// run as it is now and `Idempotent-Replayed: true`; with a different request it is 422
+	// `idempotency_key_reused`. The key is recorded in the transaction that creates the
+	// run, so a request answered 503 `outcome_unknown` and sent again with its key creates
+	// the run at most once.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/dags/{dag_id}/runs (the `CreateDagRun` operationId).
-	CreateDagRunWithBody(ctx context.Context, dagId DagIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateDagRunWithBody(ctx context.Context, dagId DagIdPath, params *CreateDagRunParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateDagRun Create a manual DAG run
 	//
@@ -1657,10 +1685,17 @@ type ClientInterface interface {
 	// its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
 	// `dag_not_found`.
 	//
+	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+	// request (`conf` compared as jsonb values) creates nothing and answers 201 with the
+	// run as it is now and `Idempotent-Replayed: true`; with a different request it is 422
+	// `idempotency_key_reused`. The key is recorded in the transaction that creates the
+	// run, so a request answered 503 `outcome_unknown` and sent again with its key creates
+	// the run at most once.
+	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /api/v1/dags/{dag_id}/runs (the `CreateDagRun` operationId).
-	CreateDagRun(ctx context.Context, dagId DagIdPath, body CreateDagRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateDagRun(ctx context.Context, dagId DagIdPath, params *CreateDagRunParams, body CreateDagRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetDagRun Get a DAG run
 	//
@@ -1755,10 +1790,18 @@ type ClientInterface interface {
 	// the run back to `queued` with `attempt` + 1, or makes it `failed` when `attempt` has
 	// reached `MAX_ATTEMPTS` (default 3), or `canceled` when its backfill is canceling.
 	//
+	// **Idempotency-Key.** A claim sent again with the same key and the same request
+	// (within 24 hours) claims nothing more: it answers 200 with `Idempotent-Replayed: true`
+	// and the runs the first claim handed out that are still running and leased to
+	// `worker_id`. The key is recorded in the claim's transaction, so a claim answered 503
+	// `outcome_unknown` and sent again with its key never leaks a run: either it was
+	// applied and the retry hands its runs out, or it was not and the retry claims afresh.
+	// The same key with a different request is 422 `idempotency_key_reused`.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/runs/claim (the `ClaimRuns` operationId).
-	ClaimRunsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ClaimRunsWithBody(ctx context.Context, params *ClaimRunsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ClaimRuns Claim queued runs
 	//
@@ -1779,10 +1822,18 @@ type ClientInterface interface {
 	// the run back to `queued` with `attempt` + 1, or makes it `failed` when `attempt` has
 	// reached `MAX_ATTEMPTS` (default 3), or `canceled` when its backfill is canceling.
 	//
+	// **Idempotency-Key.** A claim sent again with the same key and the same request
+	// (within 24 hours) claims nothing more: it answers 200 with `Idempotent-Replayed: true`
+	// and the runs the first claim handed out that are still running and leased to
+	// `worker_id`. The key is recorded in the claim's transaction, so a claim answered 503
+	// `outcome_unknown` and sent again with its key never leaks a run: either it was
+	// applied and the retry hands its runs out, or it was not and the retry claims afresh.
+	// The same key with a different request is 422 `idempotency_key_reused`.
+	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /api/v1/runs/claim (the `ClaimRuns` operationId).
-	ClaimRuns(ctx context.Context, body ClaimRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ClaimRuns(ctx context.Context, params *ClaimRunsParams, body ClaimRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// HeartbeatRunWithBody Extend a run's lease
 	//
@@ -1863,10 +1914,15 @@ type ClientInterface interface {
 	// unspecified addresses are refused at delivery (on the address dialed) unless the
 	// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
 	//
+	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+	// request creates nothing and answers 201 with the same webhook, secret included, and
+	// `Idempotent-Replayed: true` (404 `webhook_not_found` if it has been deleted since);
+	// with a different request it is 422 `idempotency_key_reused`.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/webhooks (the `CreateWebhook` operationId).
-	CreateWebhookWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateWebhookWithBody(ctx context.Context, params *CreateWebhookParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateWebhook Register a webhook
 	//
@@ -1886,10 +1942,15 @@ type ClientInterface interface {
 	// unspecified addresses are refused at delivery (on the address dialed) unless the
 	// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
 	//
+	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+	// request creates nothing and answers 201 with the same webhook, secret included, and
+	// `Idempotent-Replayed: true` (404 `webhook_not_found` if it has been deleted since);
+	// with a different request it is 422 `idempotency_key_reused`.
+	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /api/v1/webhooks (the `CreateWebhook` operationId).
-	CreateWebhook(ctx context.Context, body CreateWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateWebhook(ctx context.Context, params *CreateWebhookParams, body CreateWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DeleteWebhook Delete a webhook
 	//
@@ -2666,11 +2727,18 @@ func (c *RawClient) ListDagRuns(ctx context.Context, dagId DagIdPath, params *Li
 // its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
 // `dag_not_found`.
 //
+// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+// request (`conf` compared as jsonb values) creates nothing and answers 201 with the
+// run as it is now and `Idempotent-Replayed: true`; with a different request it is 422
+// `idempotency_key_reused`. The key is recorded in the transaction that creates the
+// run, so a request answered 503 `outcome_unknown` and sent again with its key creates
+// the run at most once.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/dags/{dag_id}/runs (the `CreateDagRun` operationId).
-func (c *RawClient) CreateDagRunWithBody(ctx context.Context, dagId DagIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateDagRunRequestWithBody(c.Server, dagId, contentType, body)
+func (c *RawClient) CreateDagRunWithBody(ctx context.Context, dagId DagIdPath, params *CreateDagRunParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateDagRunRequestWithBody(c.Server, dagId, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2692,11 +2760,18 @@ func (c *RawClient) CreateDagRunWithBody(ctx context.Context, dagId DagIdPath, c
 // its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
 // `dag_not_found`.
 //
+// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+// request (`conf` compared as jsonb values) creates nothing and answers 201 with the
+// run as it is now and `Idempotent-Replayed: true`; with a different request it is 422
+// `idempotency_key_reused`. The key is recorded in the transaction that creates the
+// run, so a request answered 503 `outcome_unknown` and sent again with its key creates
+// the run at most once.
+//
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /api/v1/dags/{dag_id}/runs (the `CreateDagRun` operationId).
-func (c *RawClient) CreateDagRun(ctx context.Context, dagId DagIdPath, body CreateDagRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateDagRunRequest(c.Server, dagId, body)
+func (c *RawClient) CreateDagRun(ctx context.Context, dagId DagIdPath, params *CreateDagRunParams, body CreateDagRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateDagRunRequest(c.Server, dagId, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2840,11 +2915,19 @@ func (c *RawClient) ListEvents(ctx context.Context, params *ListEventsParams, re
 // the run back to `queued` with `attempt` + 1, or makes it `failed` when `attempt` has
 // reached `MAX_ATTEMPTS` (default 3), or `canceled` when its backfill is canceling.
 //
+// **Idempotency-Key.** A claim sent again with the same key and the same request
+// (within 24 hours) claims nothing more: it answers 200 with `Idempotent-Replayed: true`
+// and the runs the first claim handed out that are still running and leased to
+// `worker_id`. The key is recorded in the claim's transaction, so a claim answered 503
+// `outcome_unknown` and sent again with its key never leaks a run: either it was
+// applied and the retry hands its runs out, or it was not and the retry claims afresh.
+// The same key with a different request is 422 `idempotency_key_reused`.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/runs/claim (the `ClaimRuns` operationId).
-func (c *RawClient) ClaimRunsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewClaimRunsRequestWithBody(c.Server, contentType, body)
+func (c *RawClient) ClaimRunsWithBody(ctx context.Context, params *ClaimRunsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewClaimRunsRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2874,11 +2957,19 @@ func (c *RawClient) ClaimRunsWithBody(ctx context.Context, contentType string, b
 // the run back to `queued` with `attempt` + 1, or makes it `failed` when `attempt` has
 // reached `MAX_ATTEMPTS` (default 3), or `canceled` when its backfill is canceling.
 //
+// **Idempotency-Key.** A claim sent again with the same key and the same request
+// (within 24 hours) claims nothing more: it answers 200 with `Idempotent-Replayed: true`
+// and the runs the first claim handed out that are still running and leased to
+// `worker_id`. The key is recorded in the claim's transaction, so a claim answered 503
+// `outcome_unknown` and sent again with its key never leaks a run: either it was
+// applied and the retry hands its runs out, or it was not and the retry claims afresh.
+// The same key with a different request is 422 `idempotency_key_reused`.
+//
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /api/v1/runs/claim (the `ClaimRuns` operationId).
-func (c *RawClient) ClaimRuns(ctx context.Context, body ClaimRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewClaimRunsRequest(c.Server, body)
+func (c *RawClient) ClaimRuns(ctx context.Context, params *ClaimRunsParams, body ClaimRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewClaimRunsRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3018,11 +3109,16 @@ func (c *RawClient) ListWebhooks(ctx context.Context, params *ListWebhooksParams
 // unspecified addresses are refused at delivery (on the address dialed) unless the
 // server runs with `WEBHOOK_ALLOW_LOCAL=true`.
 //
+// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+// request creates nothing and answers 201 with the same webhook, secret included, and
+// `Idempotent-Replayed: true` (404 `webhook_not_found` if it has been deleted since);
+// with a different request it is 422 `idempotency_key_reused`.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/webhooks (the `CreateWebhook` operationId).
-func (c *RawClient) CreateWebhookWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateWebhookRequestWithBody(c.Server, contentType, body)
+func (c *RawClient) CreateWebhookWithBody(ctx context.Context, params *CreateWebhookParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateWebhookRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3051,11 +3147,16 @@ func (c *RawClient) CreateWebhookWithBody(ctx context.Context, contentType strin
 // unspecified addresses are refused at delivery (on the address dialed) unless the
 // server runs with `WEBHOOK_ALLOW_LOCAL=true`.
 //
+// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+// request creates nothing and answers 201 with the same webhook, secret included, and
+// `Idempotent-Replayed: true` (404 `webhook_not_found` if it has been deleted since);
+// with a different request it is 422 `idempotency_key_reused`.
+//
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /api/v1/webhooks (the `CreateWebhook` operationId).
-func (c *RawClient) CreateWebhook(ctx context.Context, body CreateWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateWebhookRequest(c.Server, body)
+func (c *RawClient) CreateWebhook(ctx context.Context, params *CreateWebhookParams, body CreateWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateWebhookRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4255,18 +4356,18 @@ func NewListDagRunsRequest(server string, dagId DagIdPath, params *ListDagRunsPa
 }
 
 // NewCreateDagRunRequest calls the generic CreateDagRun builder with application/json body
-func NewCreateDagRunRequest(server string, dagId DagIdPath, body CreateDagRunJSONRequestBody) (*http.Request, error) {
+func NewCreateDagRunRequest(server string, dagId DagIdPath, params *CreateDagRunParams, body CreateDagRunJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewCreateDagRunRequestWithBody(server, dagId, "application/json", bodyReader)
+	return NewCreateDagRunRequestWithBody(server, dagId, params, "application/json", bodyReader)
 }
 
 // NewCreateDagRunRequestWithBody constructs an http.Request for the CreateDagRun method, with any body, and a specified content type
-func NewCreateDagRunRequestWithBody(server string, dagId DagIdPath, contentType string, body io.Reader) (*http.Request, error) {
+func NewCreateDagRunRequestWithBody(server string, dagId DagIdPath, params *CreateDagRunParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -4297,6 +4398,21 @@ func NewCreateDagRunRequestWithBody(server string, dagId DagIdPath, contentType 
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -4487,18 +4603,18 @@ func NewListEventsRequest(server string, params *ListEventsParams) (*http.Reques
 }
 
 // NewClaimRunsRequest calls the generic ClaimRuns builder with application/json body
-func NewClaimRunsRequest(server string, body ClaimRunsJSONRequestBody) (*http.Request, error) {
+func NewClaimRunsRequest(server string, params *ClaimRunsParams, body ClaimRunsJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewClaimRunsRequestWithBody(server, "application/json", bodyReader)
+	return NewClaimRunsRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewClaimRunsRequestWithBody constructs an http.Request for the ClaimRuns method, with any body, and a specified content type
-func NewClaimRunsRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewClaimRunsRequestWithBody(server string, params *ClaimRunsParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -4522,6 +4638,21 @@ func NewClaimRunsRequestWithBody(server string, contentType string, body io.Read
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -4687,18 +4818,18 @@ func NewListWebhooksRequest(server string, params *ListWebhooksParams) (*http.Re
 }
 
 // NewCreateWebhookRequest calls the generic CreateWebhook builder with application/json body
-func NewCreateWebhookRequest(server string, body CreateWebhookJSONRequestBody) (*http.Request, error) {
+func NewCreateWebhookRequest(server string, params *CreateWebhookParams, body CreateWebhookJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewCreateWebhookRequestWithBody(server, "application/json", bodyReader)
+	return NewCreateWebhookRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewCreateWebhookRequestWithBody constructs an http.Request for the CreateWebhook method, with any body, and a specified content type
-func NewCreateWebhookRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewCreateWebhookRequestWithBody(server string, params *CreateWebhookParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -4722,6 +4853,21 @@ func NewCreateWebhookRequestWithBody(server string, contentType string, body io.
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -5645,10 +5791,17 @@ type ClientWithResponsesInterface interface {
 	// its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
 	// `dag_not_found`.
 	//
+	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+	// request (`conf` compared as jsonb values) creates nothing and answers 201 with the
+	// run as it is now and `Idempotent-Replayed: true`; with a different request it is 422
+	// `idempotency_key_reused`. The key is recorded in the transaction that creates the
+	// run, so a request answered 503 `outcome_unknown` and sent again with its key creates
+	// the run at most once.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/dags/{dag_id}/runs (the `CreateDagRun` operationId).
-	CreateDagRunWithBodyWithResponse(ctx context.Context, dagId DagIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateDagRunResponse, error)
+	CreateDagRunWithBodyWithResponse(ctx context.Context, dagId DagIdPath, params *CreateDagRunParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateDagRunResponse, error)
 
 	// CreateDagRunWithResponse Create a manual DAG run
 	//
@@ -5661,10 +5814,17 @@ type ClientWithResponsesInterface interface {
 	// its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
 	// `dag_not_found`.
 	//
+	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+	// request (`conf` compared as jsonb values) creates nothing and answers 201 with the
+	// run as it is now and `Idempotent-Replayed: true`; with a different request it is 422
+	// `idempotency_key_reused`. The key is recorded in the transaction that creates the
+	// run, so a request answered 503 `outcome_unknown` and sent again with its key creates
+	// the run at most once.
+	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/dags/{dag_id}/runs (the `CreateDagRun` operationId).
-	CreateDagRunWithResponse(ctx context.Context, dagId DagIdPath, body CreateDagRunJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateDagRunResponse, error)
+	CreateDagRunWithResponse(ctx context.Context, dagId DagIdPath, params *CreateDagRunParams, body CreateDagRunJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateDagRunResponse, error)
 
 	// GetDagRunWithResponse Get a DAG run
 	//
@@ -5763,10 +5923,18 @@ type ClientWithResponsesInterface interface {
 	// the run back to `queued` with `attempt` + 1, or makes it `failed` when `attempt` has
 	// reached `MAX_ATTEMPTS` (default 3), or `canceled` when its backfill is canceling.
 	//
+	// **Idempotency-Key.** A claim sent again with the same key and the same request
+	// (within 24 hours) claims nothing more: it answers 200 with `Idempotent-Replayed: true`
+	// and the runs the first claim handed out that are still running and leased to
+	// `worker_id`. The key is recorded in the claim's transaction, so a claim answered 503
+	// `outcome_unknown` and sent again with its key never leaks a run: either it was
+	// applied and the retry hands its runs out, or it was not and the retry claims afresh.
+	// The same key with a different request is 422 `idempotency_key_reused`.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/runs/claim (the `ClaimRuns` operationId).
-	ClaimRunsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ClaimRunsResponse, error)
+	ClaimRunsWithBodyWithResponse(ctx context.Context, params *ClaimRunsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ClaimRunsResponse, error)
 
 	// ClaimRunsWithResponse Claim queued runs
 	//
@@ -5787,10 +5955,18 @@ type ClientWithResponsesInterface interface {
 	// the run back to `queued` with `attempt` + 1, or makes it `failed` when `attempt` has
 	// reached `MAX_ATTEMPTS` (default 3), or `canceled` when its backfill is canceling.
 	//
+	// **Idempotency-Key.** A claim sent again with the same key and the same request
+	// (within 24 hours) claims nothing more: it answers 200 with `Idempotent-Replayed: true`
+	// and the runs the first claim handed out that are still running and leased to
+	// `worker_id`. The key is recorded in the claim's transaction, so a claim answered 503
+	// `outcome_unknown` and sent again with its key never leaks a run: either it was
+	// applied and the retry hands its runs out, or it was not and the retry claims afresh.
+	// The same key with a different request is 422 `idempotency_key_reused`.
+	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/runs/claim (the `ClaimRuns` operationId).
-	ClaimRunsWithResponse(ctx context.Context, body ClaimRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*ClaimRunsResponse, error)
+	ClaimRunsWithResponse(ctx context.Context, params *ClaimRunsParams, body ClaimRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*ClaimRunsResponse, error)
 
 	// HeartbeatRunWithBodyWithResponse Extend a run's lease
 	//
@@ -5873,10 +6049,15 @@ type ClientWithResponsesInterface interface {
 	// unspecified addresses are refused at delivery (on the address dialed) unless the
 	// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
 	//
+	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+	// request creates nothing and answers 201 with the same webhook, secret included, and
+	// `Idempotent-Replayed: true` (404 `webhook_not_found` if it has been deleted since);
+	// with a different request it is 422 `idempotency_key_reused`.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/webhooks (the `CreateWebhook` operationId).
-	CreateWebhookWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateWebhookResponse, error)
+	CreateWebhookWithBodyWithResponse(ctx context.Context, params *CreateWebhookParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateWebhookResponse, error)
 
 	// CreateWebhookWithResponse Register a webhook
 	//
@@ -5896,10 +6077,15 @@ type ClientWithResponsesInterface interface {
 	// unspecified addresses are refused at delivery (on the address dialed) unless the
 	// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
 	//
+	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+	// request creates nothing and answers 201 with the same webhook, secret included, and
+	// `Idempotent-Replayed: true` (404 `webhook_not_found` if it has been deleted since);
+	// with a different request it is 422 `idempotency_key_reused`.
+	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/webhooks (the `CreateWebhook` operationId).
-	CreateWebhookWithResponse(ctx context.Context, body CreateWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateWebhookResponse, error)
+	CreateWebhookWithResponse(ctx context.Context, params *CreateWebhookParams, body CreateWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateWebhookResponse, error)
 
 	// DeleteWebhookWithResponse Delete a webhook
 	//
@@ -7668,7 +7854,8 @@ func (r ListDagRunsResponse) ContentType() string {
 
 // CreateDagRunResponse201Headers the declared response headers of an HTTP 201 response for CreateDagRun
 type CreateDagRunResponse201Headers struct {
-	Location *string
+	IdempotentReplayed *string
+	Location           *string
 }
 
 // CreateDagRunResponse401Headers the declared response headers of an HTTP 401 response for CreateDagRun
@@ -7696,6 +7883,8 @@ type CreateDagRunResponse struct {
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -7736,6 +7925,11 @@ func (r CreateDagRunResponse) GetApplicationproblemJSON409() *Conflict {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r CreateDagRunResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateDagRunResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -8054,6 +8248,11 @@ func (r ListEventsResponse) ContentType() string {
 	return ""
 }
 
+// ClaimRunsResponse200Headers the declared response headers of an HTTP 200 response for ClaimRuns
+type ClaimRunsResponse200Headers struct {
+	IdempotentReplayed *string
+}
+
 // ClaimRunsResponse401Headers the declared response headers of an HTTP 401 response for ClaimRuns
 type ClaimRunsResponse401Headers struct {
 	WWWAuthenticate *string
@@ -8075,10 +8274,14 @@ type ClaimRunsResponse struct {
 	ApplicationproblemJSON401 *Unauthorized
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ClaimRunsResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ClaimRunsResponse401Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -8103,6 +8306,11 @@ func (r ClaimRunsResponse) GetApplicationproblemJSON401() *Unauthorized {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r ClaimRunsResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ClaimRunsResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -8437,7 +8645,8 @@ func (r ListWebhooksResponse) ContentType() string {
 
 // CreateWebhookResponse201Headers the declared response headers of an HTTP 201 response for CreateWebhook
 type CreateWebhookResponse201Headers struct {
-	Location *string
+	IdempotentReplayed *string
+	Location           *string
 }
 
 // CreateWebhookResponse401Headers the declared response headers of an HTTP 401 response for CreateWebhook
@@ -8459,6 +8668,8 @@ type CreateWebhookResponse struct {
 	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *PayloadTooLarge
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
@@ -8488,6 +8699,11 @@ func (r CreateWebhookResponse) GetApplicationproblemJSON400() *BadRequest {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r CreateWebhookResponse) GetApplicationproblemJSON401() *Unauthorized {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CreateWebhookResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -9767,11 +9983,18 @@ func (c *ClientWithResponses) ListDagRunsWithResponse(ctx context.Context, dagId
 // its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
 // `dag_not_found`.
 //
+// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+// request (`conf` compared as jsonb values) creates nothing and answers 201 with the
+// run as it is now and `Idempotent-Replayed: true`; with a different request it is 422
+// `idempotency_key_reused`. The key is recorded in the transaction that creates the
+// run, so a request answered 503 `outcome_unknown` and sent again with its key creates
+// the run at most once.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/dags/{dag_id}/runs (the `CreateDagRun` operationId).
-func (c *ClientWithResponses) CreateDagRunWithBodyWithResponse(ctx context.Context, dagId DagIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateDagRunResponse, error) {
-	rsp, err := c.CreateDagRunWithBody(ctx, dagId, contentType, body, reqEditors...)
+func (c *ClientWithResponses) CreateDagRunWithBodyWithResponse(ctx context.Context, dagId DagIdPath, params *CreateDagRunParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateDagRunResponse, error) {
+	rsp, err := c.CreateDagRunWithBody(ctx, dagId, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9789,11 +10012,18 @@ func (c *ClientWithResponses) CreateDagRunWithBodyWithResponse(ctx context.Conte
 // its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
 // `dag_not_found`.
 //
+// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+// request (`conf` compared as jsonb values) creates nothing and answers 201 with the
+// run as it is now and `Idempotent-Replayed: true`; with a different request it is 422
+// `idempotency_key_reused`. The key is recorded in the transaction that creates the
+// run, so a request answered 503 `outcome_unknown` and sent again with its key creates
+// the run at most once.
+//
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/dags/{dag_id}/runs (the `CreateDagRun` operationId).
-func (c *ClientWithResponses) CreateDagRunWithResponse(ctx context.Context, dagId DagIdPath, body CreateDagRunJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateDagRunResponse, error) {
-	rsp, err := c.CreateDagRun(ctx, dagId, body, reqEditors...)
+func (c *ClientWithResponses) CreateDagRunWithResponse(ctx context.Context, dagId DagIdPath, params *CreateDagRunParams, body CreateDagRunJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateDagRunResponse, error) {
+	rsp, err := c.CreateDagRun(ctx, dagId, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9921,11 +10151,19 @@ func (c *ClientWithResponses) ListEventsWithResponse(ctx context.Context, params
 // the run back to `queued` with `attempt` + 1, or makes it `failed` when `attempt` has
 // reached `MAX_ATTEMPTS` (default 3), or `canceled` when its backfill is canceling.
 //
+// **Idempotency-Key.** A claim sent again with the same key and the same request
+// (within 24 hours) claims nothing more: it answers 200 with `Idempotent-Replayed: true`
+// and the runs the first claim handed out that are still running and leased to
+// `worker_id`. The key is recorded in the claim's transaction, so a claim answered 503
+// `outcome_unknown` and sent again with its key never leaks a run: either it was
+// applied and the retry hands its runs out, or it was not and the retry claims afresh.
+// The same key with a different request is 422 `idempotency_key_reused`.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/runs/claim (the `ClaimRuns` operationId).
-func (c *ClientWithResponses) ClaimRunsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ClaimRunsResponse, error) {
-	rsp, err := c.ClaimRunsWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) ClaimRunsWithBodyWithResponse(ctx context.Context, params *ClaimRunsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ClaimRunsResponse, error) {
+	rsp, err := c.ClaimRunsWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9951,11 +10189,19 @@ func (c *ClientWithResponses) ClaimRunsWithBodyWithResponse(ctx context.Context,
 // the run back to `queued` with `attempt` + 1, or makes it `failed` when `attempt` has
 // reached `MAX_ATTEMPTS` (default 3), or `canceled` when its backfill is canceling.
 //
+// **Idempotency-Key.** A claim sent again with the same key and the same request
+// (within 24 hours) claims nothing more: it answers 200 with `Idempotent-Replayed: true`
+// and the runs the first claim handed out that are still running and leased to
+// `worker_id`. The key is recorded in the claim's transaction, so a claim answered 503
+// `outcome_unknown` and sent again with its key never leaks a run: either it was
+// applied and the retry hands its runs out, or it was not and the retry claims afresh.
+// The same key with a different request is 422 `idempotency_key_reused`.
+//
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/runs/claim (the `ClaimRuns` operationId).
-func (c *ClientWithResponses) ClaimRunsWithResponse(ctx context.Context, body ClaimRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*ClaimRunsResponse, error) {
-	rsp, err := c.ClaimRuns(ctx, body, reqEditors...)
+func (c *ClientWithResponses) ClaimRunsWithResponse(ctx context.Context, params *ClaimRunsParams, body ClaimRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*ClaimRunsResponse, error) {
+	rsp, err := c.ClaimRuns(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -10073,11 +10319,16 @@ func (c *ClientWithResponses) ListWebhooksWithResponse(ctx context.Context, para
 // unspecified addresses are refused at delivery (on the address dialed) unless the
 // server runs with `WEBHOOK_ALLOW_LOCAL=true`.
 //
+// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+// request creates nothing and answers 201 with the same webhook, secret included, and
+// `Idempotent-Replayed: true` (404 `webhook_not_found` if it has been deleted since);
+// with a different request it is 422 `idempotency_key_reused`.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/webhooks (the `CreateWebhook` operationId).
-func (c *ClientWithResponses) CreateWebhookWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateWebhookResponse, error) {
-	rsp, err := c.CreateWebhookWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) CreateWebhookWithBodyWithResponse(ctx context.Context, params *CreateWebhookParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateWebhookResponse, error) {
+	rsp, err := c.CreateWebhookWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -10102,11 +10353,16 @@ func (c *ClientWithResponses) CreateWebhookWithBodyWithResponse(ctx context.Cont
 // unspecified addresses are refused at delivery (on the address dialed) unless the
 // server runs with `WEBHOOK_ALLOW_LOCAL=true`.
 //
+// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+// request creates nothing and answers 201 with the same webhook, secret included, and
+// `Idempotent-Replayed: true` (404 `webhook_not_found` if it has been deleted since);
+// with a different request it is 422 `idempotency_key_reused`.
+//
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/webhooks (the `CreateWebhook` operationId).
-func (c *ClientWithResponses) CreateWebhookWithResponse(ctx context.Context, body CreateWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateWebhookResponse, error) {
-	rsp, err := c.CreateWebhook(ctx, body, reqEditors...)
+func (c *ClientWithResponses) CreateWebhookWithResponse(ctx context.Context, params *CreateWebhookParams, body CreateWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateWebhookResponse, error) {
+	rsp, err := c.CreateWebhook(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -11927,6 +12183,13 @@ func ParseCreateDagRunResponse(rsp *http.Response) (*CreateDagRunResponse, error
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -11946,6 +12209,13 @@ func ParseCreateDagRunResponse(rsp *http.Response) (*CreateDagRunResponse, error
 	switch {
 	case rsp.StatusCode == 201:
 		var headers CreateDagRunResponse201Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("Location"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: "uri-reference"}); err != nil {
@@ -12280,6 +12550,13 @@ func ParseClaimRunsResponse(rsp *http.Response) (*ClaimRunsResponse, error) {
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12297,6 +12574,16 @@ func ParseClaimRunsResponse(rsp *http.Response) (*ClaimRunsResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 200:
+		var headers ClaimRunsResponse200Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers200 = &headers
 	case rsp.StatusCode == 401:
 		var headers ClaimRunsResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -12630,6 +12917,13 @@ func ParseCreateWebhookResponse(rsp *http.Response) (*CreateWebhookResponse, err
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest PayloadTooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12663,6 +12957,13 @@ func ParseCreateWebhookResponse(rsp *http.Response) (*CreateWebhookResponse, err
 	switch {
 	case rsp.StatusCode == 201:
 		var headers CreateWebhookResponse201Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("Location"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: "uri-reference"}); err != nil {
