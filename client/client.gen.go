@@ -1719,7 +1719,10 @@ type ClientInterface interface {
 	// worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 	// has put the run back yet), or another worker holds it. A worker's report can thus never
 	// land on a run that was handed to someone else. Without `worker_id` (an operator marking
-	// a run) the outcome is recorded whoever holds the lease.
+	// a run) the outcome is recorded whoever holds the lease. A worker's report sent again
+	// after it was recorded (the same `state` and `note`, the run still showing that worker)
+	// answers 200 with the run, as the first did: a report whose answer was lost (503
+	// `outcome_unknown`) is safe to send again.
 	//
 	// Reporting the last unfinished run of a backfill lets the sweep finish the backfill.
 	//
@@ -1743,7 +1746,10 @@ type ClientInterface interface {
 	// worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 	// has put the run back yet), or another worker holds it. A worker's report can thus never
 	// land on a run that was handed to someone else. Without `worker_id` (an operator marking
-	// a run) the outcome is recorded whoever holds the lease.
+	// a run) the outcome is recorded whoever holds the lease. A worker's report sent again
+	// after it was recorded (the same `state` and `note`, the run still showing that worker)
+	// answers 200 with the run, as the first did: a report whose answer was lost (503
+	// `outcome_unknown`) is safe to send again.
 	//
 	// Reporting the last unfinished run of a backfill lets the sweep finish the backfill.
 	//
@@ -2814,7 +2820,10 @@ func (c *RawClient) GetDagRun(ctx context.Context, dagId DagIdPath, runId RunIdP
 // worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 // has put the run back yet), or another worker holds it. A worker's report can thus never
 // land on a run that was handed to someone else. Without `worker_id` (an operator marking
-// a run) the outcome is recorded whoever holds the lease.
+// a run) the outcome is recorded whoever holds the lease. A worker's report sent again
+// after it was recorded (the same `state` and `note`, the run still showing that worker)
+// answers 200 with the run, as the first did: a report whose answer was lost (503
+// `outcome_unknown`) is safe to send again.
 //
 // Reporting the last unfinished run of a backfill lets the sweep finish the backfill.
 //
@@ -2848,7 +2857,10 @@ func (c *RawClient) PatchDagRunWithBody(ctx context.Context, dagId DagIdPath, ru
 // worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 // has put the run back yet), or another worker holds it. A worker's report can thus never
 // land on a run that was handed to someone else. Without `worker_id` (an operator marking
-// a run) the outcome is recorded whoever holds the lease.
+// a run) the outcome is recorded whoever holds the lease. A worker's report sent again
+// after it was recorded (the same `state` and `note`, the run still showing that worker)
+// answers 200 with the run, as the first did: a report whose answer was lost (503
+// `outcome_unknown`) is safe to send again.
 //
 // Reporting the last unfinished run of a backfill lets the sweep finish the backfill.
 //
@@ -5850,7 +5862,10 @@ type ClientWithResponsesInterface interface {
 	// worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 	// has put the run back yet), or another worker holds it. A worker's report can thus never
 	// land on a run that was handed to someone else. Without `worker_id` (an operator marking
-	// a run) the outcome is recorded whoever holds the lease.
+	// a run) the outcome is recorded whoever holds the lease. A worker's report sent again
+	// after it was recorded (the same `state` and `note`, the run still showing that worker)
+	// answers 200 with the run, as the first did: a report whose answer was lost (503
+	// `outcome_unknown`) is safe to send again.
 	//
 	// Reporting the last unfinished run of a backfill lets the sweep finish the backfill.
 	//
@@ -5874,7 +5889,10 @@ type ClientWithResponsesInterface interface {
 	// worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 	// has put the run back yet), or another worker holds it. A worker's report can thus never
 	// land on a run that was handed to someone else. Without `worker_id` (an operator marking
-	// a run) the outcome is recorded whoever holds the lease.
+	// a run) the outcome is recorded whoever holds the lease. A worker's report sent again
+	// after it was recorded (the same `state` and `note`, the run still showing that worker)
+	// answers 200 with the run, as the first did: a report whose answer was lost (503
+	// `outcome_unknown`) is safe to send again.
 	//
 	// Reporting the last unfinished run of a backfill lets the sweep finish the backfill.
 	//
@@ -10060,7 +10078,10 @@ func (c *ClientWithResponses) GetDagRunWithResponse(ctx context.Context, dagId D
 // worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 // has put the run back yet), or another worker holds it. A worker's report can thus never
 // land on a run that was handed to someone else. Without `worker_id` (an operator marking
-// a run) the outcome is recorded whoever holds the lease.
+// a run) the outcome is recorded whoever holds the lease. A worker's report sent again
+// after it was recorded (the same `state` and `note`, the run still showing that worker)
+// answers 200 with the run, as the first did: a report whose answer was lost (503
+// `outcome_unknown`) is safe to send again.
 //
 // Reporting the last unfinished run of a backfill lets the sweep finish the backfill.
 //
@@ -10090,7 +10111,10 @@ func (c *ClientWithResponses) PatchDagRunWithBodyWithResponse(ctx context.Contex
 // worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 // has put the run back yet), or another worker holds it. A worker's report can thus never
 // land on a run that was handed to someone else. Without `worker_id` (an operator marking
-// a run) the outcome is recorded whoever holds the lease.
+// a run) the outcome is recorded whoever holds the lease. A worker's report sent again
+// after it was recorded (the same `state` and `note`, the run still showing that worker)
+// answers 200 with the run, as the first did: a report whose answer was lost (503
+// `outcome_unknown`) is safe to send again.
 //
 // Reporting the last unfinished run of a backfill lets the sweep finish the backfill.
 //

@@ -197,13 +197,25 @@ func (s *Store) RunReport(ctx context.Context, p RunReportParams) (Run, error) {
 		return run, err
 	}
 	// Nothing changed: say why.
-	if _, err := s.RunGet(ctx, p.DagID, p.RunID); err != nil {
+	cur, err := s.RunGet(ctx, p.DagID, p.RunID)
+	if err != nil {
 		return Run{}, err
 	}
 	if p.WorkerID != nil {
+		if sameReport(cur, p) {
+			// This worker's report of this outcome is already recorded: a retry of a report
+			// whose answer was lost (503 outcome_unknown) answers what the first did.
+			return cur, nil
+		}
 		return Run{}, ErrLeaseLost
 	}
 	return Run{}, ErrInvalidTransition
+}
+
+// sameReport reports whether run already ended as p reports it, by p's worker, with p's note.
+func sameReport(run Run, p RunReportParams) bool {
+	return run.State == p.State && run.WorkerID != nil && *run.WorkerID == *p.WorkerID &&
+		((run.Note == nil && p.Note == nil) || (run.Note != nil && p.Note != nil && *run.Note == *p.Note))
 }
 
 // RunHeartbeat extends the lease of the worker that holds it.

@@ -151,7 +151,10 @@ export interface paths {
          *     worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
          *     has put the run back yet), or another worker holds it. A worker's report can thus never
          *     land on a run that was handed to someone else. Without `worker_id` (an operator marking
-         *     a run) the outcome is recorded whoever holds the lease.
+         *     a run) the outcome is recorded whoever holds the lease. A worker's report sent again
+         *     after it was recorded (the same `state` and `note`, the run still showing that worker)
+         *     answers 200 with the run, as the first did: a report whose answer was lost (503
+         *     `outcome_unknown`) is safe to send again.
          *
          *     Reporting the last unfinished run of a backfill lets the sweep finish the backfill.
          */
