@@ -23,7 +23,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,9 +68,9 @@ func buildAPI() (string, error) {
 		args = append(args, "-race")
 	}
 	args = append(args, "github.com/backfillsvc/backfill/cmd/api")
-	goBin, err := exec.LookPath("go")
+	goBin, err := goTool()
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		return "", err
 	}
 	cmd := exec.Command(goBin, args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -600,12 +599,6 @@ func (s *statusTally) add(status int) {
 	s.m[status]++
 }
 
-func (s *statusTally) get(status int) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.m[status]
-}
-
 func (s *statusTally) total() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -638,3 +631,16 @@ func (s *statusTally) String() string {
 }
 
 func ts(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// goTool finds the go command that builds the binary under test: the one on PATH, else the
+// toolchain's own bin directory as `go test` reports it in GOROOT (runtime.GOROOT is
+// deprecated, and meaningless in a copied binary; a test binary runs where it was built).
+func goTool() (string, error) {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p, nil
+	}
+	if root := os.Getenv("GOROOT"); root != "" {
+		return filepath.Join(root, "bin", "go"), nil
+	}
+	return "", fmt.Errorf("no go command on PATH and GOROOT is unset: cannot build the service under test")
+}

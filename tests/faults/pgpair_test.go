@@ -3,7 +3,6 @@
 package faults
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -252,27 +251,4 @@ func (p *pgPair) promote() {
 func (p *pgPair) multiHostDSN() string {
 	return fmt.Sprintf("postgres://postgres@%s,%s/backfill?sslmode=disable&target_session_attrs=read-write",
 		p.primary.addr(), p.standby.addr())
-}
-
-// waitReplayed waits until the standby has applied everything the primary wrote so far.
-func (p *pgPair) waitReplayed(ctx context.Context) error {
-	var lsn string
-	if err := p.primary.open("postgres").GetContext(ctx, &lsn, `SELECT pg_current_wal_lsn()::text`); err != nil {
-		return err
-	}
-	sdb := p.standby.open("postgres")
-	for {
-		var done bool
-		if err := sdb.GetContext(ctx, &done, `SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn`, lsn); err != nil {
-			return err
-		}
-		if done {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
 }

@@ -225,7 +225,6 @@ func TestTwoReplicasUnderLoad(t *testing.T) {
 		clients[i%2].must(t, http.MethodPut, fmt.Sprintf("/api/v1/backfills/%d/unpause", id), nil, 200, 409)
 	}
 	drained := 0
-	var lastReport time.Time
 	for round := 0; ; round++ {
 		a := clients[round%2].must(t, http.MethodPost, "/api/v1/runs/claim", map[string]any{"worker_id": "drain", "limit": 100, "lease_seconds": 600}, 200)
 		runs := decode[api.ClaimResponse](t, a).Runs
@@ -245,7 +244,6 @@ func TestTwoReplicasUnderLoad(t *testing.T) {
 		for i, r := range runs {
 			clients[i%2].must(t, http.MethodPatch, "/api/v1/dags/"+r.DagId+"/runs/"+url.PathEscape(r.RunId),
 				map[string]any{"state": "success", "worker_id": "drain"}, 200)
-			lastReport = time.Now()
 		}
 		drained += len(runs)
 	}
@@ -262,7 +260,7 @@ func TestTwoReplicasUnderLoad(t *testing.T) {
 	}
 	clients[0].must(t, http.MethodPatch, "/api/v1/dags/replica_last/runs/"+url.PathEscape(last[0].RunId),
 		map[string]any{"state": "success", "worker_id": "drain"}, 200)
-	lastReport = time.Now()
+	lastReport := time.Now()
 	drained++
 
 	// Every backfill terminal within two sweep intervals of the last run finishing.
