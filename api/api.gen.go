@@ -1052,6 +1052,13 @@ type ListDagRunsParams struct {
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
+// CreateDagRunParams defines parameters for CreateDagRun.
+type CreateDagRunParams struct {
+	// IdempotencyKey 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
+	// operation's description.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListEventsParams defines parameters for ListEvents.
 type ListEventsParams struct {
 	// After Answer only events with a larger id (the last id the reader saw).
@@ -1067,6 +1074,13 @@ type ListEventsParams struct {
 	Type *EventTypeQuery `form:"type,omitempty" json:"type,omitempty"`
 }
 
+// ClaimRunsParams defines parameters for ClaimRuns.
+type ClaimRunsParams struct {
+	// IdempotencyKey 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
+	// operation's description.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListWebhooksParams defines parameters for ListWebhooks.
 type ListWebhooksParams struct {
 	// Limit Page size.
@@ -1074,6 +1088,13 @@ type ListWebhooksParams struct {
 
 	// Offset Entries to skip before the page starts.
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+}
+
+// CreateWebhookParams defines parameters for CreateWebhook.
+type CreateWebhookParams struct {
+	// IdempotencyKey 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
+	// operation's description.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // ListWebhookDeliveriesParams defines parameters for ListWebhookDeliveries.
@@ -1179,7 +1200,7 @@ type ServerInterface interface {
 	ListDagRuns(w http.ResponseWriter, r *http.Request, dagId DagIdPath, params ListDagRunsParams)
 	// CreateDagRun Create a manual DAG run
 	// (POST /api/v1/dags/{dag_id}/runs)
-	CreateDagRun(w http.ResponseWriter, r *http.Request, dagId DagIdPath)
+	CreateDagRun(w http.ResponseWriter, r *http.Request, dagId DagIdPath, params CreateDagRunParams)
 	// GetDagRun Get a DAG run
 	// (GET /api/v1/dags/{dag_id}/runs/{run_id})
 	GetDagRun(w http.ResponseWriter, r *http.Request, dagId DagIdPath, runId RunIdPath)
@@ -1191,7 +1212,7 @@ type ServerInterface interface {
 	ListEvents(w http.ResponseWriter, r *http.Request, params ListEventsParams)
 	// ClaimRuns Claim queued runs
 	// (POST /api/v1/runs/claim)
-	ClaimRuns(w http.ResponseWriter, r *http.Request)
+	ClaimRuns(w http.ResponseWriter, r *http.Request, params ClaimRunsParams)
 	// HeartbeatRun Extend a run's lease
 	// (POST /api/v1/runs/{id}/heartbeat)
 	HeartbeatRun(w http.ResponseWriter, r *http.Request, id RunDbIdPath)
@@ -1203,7 +1224,7 @@ type ServerInterface interface {
 	ListWebhooks(w http.ResponseWriter, r *http.Request, params ListWebhooksParams)
 	// CreateWebhook Register a webhook
 	// (POST /api/v1/webhooks)
-	CreateWebhook(w http.ResponseWriter, r *http.Request)
+	CreateWebhook(w http.ResponseWriter, r *http.Request, params CreateWebhookParams)
 	// DeleteWebhook Delete a webhook
 	// (DELETE /api/v1/webhooks/{webhook_id})
 	DeleteWebhook(w http.ResponseWriter, r *http.Request, webhookId int64)
@@ -1350,7 +1371,7 @@ func (_ Unimplemented) ListDagRuns(w http.ResponseWriter, r *http.Request, dagId
 
 // CreateDagRun Create a manual DAG run
 // (POST /api/v1/dags/{dag_id}/runs)
-func (_ Unimplemented) CreateDagRun(w http.ResponseWriter, r *http.Request, dagId DagIdPath) {
+func (_ Unimplemented) CreateDagRun(w http.ResponseWriter, r *http.Request, dagId DagIdPath, params CreateDagRunParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -1374,7 +1395,7 @@ func (_ Unimplemented) ListEvents(w http.ResponseWriter, r *http.Request, params
 
 // ClaimRuns Claim queued runs
 // (POST /api/v1/runs/claim)
-func (_ Unimplemented) ClaimRuns(w http.ResponseWriter, r *http.Request) {
+func (_ Unimplemented) ClaimRuns(w http.ResponseWriter, r *http.Request, params ClaimRunsParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -1398,7 +1419,7 @@ func (_ Unimplemented) ListWebhooks(w http.ResponseWriter, r *http.Request, para
 
 // CreateWebhook Register a webhook
 // (POST /api/v1/webhooks)
-func (_ Unimplemented) CreateWebhook(w http.ResponseWriter, r *http.Request) {
+func (_ Unimplemented) CreateWebhook(w http.ResponseWriter, r *http.Request, params CreateWebhookParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -2232,8 +2253,32 @@ func (siw *ServerInterfaceWrapper) CreateDagRun(w http.ResponseWriter, r *http.R
 		return
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreateDagRunParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.CreateDagRun(w, r, dagId)
+		siw.Handler.CreateDagRun(w, r, dagId, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2388,8 +2433,35 @@ func (siw *ServerInterfaceWrapper) ListEvents(w http.ResponseWriter, r *http.Req
 // ClaimRuns operation middleware
 func (siw *ServerInterfaceWrapper) ClaimRuns(w http.ResponseWriter, r *http.Request) {
 
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ClaimRunsParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.ClaimRuns(w, r)
+		siw.Handler.ClaimRuns(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2500,8 +2572,35 @@ func (siw *ServerInterfaceWrapper) ListWebhooks(w http.ResponseWriter, r *http.R
 // CreateWebhook operation middleware
 func (siw *ServerInterfaceWrapper) CreateWebhook(w http.ResponseWriter, r *http.Request) {
 
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreateWebhookParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.CreateWebhook(w, r)
+		siw.Handler.CreateWebhook(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {

@@ -1057,6 +1057,13 @@ type ListDagRunsParams struct {
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
+// CreateDagRunParams defines parameters for CreateDagRun.
+type CreateDagRunParams struct {
+	// IdempotencyKey 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
+	// operation's description.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListEventsParams defines parameters for ListEvents.
 type ListEventsParams struct {
 	// After Answer only events with a larger id (the last id the reader saw).
@@ -1072,6 +1079,13 @@ type ListEventsParams struct {
 	Type *EventTypeQuery `form:"type,omitempty" json:"type,omitempty"`
 }
 
+// ClaimRunsParams defines parameters for ClaimRuns.
+type ClaimRunsParams struct {
+	// IdempotencyKey 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
+	// operation's description.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListWebhooksParams defines parameters for ListWebhooks.
 type ListWebhooksParams struct {
 	// Limit Page size.
@@ -1079,6 +1093,13 @@ type ListWebhooksParams struct {
 
 	// Offset Entries to skip before the page starts.
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+}
+
+// CreateWebhookParams defines parameters for CreateWebhook.
+type CreateWebhookParams struct {
+	// IdempotencyKey 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
+	// operation's description.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // ListWebhookDeliveriesParams defines parameters for ListWebhookDeliveries.
@@ -1644,10 +1665,17 @@ type ClientInterface interface {
 	// its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
 	// `dag_not_found`.
 	//
+	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+	// request (`conf` compared as jsonb values) creates nothing and answers 201 with the
+	// run as it is now and `Idempotent-Replayed: true`; with a different request it is 422
+	// `idempotency_key_reused`. The key is recorded in the transaction that creates the
+	// run, so a request answered 503 `outcome_unknown` and sent again with its key creates
+	// the run at most once.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/dags/{dag_id}/runs (the `CreateDagRun` operationId).
-	CreateDagRunWithBody(ctx context.Context, dagId DagIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateDagRunWithBody(ctx context.Context, dagId DagIdPath, params *CreateDagRunParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateDagRun Create a manual DAG run
 	//
@@ -1660,10 +1688,17 @@ type ClientInterface interface {
 	// its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
 	// `dag_not_found`.
 	//
+	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+	// request (`conf` compared as jsonb values) creates nothing and answers 201 with the
+	// run as it is now and `Idempotent-Replayed: true`; with a different request it is 422
+	// `idempotency_key_reused`. The key is recorded in the transaction that creates the
+	// run, so a request answered 503 `outcome_unknown` and sent again with its key creates
+	// the run at most once.
+	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /api/v1/dags/{dag_id}/runs (the `CreateDagRun` operationId).
-	CreateDagRun(ctx context.Context, dagId DagIdPath, body CreateDagRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateDagRun(ctx context.Context, dagId DagIdPath, params *CreateDagRunParams, body CreateDagRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetDagRun Get a DAG run
 	//
@@ -1687,7 +1722,10 @@ type ClientInterface interface {
 	// worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 	// has put the run back yet), or another worker holds it. A worker's report can thus never
 	// land on a run that was handed to someone else. Without `worker_id` (an operator marking
-	// a run) the outcome is recorded whoever holds the lease.
+	// a run) the outcome is recorded whoever holds the lease. A worker's report sent again
+	// after it was recorded (the same `state` and `note`, the run still showing that worker)
+	// answers 200 with the run, as the first did: a report whose answer was lost (503
+	// `outcome_unknown`) is safe to send again.
 	//
 	// Reporting the last unfinished run of a backfill lets the sweep finish the backfill.
 	//
@@ -1711,7 +1749,10 @@ type ClientInterface interface {
 	// worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 	// has put the run back yet), or another worker holds it. A worker's report can thus never
 	// land on a run that was handed to someone else. Without `worker_id` (an operator marking
-	// a run) the outcome is recorded whoever holds the lease.
+	// a run) the outcome is recorded whoever holds the lease. A worker's report sent again
+	// after it was recorded (the same `state` and `note`, the run still showing that worker)
+	// answers 200 with the run, as the first did: a report whose answer was lost (503
+	// `outcome_unknown`) is safe to send again.
 	//
 	// Reporting the last unfinished run of a backfill lets the sweep finish the backfill.
 	//
@@ -1758,10 +1799,18 @@ type ClientInterface interface {
 	// the run back to `queued` with `attempt` + 1, or makes it `failed` when `attempt` has
 	// reached `MAX_ATTEMPTS` (default 3), or `canceled` when its backfill is canceling.
 	//
+	// **Idempotency-Key.** A claim sent again with the same key and the same request
+	// (within 24 hours) claims nothing more: it answers 200 with `Idempotent-Replayed: true`
+	// and the runs the first claim handed out that are still running and leased to
+	// `worker_id`. The key is recorded in the claim's transaction, so a claim answered 503
+	// `outcome_unknown` and sent again with its key never leaks a run: either it was
+	// applied and the retry hands its runs out, or it was not and the retry claims afresh.
+	// The same key with a different request is 422 `idempotency_key_reused`.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/runs/claim (the `ClaimRuns` operationId).
-	ClaimRunsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ClaimRunsWithBody(ctx context.Context, params *ClaimRunsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ClaimRuns Claim queued runs
 	//
@@ -1782,10 +1831,18 @@ type ClientInterface interface {
 	// the run back to `queued` with `attempt` + 1, or makes it `failed` when `attempt` has
 	// reached `MAX_ATTEMPTS` (default 3), or `canceled` when its backfill is canceling.
 	//
+	// **Idempotency-Key.** A claim sent again with the same key and the same request
+	// (within 24 hours) claims nothing more: it answers 200 with `Idempotent-Replayed: true`
+	// and the runs the first claim handed out that are still running and leased to
+	// `worker_id`. The key is recorded in the claim's transaction, so a claim answered 503
+	// `outcome_unknown` and sent again with its key never leaks a run: either it was
+	// applied and the retry hands its runs out, or it was not and the retry claims afresh.
+	// The same key with a different request is 422 `idempotency_key_reused`.
+	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /api/v1/runs/claim (the `ClaimRuns` operationId).
-	ClaimRuns(ctx context.Context, body ClaimRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ClaimRuns(ctx context.Context, params *ClaimRunsParams, body ClaimRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// HeartbeatRunWithBody Extend a run's lease
 	//
@@ -1866,10 +1923,15 @@ type ClientInterface interface {
 	// unspecified addresses are refused at delivery (on the address dialed) unless the
 	// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
 	//
+	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+	// request creates nothing and answers 201 with the same webhook, secret included, and
+	// `Idempotent-Replayed: true` (404 `webhook_not_found` if it has been deleted since);
+	// with a different request it is 422 `idempotency_key_reused`.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/webhooks (the `CreateWebhook` operationId).
-	CreateWebhookWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateWebhookWithBody(ctx context.Context, params *CreateWebhookParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateWebhook Register a webhook
 	//
@@ -1889,10 +1951,15 @@ type ClientInterface interface {
 	// unspecified addresses are refused at delivery (on the address dialed) unless the
 	// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
 	//
+	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+	// request creates nothing and answers 201 with the same webhook, secret included, and
+	// `Idempotent-Replayed: true` (404 `webhook_not_found` if it has been deleted since);
+	// with a different request it is 422 `idempotency_key_reused`.
+	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /api/v1/webhooks (the `CreateWebhook` operationId).
-	CreateWebhook(ctx context.Context, body CreateWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateWebhook(ctx context.Context, params *CreateWebhookParams, body CreateWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DeleteWebhook Delete a webhook
 	//
@@ -2669,11 +2736,18 @@ func (c *RawClient) ListDagRuns(ctx context.Context, dagId DagIdPath, params *Li
 // its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
 // `dag_not_found`.
 //
+// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+// request (`conf` compared as jsonb values) creates nothing and answers 201 with the
+// run as it is now and `Idempotent-Replayed: true`; with a different request it is 422
+// `idempotency_key_reused`. The key is recorded in the transaction that creates the
+// run, so a request answered 503 `outcome_unknown` and sent again with its key creates
+// the run at most once.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/dags/{dag_id}/runs (the `CreateDagRun` operationId).
-func (c *RawClient) CreateDagRunWithBody(ctx context.Context, dagId DagIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateDagRunRequestWithBody(c.Server, dagId, contentType, body)
+func (c *RawClient) CreateDagRunWithBody(ctx context.Context, dagId DagIdPath, params *CreateDagRunParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateDagRunRequestWithBody(c.Server, dagId, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2695,11 +2769,18 @@ func (c *RawClient) CreateDagRunWithBody(ctx context.Context, dagId DagIdPath, c
 // its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
 // `dag_not_found`.
 //
+// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+// request (`conf` compared as jsonb values) creates nothing and answers 201 with the
+// run as it is now and `Idempotent-Replayed: true`; with a different request it is 422
+// `idempotency_key_reused`. The key is recorded in the transaction that creates the
+// run, so a request answered 503 `outcome_unknown` and sent again with its key creates
+// the run at most once.
+//
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /api/v1/dags/{dag_id}/runs (the `CreateDagRun` operationId).
-func (c *RawClient) CreateDagRun(ctx context.Context, dagId DagIdPath, body CreateDagRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateDagRunRequest(c.Server, dagId, body)
+func (c *RawClient) CreateDagRun(ctx context.Context, dagId DagIdPath, params *CreateDagRunParams, body CreateDagRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateDagRunRequest(c.Server, dagId, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2742,7 +2823,10 @@ func (c *RawClient) GetDagRun(ctx context.Context, dagId DagIdPath, runId RunIdP
 // worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 // has put the run back yet), or another worker holds it. A worker's report can thus never
 // land on a run that was handed to someone else. Without `worker_id` (an operator marking
-// a run) the outcome is recorded whoever holds the lease.
+// a run) the outcome is recorded whoever holds the lease. A worker's report sent again
+// after it was recorded (the same `state` and `note`, the run still showing that worker)
+// answers 200 with the run, as the first did: a report whose answer was lost (503
+// `outcome_unknown`) is safe to send again.
 //
 // Reporting the last unfinished run of a backfill lets the sweep finish the backfill.
 //
@@ -2776,7 +2860,10 @@ func (c *RawClient) PatchDagRunWithBody(ctx context.Context, dagId DagIdPath, ru
 // worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 // has put the run back yet), or another worker holds it. A worker's report can thus never
 // land on a run that was handed to someone else. Without `worker_id` (an operator marking
-// a run) the outcome is recorded whoever holds the lease.
+// a run) the outcome is recorded whoever holds the lease. A worker's report sent again
+// after it was recorded (the same `state` and `note`, the run still showing that worker)
+// answers 200 with the run, as the first did: a report whose answer was lost (503
+// `outcome_unknown`) is safe to send again.
 //
 // Reporting the last unfinished run of a backfill lets the sweep finish the backfill.
 //
@@ -2843,11 +2930,19 @@ func (c *RawClient) ListEvents(ctx context.Context, params *ListEventsParams, re
 // the run back to `queued` with `attempt` + 1, or makes it `failed` when `attempt` has
 // reached `MAX_ATTEMPTS` (default 3), or `canceled` when its backfill is canceling.
 //
+// **Idempotency-Key.** A claim sent again with the same key and the same request
+// (within 24 hours) claims nothing more: it answers 200 with `Idempotent-Replayed: true`
+// and the runs the first claim handed out that are still running and leased to
+// `worker_id`. The key is recorded in the claim's transaction, so a claim answered 503
+// `outcome_unknown` and sent again with its key never leaks a run: either it was
+// applied and the retry hands its runs out, or it was not and the retry claims afresh.
+// The same key with a different request is 422 `idempotency_key_reused`.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/runs/claim (the `ClaimRuns` operationId).
-func (c *RawClient) ClaimRunsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewClaimRunsRequestWithBody(c.Server, contentType, body)
+func (c *RawClient) ClaimRunsWithBody(ctx context.Context, params *ClaimRunsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewClaimRunsRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2877,11 +2972,19 @@ func (c *RawClient) ClaimRunsWithBody(ctx context.Context, contentType string, b
 // the run back to `queued` with `attempt` + 1, or makes it `failed` when `attempt` has
 // reached `MAX_ATTEMPTS` (default 3), or `canceled` when its backfill is canceling.
 //
+// **Idempotency-Key.** A claim sent again with the same key and the same request
+// (within 24 hours) claims nothing more: it answers 200 with `Idempotent-Replayed: true`
+// and the runs the first claim handed out that are still running and leased to
+// `worker_id`. The key is recorded in the claim's transaction, so a claim answered 503
+// `outcome_unknown` and sent again with its key never leaks a run: either it was
+// applied and the retry hands its runs out, or it was not and the retry claims afresh.
+// The same key with a different request is 422 `idempotency_key_reused`.
+//
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /api/v1/runs/claim (the `ClaimRuns` operationId).
-func (c *RawClient) ClaimRuns(ctx context.Context, body ClaimRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewClaimRunsRequest(c.Server, body)
+func (c *RawClient) ClaimRuns(ctx context.Context, params *ClaimRunsParams, body ClaimRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewClaimRunsRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3021,11 +3124,16 @@ func (c *RawClient) ListWebhooks(ctx context.Context, params *ListWebhooksParams
 // unspecified addresses are refused at delivery (on the address dialed) unless the
 // server runs with `WEBHOOK_ALLOW_LOCAL=true`.
 //
+// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+// request creates nothing and answers 201 with the same webhook, secret included, and
+// `Idempotent-Replayed: true` (404 `webhook_not_found` if it has been deleted since);
+// with a different request it is 422 `idempotency_key_reused`.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/webhooks (the `CreateWebhook` operationId).
-func (c *RawClient) CreateWebhookWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateWebhookRequestWithBody(c.Server, contentType, body)
+func (c *RawClient) CreateWebhookWithBody(ctx context.Context, params *CreateWebhookParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateWebhookRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3054,11 +3162,16 @@ func (c *RawClient) CreateWebhookWithBody(ctx context.Context, contentType strin
 // unspecified addresses are refused at delivery (on the address dialed) unless the
 // server runs with `WEBHOOK_ALLOW_LOCAL=true`.
 //
+// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+// request creates nothing and answers 201 with the same webhook, secret included, and
+// `Idempotent-Replayed: true` (404 `webhook_not_found` if it has been deleted since);
+// with a different request it is 422 `idempotency_key_reused`.
+//
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /api/v1/webhooks (the `CreateWebhook` operationId).
-func (c *RawClient) CreateWebhook(ctx context.Context, body CreateWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateWebhookRequest(c.Server, body)
+func (c *RawClient) CreateWebhook(ctx context.Context, params *CreateWebhookParams, body CreateWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateWebhookRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4258,18 +4371,18 @@ func NewListDagRunsRequest(server string, dagId DagIdPath, params *ListDagRunsPa
 }
 
 // NewCreateDagRunRequest calls the generic CreateDagRun builder with application/json body
-func NewCreateDagRunRequest(server string, dagId DagIdPath, body CreateDagRunJSONRequestBody) (*http.Request, error) {
+func NewCreateDagRunRequest(server string, dagId DagIdPath, params *CreateDagRunParams, body CreateDagRunJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewCreateDagRunRequestWithBody(server, dagId, "application/json", bodyReader)
+	return NewCreateDagRunRequestWithBody(server, dagId, params, "application/json", bodyReader)
 }
 
 // NewCreateDagRunRequestWithBody constructs an http.Request for the CreateDagRun method, with any body, and a specified content type
-func NewCreateDagRunRequestWithBody(server string, dagId DagIdPath, contentType string, body io.Reader) (*http.Request, error) {
+func NewCreateDagRunRequestWithBody(server string, dagId DagIdPath, params *CreateDagRunParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -4300,6 +4413,21 @@ func NewCreateDagRunRequestWithBody(server string, dagId DagIdPath, contentType 
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -4490,18 +4618,18 @@ func NewListEventsRequest(server string, params *ListEventsParams) (*http.Reques
 }
 
 // NewClaimRunsRequest calls the generic ClaimRuns builder with application/json body
-func NewClaimRunsRequest(server string, body ClaimRunsJSONRequestBody) (*http.Request, error) {
+func NewClaimRunsRequest(server string, params *ClaimRunsParams, body ClaimRunsJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewClaimRunsRequestWithBody(server, "application/json", bodyReader)
+	return NewClaimRunsRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewClaimRunsRequestWithBody constructs an http.Request for the ClaimRuns method, with any body, and a specified content type
-func NewClaimRunsRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewClaimRunsRequestWithBody(server string, params *ClaimRunsParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -4525,6 +4653,21 @@ func NewClaimRunsRequestWithBody(server string, contentType string, body io.Read
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -4690,18 +4833,18 @@ func NewListWebhooksRequest(server string, params *ListWebhooksParams) (*http.Re
 }
 
 // NewCreateWebhookRequest calls the generic CreateWebhook builder with application/json body
-func NewCreateWebhookRequest(server string, body CreateWebhookJSONRequestBody) (*http.Request, error) {
+func NewCreateWebhookRequest(server string, params *CreateWebhookParams, body CreateWebhookJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewCreateWebhookRequestWithBody(server, "application/json", bodyReader)
+	return NewCreateWebhookRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewCreateWebhookRequestWithBody constructs an http.Request for the CreateWebhook method, with any body, and a specified content type
-func NewCreateWebhookRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewCreateWebhookRequestWithBody(server string, params *CreateWebhookParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -4725,6 +4868,21 @@ func NewCreateWebhookRequestWithBody(server string, contentType string, body io.
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -5648,10 +5806,17 @@ type ClientWithResponsesInterface interface {
 	// its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
 	// `dag_not_found`.
 	//
+	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+	// request (`conf` compared as jsonb values) creates nothing and answers 201 with the
+	// run as it is now and `Idempotent-Replayed: true`; with a different request it is 422
+	// `idempotency_key_reused`. The key is recorded in the transaction that creates the
+	// run, so a request answered 503 `outcome_unknown` and sent again with its key creates
+	// the run at most once.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/dags/{dag_id}/runs (the `CreateDagRun` operationId).
-	CreateDagRunWithBodyWithResponse(ctx context.Context, dagId DagIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateDagRunResponse, error)
+	CreateDagRunWithBodyWithResponse(ctx context.Context, dagId DagIdPath, params *CreateDagRunParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateDagRunResponse, error)
 
 	// CreateDagRunWithResponse Create a manual DAG run
 	//
@@ -5664,10 +5829,17 @@ type ClientWithResponsesInterface interface {
 	// its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
 	// `dag_not_found`.
 	//
+	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+	// request (`conf` compared as jsonb values) creates nothing and answers 201 with the
+	// run as it is now and `Idempotent-Replayed: true`; with a different request it is 422
+	// `idempotency_key_reused`. The key is recorded in the transaction that creates the
+	// run, so a request answered 503 `outcome_unknown` and sent again with its key creates
+	// the run at most once.
+	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/dags/{dag_id}/runs (the `CreateDagRun` operationId).
-	CreateDagRunWithResponse(ctx context.Context, dagId DagIdPath, body CreateDagRunJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateDagRunResponse, error)
+	CreateDagRunWithResponse(ctx context.Context, dagId DagIdPath, params *CreateDagRunParams, body CreateDagRunJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateDagRunResponse, error)
 
 	// GetDagRunWithResponse Get a DAG run
 	//
@@ -5693,7 +5865,10 @@ type ClientWithResponsesInterface interface {
 	// worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 	// has put the run back yet), or another worker holds it. A worker's report can thus never
 	// land on a run that was handed to someone else. Without `worker_id` (an operator marking
-	// a run) the outcome is recorded whoever holds the lease.
+	// a run) the outcome is recorded whoever holds the lease. A worker's report sent again
+	// after it was recorded (the same `state` and `note`, the run still showing that worker)
+	// answers 200 with the run, as the first did: a report whose answer was lost (503
+	// `outcome_unknown`) is safe to send again.
 	//
 	// Reporting the last unfinished run of a backfill lets the sweep finish the backfill.
 	//
@@ -5717,7 +5892,10 @@ type ClientWithResponsesInterface interface {
 	// worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 	// has put the run back yet), or another worker holds it. A worker's report can thus never
 	// land on a run that was handed to someone else. Without `worker_id` (an operator marking
-	// a run) the outcome is recorded whoever holds the lease.
+	// a run) the outcome is recorded whoever holds the lease. A worker's report sent again
+	// after it was recorded (the same `state` and `note`, the run still showing that worker)
+	// answers 200 with the run, as the first did: a report whose answer was lost (503
+	// `outcome_unknown`) is safe to send again.
 	//
 	// Reporting the last unfinished run of a backfill lets the sweep finish the backfill.
 	//
@@ -5766,10 +5944,18 @@ type ClientWithResponsesInterface interface {
 	// the run back to `queued` with `attempt` + 1, or makes it `failed` when `attempt` has
 	// reached `MAX_ATTEMPTS` (default 3), or `canceled` when its backfill is canceling.
 	//
+	// **Idempotency-Key.** A claim sent again with the same key and the same request
+	// (within 24 hours) claims nothing more: it answers 200 with `Idempotent-Replayed: true`
+	// and the runs the first claim handed out that are still running and leased to
+	// `worker_id`. The key is recorded in the claim's transaction, so a claim answered 503
+	// `outcome_unknown` and sent again with its key never leaks a run: either it was
+	// applied and the retry hands its runs out, or it was not and the retry claims afresh.
+	// The same key with a different request is 422 `idempotency_key_reused`.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/runs/claim (the `ClaimRuns` operationId).
-	ClaimRunsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ClaimRunsResponse, error)
+	ClaimRunsWithBodyWithResponse(ctx context.Context, params *ClaimRunsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ClaimRunsResponse, error)
 
 	// ClaimRunsWithResponse Claim queued runs
 	//
@@ -5790,10 +5976,18 @@ type ClientWithResponsesInterface interface {
 	// the run back to `queued` with `attempt` + 1, or makes it `failed` when `attempt` has
 	// reached `MAX_ATTEMPTS` (default 3), or `canceled` when its backfill is canceling.
 	//
+	// **Idempotency-Key.** A claim sent again with the same key and the same request
+	// (within 24 hours) claims nothing more: it answers 200 with `Idempotent-Replayed: true`
+	// and the runs the first claim handed out that are still running and leased to
+	// `worker_id`. The key is recorded in the claim's transaction, so a claim answered 503
+	// `outcome_unknown` and sent again with its key never leaks a run: either it was
+	// applied and the retry hands its runs out, or it was not and the retry claims afresh.
+	// The same key with a different request is 422 `idempotency_key_reused`.
+	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/runs/claim (the `ClaimRuns` operationId).
-	ClaimRunsWithResponse(ctx context.Context, body ClaimRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*ClaimRunsResponse, error)
+	ClaimRunsWithResponse(ctx context.Context, params *ClaimRunsParams, body ClaimRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*ClaimRunsResponse, error)
 
 	// HeartbeatRunWithBodyWithResponse Extend a run's lease
 	//
@@ -5876,10 +6070,15 @@ type ClientWithResponsesInterface interface {
 	// unspecified addresses are refused at delivery (on the address dialed) unless the
 	// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
 	//
+	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+	// request creates nothing and answers 201 with the same webhook, secret included, and
+	// `Idempotent-Replayed: true` (404 `webhook_not_found` if it has been deleted since);
+	// with a different request it is 422 `idempotency_key_reused`.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/webhooks (the `CreateWebhook` operationId).
-	CreateWebhookWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateWebhookResponse, error)
+	CreateWebhookWithBodyWithResponse(ctx context.Context, params *CreateWebhookParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateWebhookResponse, error)
 
 	// CreateWebhookWithResponse Register a webhook
 	//
@@ -5899,10 +6098,15 @@ type ClientWithResponsesInterface interface {
 	// unspecified addresses are refused at delivery (on the address dialed) unless the
 	// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
 	//
+	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+	// request creates nothing and answers 201 with the same webhook, secret included, and
+	// `Idempotent-Replayed: true` (404 `webhook_not_found` if it has been deleted since);
+	// with a different request it is 422 `idempotency_key_reused`.
+	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/webhooks (the `CreateWebhook` operationId).
-	CreateWebhookWithResponse(ctx context.Context, body CreateWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateWebhookResponse, error)
+	CreateWebhookWithResponse(ctx context.Context, params *CreateWebhookParams, body CreateWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateWebhookResponse, error)
 
 	// DeleteWebhookWithResponse Delete a webhook
 	//
@@ -7671,7 +7875,8 @@ func (r ListDagRunsResponse) ContentType() string {
 
 // CreateDagRunResponse201Headers the declared response headers of an HTTP 201 response for CreateDagRun
 type CreateDagRunResponse201Headers struct {
-	Location *string
+	IdempotentReplayed *string
+	Location           *string
 }
 
 // CreateDagRunResponse401Headers the declared response headers of an HTTP 401 response for CreateDagRun
@@ -7699,6 +7904,8 @@ type CreateDagRunResponse struct {
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -7739,6 +7946,11 @@ func (r CreateDagRunResponse) GetApplicationproblemJSON409() *Conflict {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r CreateDagRunResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateDagRunResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -8057,6 +8269,11 @@ func (r ListEventsResponse) ContentType() string {
 	return ""
 }
 
+// ClaimRunsResponse200Headers the declared response headers of an HTTP 200 response for ClaimRuns
+type ClaimRunsResponse200Headers struct {
+	IdempotentReplayed *string
+}
+
 // ClaimRunsResponse401Headers the declared response headers of an HTTP 401 response for ClaimRuns
 type ClaimRunsResponse401Headers struct {
 	WWWAuthenticate *string
@@ -8078,10 +8295,14 @@ type ClaimRunsResponse struct {
 	ApplicationproblemJSON401 *Unauthorized
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ClaimRunsResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ClaimRunsResponse401Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -8106,6 +8327,11 @@ func (r ClaimRunsResponse) GetApplicationproblemJSON401() *Unauthorized {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r ClaimRunsResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ClaimRunsResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -8440,7 +8666,8 @@ func (r ListWebhooksResponse) ContentType() string {
 
 // CreateWebhookResponse201Headers the declared response headers of an HTTP 201 response for CreateWebhook
 type CreateWebhookResponse201Headers struct {
-	Location *string
+	IdempotentReplayed *string
+	Location           *string
 }
 
 // CreateWebhookResponse401Headers the declared response headers of an HTTP 401 response for CreateWebhook
@@ -8462,6 +8689,8 @@ type CreateWebhookResponse struct {
 	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *PayloadTooLarge
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
@@ -8491,6 +8720,11 @@ func (r CreateWebhookResponse) GetApplicationproblemJSON400() *BadRequest {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r CreateWebhookResponse) GetApplicationproblemJSON401() *Unauthorized {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CreateWebhookResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -9770,11 +10004,18 @@ func (c *ClientWithResponses) ListDagRunsWithResponse(ctx context.Context, dagId
 // its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
 // `dag_not_found`.
 //
+// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+// request (`conf` compared as jsonb values) creates nothing and answers 201 with the
+// run as it is now and `Idempotent-Replayed: true`; with a different request it is 422
+// `idempotency_key_reused`. The key is recorded in the transaction that creates the
+// run, so a request answered 503 `outcome_unknown` and sent again with its key creates
+// the run at most once.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/dags/{dag_id}/runs (the `CreateDagRun` operationId).
-func (c *ClientWithResponses) CreateDagRunWithBodyWithResponse(ctx context.Context, dagId DagIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateDagRunResponse, error) {
-	rsp, err := c.CreateDagRunWithBody(ctx, dagId, contentType, body, reqEditors...)
+func (c *ClientWithResponses) CreateDagRunWithBodyWithResponse(ctx context.Context, dagId DagIdPath, params *CreateDagRunParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateDagRunResponse, error) {
+	rsp, err := c.CreateDagRunWithBody(ctx, dagId, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9792,11 +10033,18 @@ func (c *ClientWithResponses) CreateDagRunWithBodyWithResponse(ctx context.Conte
 // its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
 // `dag_not_found`.
 //
+// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+// request (`conf` compared as jsonb values) creates nothing and answers 201 with the
+// run as it is now and `Idempotent-Replayed: true`; with a different request it is 422
+// `idempotency_key_reused`. The key is recorded in the transaction that creates the
+// run, so a request answered 503 `outcome_unknown` and sent again with its key creates
+// the run at most once.
+//
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/dags/{dag_id}/runs (the `CreateDagRun` operationId).
-func (c *ClientWithResponses) CreateDagRunWithResponse(ctx context.Context, dagId DagIdPath, body CreateDagRunJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateDagRunResponse, error) {
-	rsp, err := c.CreateDagRun(ctx, dagId, body, reqEditors...)
+func (c *ClientWithResponses) CreateDagRunWithResponse(ctx context.Context, dagId DagIdPath, params *CreateDagRunParams, body CreateDagRunJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateDagRunResponse, error) {
+	rsp, err := c.CreateDagRun(ctx, dagId, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9833,7 +10081,10 @@ func (c *ClientWithResponses) GetDagRunWithResponse(ctx context.Context, dagId D
 // worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 // has put the run back yet), or another worker holds it. A worker's report can thus never
 // land on a run that was handed to someone else. Without `worker_id` (an operator marking
-// a run) the outcome is recorded whoever holds the lease.
+// a run) the outcome is recorded whoever holds the lease. A worker's report sent again
+// after it was recorded (the same `state` and `note`, the run still showing that worker)
+// answers 200 with the run, as the first did: a report whose answer was lost (503
+// `outcome_unknown`) is safe to send again.
 //
 // Reporting the last unfinished run of a backfill lets the sweep finish the backfill.
 //
@@ -9863,7 +10114,10 @@ func (c *ClientWithResponses) PatchDagRunWithBodyWithResponse(ctx context.Contex
 // worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 // has put the run back yet), or another worker holds it. A worker's report can thus never
 // land on a run that was handed to someone else. Without `worker_id` (an operator marking
-// a run) the outcome is recorded whoever holds the lease.
+// a run) the outcome is recorded whoever holds the lease. A worker's report sent again
+// after it was recorded (the same `state` and `note`, the run still showing that worker)
+// answers 200 with the run, as the first did: a report whose answer was lost (503
+// `outcome_unknown`) is safe to send again.
 //
 // Reporting the last unfinished run of a backfill lets the sweep finish the backfill.
 //
@@ -9924,11 +10178,19 @@ func (c *ClientWithResponses) ListEventsWithResponse(ctx context.Context, params
 // the run back to `queued` with `attempt` + 1, or makes it `failed` when `attempt` has
 // reached `MAX_ATTEMPTS` (default 3), or `canceled` when its backfill is canceling.
 //
+// **Idempotency-Key.** A claim sent again with the same key and the same request
+// (within 24 hours) claims nothing more: it answers 200 with `Idempotent-Replayed: true`
+// and the runs the first claim handed out that are still running and leased to
+// `worker_id`. The key is recorded in the claim's transaction, so a claim answered 503
+// `outcome_unknown` and sent again with its key never leaks a run: either it was
+// applied and the retry hands its runs out, or it was not and the retry claims afresh.
+// The same key with a different request is 422 `idempotency_key_reused`.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/runs/claim (the `ClaimRuns` operationId).
-func (c *ClientWithResponses) ClaimRunsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ClaimRunsResponse, error) {
-	rsp, err := c.ClaimRunsWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) ClaimRunsWithBodyWithResponse(ctx context.Context, params *ClaimRunsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ClaimRunsResponse, error) {
+	rsp, err := c.ClaimRunsWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9954,11 +10216,19 @@ func (c *ClientWithResponses) ClaimRunsWithBodyWithResponse(ctx context.Context,
 // the run back to `queued` with `attempt` + 1, or makes it `failed` when `attempt` has
 // reached `MAX_ATTEMPTS` (default 3), or `canceled` when its backfill is canceling.
 //
+// **Idempotency-Key.** A claim sent again with the same key and the same request
+// (within 24 hours) claims nothing more: it answers 200 with `Idempotent-Replayed: true`
+// and the runs the first claim handed out that are still running and leased to
+// `worker_id`. The key is recorded in the claim's transaction, so a claim answered 503
+// `outcome_unknown` and sent again with its key never leaks a run: either it was
+// applied and the retry hands its runs out, or it was not and the retry claims afresh.
+// The same key with a different request is 422 `idempotency_key_reused`.
+//
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/runs/claim (the `ClaimRuns` operationId).
-func (c *ClientWithResponses) ClaimRunsWithResponse(ctx context.Context, body ClaimRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*ClaimRunsResponse, error) {
-	rsp, err := c.ClaimRuns(ctx, body, reqEditors...)
+func (c *ClientWithResponses) ClaimRunsWithResponse(ctx context.Context, params *ClaimRunsParams, body ClaimRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*ClaimRunsResponse, error) {
+	rsp, err := c.ClaimRuns(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -10076,11 +10346,16 @@ func (c *ClientWithResponses) ListWebhooksWithResponse(ctx context.Context, para
 // unspecified addresses are refused at delivery (on the address dialed) unless the
 // server runs with `WEBHOOK_ALLOW_LOCAL=true`.
 //
+// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+// request creates nothing and answers 201 with the same webhook, secret included, and
+// `Idempotent-Replayed: true` (404 `webhook_not_found` if it has been deleted since);
+// with a different request it is 422 `idempotency_key_reused`.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/webhooks (the `CreateWebhook` operationId).
-func (c *ClientWithResponses) CreateWebhookWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateWebhookResponse, error) {
-	rsp, err := c.CreateWebhookWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) CreateWebhookWithBodyWithResponse(ctx context.Context, params *CreateWebhookParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateWebhookResponse, error) {
+	rsp, err := c.CreateWebhookWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -10105,11 +10380,16 @@ func (c *ClientWithResponses) CreateWebhookWithBodyWithResponse(ctx context.Cont
 // unspecified addresses are refused at delivery (on the address dialed) unless the
 // server runs with `WEBHOOK_ALLOW_LOCAL=true`.
 //
+// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+// request creates nothing and answers 201 with the same webhook, secret included, and
+// `Idempotent-Replayed: true` (404 `webhook_not_found` if it has been deleted since);
+// with a different request it is 422 `idempotency_key_reused`.
+//
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/webhooks (the `CreateWebhook` operationId).
-func (c *ClientWithResponses) CreateWebhookWithResponse(ctx context.Context, body CreateWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateWebhookResponse, error) {
-	rsp, err := c.CreateWebhook(ctx, body, reqEditors...)
+func (c *ClientWithResponses) CreateWebhookWithResponse(ctx context.Context, params *CreateWebhookParams, body CreateWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateWebhookResponse, error) {
+	rsp, err := c.CreateWebhook(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -11930,6 +12210,13 @@ func ParseCreateDagRunResponse(rsp *http.Response) (*CreateDagRunResponse, error
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -11949,6 +12236,13 @@ func ParseCreateDagRunResponse(rsp *http.Response) (*CreateDagRunResponse, error
 	switch {
 	case rsp.StatusCode == 201:
 		var headers CreateDagRunResponse201Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("Location"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: "uri-reference"}); err != nil {
@@ -12283,6 +12577,13 @@ func ParseClaimRunsResponse(rsp *http.Response) (*ClaimRunsResponse, error) {
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12300,6 +12601,16 @@ func ParseClaimRunsResponse(rsp *http.Response) (*ClaimRunsResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 200:
+		var headers ClaimRunsResponse200Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers200 = &headers
 	case rsp.StatusCode == 401:
 		var headers ClaimRunsResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -12633,6 +12944,13 @@ func ParseCreateWebhookResponse(rsp *http.Response) (*CreateWebhookResponse, err
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest PayloadTooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12666,6 +12984,13 @@ func ParseCreateWebhookResponse(rsp *http.Response) (*CreateWebhookResponse, err
 	switch {
 	case rsp.StatusCode == 201:
 		var headers CreateWebhookResponse201Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("Location"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: "uri-reference"}); err != nil {

@@ -118,7 +118,7 @@ func (c *Client) RunExecutor(ctx context.Context, cfg ExecutorConfig, work func(
 				break more
 			}
 		}
-		runs, err := c.ClaimRuns(ctx, claimRequest(cfg, free))
+		runs, err := c.claim(ctx, cfg, log, free, &idle)
 		for range free - len(runs) {
 			<-slots
 		}
@@ -152,6 +152,32 @@ func (c *Client) RunExecutor(ctx context.Context, cfg ExecutorConfig, work func(
 			})
 		}
 	}
+}
+
+// claim claims up to free runs under one Idempotency-Key, and does not give up on a claim
+// whose outcome is unknown (a 503 or a network error: it may have leased runs to this worker
+// that nobody else will run until their leases expire). It sends the same request with the
+// same key again, backing off like an idle worker, until the answer is known: the retry
+// answers the runs the lost claim handed out, or claims afresh if it was not applied. When
+// ctx ends first, it asks once more, detached from ctx and bounded by releaseTimeout, so that
+// the caller releases whatever the claim leased.
+func (c *Client) claim(ctx context.Context, cfg ExecutorConfig, log *slog.Logger, free int, idle *time.Duration) ([]DagRun, error) {
+	key, req := NewIdempotencyKey(), claimRequest(cfg, free)
+	runs, err := c.ClaimRunsWithKey(ctx, req, key)
+	for err != nil && Retryable(err) && ctx.Err() == nil {
+		log.Warn("claim failed; sending it again with its key", "err", err)
+		if !sleep(ctx, jitter(*idle)) {
+			break
+		}
+		*idle = min(*idle*2, cfg.MaxIdleBackoff)
+		runs, err = c.ClaimRunsWithKey(ctx, req, key)
+	}
+	if err != nil && ctx.Err() != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		runs, err = c.ClaimRunsWithKey(rctx, req, key)
+	}
+	return runs, err
 }
 
 func claimRequest(cfg ExecutorConfig, limit int) ClaimRequest {

@@ -38,6 +38,9 @@ type Client struct {
 	// Raw is the generated client, for operations or response details the helpers do not
 	// cover. It carries the same HTTP client and bearer token as the helpers.
 	Raw *ClientWithResponses
+	// Retry is how the creating helpers retry; zero fields take DefaultRetry's. Set it
+	// before the Client is shared.
+	Retry RetryPolicy
 }
 
 // New returns a Client for the service at server, its base URL without the /api/v1 prefix

@@ -29,19 +29,20 @@ func (c *Client) ListDags(ctx context.Context, params *ListDagsParams) (DagColle
 	return l, err
 }
 
-// CreateBackfill creates a backfill with all its runs in one transaction. A non-empty
-// idempotencyKey makes the call safe to retry: the same key with the same request answers
-// the backfill it created the first time (as it is now) and creates nothing; with a
-// different request it is a *ProblemError with code idempotency_key_reused. A DAG that
-// already has an active backfill is code backfill_already_running with ActiveBackfillID.
+// CreateBackfill creates a backfill with all its runs in one transaction. idempotencyKey
+// makes the call safe to retry (a random one is sent when it is empty), and the call is
+// retried with it as Client.Retry says: the same key with the same request answers the
+// backfill it created the first time (as it is now) and creates nothing; with a different
+// request it is a *ProblemError with code idempotency_key_reused. A DAG that already has an
+// active backfill is code backfill_already_running with ActiveBackfillID.
 func (c *Client) CreateBackfill(ctx context.Context, req BackfillCreate, idempotencyKey string) (Backfill, error) {
-	var params CreateBackfillParams
-	if idempotencyKey != "" {
-		params.IdempotencyKey = &idempotencyKey
-	}
-	resp, err := c.raw().CreateBackfill(ctx, &params, req)
-	b, _, err := decode[Backfill](resp, err, http.StatusCreated)
-	return b, err
+	key := keyOr(idempotencyKey)
+	params := CreateBackfillParams{IdempotencyKey: &key}
+	return withRetry(ctx, c, func() (Backfill, error) {
+		resp, err := c.raw().CreateBackfill(ctx, &params, req)
+		b, _, err := decode[Backfill](resp, err, http.StatusCreated)
+		return b, err
+	})
 }
 
 // DryRunBackfill answers what CreateBackfill would do with req, slot by slot, writing
@@ -97,11 +98,38 @@ func (c *Client) CancelBackfill(ctx context.Context, id int64) (Backfill, error)
 	return b, err
 }
 
-// ClaimRuns leases up to req.Limit queued runs to req.WorkerId; possibly none.
+// ClaimRuns leases up to req.Limit queued runs to req.WorkerId; possibly none. It is
+// ClaimRunsWithKey with a fresh key.
 func (c *Client) ClaimRuns(ctx context.Context, req ClaimRequest) ([]DagRun, error) {
-	resp, err := c.raw().ClaimRuns(ctx, req)
-	l, _, err := decode[ClaimResponse](resp, err, http.StatusOK)
-	return l.Runs, err
+	return c.ClaimRunsWithKey(ctx, req, NewIdempotencyKey())
+}
+
+// ClaimRunsWithKey claims under idempotencyKey, retried with it as Client.Retry says: a
+// claim that was applied but whose answer was lost is answered again (the runs it handed out
+// that are still leased to the worker), so no run is leased to the worker unseen. A caller
+// whose call still failed and that wants to be sure sends the same request with the same key
+// again later.
+func (c *Client) ClaimRunsWithKey(ctx context.Context, req ClaimRequest, idempotencyKey string) ([]DagRun, error) {
+	key := keyOr(idempotencyKey)
+	params := ClaimRunsParams{IdempotencyKey: &key}
+	return withRetry(ctx, c, func() ([]DagRun, error) {
+		resp, err := c.raw().ClaimRuns(ctx, &params, req)
+		l, _, err := decode[ClaimResponse](resp, err, http.StatusOK)
+		return l.Runs, err
+	})
+}
+
+// CreateDagRun creates a queued manual run of the DAG at req.LogicalDate (codes
+// run_already_exists, dag_not_found), under idempotencyKey (a random one when empty) and
+// retried with it as Client.Retry says.
+func (c *Client) CreateDagRun(ctx context.Context, dagID string, req DagRunCreate, idempotencyKey string) (DagRun, error) {
+	key := keyOr(idempotencyKey)
+	params := CreateDagRunParams{IdempotencyKey: &key}
+	return withRetry(ctx, c, func() (DagRun, error) {
+		resp, err := c.raw().CreateDagRun(ctx, dagID, &params, req)
+		r, _, err := decode[DagRun](resp, err, http.StatusCreated)
+		return r, err
+	})
 }
 
 // HeartbeatRun extends the lease the worker holds on the run with this numeric id. A lease
@@ -174,31 +202,30 @@ func (c *Client) RetryBackfill(ctx context.Context, id int64, overrides map[stri
 	if err != nil {
 		return Backfill{}, fmt.Errorf("client: encode retry: %w", err)
 	}
-	var params RetryBackfillParams
-	if idempotencyKey != "" {
-		params.IdempotencyKey = &idempotencyKey
-	}
+	key := keyOr(idempotencyKey)
+	params := RetryBackfillParams{IdempotencyKey: &key}
 	if ifMatch != "" {
 		quoted := `"` + ifMatch + `"`
 		params.IfMatch = &quoted
 	}
-	resp, err := c.raw().RetryBackfillWithBody(ctx, id, &params, "application/json", bytes.NewReader(body))
-	b, _, err := decode[Backfill](resp, err, http.StatusCreated)
-	return b, err
+	return withRetry(ctx, c, func() (Backfill, error) {
+		resp, err := c.raw().RetryBackfillWithBody(ctx, id, &params, "application/json", bytes.NewReader(body))
+		b, _, err := decode[Backfill](resp, err, http.StatusCreated)
+		return b, err
+	})
 }
 
 // CreateBackfillIfPlan creates a backfill only if its plan still has planHash (the
 // PlanHash of a DryRunBackfill); otherwise it is code plan_changed, with CurrentPlanHash.
 func (c *Client) CreateBackfillIfPlan(ctx context.Context, req BackfillCreate, idempotencyKey, planHash string) (Backfill, error) {
-	var params CreateBackfillParams
-	if idempotencyKey != "" {
-		params.IdempotencyKey = &idempotencyKey
-	}
+	key := keyOr(idempotencyKey)
 	quoted := `"` + planHash + `"`
-	params.IfMatch = &quoted
-	resp, err := c.raw().CreateBackfill(ctx, &params, req)
-	b, _, err := decode[Backfill](resp, err, http.StatusCreated)
-	return b, err
+	params := CreateBackfillParams{IdempotencyKey: &key, IfMatch: &quoted}
+	return withRetry(ctx, c, func() (Backfill, error) {
+		resp, err := c.raw().CreateBackfill(ctx, &params, req)
+		b, _, err := decode[Backfill](resp, err, http.StatusCreated)
+		return b, err
+	})
 }
 
 // DeleteDag removes a DAG with its runs and backfill history. Codes:

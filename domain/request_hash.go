@@ -48,3 +48,17 @@ func RequestHash(req BackfillRequest) (Fingerprint, error) {
 	sum := sha256.Sum256(canonical)
 	return Fingerprint{Hash: hex.EncodeToString(sum[:]), Conf: conf}, nil
 }
+
+// RequestFingerprint fingerprints any other creating request (a claim, a webhook, a manual
+// run) the way RequestHash does a backfill: the hash of req's JSON, which the caller passes
+// with its idempotency key and its conf cleared (and anything the server makes up, such as a
+// webhook's secret), and the conf beside it, for PostgreSQL to compare as jsonb. Callers pass
+// their whole parameter struct, so that a field added to it later is part of the fingerprint.
+func RequestFingerprint(req any, conf []byte) (Fingerprint, error) {
+	canonical, err := json.Marshal(req)
+	if err != nil {
+		return Fingerprint{}, fmt.Errorf("hash request: %w", err)
+	}
+	sum := sha256.Sum256(canonical)
+	return Fingerprint{Hash: hex.EncodeToString(sum[:]), Conf: conf}, nil
+}

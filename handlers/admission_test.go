@@ -51,8 +51,8 @@ func (g *gateStore) BackfillGet(ctx context.Context, id int64) (repo.Backfill, e
 	return repo.Backfill{ID: id, DagID: "d", State: "running"}, g.hold(ctx, "get")
 }
 
-func (g *gateStore) RunClaim(ctx context.Context, p repo.RunClaimParams) ([]repo.Run, error) {
-	return nil, g.hold(ctx, "claim")
+func (g *gateStore) RunClaim(ctx context.Context, p repo.RunClaimParams) ([]repo.Run, bool, error) {
+	return nil, false, g.hold(ctx, "claim")
 }
 
 func (g *gateStore) RunHeartbeat(ctx context.Context, runPK int64, workerID string) (repo.Heartbeat, error) {

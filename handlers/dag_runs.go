@@ -10,7 +10,7 @@ import (
 )
 
 // CreateDagRun triggers a manual run.
-func (s *Server) CreateDagRun(w http.ResponseWriter, r *http.Request, dagID string) {
+func (s *Server) CreateDagRun(w http.ResponseWriter, r *http.Request, dagID string, params api.CreateDagRunParams) {
 	var body api.DagRunCreate
 	if p := decodeBody(r, &body); p != nil {
 		writeProblem(w, *p)
@@ -20,10 +20,17 @@ func (s *Server) CreateDagRun(w http.ResponseWriter, r *http.Request, dagID stri
 		writeProblem(w, *p)
 		return
 	}
-	run, err := s.store.RunCreate(r.Context(), repo.RunCreateParams{DagID: dagID, LogicalDate: body.LogicalDate, Conf: confIn(body.Conf)})
+	p := repo.RunCreateParams{DagID: dagID, LogicalDate: body.LogicalDate, Conf: confIn(body.Conf)}
+	if params.IdempotencyKey != nil {
+		p.IdempotencyKey = *params.IdempotencyKey
+	}
+	run, replayed, err := s.store.RunCreate(r.Context(), p)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
+	}
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	w.Header().Set("Location", "/api/v1/dags/"+url.PathEscape(run.DagID)+"/runs/"+url.PathEscape(run.RunID))
 	s.writeJSON(w, r, http.StatusCreated, runOut(run))

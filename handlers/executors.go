@@ -8,7 +8,7 @@ import (
 )
 
 // ClaimRuns leases queued runs to a worker.
-func (s *Server) ClaimRuns(w http.ResponseWriter, r *http.Request) {
+func (s *Server) ClaimRuns(w http.ResponseWriter, r *http.Request, hp api.ClaimRunsParams) {
 	var body api.ClaimRequest
 	if p := decodeBody(r, &body); p != nil {
 		writeProblem(w, *p)
@@ -21,10 +21,16 @@ func (s *Server) ClaimRuns(w http.ResponseWriter, r *http.Request) {
 	if body.LeaseSeconds != nil {
 		params.LeaseSeconds = *body.LeaseSeconds
 	}
-	runs, err := s.store.RunClaim(r.Context(), params)
+	if hp.IdempotencyKey != nil {
+		params.IdempotencyKey = *hp.IdempotencyKey
+	}
+	runs, replayed, err := s.store.RunClaim(r.Context(), params)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
+	}
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	s.writeJSON(w, r, http.StatusOK, api.ClaimResponse{Runs: runsOut(runs)})
 }

@@ -162,9 +162,18 @@ func (f *fakeStore) DagList(ctx context.Context, p repo.ListParams) ([]repo.Dag,
 	return []repo.Dag{{DagID: "d", Schedule: "@daily", Timezone: "UTC", MaxActiveRuns: 16, CreatedAt: fakeTime, UpdatedAt: fakeTime}}, 1, err
 }
 
-func (f *fakeStore) RunCreate(ctx context.Context, p repo.RunCreateParams) (repo.Run, error) {
-	err := f.call("RunCreate", true, checkDagID(p.DagID), checkTime("logical_date", p.LogicalDate), checkConf("conf", p.Conf))
-	return fakeRun(p.DagID, "manual__2024-01-01T00:00:00Z"), err
+func (f *fakeStore) RunCreate(ctx context.Context, p repo.RunCreateParams) (repo.Run, bool, error) {
+	err := f.call("RunCreate", true, checkDagID(p.DagID), checkTime("logical_date", p.LogicalDate), checkConf("conf", p.Conf),
+		checkKey(p.IdempotencyKey))
+	return fakeRun(p.DagID, "manual__2024-01-01T00:00:00Z"), false, err
+}
+
+// checkKey holds an Idempotency-Key that reached the store to the spec's pattern.
+func checkKey(key string) string {
+	if key != "" && !fakeIdempotencyKey.MatchString(key) {
+		return fmt.Sprintf("Idempotency-Key %q is not 1-255 printable ASCII", key)
+	}
+	return ""
 }
 
 func (f *fakeStore) RunGet(ctx context.Context, dagID, runID string) (repo.Run, error) {
@@ -195,16 +204,16 @@ func (f *fakeStore) RunReport(ctx context.Context, p repo.RunReportParams) (repo
 	return r, err
 }
 
-func (f *fakeStore) RunClaim(ctx context.Context, p repo.RunClaimParams) ([]repo.Run, error) {
+func (f *fakeStore) RunClaim(ctx context.Context, p repo.RunClaimParams) ([]repo.Run, bool, error) {
 	problems := []string{checkLen("worker_id", p.WorkerID, 1, 255), checkRange("limit", p.Limit, 1, 100),
-		checkRange("lease_seconds", p.LeaseSeconds, 10, 3600)}
+		checkRange("lease_seconds", p.LeaseSeconds, 10, 3600), checkKey(p.IdempotencyKey)}
 	if p.DagID != nil {
 		problems = append(problems, checkDagID(*p.DagID))
 	}
 	err := f.call("RunClaim", true, problems...)
 	r := fakeRun("d", "manual__2024-01-01T00:00:00Z")
 	r.State, r.WorkerID, r.StartDate, r.LeaseExpiresAt = "running", &p.WorkerID, &fakeTime, &fakeTime
-	return []repo.Run{r}, err
+	return []repo.Run{r}, false, err
 }
 
 func (f *fakeStore) RunHeartbeat(ctx context.Context, runPK int64, workerID string) (repo.Heartbeat, error) {

@@ -19,11 +19,11 @@ type Store interface {
 	DagList(ctx context.Context, p repo.ListParams) ([]repo.Dag, int, error)
 	DagDelete(ctx context.Context, dagID string) error
 
-	RunCreate(ctx context.Context, p repo.RunCreateParams) (repo.Run, error)
+	RunCreate(ctx context.Context, p repo.RunCreateParams) (repo.Run, bool, error)
 	RunGet(ctx context.Context, dagID, runID string) (repo.Run, error)
 	RunList(ctx context.Context, p repo.RunListParams) ([]repo.Run, int, error)
 	RunReport(ctx context.Context, p repo.RunReportParams) (repo.Run, error)
-	RunClaim(ctx context.Context, p repo.RunClaimParams) ([]repo.Run, error)
+	RunClaim(ctx context.Context, p repo.RunClaimParams) ([]repo.Run, bool, error)
 	RunHeartbeat(ctx context.Context, runPK int64, workerID string) (repo.Heartbeat, error)
 	RunRelease(ctx context.Context, runPK int64, workerID string) (repo.Run, error)
 
@@ -36,7 +36,7 @@ type Store interface {
 	BackfillUnpause(ctx context.Context, id int64) (repo.Backfill, error)
 	BackfillCancel(ctx context.Context, id int64) (repo.Backfill, error)
 
-	WebhookCreate(ctx context.Context, p repo.WebhookCreateParams) (repo.Webhook, error)
+	WebhookCreate(ctx context.Context, p repo.WebhookCreateParams) (repo.Webhook, bool, error)
 	WebhookGet(ctx context.Context, id int64) (repo.Webhook, error)
 	WebhookList(ctx context.Context, p repo.ListParams) ([]repo.Webhook, int, error)
 	WebhookDelete(ctx context.Context, id int64) error

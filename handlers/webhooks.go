@@ -55,7 +55,7 @@ func checkWebhookURL(raw string) error {
 }
 
 // CreateWebhook registers a webhook and answers its secret, the only time it is shown.
-func (s *Server) CreateWebhook(w http.ResponseWriter, r *http.Request) {
+func (s *Server) CreateWebhook(w http.ResponseWriter, r *http.Request, params api.CreateWebhookParams) {
 	var body api.WebhookCreate
 	if p := decodeBody(r, &body); p != nil {
 		writeProblem(w, *p)
@@ -79,12 +79,17 @@ func (s *Server) CreateWebhook(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	wh, err := s.store.WebhookCreate(r.Context(), repo.WebhookCreateParams{
-		URL: body.Url, EventTypes: types, Description: body.Description, Secret: secret,
-	})
+	p := repo.WebhookCreateParams{URL: body.Url, EventTypes: types, Description: body.Description, Secret: secret}
+	if params.IdempotencyKey != nil {
+		p.IdempotencyKey = *params.IdempotencyKey
+	}
+	wh, replayed, err := s.store.WebhookCreate(r.Context(), p)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
+	}
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	out := webhookOut(wh)
 	w.Header().Set("Location", "/api/v1/webhooks/"+strconv.FormatInt(wh.ID, 10))

@@ -16,7 +16,7 @@ func fakeWebhook(id int64) repo.Webhook {
 	return repo.Webhook{ID: id, URL: "https://example.com/hook", EventTypes: webhookEventTypes, CreatedAt: fakeTime}
 }
 
-func (f *fakeStore) WebhookCreate(ctx context.Context, p repo.WebhookCreateParams) (repo.Webhook, error) {
+func (f *fakeStore) WebhookCreate(ctx context.Context, p repo.WebhookCreateParams) (repo.Webhook, bool, error) {
 	problems := []string{checkLen("url", p.URL, 1, 2048)}
 	if !strings.HasPrefix(p.URL, "http://") && !strings.HasPrefix(p.URL, "https://") {
 		problems = append(problems, "url "+p.URL+" is not http(s)")
@@ -30,10 +30,11 @@ func (f *fakeStore) WebhookCreate(ctx context.Context, p repo.WebhookCreateParam
 	if !strings.HasPrefix(p.Secret, "whsec_") {
 		problems = append(problems, "secret without whsec_")
 	}
+	problems = append(problems, checkKey(p.IdempotencyKey))
 	err := f.call("WebhookCreate", true, problems...)
 	w := fakeWebhook(1)
 	w.Secret = p.Secret
-	return w, err
+	return w, false, err
 }
 
 func (f *fakeStore) WebhookGet(ctx context.Context, id int64) (repo.Webhook, error) {

@@ -143,15 +143,11 @@ func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCr
 		return Backfill{}, fmt.Errorf("allocate backfill id: %w", err)
 	}
 	if p.IdempotencyKey != "" {
-		_, err := tx.ExecContext(ctx, `
-			INSERT INTO idempotency_keys (key, request_hash, dag_run_conf, backfill_id, created_at)
-			VALUES ($1, $2, $3::jsonb, $4, $5)`,
-			p.IdempotencyKey, hash.Hash, jsonParam(hash.Conf), id, now)
-		if uniqueViolation(err) == constraintIdempotencyKeyKey {
-			return Backfill{}, errIdempotencyKeyTaken
-		}
-		if err != nil {
-			return Backfill{}, fmt.Errorf("insert idempotency key: %w", err)
+		// Recorded before the runs: a concurrent request with the same key waits here for
+		// this one's outcome instead of planning and inserting its runs in vain.
+		r := idemRequest{key: p.IdempotencyKey, op: opBackfill, fp: hash}
+		if err := idemRecord(ctx, tx, r, []int64{id}, &p.DagID); err != nil {
+			return Backfill{}, err
 		}
 	}
 	if len(slots) > largeBackfill {

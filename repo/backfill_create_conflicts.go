@@ -37,37 +37,21 @@ func (s *Store) alreadyRunning(ctx context.Context, key string, hash domain.Fing
 }
 
 // idempotentReplay answers a request whose key is already stored: the backfill as it is now
-// when the request is the same, ErrIdempotencyKeyReused when it differs. The conf is compared
-// by PostgreSQL as jsonb values (see domain.RequestHash): key order and spacing do not matter, every
-// digit of a number does.
+// when the request is the same, ErrIdempotencyKeyReused when it differs (idemLookup).
 func (s *Store) idempotentReplay(ctx context.Context, key string, req domain.Fingerprint) (Backfill, bool, error) {
 	if key == "" {
 		return Backfill{}, false, nil
 	}
-	var stored struct {
-		Same       bool   `db:"same"`
-		BackfillID *int64 `db:"backfill_id"`
+	ids, found, err := idemLookup(ctx, s.db, idemRequest{key: key, op: opBackfill, fp: req})
+	if err != nil || !found {
+		return Backfill{}, false, err
 	}
-	err := sqlx.GetContext(ctx, s.db, &stored, `
-		SELECT request_hash = $2 AND dag_run_conf IS NOT DISTINCT FROM $3::jsonb AS same, backfill_id
-		FROM idempotency_keys WHERE key = $1`, key, req.Hash, jsonParam(req.Conf))
-	if isNoRows(err) {
-		return Backfill{}, false, nil
+	if len(ids) != 1 {
+		return Backfill{}, false, fmt.Errorf("idempotency key %q names %d backfills", key, len(ids))
 	}
-	if err != nil {
-		return Backfill{}, false, fmt.Errorf("read idempotency key: %w", err)
-	}
-	if !stored.Same {
-		return Backfill{}, false, ErrIdempotencyKeyReused
-	}
-	if stored.BackfillID == nil {
-		return Backfill{}, false, fmt.Errorf("idempotency key %q has no backfill", key)
-	}
-	b, err := s.BackfillGet(ctx, *stored.BackfillID)
-	if err == nil {
-		// The creating commit may still be waiting for its synchronous standby.
-		err = s.awaitDurable(ctx)
-	}
+	b, err := idemReplay(ctx, s, ids, func(ctx context.Context, ids []int64) (Backfill, error) {
+		return s.BackfillGet(ctx, ids[0])
+	})
 	return b, err == nil, err
 }
 

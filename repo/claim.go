@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
 )
 
 // RunClaimParams asks for queued runs to execute.
@@ -14,47 +16,109 @@ type RunClaimParams struct {
 	LeaseSeconds int
 	// DagID, when set, restricts the claim to one DAG.
 	DagID *string
+	// IdempotencyKey, when set, makes a retry of this claim answer the runs the first one
+	// handed out that are still leased to the worker, instead of claiming more.
+	IdempotencyKey string
 }
 
 // RunClaim moves up to Limit queued runs to running, leased to the worker. Runs outside
 // backfills come first (someone is waiting for them), DAGs in dag_id order, each DAG's runs by
-// logical date; then backfills oldest first, each in sort_ordinal order.
+// logical date; then backfills oldest first, each in sort_ordinal order. It reports replayed =
+// true when it answered from an earlier claim with the same idempotency key.
 //
-// The claim is one statement (claimStatement), so one round trip and one implicit
-// transaction. It finds owners through the partial indexes of claimable owners
-// (migrations/00005_fair_claims.sql), so idle, paused and saturated DAGs and backfills cost
-// nothing, however many there are. Caps hold exactly under concurrent claims because each owner
-// row is locked before its room is read and its runs are taken. A claimer never waits for an
-// owner: one that another transaction holds (a concurrent claim, or a transaction holding it
-// for seconds) is skipped for the next, so a held backfill delays no claim.
-func (s *Store) RunClaim(ctx context.Context, p RunClaimParams) ([]Run, error) {
+// The claim is one statement (claimStatement), so one round trip. Without a key it runs in
+// its own implicit transaction; with one, in a transaction that records the key and the runs
+// handed out, so that the key exists exactly when the lease does. It finds owners through the
+// partial indexes of claimable owners (migrations/00005_fair_claims.sql), so idle, paused and
+// saturated DAGs and backfills cost nothing, however many there are. Caps hold exactly under
+// concurrent claims because each owner row is locked before its room is read and its runs are
+// taken. A claimer never waits for an owner: one that another transaction holds (a concurrent
+// claim, or a transaction holding it for seconds) is skipped for the next, so a held backfill
+// delays no claim.
+func (s *Store) RunClaim(ctx context.Context, p RunClaimParams) ([]Run, bool, error) {
 	scope, args := claimAnyDag, []any{p.WorkerID, p.LeaseSeconds, p.Limit}
 	if p.DagID != nil {
 		scope, args = claimOneDag, append(args, *p.DagID)
 	}
-	var claimed []Run
-	// The claim waits for no row lock (every lock it takes skips rows held elsewhere), so a
-	// deadlock should not reach it; retrying one costs nothing if the planner ever locks in
-	// another way.
-	err := s.withRetry(ctx, func() error {
-		claimed = claimed[:0]
-		var err error
-		if stmt := s.claimStmt(ctx, scope); stmt != nil {
-			err = stmt.SelectContext(ctx, &claimed, args...)
-		} else {
-			err = sqlx.SelectContext(ctx, s.db, &claimed, claimStatement(scope), args...)
-		}
-		if err != nil {
-			return fmt.Errorf("claim runs: %w", err)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
+	var (
+		claimed  []Run
+		replayed bool
+		err      error
+	)
+	if p.IdempotencyKey == "" {
+		// The claim waits for no row lock (every lock it takes skips rows held elsewhere), so a
+		// deadlock should not reach it; retrying one costs nothing if the planner ever locks in
+		// another way.
+		err = s.withRetry(ctx, func() error {
+			claimed, err = s.claimRuns(ctx, nil, scope, args)
+			return err
+		})
+	} else {
+		claimed, replayed, err = s.runClaimIdempotent(ctx, p, scope, args)
 	}
-	s.observer.RunsClaimed(len(claimed))
+	if err != nil {
+		return nil, false, err
+	}
+	if !replayed {
+		s.observer.RunsClaimed(len(claimed))
+	}
 	if claimed == nil {
 		claimed = []Run{}
+	}
+	return claimed, replayed, nil
+}
+
+// runClaimIdempotent claims under p's key (idempotent), or answers the runs an earlier claim
+// with the key handed out that are still leased to the worker.
+func (s *Store) runClaimIdempotent(ctx context.Context, p RunClaimParams, scope claimScope, args []any) ([]Run, bool, error) {
+	keyless := p
+	keyless.IdempotencyKey = ""
+	fp, err := domain.RequestFingerprint(keyless, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	r := idemRequest{key: p.IdempotencyKey, op: opClaim, fp: fp}
+	replay := func(ctx context.Context, ids []int64) ([]Run, error) {
+		var runs []Run
+		err := sqlx.SelectContext(ctx, s.db, &runs, `
+			SELECT `+runColumns+` FROM dag_runs
+			WHERE id = ANY ($1) AND state = 'running' AND worker_id = $2
+			ORDER BY backfill_id NULLS FIRST, dag_id, backfill_sort_ordinal, logical_date`,
+			pq.Int64Array(ids), p.WorkerID)
+		if err != nil {
+			return nil, fmt.Errorf("replay claim: %w", err)
+		}
+		return runs, nil
+	}
+	return idempotent(ctx, s, r, replay, func(tx *sqlx.Tx) ([]Run, []int64, *string, error) {
+		runs, err := s.claimRuns(ctx, tx, scope, args)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		ids := make([]int64, len(runs))
+		for i, run := range runs {
+			ids[i] = run.ID
+		}
+		return runs, ids, nil, nil
+	})
+}
+
+// claimRuns runs the claim statement once, in tx when it is not nil.
+func (s *Store) claimRuns(ctx context.Context, tx *sqlx.Tx, scope claimScope, args []any) ([]Run, error) {
+	var claimed []Run
+	var err error
+	switch stmt := s.claimStmt(ctx, scope); {
+	case stmt != nil && tx != nil:
+		err = tx.StmtxContext(ctx, stmt).SelectContext(ctx, &claimed, args...)
+	case stmt != nil:
+		err = stmt.SelectContext(ctx, &claimed, args...)
+	case tx != nil:
+		err = sqlx.SelectContext(ctx, tx, &claimed, claimStatement(scope), args...)
+	default:
+		err = sqlx.SelectContext(ctx, s.db, &claimed, claimStatement(scope), args...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim runs: %w", err)
 	}
 	return claimed, nil
 }

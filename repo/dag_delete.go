@@ -43,12 +43,12 @@ func (s *Store) DagDelete(ctx context.Context, dagID string) error {
 		if inFlight {
 			return fmt.Errorf("%w: DAG %q has a queued or running run outside backfills", ErrRunsInFlight, dagID)
 		}
-		// Children first; idempotency keys go with their backfills so that a replay of a
-		// deleted backfill's request is answered from scratch (404 dag_not_found) rather
-		// than pointing at nothing.
+		// Children first; idempotency keys go with their backfills and runs so that a
+		// replay of a deleted backfill's or run's request is answered from scratch (404
+		// dag_not_found) rather than pointing at nothing.
 		for _, stmt := range []string{
 			`DELETE FROM backfill_dag_runs WHERE backfill_id IN (SELECT id FROM backfills WHERE dag_id = $1)`,
-			`DELETE FROM idempotency_keys WHERE backfill_id IN (SELECT id FROM backfills WHERE dag_id = $1)`,
+			`DELETE FROM idempotency_keys WHERE dag_id = $1`,
 			`DELETE FROM dag_runs WHERE dag_id = $1`,
 			`DELETE FROM backfills WHERE dag_id = $1`,
 			`DELETE FROM dags WHERE dag_id = $1`,

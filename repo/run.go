@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/schedule"
 	"github.com/jmoiron/sqlx"
 )
@@ -37,38 +38,64 @@ type RunCreateParams struct {
 	DagID       string
 	LogicalDate time.Time
 	Conf        JSON
+	// IdempotencyKey, when set, makes a retry answer the run the first request created.
+	IdempotencyKey string
 }
 
-// RunCreate inserts a queued manual run.
-func (s *Store) RunCreate(ctx context.Context, p RunCreateParams) (Run, error) {
-	var run Run
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		// FOR KEY SHARE: the DAG must exist until this run commits.
-		dag, err := dagGet(ctx, tx, p.DagID, "FOR KEY SHARE")
-		if err != nil {
-			return err
-		}
-		sched, err := schedule.Parse(dag.Schedule, dag.Timezone)
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidDag, err)
-		}
-		logical := p.LogicalDate.UTC().Truncate(time.Microsecond)
-		err = sqlx.GetContext(ctx, tx, &run, `
-			INSERT INTO dag_runs (dag_id, run_id, logical_date, data_interval_start, data_interval_end,
-				state, run_type, conf, attempt, queued_at)
-			VALUES ($1, $2, $3, $3, $4, 'queued', 'manual', $5, 1, backfill_now())
-			RETURNING `+runColumns,
-			p.DagID, RunIDFor(RunTypeManual, logical), logical, sched.Next(logical), jsonParam(p.Conf))
-		switch uniqueViolation(err) {
-		case constraintRunPerDate, constraintRunIDPerDag:
-			return ErrRunAlreadyExists
+// RunCreate inserts a queued manual run. It reports replayed = true when it answered, as it
+// is now, the run an earlier request with the same idempotency key created.
+func (s *Store) RunCreate(ctx context.Context, p RunCreateParams) (Run, bool, error) {
+	p.LogicalDate = p.LogicalDate.UTC().Truncate(time.Microsecond)
+	keyless := p
+	keyless.IdempotencyKey, keyless.Conf = "", nil
+	fp, err := domain.RequestFingerprint(keyless, p.Conf)
+	if err != nil {
+		return Run{}, false, err
+	}
+	r := idemRequest{key: p.IdempotencyKey, op: opDagRun, fp: fp}
+	replay := func(ctx context.Context, ids []int64) (Run, error) {
+		var run Run
+		err := sqlx.GetContext(ctx, s.db, &run, `SELECT `+runColumns+` FROM dag_runs WHERE id = $1`, ids[0])
+		if isNoRows(err) {
+			return Run{}, ErrRunNotFound
 		}
 		if err != nil {
-			return fmt.Errorf("insert manual run: %w", err)
+			return Run{}, fmt.Errorf("replay run: %w", err)
 		}
-		return nil
+		return run, nil
+	}
+	return idempotent(ctx, s, r, replay, func(tx *sqlx.Tx) (Run, []int64, *string, error) {
+		run, err := runInsertManual(ctx, tx, p)
+		return run, []int64{run.ID}, &p.DagID, err
 	})
-	return run, err
+}
+
+// runInsertManual inserts a queued manual run of an existing DAG in tx.
+func runInsertManual(ctx context.Context, tx *sqlx.Tx, p RunCreateParams) (Run, error) {
+	// FOR KEY SHARE: the DAG must exist until this run commits.
+	dag, err := dagGet(ctx, tx, p.DagID, "FOR KEY SHARE")
+	if err != nil {
+		return Run{}, err
+	}
+	sched, err := schedule.Parse(dag.Schedule, dag.Timezone)
+	if err != nil {
+		return Run{}, fmt.Errorf("%w: %w", ErrInvalidDag, err)
+	}
+	var run Run
+	err = sqlx.GetContext(ctx, tx, &run, `
+		INSERT INTO dag_runs (dag_id, run_id, logical_date, data_interval_start, data_interval_end,
+			state, run_type, conf, attempt, queued_at)
+		VALUES ($1, $2, $3, $3, $4, 'queued', 'manual', $5, 1, backfill_now())
+		RETURNING `+runColumns,
+		p.DagID, RunIDFor(RunTypeManual, p.LogicalDate), p.LogicalDate, sched.Next(p.LogicalDate), jsonParam(p.Conf))
+	switch uniqueViolation(err) {
+	case constraintRunPerDate, constraintRunIDPerDag:
+		return Run{}, ErrRunAlreadyExists
+	}
+	if err != nil {
+		return Run{}, fmt.Errorf("insert manual run: %w", err)
+	}
+	return run, nil
 }
 
 // RunGet returns one run by its run_id.
@@ -174,13 +201,25 @@ func (s *Store) RunReport(ctx context.Context, p RunReportParams) (Run, error) {
 		return run, err
 	}
 	// Nothing changed: say why.
-	if _, err := s.RunGet(ctx, p.DagID, p.RunID); err != nil {
+	cur, err := s.RunGet(ctx, p.DagID, p.RunID)
+	if err != nil {
 		return Run{}, err
 	}
 	if p.WorkerID != nil {
+		if sameReport(cur, p) {
+			// This worker's report of this outcome is already recorded: a retry of a report
+			// whose answer was lost (503 outcome_unknown) answers what the first did.
+			return cur, nil
+		}
 		return Run{}, ErrLeaseLost
 	}
 	return Run{}, ErrInvalidTransition
+}
+
+// sameReport reports whether run already ended as p reports it, by p's worker, with p's note.
+func sameReport(run Run, p RunReportParams) bool {
+	return run.State == p.State && run.WorkerID != nil && *run.WorkerID == *p.WorkerID &&
+		((run.Note == nil && p.Note == nil) || (run.Note != nil && p.Note != nil && *run.Note == *p.Note))
 }
 
 // RunHeartbeat extends the lease of the worker that holds it.

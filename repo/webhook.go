@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 )
@@ -35,20 +36,47 @@ type WebhookCreateParams struct {
 	EventTypes  []string
 	Description *string
 	Secret      string
+	// IdempotencyKey, when set, makes a retry answer the webhook the first request created,
+	// with its secret.
+	IdempotencyKey string
 }
 
-// WebhookCreate registers a webhook. It receives the events written after it commits.
-func (s *Store) WebhookCreate(ctx context.Context, p WebhookCreateParams) (Webhook, error) {
-	var w Webhook
-	err := sqlx.GetContext(ctx, s.db, &w, `
-		INSERT INTO webhooks (url, event_types, description, secret, created_at)
-		VALUES ($1, $2, $3, $4, backfill_now())
-		RETURNING `+webhookColumns+`, secret`,
-		p.URL, pq.StringArray(p.EventTypes), p.Description, p.Secret)
+// WebhookCreate registers a webhook. It receives the events written after it commits. It
+// reports replayed = true when it answered the webhook (secret included) that an earlier
+// request with the same idempotency key created.
+func (s *Store) WebhookCreate(ctx context.Context, p WebhookCreateParams) (Webhook, bool, error) {
+	keyless := p
+	// The secret is made up by the server for each request: not part of what was asked.
+	keyless.IdempotencyKey, keyless.Secret = "", ""
+	fp, err := domain.RequestFingerprint(keyless, nil)
 	if err != nil {
-		return Webhook{}, fmt.Errorf("insert webhook: %w", err)
+		return Webhook{}, false, err
 	}
-	return w, nil
+	r := idemRequest{key: p.IdempotencyKey, op: opWebhook, fp: fp}
+	replay := func(ctx context.Context, ids []int64) (Webhook, error) {
+		var w Webhook
+		err := sqlx.GetContext(ctx, s.db, &w, `SELECT `+webhookColumns+`, secret FROM webhooks WHERE id = $1`, ids[0])
+		if isNoRows(err) {
+			// Deleted since: the answer of the first request no longer exists.
+			return Webhook{}, ErrWebhookNotFound
+		}
+		if err != nil {
+			return Webhook{}, fmt.Errorf("replay webhook: %w", err)
+		}
+		return w, nil
+	}
+	return idempotent(ctx, s, r, replay, func(tx *sqlx.Tx) (Webhook, []int64, *string, error) {
+		var w Webhook
+		err := sqlx.GetContext(ctx, tx, &w, `
+			INSERT INTO webhooks (url, event_types, description, secret, created_at)
+			VALUES ($1, $2, $3, $4, backfill_now())
+			RETURNING `+webhookColumns+`, secret`,
+			p.URL, pq.StringArray(p.EventTypes), p.Description, p.Secret)
+		if err != nil {
+			return Webhook{}, nil, nil, fmt.Errorf("insert webhook: %w", err)
+		}
+		return w, []int64{w.ID}, nil, nil
+	})
 }
 
 // WebhookGet returns one webhook without its secret.

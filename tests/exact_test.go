@@ -412,13 +412,13 @@ func TestSDKKeepsConfExactThroughCreateGetAndClaim(t *testing.T) {
 	require.NotNil(t, runs[0].Conf)
 	require.Equal(t, want, exactJSON(t, *runs[0].Conf), "claim")
 
-	manual, err := c.Raw.CreateDagRunWithResponse(ctx, "sdk_exact", client.DagRunCreate{LogicalDate: day(2, 1), Conf: &conf})
+	manual, err := c.Raw.CreateDagRunWithResponse(ctx, "sdk_exact", nil, client.DagRunCreate{LogicalDate: day(2, 1), Conf: &conf})
 	require.NoError(t, err)
 	require.NotNil(t, manual.JSON201, "body: %s", manual.Body)
 	require.Equal(t, want, exactJSON(t, *manual.JSON201.Conf), "manual run")
 
 	// No conf is nil, not the bytes "null".
-	plain, err := c.Raw.CreateDagRunWithResponse(ctx, "sdk_exact", client.DagRunCreate{LogicalDate: day(2, 2)})
+	plain, err := c.Raw.CreateDagRunWithResponse(ctx, "sdk_exact", nil, client.DagRunCreate{LogicalDate: day(2, 2)})
 	require.NoError(t, err)
 	require.NotNil(t, plain.JSON201, "body: %s", plain.Body)
 	require.Nil(t, plain.JSON201.Conf)

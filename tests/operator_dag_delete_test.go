@@ -17,8 +17,9 @@ func leftOf(t testing.TB, e *env, dagID string) int {
 		     + (SELECT count(*) FROM dag_runs WHERE dag_id = $1)
 		     + (SELECT count(*) FROM backfills WHERE dag_id = $1)
 		     + (SELECT count(*) FROM backfill_dag_runs s WHERE NOT EXISTS (SELECT 1 FROM backfills b WHERE b.id = s.backfill_id))
-		     + (SELECT count(*) FROM idempotency_keys k WHERE k.backfill_id IS NOT NULL
-		            AND NOT EXISTS (SELECT 1 FROM backfills b WHERE b.id = k.backfill_id))`, dagID))
+		     + (SELECT count(*) FROM idempotency_keys k WHERE k.dag_id = $1)
+		     + (SELECT count(*) FROM idempotency_keys k WHERE k.operation = 'backfill'
+		            AND NOT EXISTS (SELECT 1 FROM backfills b WHERE b.id = k.result_ids[1]))`, dagID))
 	return n
 }
 

@@ -57,7 +57,7 @@ func backfillsCreate(ctx context.Context, c *cli, args []string) error {
 	fs := newFlagSet("backfills create", "backfills create --dag-id ID --from-date DATE --to-date DATE [flags]", &c.g, c.stderr)
 	var bf backfillFlags
 	bf.register(fs)
-	key := fs.String("idempotency-key", "", "makes the request safe to retry: the same key and request answer the same backfill")
+	key := fs.String("idempotency-key", "", "the request's key (default: a random one); the request is retried with it after a 503 or a network error, and the same key and request answer the same backfill")
 	dryRun := fs.Bool("dry-run", false, "only show what would be created (as backfills dry-run)")
 	var wf waitFlags
 	fs.BoolVar(&wf.wait, "wait", false, "watch the backfill's progress until it is terminal; the exit code tells how it ended")

@@ -98,7 +98,7 @@ func backfillsRetry(ctx context.Context, c *cli, args []string) error {
 	var conf confValue
 	fs.Var(&conf, "dag-run-conf", "a `JSON` object given to every retried run as its conf (default: the parent's)")
 	description := fs.String("description", "", "free text (default: the parent's)")
-	key := fs.String("idempotency-key", "", "makes the request safe to retry")
+	key := fs.String("idempotency-key", "", "the request's key (default: a random one); it is retried with it after a 503 or a network error")
 	ifMatch := fs.String("if-match", "", "create only if the plan still has this `PLAN_HASH`")
 	var wf waitFlags
 	fs.BoolVar(&wf.wait, "wait", false, "watch the new backfill's progress until it is terminal")

@@ -99,6 +99,13 @@ export interface paths {
          *     `(dag_id, logical_date)` is unique: if a run already exists for that date, whatever
          *     its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
          *     `dag_not_found`.
+         *
+         *     **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+         *     request (`conf` compared as jsonb values) creates nothing and answers 201 with the
+         *     run as it is now and `Idempotent-Replayed: true`; with a different request it is 422
+         *     `idempotency_key_reused`. The key is recorded in the transaction that creates the
+         *     run, so a request answered 503 `outcome_unknown` and sent again with its key creates
+         *     the run at most once.
          */
         post: operations["createDagRun"];
         delete?: never;
@@ -144,7 +151,10 @@ export interface paths {
          *     worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
          *     has put the run back yet), or another worker holds it. A worker's report can thus never
          *     land on a run that was handed to someone else. Without `worker_id` (an operator marking
-         *     a run) the outcome is recorded whoever holds the lease.
+         *     a run) the outcome is recorded whoever holds the lease. A worker's report sent again
+         *     after it was recorded (the same `state` and `note`, the run still showing that worker)
+         *     answers 200 with the run, as the first did: a report whose answer was lost (503
+         *     `outcome_unknown`) is safe to send again.
          *
          *     Reporting the last unfinished run of a backfill lets the sweep finish the backfill.
          */
@@ -544,6 +554,14 @@ export interface paths {
          *     outcome with `PATCH /api/v1/dags/{dag_id}/runs/{run_id}`. A lease that expires puts
          *     the run back to `queued` with `attempt` + 1, or makes it `failed` when `attempt` has
          *     reached `MAX_ATTEMPTS` (default 3), or `canceled` when its backfill is canceling.
+         *
+         *     **Idempotency-Key.** A claim sent again with the same key and the same request
+         *     (within 24 hours) claims nothing more: it answers 200 with `Idempotent-Replayed: true`
+         *     and the runs the first claim handed out that are still running and leased to
+         *     `worker_id`. The key is recorded in the claim's transaction, so a claim answered 503
+         *     `outcome_unknown` and sent again with its key never leaks a run: either it was
+         *     applied and the retry hands its runs out, or it was not and the retry claims afresh.
+         *     The same key with a different request is 422 `idempotency_key_reused`.
          */
         post: operations["claimRuns"];
         delete?: never;
@@ -637,6 +655,11 @@ export interface paths {
          *     URL is 422 `invalid_webhook`. Targets that resolve to loopback, link-local or
          *     unspecified addresses are refused at delivery (on the address dialed) unless the
          *     server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+         *
+         *     **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
+         *     request creates nothing and answers 201 with the same webhook, secret included, and
+         *     `Idempotent-Replayed: true` (404 `webhook_not_found` if it has been deleted since);
+         *     with a different request it is 422 `idempotency_key_reused`.
          */
         post: operations["createWebhook"];
         delete?: never;
@@ -1777,7 +1800,14 @@ export interface operations {
     createDagRun: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
+                 *     operation's description.
+                 * @example 5f0c8a4e-6f0e-4a53-9a57-1f7f3c2b1d2e
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path: {
                 /** @description The DAG's id. */
                 dag_id: components["parameters"]["DagIdPath"];
@@ -1790,10 +1820,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The run was created. */
+            /**
+             * @description The run was created, or, with `Idempotent-Replayed: true`, the request replays an
+             *     earlier one with the same `Idempotency-Key` and the body is that run as it is now.
+             */
             201: {
                 headers: {
                     Location: components["headers"]["Location"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1805,6 +1839,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -2314,7 +2349,14 @@ export interface operations {
     claimRuns: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
+                 *     operation's description.
+                 * @example 5f0c8a4e-6f0e-4a53-9a57-1f7f3c2b1d2e
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -2324,9 +2366,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The runs claimed, now running and leased to the worker; possibly none. */
+            /**
+             * @description The runs claimed, now running and leased to the worker; possibly none. With
+             *     `Idempotent-Replayed: true`, the runs an earlier claim with the same
+             *     `Idempotency-Key` handed out that are still leased to the worker.
+             */
             200: {
                 headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2336,6 +2383,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -2440,7 +2488,14 @@ export interface operations {
     createWebhook: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
+                 *     operation's description.
+                 * @example 5f0c8a4e-6f0e-4a53-9a57-1f7f3c2b1d2e
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -2450,10 +2505,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Registered; the only answer that shows the secret. */
+            /**
+             * @description Registered; the only answer that shows the secret (and its replays with the same
+             *     `Idempotency-Key`, marked `Idempotent-Replayed: true`).
+             */
             201: {
                 headers: {
                     Location: components["headers"]["Location"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2462,6 +2521,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
             413: components["responses"]["PayloadTooLarge"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
