@@ -132,4 +132,3 @@ func TestWebhookDeleteDoesNotWaitForAnEventThatMatchedIt(t *testing.T) {
 	require.Equal(t, 1, events)
 	require.Zero(t, e.Count(`SELECT count(*) FROM webhook_deliveries`))
 }
-

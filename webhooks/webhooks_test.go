@@ -74,7 +74,6 @@ func TestCheckAddrRefusesLoopbackLinkLocalAndUnspecified(t *testing.T) {
 	}
 }
 
-
 // The delivery log names the kind of a failure and never the addresses that a dial error's
 // text carries (the target's, the resolver's).
 func TestClassifyFailureNamesKindsWithoutAddresses(t *testing.T) {
