@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/backfillsvc/backfill/domain"
@@ -206,7 +207,12 @@ func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCr
 		return b, nil
 	}
 	// Every slot was skipped: nothing to wait for, so the backfill is born succeeded, once
-	// its insert as 'running' has proven that no other backfill of the DAG is active.
+	// its insert as 'running' has proven that no other backfill of the DAG is active. The
+	// setting tells the event writer (migrations/00011) that the insert and this update are
+	// one birth: backfill.created and backfill.succeeded, both with the final row.
+	if _, err := tx.ExecContext(ctx, `SELECT set_config('backfill.born_terminal', $1, true)`, strconv.FormatInt(id, 10)); err != nil {
+		return Backfill{}, fmt.Errorf("mark all-skipped backfill %d: %w", id, err)
+	}
 	err = sqlx.GetContext(ctx, tx, &b, `
 		UPDATE backfills SET state = 'succeeded', completed_at = $2 WHERE id = $1
 		RETURNING `+backfillColumns, id, now)

@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -107,7 +108,13 @@ func TestWebhookDeleteAnswers204ThenTheWebhookIsGone(t *testing.T) {
 		res := e.Do(req[0], req[1], nil)
 		requireProblem(t, res, http.StatusNotFound, "webhook_not_found", req[0], " ", req[1])
 	}
-	require.Zero(t, e.Count(`SELECT count(*) FROM webhook_deliveries`), "the webhook's pending delivery went with it")
+	require.Equal(t, 1, e.Count(`SELECT count(*) FROM webhook_deliveries`), "the delete only marks the webhook")
+	e.localDeliverer().runOnce(t)
+	require.Zero(t, e.Count(`SELECT count(*) FROM webhook_attempts`), "a deleted webhook's delivery is not attempted")
+	n, err := e.localDeliverer().PurgeOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Zero(t, e.Count(`SELECT count(*) FROM webhook_deliveries`), "the background purge removed its pending delivery")
 }
 
 func TestWebhookRoutesRejectBadIdsAndPages(t *testing.T) {

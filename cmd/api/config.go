@@ -40,6 +40,9 @@ type config struct {
 	// WebhookAllowLocal lets webhook targets resolve to loopback, link-local and unspecified
 	// addresses (WEBHOOK_ALLOW_LOCAL=true), for development and tests.
 	WebhookAllowLocal bool
+	// WebhookConcurrency is the most delivery attempts in flight per webhook endpoint on this
+	// replica (WEBHOOK_CONCURRENCY): an endpoint that hangs holds this many and no more.
+	WebhookConcurrency int
 	// EventStreamsMax bounds the Server-Sent Events streams of this replica (503 beyond).
 	EventStreamsMax int
 	// EventPollInterval is how often the event listener reads the outbox when no NOTIFY
@@ -84,14 +87,15 @@ func loadConfig(getenv func(string) string) (config, error) {
 		StatementTimeout: 60 * time.Second,
 		ShutdownTimeout:  30 * time.Second,
 
-		DBReconnectWait:   5 * time.Second,
-		DBConnMaxLifetime: time.Minute,
-		EventStreamsMax:   2000,
-		EventPollInterval: 2 * time.Second,
-		AdmissionWait:     100 * time.Millisecond,
-		AdmissionLongWait: time.Second,
-		DBLeaseMaxConns:   handlers.DefaultLeaseMaxInFlight,
-		LockWait:          repo.DefaultLockWait,
+		DBReconnectWait:    5 * time.Second,
+		DBConnMaxLifetime:  time.Minute,
+		EventStreamsMax:    2000,
+		WebhookConcurrency: 4,
+		EventPollInterval:  2 * time.Second,
+		AdmissionWait:      100 * time.Millisecond,
+		AdmissionLongWait:  time.Second,
+		DBLeaseMaxConns:    handlers.DefaultLeaseMaxInFlight,
+		LockWait:           repo.DefaultLockWait,
 	}
 	var errs []error
 	if cfg.DatabaseURL == "" {
@@ -120,6 +124,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	default:
 		errs = append(errs, fmt.Errorf("WEBHOOK_ALLOW_LOCAL=%q: want true or false", v))
 	}
+	intVar(getenv, "WEBHOOK_CONCURRENCY", &cfg.WebhookConcurrency, 1, 1000, &errs)
 	intVar(getenv, "EVENT_STREAMS_MAX", &cfg.EventStreamsMax, 1, 1_000_000, &errs)
 	durationVar(getenv, "EVENT_POLL_INTERVAL", &cfg.EventPollInterval, &errs)
 	durationVar(getenv, "ADMISSION_WAIT", &cfg.AdmissionWait, &errs)

@@ -53,6 +53,7 @@ func TestDocsStateTheDefaultsConfigApplies(t *testing.T) {
 		"DB_CONN_MAX_LIFETIME": cfg.DBConnMaxLifetime,
 		"WEBHOOK_ALLOW_LOCAL":  fmt.Sprint(cfg.WebhookAllowLocal),
 		"EVENT_STREAMS_MAX":    fmt.Sprint(cfg.EventStreamsMax),
+		"WEBHOOK_CONCURRENCY":  fmt.Sprint(cfg.WebhookConcurrency),
 		"EVENT_POLL_INTERVAL":  cfg.EventPollInterval,
 		"ADMISSION_WAIT":       cfg.AdmissionWait,
 		"ADMISSION_LONG_WAIT":  cfg.AdmissionLongWait,

@@ -168,9 +168,10 @@ func serve(ctx context.Context, cfg config, db, leaseDB *sqlx.DB, dsn dsn, logge
 	defer sweep.Stop()
 
 	deliver := webhooks.New(store, webhooks.Config{
-		AllowLocal: cfg.WebhookAllowLocal,
-		Logger:     logger.With("component", "webhooks"),
-		Observer:   m,
+		AllowLocal:  cfg.WebhookAllowLocal,
+		Concurrency: cfg.WebhookConcurrency,
+		Logger:      logger.With("component", "webhooks"),
+		Observer:    m,
 	})
 	deliver.Start(context.WithoutCancel(ctx))
 	defer deliver.Stop()
