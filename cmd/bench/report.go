@@ -16,9 +16,9 @@ type results struct {
 	status *statusResult
 	// statusCPU is P2's target, CPU per GET against the floor handler.
 	statusCPU *statusCPUResult
-	claims *claimResult
-	sweep  *sweepResult
-	bulk   *bulkResult
+	claims    *claimResult
+	sweep     *sweepResult
+	bulk      *bulkResult
 	// streams is P8 (issue 12).
 	streams *streamsResult
 	// overload is P7.
@@ -27,12 +27,12 @@ type results struct {
 
 // Targets of issue 5.
 const (
-	targetCreateVsCopy     = 1.25 // service ≤ 1.25 × COPY floor at the largest N
-	targetVsRowByRow       = 20.0 // service ≥ 20 × faster than row-by-row at the largest N
-	targetGrowth           = 1.10 // t ∝ N^k with k ≤ 1.1: linear or better, with room for noise
-	targetStatusP50        = 1.2  // 100k-run p50 ≤ 1.2 × 5-run p50
-	targetSweep            = 1.3  // large-history pass ≤ 1.3 × small-history pass
-	targetMemoryMiB        = 200  // peak ≤ 200 MiB above rest
+	targetCreateVsCopy = 1.25 // service ≤ 1.25 × COPY floor at the largest N
+	targetVsRowByRow   = 20.0 // service ≥ 20 × faster than row-by-row at the largest N
+	targetGrowth       = 1.10 // t ∝ N^k with k ≤ 1.1: linear or better, with room for noise
+	targetStatusP50    = 1.2  // 100k-run p50 ≤ 1.2 × 5-run p50
+	targetSweep        = 1.3  // large-history pass ≤ 1.3 × small-history pass
+	targetMemoryMiB    = 200  // peak ≤ 200 MiB above rest
 )
 
 // row is one line of the table. result is PASS, MISS, or "—" for a figure without a target.
