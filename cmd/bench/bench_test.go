@@ -51,7 +51,7 @@ func TestSmokeRunsEveryScenario(t *testing.T) {
 	for _, want := range []string{"P1 POST backfill", "row-by-row", "P1 growth", "P2 GET backfill p50",
 		"P2 GET backfill throughput", "P3 sweep pass", "P4 claim + report cycles, 4 workers", "P5 service RSS",
 		"P2 CPU per GET backfill", "P4 CPU per claim + report cycle", "P6 cancel, 1k runs", "P6 reprocess failed growth",
-		"P2 GET backfill throughput, 1k-run, vs GET /healthz", "P7 goodput at 2×C", "P7 every answer", "P7 p99 of admitted",
+		"P2 GET backfill throughput, 1k-run, vs GET /healthz", "P7 goodput per server CPU-second", "P7 every answer", "P7 p99 from arrival to 503", "P7 p99 of admitted",
 		"P7 p99 at C/2 right after",
 		"PostgreSQL", "cores"} {
 		if !strings.Contains(out, want) {

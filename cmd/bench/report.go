@@ -223,8 +223,14 @@ func claimRows(c claimResult) []row {
 	return append(claimCPURows(c.cpu), rows...)
 }
 
-// Targets of issue 10 for P7; the latency bounds are recoveryBound and admittedBound.
-const targetGoodput = 0.8 // goodput under 2×C offered ≥ 0.8 × C
+// Targets of P7 ("Overload, done right"): under 2×C offered, every answer is 200 or 503 busy
+// with Retry-After, a 503 comes within the admission wait (p99), and the goodput per server
+// CPU-second stays at least 0.8 of its value at capacity. The latency bounds of admitted
+// requests (admittedBound, recoveryBound) are shown as information.
+const (
+	targetGoodputPerCPU = 0.8
+	targetBusyP99       = 100 * time.Millisecond // ADMISSION_WAIT's default
+)
 
 func overloadRows(o overloadResult) []row {
 	over, base, after := o.over, o.base, o.after
@@ -237,24 +243,34 @@ func overloadRows(o overloadResult) []row {
 		}
 	}
 	goodput := over.goodput() / o.capacity
+	perCPU := over.goodputPerCPU() / max(o.closed.goodputPerCPU(), 1e-9)
 	shed := float64(over.busy) / float64(max(over.total(), 1))
 	admitted, recovered := admittedBound(base.p99()), recoveryBound(base.p99())
 	recoveredIn := "never within the phase"
 	if o.recoveredIn >= 0 {
 		recoveredIn = "p99 under the bound within " + dur(o.recoveredIn)
 	}
+	busyP99 := "none shed"
+	if over.busy > 0 {
+		busyP99 = dur(over.busyP99())
+	}
+	offered := fmt.Sprintf("%.0f req/s, open loop, %s", over.offered, dur(over.duration))
 	return []row{
-		{fmt.Sprintf("P7 goodput at 2×C offered (%s req/s, open loop, %s), vs C", fmt.Sprintf("%.0f", over.offered), dur(over.duration)),
-			fmt.Sprintf("%s req/s, %.0f%% shed", fmt.Sprintf("%.0f", over.goodput()), 100*shed),
-			fmt.Sprintf("C = %.0f req/s (32 clients, closed loop)", o.capacity),
-			ratioStr(goodput), fmt.Sprintf("≥ %.1f", targetGoodput), verdict(goodput >= targetGoodput)},
+		{fmt.Sprintf("P7 goodput per server CPU-second (service + PostgreSQL) at 2×C offered (%s), vs at C", offered),
+			fmt.Sprintf("%.0f /CPU-s (%.0f req/s, %.0f%% shed)", over.goodputPerCPU(), over.goodput(), 100*shed),
+			fmt.Sprintf("%.0f /CPU-s (C = %.0f req/s, 32 clients, closed loop)", o.closed.goodputPerCPU(), o.capacity),
+			ratioStr(perCPU), fmt.Sprintf("≥ %.1f", targetGoodputPerCPU), verdict(perCPU >= targetGoodputPerCPU)},
 		{"P7 every answer 200, or 503 busy with Retry-After (all phases)", answers, "—", "—", "0 other", verdict(bad == 0)},
-		{"P7 p99 of admitted GETs at 2×C, vs p99 at C/2 before", dur(over.p99()), dur(base.p99()),
+		{"P7 p99 from arrival to 503 busy at 2×C", busyP99, "—", "—", "≤ " + dur(targetBusyP99) + " (ADMISSION_WAIT)",
+			verdict(over.busy == 0 || over.busyP99() <= targetBusyP99)},
+		{"P7 goodput at 2×C offered, vs C (information)", fmt.Sprintf("%.0f req/s", over.goodput()),
+			fmt.Sprintf("C = %.0f req/s", o.capacity), ratioStr(goodput), "—", "—"},
+		{"P7 p99 of admitted GETs at 2×C, vs p99 at C/2 before (information)", dur(over.p99()), dur(base.p99()),
 			ratioStr(float64(over.p99()) / float64(max(base.p99(), 1))),
-			"≤ " + dur(admitted) + " (max(10×, 250 ms))", verdict(over.p99() <= admitted)},
-		{fmt.Sprintf("P7 p99 at C/2 right after the overload (%s; %s), vs before", dur(after.duration), recoveredIn),
+			"— (was ≤ " + dur(admitted) + ")", "—"},
+		{fmt.Sprintf("P7 p99 at C/2 right after the overload (%s; %s), vs before (information)", dur(after.duration), recoveredIn),
 			dur(after.p99()), dur(base.p99()), ratioStr(float64(after.p99()) / float64(max(base.p99(), 1))),
-			"≤ " + dur(recovered) + " (3× + 20 ms)", verdict(after.p99() <= recovered)},
+			"— (was ≤ " + dur(recovered) + ")", "—"},
 	}
 }
 
