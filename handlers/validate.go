@@ -33,6 +33,7 @@ import (
 // 2^53+1 fails its maximum: 400 either way, never a rounded value.
 type specValidator struct {
 	router   routers.Router
+	idRoutes idRoutes
 	defaults specDefaults
 }
 
@@ -62,7 +63,7 @@ func newSpecValidator() (*specValidator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("openapi router: %w", err)
 	}
-	return &specValidator{router: router, defaults: defaults}, nil
+	return &specValidator{router: router, idRoutes: newIDRoutes(doc), defaults: defaults}, nil
 }
 
 func (v *specValidator) middleware(next http.Handler) http.Handler {
@@ -73,6 +74,10 @@ func (v *specValidator) middleware(next http.Handler) http.Handler {
 		SkipSettingDefaults: true,
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v.idRoutes.match(r) { // valid by construction (validate_fast.go)
+			next.ServeHTTP(w, r)
+			return
+		}
 		route, pathParams, err := v.router.FindRoute(r)
 		switch {
 		case errors.Is(err, routers.ErrMethodNotAllowed):
