@@ -254,15 +254,32 @@ type stmt struct {
 	query string
 }
 
+// ExecContext and QueryContext fall back to the context-free methods for the statements that
+// lack them: lib/pq's COPY FROM STDIN statement (pq.CopyIn) implements only Exec and Query.
+// database/sql would do the same for an unwrapped statement, so the wrapper must too.
 func (st *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
 	before := st.s.written()
-	res, err := st.Stmt.(driver.StmtExecContext).ExecContext(ctx, args)
+	var res driver.Result
+	var err error
+	if ec, ok := st.Stmt.(driver.StmtExecContext); ok {
+		res, err = ec.ExecContext(ctx, args)
+	} else if err = ctx.Err(); err == nil {
+		//lint:ignore SA1019 the context-free Exec is all that lib/pq's COPY statement has
+		res, err = st.Stmt.Exec(plainValues(args))
+	}
 	return res, st.s.classify("exec", st.query, before, err)
 }
 
 func (st *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
 	before := st.s.written()
-	rows, err := st.Stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
+	var rows driver.Rows
+	var err error
+	if qc, ok := st.Stmt.(driver.StmtQueryContext); ok {
+		rows, err = qc.QueryContext(ctx, args)
+	} else if err = ctx.Err(); err == nil {
+		//lint:ignore SA1019 the context-free Query is all that lib/pq's COPY statement has
+		rows, err = st.Stmt.Query(plainValues(args))
+	}
 	if err != nil {
 		return nil, st.s.classify("query", st.query, before, err)
 	}
@@ -294,4 +311,15 @@ func (r *writeRows) Close() error {
 		return &outcomeUnknownError{op: "read result"}
 	}
 	return err
+}
+
+// plainValues drops the names and ordinals of positional arguments, for the context-free
+// statement methods (database/sql's own fallback does the same; named arguments never reach
+// here, lib/pq rejects them earlier in CheckNamedValue).
+func plainValues(named []driver.NamedValue) []driver.Value {
+	vals := make([]driver.Value, len(named))
+	for i, nv := range named {
+		vals[i] = nv.Value
+	}
+	return vals
 }

@@ -155,3 +155,23 @@ func TestIsRead(t *testing.T) {
 		require.Equal(t, want, isRead(q), q)
 	}
 }
+
+// COPY FROM STDIN goes through a statement that lib/pq gives only context-free methods; the
+// connector's statement wrapper must still run it (large creations stream their runs this way).
+func TestCopyInRunsThroughConnector(t *testing.T) {
+	t.Parallel()
+	through, direct, _ := proxiedPool(t)
+	tx, err := through.Begin()
+	require.NoError(t, err)
+	st, err := tx.Prepare(pq.CopyIn("outcome_probe", "k"))
+	require.NoError(t, err)
+	for k := range 3 {
+		_, err = st.Exec(k)
+		require.NoError(t, err)
+	}
+	_, err = st.Exec()
+	require.NoError(t, err)
+	require.NoError(t, st.Close())
+	require.NoError(t, tx.Commit())
+	require.Equal(t, 3, outcomeRows(t, direct))
+}
