@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 	"github.com/backfillsvc/backfill/repo"
 	"github.com/backfillsvc/backfill/sweeper"
 	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 )
 
@@ -112,7 +114,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	db, dsn := pgtest.Open(t)
+	db, dsn := openServicePool(t)
 	db.SetMaxOpenConns(40)
 	clk := &clock{t: t, db: db}
 	clk.set(time.Now().UTC().Truncate(time.Second))
@@ -264,4 +266,19 @@ func (e *env) do(method, path string, body any, headers ...string) (*response, e
 		return out, err
 	}
 	return out, nil
+}
+
+// openServicePool opens a fresh database through the connector the service itself uses
+// (repo.Connector), so that every test exercises the production driver path: reconnects, and
+// a statement whose answer is lost never sent twice.
+func openServicePool(t testing.TB) (*sqlx.DB, string) {
+	t.Helper()
+	dsn := pgtest.NewDatabase(t)
+	pc, err := pq.NewConnector(dsn)
+	require.NoError(t, err)
+	db := sqlx.NewDb(sql.OpenDB(repo.Connector(pc, time.Second)), "postgres")
+	// Cleanups run last-in first-out: this Close runs before NewDatabase's DROP.
+	t.Cleanup(func() { _ = db.Close() })
+	require.NoError(t, db.Ping())
+	return db, dsn
 }
