@@ -295,3 +295,9 @@ func (r *writeRows) Close() error {
 	}
 	return err
 }
+
+// ErrCommitOutcomeUnknown is ErrOutcomeUnknown under its former name, from when only a lost
+// COMMIT was recognised.
+//
+// Deprecated: use ErrOutcomeUnknown.
+var ErrCommitOutcomeUnknown = ErrOutcomeUnknown
