@@ -156,3 +156,72 @@ func TestAnswerLostAfterCommitIsNeverAppliedTwice(t *testing.T) {
 		require.Empty(t, rep.Violations, fmt.Sprintf("%s: invariants", c.name))
 	}
 }
+
+// Seeded chaos on the wire under a worker's claims and reports: the proxy cuts, resets or
+// cuts after forwarding at random points (client queries, server tags and ReadyForQuery).
+// Requests go one at a time, so each one's effect is the change in the database across it:
+// a 200 claim leased exactly the runs it answered; a 503 other than outcome_unknown changed
+// nothing (its detail must not be false); an outcome_unknown changed at most what the request
+// asked for; nothing answers 500; every invariant holds at the end.
+func TestChaosOnTheWireNeverAppliesAChangeTwice(t *testing.T) {
+	t.Parallel()
+	const seed = 20261202
+	t.Logf("pgproxy.Chaos seed %d", seed)
+	e := newEnv(t, withProxy())
+	e.DailyBackfill("chaos", day(1, 1), day(2, 20), "max_active_runs", 100)
+	running := func() int { return e.Count(`SELECT count(*) FROM dag_runs WHERE state = 'running'`) }
+	finished := func() int { return e.Count(`SELECT count(*) FROM dag_runs WHERE state = 'success'`) }
+	e.Proxy.SetRule(pgproxy.Chaos(seed, 0.08))
+	tally := map[string]int{}
+	for i := 0; i < 40; i++ {
+		r0, f0 := running(), finished()
+		res := e.Do(http.MethodPost, claimPath, map[string]any{"worker_id": "w", "limit": 1})
+		r1 := running()
+		switch res.Status {
+		case http.StatusOK:
+			var cr struct {
+				Runs []struct {
+					DagID string `json:"dag_id"`
+					RunID string `json:"run_id"`
+				} `json:"runs"`
+			}
+			res.Decode(t, &cr)
+			require.Equal(t, len(cr.Runs), r1-r0, "claim %d: a 200 leased exactly what it answered", i)
+			tally["claim 200"]++
+			for _, run := range cr.Runs {
+				f1 := finished()
+				rep := e.Do(http.MethodPatch, runPath(run.DagID, run.RunID), map[string]any{"state": "success", "worker_id": "w"})
+				got := finished() - f1
+				tally[fmt.Sprintf("report %d", rep.Status)]++
+				requireEffect(t, rep, got, fmt.Sprintf("report %d", i))
+			}
+		default:
+			tally[fmt.Sprintf("claim %d %s", res.Status, res.Problem(t).Code)]++
+			requireEffect(t, res, r1-r0, fmt.Sprintf("claim %d", i))
+		}
+		require.GreaterOrEqual(t, finished(), f0)
+	}
+	e.Proxy.SetRule(nil)
+	t.Logf("answers: %v; faults injected: %d", tally, e.Proxy.Fired())
+	require.Positive(t, e.Proxy.Fired(), "the chaos did something")
+	rep := checkInvariants(t, e.DB)
+	require.Empty(t, rep.Violations)
+}
+
+// requireEffect checks an answer against the change it made (0 or 1 rows for one request):
+// a success made exactly one, outcome_unknown at most one, any other 503 none, and nothing
+// is a 500.
+func requireEffect(t *testing.T, res *response, changed int, what string) {
+	t.Helper()
+	require.True(t, res.Status < 500 || res.Status == http.StatusServiceUnavailable, "%s: %d %s", what, res.Status, res.Body)
+	switch {
+	case res.Status == http.StatusOK:
+		require.Equal(t, 1, changed, "%s: a success changed one row", what)
+	case res.Status == http.StatusServiceUnavailable && res.Problem(t).Code == "outcome_unknown":
+		require.LessOrEqual(t, changed, 1, "%s: outcome_unknown applied at most once", what)
+	case res.Status == http.StatusServiceUnavailable:
+		require.Equal(t, 0, changed, "%s: a 503 %s changed something: %s", what, res.Problem(t).Code, res.Body)
+	default:
+		require.NotEqual(t, http.StatusInternalServerError, res.Status, "%s: %s", what, res.Body)
+	}
+}
