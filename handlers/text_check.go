@@ -3,6 +3,9 @@ package handlers
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -169,4 +172,39 @@ func hex4(s []byte, at int) (int, bool) {
 		return 0, false
 	}
 	return int(v), true
+}
+
+// checkParamText answers 400 for a path or query parameter that is not valid UTF-8 or holds
+// NUL (%ff, %00): the spec's patterns read an invalid byte as U+FFFD and let it through, and
+// PostgreSQL refuses it (a 500 for a run_id). A JSON escape cannot occur here, so only the
+// bytes are at stake.
+func checkParamText(pathParams map[string]string, query url.Values) *api.Problem {
+	bad := func(v string) bool {
+		if strings.Contains(v, "%") {
+			if u, err := url.PathUnescape(v); err == nil {
+				v = u
+			}
+		}
+		return !utf8.ValidString(v) || strings.ContainsRune(v, 0)
+	}
+	var errs []api.FieldError
+	for _, name := range slices.Sorted(maps.Keys(pathParams)) {
+		if bad(pathParams[name]) {
+			errs = append(errs, fieldErr(name, "must be valid UTF-8 without NUL"))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(query)) {
+		field := name
+		if bad(name) {
+			field = "query"
+		}
+		if field == "query" || slices.ContainsFunc(query[name], bad) {
+			errs = append(errs, fieldErr(field, "must be valid UTF-8 without NUL"))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	p := badRequest(summarize(errs), errs...)
+	return &p
 }
