@@ -87,6 +87,10 @@ func (v *specValidator) middleware(next http.Handler) http.Handler {
 			writeProblem(w, problem(http.StatusNotFound, "not_found", "no such route"))
 			return
 		}
+		if p := checkParamText(pathParams, r.URL.Query()); p != nil {
+			writeProblem(w, *p)
+			return
+		}
 		if p := checkContentType(r, route.Operation); p != nil {
 			writeProblem(w, *p)
 			return

@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"io"
 	"net"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/lib/pq"
@@ -130,10 +132,21 @@ func (s *session) sentSince(before int64) bool {
 // on another session); a statement inside a transaction (it commits only with COMMIT, and
 // runTx runs a transaction lost before COMMIT again whole); and a read, which may run twice.
 func (s *session) classify(op, query string, before int64, err error) error {
-	if err == nil || !errors.Is(err, driver.ErrBadConn) || s.inTx || !s.sentSince(before) || isRead(query) {
+	if err == nil || !lostAnswer(err) || s.inTx || !s.sentSince(before) || isRead(query) {
 		return err
 	}
 	return &outcomeUnknownError{op: op}
+}
+
+// lostAnswer reports whether err means the session died under a request: lib/pq's
+// driver.ErrBadConn (EOF, a FATAL error), or a network error it passes on as it is (a reset
+// while reading the answer is a *net.OpError, not ErrBadConn). An error the server answered
+// with (a constraint, a read-only host) says what happened and is not one.
+func lostAnswer(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed) || errors.As(err, &netErr)
 }
 
 // isRead reports whether a statement only reads: its first keyword is SELECT, SHOW or
@@ -233,7 +246,7 @@ func (t *sessionTx) Commit() error {
 	before := t.s.written()
 	err := t.Tx.Commit()
 	t.s.inTx = false
-	if err == nil || !errors.Is(err, driver.ErrBadConn) {
+	if err == nil || !lostAnswer(err) {
 		return err
 	}
 	if !t.s.sentSince(before) {
@@ -297,7 +310,7 @@ type writeRows struct {
 
 func (r *writeRows) Next(dest []driver.Value) error {
 	err := r.Rows.Next(dest)
-	if err != nil && errors.Is(err, driver.ErrBadConn) {
+	if err != nil && err != io.EOF && lostAnswer(err) {
 		return &outcomeUnknownError{op: "read result"}
 	}
 	return err
@@ -307,7 +320,7 @@ func (r *writeRows) Next(dest []driver.Value) error {
 // can meet the lost answer too.
 func (r *writeRows) Close() error {
 	err := r.Rows.Close()
-	if err != nil && errors.Is(err, driver.ErrBadConn) {
+	if err != nil && lostAnswer(err) {
 		return &outcomeUnknownError{op: "read result"}
 	}
 	return err

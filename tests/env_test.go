@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/backfillsvc/backfill/api"
 	"github.com/backfillsvc/backfill/events"
 	"github.com/backfillsvc/backfill/handlers"
+	"github.com/backfillsvc/backfill/internal/pgproxy"
 	"github.com/backfillsvc/backfill/internal/pgtest"
 	"github.com/backfillsvc/backfill/metrics"
 	"github.com/backfillsvc/backfill/repo"
@@ -70,6 +72,9 @@ type env struct {
 	HTTP  *http.Client
 	// Token is sent as a bearer token when set.
 	Token string
+	// Proxy stands between the store and PostgreSQL with withProxy (nil otherwise); DB and
+	// the event hub connect directly.
+	Proxy *pgproxy.Proxy
 }
 
 type envOptions struct {
@@ -85,6 +90,9 @@ type envOptions struct {
 	pollEach time.Duration
 	// writeTimeout is the HTTP server's WriteTimeout, as cmd/api sets one (0: none).
 	writeTimeout time.Duration
+	// proxied: the store's pool reaches PostgreSQL through a fault-injecting proxy
+	// (env.Proxy), over repo.Connector as cmd/api opens it.
+	proxied bool
 }
 
 type envOption func(*envOptions)
@@ -102,6 +110,7 @@ func withWriteTimeout(d time.Duration) envOption {
 func withListenPoll(every time.Duration) envOption {
 	return func(o *envOptions) { o.pollEach = every }
 }
+func withProxy() envOption { return func(o *envOptions) { o.proxied = true } }
 func withPollOnly(every time.Duration) envOption {
 	return func(o *envOptions) { o.pollOnlyEach = every }
 }
@@ -118,8 +127,12 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	db.SetMaxOpenConns(40)
 	clk := &clock{t: t, db: db}
 	clk.set(time.Now().UTC().Truncate(time.Second))
+	storeDB, proxy := db, (*pgproxy.Proxy)(nil)
+	if o.proxied {
+		storeDB, proxy = proxiedDB(t, dsn)
+	}
 	m := metrics.New()
-	store := repo.New(db, repo.Config{
+	store := repo.New(storeDB, repo.Config{
 		MaxBackfillRuns: o.maxBackfillRuns,
 		MaxAttempts:     o.maxAttempts,
 		Observer:        m,
@@ -163,7 +176,23 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		Hub:   hub,
 		URL:   srv.URL,
 		HTTP:  srv.Client(),
+		Proxy: proxy,
 	}
+}
+
+// proxiedDB is a pool on dsn's database through a new pgproxy, opened as cmd/api opens its
+// own: lib/pq's connector wrapped by repo.Connector.
+func proxiedDB(t testing.TB, dsn string) (*sqlx.DB, *pgproxy.Proxy) {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	p := pgproxy.Start(t, u.Host)
+	pc, err := pq.NewConnector(p.DSN(t, dsn))
+	require.NoError(t, err)
+	db := sqlx.NewDb(sql.OpenDB(repo.Connector(pc, 2*time.Second)), "postgres")
+	db.SetMaxOpenConns(40)
+	t.Cleanup(func() { _ = db.Close() })
+	return db, p
 }
 
 // SweepOnce runs one sweep pass and fails the test on error.

@@ -145,3 +145,19 @@ func TestWebhookDeliveriesOfANewWebhookAreEmpty(t *testing.T) {
 	require.JSONEq(t, `[]`, string(raw["deliveries"]))
 	require.JSONEq(t, `0`, string(raw["total_entries"]))
 }
+
+// URL schemes and hosts are case-insensitive: an upper-case one is accepted and kept in lower
+// case (the rest of the URL as sent); a port outside 1..65535 is refused.
+func TestWebhookURLSchemeAndHostAreCaseInsensitive(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	w := e.createWebhook("HTTP://Example.COM/Hook?Q=A")
+	require.Equal(t, "http://example.com/Hook?Q=A", w.Url)
+	w = e.createWebhook("HtTpS://HOOKS.example.com:8443/x")
+	require.Equal(t, "https://hooks.example.com:8443/x", w.Url)
+	for _, url := range []string{"https://example.com:99999/h", "http://example.com:0/", "http://example.com:65536"} {
+		res := e.Do(http.MethodPost, "/api/v1/webhooks", map[string]any{"url": url})
+		requireProblem(t, res, http.StatusUnprocessableEntity, "invalid_webhook", "url ", url)
+	}
+	require.Equal(t, 2, e.Count(`SELECT count(*) FROM webhooks`))
+}
