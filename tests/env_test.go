@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 	"github.com/backfillsvc/backfill/repo"
 	"github.com/backfillsvc/backfill/sweeper"
 	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 )
 
@@ -83,6 +85,9 @@ type envOptions struct {
 	pollEach time.Duration
 	// writeTimeout is the HTTP server's WriteTimeout, as cmd/api sets one (0: none).
 	writeTimeout time.Duration
+	// storeDSN, when set, maps the test database's DSN to the one the service's store
+	// connects to (through a fault-injecting proxy, say); e.DB stays direct.
+	storeDSN func(dsn string) string
 }
 
 type envOption func(*envOptions)
@@ -99,6 +104,9 @@ func withWriteTimeout(d time.Duration) envOption {
 }
 func withListenPoll(every time.Duration) envOption {
 	return func(o *envOptions) { o.pollEach = every }
+}
+func withStoreDSN(f func(dsn string) string) envOption {
+	return func(o *envOptions) { o.storeDSN = f }
 }
 func withPollOnly(every time.Duration) envOption {
 	return func(o *envOptions) { o.pollOnlyEach = every }
@@ -117,7 +125,11 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	clk := &clock{t: t, db: db}
 	clk.set(time.Now().UTC().Truncate(time.Second))
 	m := metrics.New()
-	store := repo.New(db, repo.Config{
+	storeDB := db
+	if o.storeDSN != nil {
+		storeDB = openStoreDB(t, o.storeDSN(dsn))
+	}
+	store := repo.New(storeDB, repo.Config{
 		MaxBackfillRuns: o.maxBackfillRuns,
 		MaxAttempts:     o.maxAttempts,
 		Observer:        m,
@@ -264,4 +276,17 @@ func (e *env) do(method, path string, body any, headers ...string) (*response, e
 		return out, err
 	}
 	return out, nil
+}
+
+// openStoreDB opens a pool the way cmd/api does (repo.Connector waits out refused
+// connections), with as many connections as the tests' default pool.
+func openStoreDB(t testing.TB, dsn string) *sqlx.DB {
+	t.Helper()
+	c, err := pq.NewConnector(dsn)
+	require.NoError(t, err)
+	db := sqlx.NewDb(sql.OpenDB(repo.Connector(c, 5*time.Second)), "postgres")
+	db.SetMaxOpenConns(40)
+	db.SetMaxIdleConns(40)
+	t.Cleanup(func() { _ = db.Close() })
+	return db
 }
