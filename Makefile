@@ -12,12 +12,13 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/backfill?sslmode=disable
 # (TEST_DATABASE_URL, else PostgreSQL on 127.0.0.1:5432, else Docker).
 TEST_TIMEOUT ?= 12m
 
-.PHONY: help run createdb test test-faults fuzz bench bench-smoke generate lint build
+.PHONY: help run createdb test test-faults chaos fuzz bench bench-smoke generate lint build
 
 help:
 	@echo 'make run       run the API against $$DATABASE_URL (creates the database if missing)'
 	@echo 'make test      all tests, with the race detector'
 	@echo 'make test-faults  kill -9, outages, SIGTERM and two replicas against the real binary'
+	@echo 'make chaos     the history checker under cut connections, 8 seeds x 2 modes x 30 s (docs/RELIABILITY.md)'
 	@echo 'make fuzz      each fuzz target for a short, bounded time'
 	@echo 'make bench     benchmarks side by side with the PostgreSQL floor (docs/BENCHMARKS.md)'
 	@echo 'make bench-smoke  the same at tiny sizes, about 20 s'
@@ -56,6 +57,15 @@ test-faults:
 # Build tags that select extra test files; lint checks the module with and without them, so
 # that no file escapes vet and staticcheck. A new tag is added here.
 LINT_TAGS ?= faults
+
+# The history checker (tests/history_cuts_test.go) at length: clients and SDK executors against
+# a service whose connections to PostgreSQL are cut at random, every answer checked against the
+# database. `make test` runs it CI-sized (one seed per mode, 4 s).
+CHAOS_SEEDS ?= 8
+CHAOS_SECONDS ?= 30
+chaos:
+	HISTORY_SEEDS=$(CHAOS_SEEDS) HISTORY_SECONDS=$(CHAOS_SECONDS) \
+		$(GO) test -count=1 -timeout 30m -parallel 2 -v -run '^TestHistoryUnderCutConnectionsEndsExactlyOnce$$' ./tests/
 
 FUZZTIME ?= 10s
 fuzz:

@@ -92,8 +92,10 @@ func (s *Store) runClaimIdempotent(ctx context.Context, p RunClaimParams, scope 
 	}
 	return idempotent(ctx, s, r, replay, func(tx *sqlx.Tx) ([]Run, []int64, *string, error) {
 		runs, err := s.claimRuns(ctx, tx, scope, args)
-		if err != nil {
-			return nil, nil, nil, err
+		if err != nil || len(runs) == 0 {
+			// A claim that found nothing leases nothing, so it stores no key: idle workers
+			// poll often, and a retry of an empty claim may as well claim afresh.
+			return runs, nil, nil, err
 		}
 		ids := make([]int64, len(runs))
 		for i, run := range runs {

@@ -90,8 +90,9 @@ func idemReplay[T any](ctx context.Context, s *Store, ids []int64, replay func(c
 
 // idempotent runs change in a READ COMMITTED transaction that also records r's key, or, when
 // the key is already stored, answers from it without changing anything (replayed = true).
-// change returns its answer, the ids to store with the key and the DAG they belong to. With
-// no key it runs change alone.
+// change returns its answer, the ids to store with the key and the DAG they belong to; nil ids
+// store no key (a change that changed nothing: its retry may as well do it afresh). With no
+// key it runs change alone.
 func idempotent[T any](ctx context.Context, s *Store, r idemRequest,
 	replay func(ctx context.Context, ids []int64) (T, error),
 	change func(tx *sqlx.Tx) (T, []int64, *string, error),
@@ -104,7 +105,7 @@ func idempotent[T any](ctx context.Context, s *Store, r idemRequest,
 			if err != nil {
 				return err
 			}
-			if r.key != "" {
+			if r.key != "" && ids != nil {
 				if err := idemRecord(ctx, tx, r, ids, dagID); err != nil {
 					return err
 				}

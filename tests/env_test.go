@@ -93,6 +93,9 @@ type envOptions struct {
 	// proxied: the store's pool reaches PostgreSQL through a fault-injecting proxy
 	// (env.Proxy), over repo.Connector as cmd/api opens it.
 	proxied bool
+	// storeDSN, when set, maps the test database's DSN to the one the service's store
+	// connects to (through a fault-injecting proxy, say); e.DB stays direct.
+	storeDSN func(dsn string) string
 }
 
 type envOption func(*envOptions)
@@ -111,6 +114,9 @@ func withListenPoll(every time.Duration) envOption {
 	return func(o *envOptions) { o.pollEach = every }
 }
 func withProxy() envOption { return func(o *envOptions) { o.proxied = true } }
+func withStoreDSN(f func(dsn string) string) envOption {
+	return func(o *envOptions) { o.storeDSN = f }
+}
 func withPollOnly(every time.Duration) envOption {
 	return func(o *envOptions) { o.pollOnlyEach = every }
 }
@@ -128,8 +134,11 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	clk := &clock{t: t, db: db}
 	clk.set(time.Now().UTC().Truncate(time.Second))
 	storeDB, proxy := db, (*pgproxy.Proxy)(nil)
-	if o.proxied {
+	switch {
+	case o.proxied:
 		storeDB, proxy = proxiedDB(t, dsn)
+	case o.storeDSN != nil:
+		storeDB = openStoreDB(t, o.storeDSN(dsn))
 	}
 	m := metrics.New()
 	store := repo.New(storeDB, repo.Config{
@@ -187,12 +196,7 @@ func proxiedDB(t testing.TB, dsn string) (*sqlx.DB, *pgproxy.Proxy) {
 	u, err := url.Parse(dsn)
 	require.NoError(t, err)
 	p := pgproxy.Start(t, u.Host)
-	pc, err := pq.NewConnector(p.DSN(t, dsn))
-	require.NoError(t, err)
-	db := sqlx.NewDb(sql.OpenDB(repo.Connector(pc, 2*time.Second)), "postgres")
-	db.SetMaxOpenConns(40)
-	t.Cleanup(func() { _ = db.Close() })
-	return db, p
+	return openStoreDB(t, p.DSN(t, dsn)), p
 }
 
 // SweepOnce runs one sweep pass and fails the test on error.
@@ -310,4 +314,17 @@ func openServicePool(t testing.TB) (*sqlx.DB, string) {
 	t.Cleanup(func() { _ = db.Close() })
 	require.NoError(t, db.Ping())
 	return db, dsn
+}
+
+// openStoreDB opens a pool the way cmd/api does (repo.Connector waits out refused
+// connections), with as many connections as the tests' default pool.
+func openStoreDB(t testing.TB, dsn string) *sqlx.DB {
+	t.Helper()
+	c, err := pq.NewConnector(dsn)
+	require.NoError(t, err)
+	db := sqlx.NewDb(sql.OpenDB(repo.Connector(c, 5*time.Second)), "postgres")
+	db.SetMaxOpenConns(40)
+	db.SetMaxIdleConns(40)
+	t.Cleanup(func() { _ = db.Close() })
+	return db
 }

@@ -31,7 +31,7 @@ func TestClaimIdempotencyKeyAnswersTheRunsStillLeased(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.PutDag("ck", "@daily", "")
-	e.DailyBackfill("ck", day(1, 1), day(1, 4), "max_active_runs", 4)
+	b := e.DailyBackfill("ck", day(1, 1), day(1, 4), "max_active_runs", 4)
 	claim := func(body map[string]any, key string) *response {
 		return e.Do(http.MethodPost, claimPath, body, "Idempotency-Key", key)
 	}
@@ -70,6 +70,20 @@ func TestClaimIdempotencyKeyAnswersTheRunsStillLeased(t *testing.T) {
 		"Idempotency-Key", "claim-1"), http.StatusUnprocessableEntity, "idempotency_key_reused")
 	require.Equal(t, 1, e.Count(`SELECT count(*) FROM dag_runs WHERE state = 'running'`))
 	require.Zero(t, e.Count(`SELECT count(*) FROM webhooks`))
+
+	// A claim that found nothing leased nothing and stores no key: its retry claims afresh.
+	empty := map[string]any{"worker_id": "w3", "limit": 1, "dag_id": "ck"}
+	e.PatchBackfill(b.Id, map[string]any{"max_active_runs": 1})
+	var none api.ClaimResponse
+	claim(empty, "claim-2").Decode(t, &none)
+	require.Empty(t, none.Runs)
+	require.Zero(t, e.Count(`SELECT count(*) FROM idempotency_keys WHERE key = 'claim-2'`))
+	e.Report(got.Runs[1], "success")
+	res := claim(empty, "claim-2")
+	require.Empty(t, res.Header.Get("Idempotent-Replayed"))
+	var fresh api.ClaimResponse
+	res.Decode(t, &fresh)
+	require.Len(t, fresh.Runs, 1)
 }
 
 // Concurrent claims with one key hand out one claim's runs, all answered the same runs.
