@@ -214,10 +214,3 @@ func (s *slotQueue) dispatch() {
 		}
 	}
 }
-
-// waiting is the number of requests of class c waiting now.
-func (s *slotQueue) waiting(c int) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.classes[c].waiters)
-}
