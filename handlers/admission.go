@@ -183,7 +183,7 @@ func newAdmitter(a Admission) *admitter {
 		queue: &slotQueue{
 			clock: clock, interval: wait, short: wait, long: long, onWait: onWait,
 			classes: []*classQueue{
-				queueLease:   {pools: []*slotPool{leasePool}, maxWaiting: l.MaxWaiting},
+				queueLease:   {pools: []*slotPool{leasePool}, maxWaiting: l.MaxWaiting, lastToShed: true},
 				queueClaim:   {pools: []*slotPool{mainPool}, maxWaiting: l.MaxWaiting},
 				queueDefault: {pools: []*slotPool{mainPool, defaultPool}, maxWaiting: l.MaxWaiting},
 			},

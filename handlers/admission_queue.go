@@ -49,6 +49,10 @@ type slotPool struct{ capacity, used int }
 type classQueue struct {
 	pools      []*slotPool
 	maxWaiting int
+	// lastToShed keeps the long wait even while the queue stands: for requests whose shedding
+	// costs more than their wait (a shed heartbeat can cost a run its lease). They still
+	// turn LIFO while the queue stands.
+	lastToShed bool
 	waiters    []*waiter
 	// nonEmptySince is when the queue last became non-empty; zero while it is empty.
 	nonEmptySince time.Time
@@ -132,7 +136,7 @@ func (s *slotQueue) acquire(ctx context.Context, c int) error {
 	}
 	now := s.clock.Now()
 	timeout := s.long
-	if q.standing(now, s.interval) {
+	if q.standing(now, s.interval) && !q.lastToShed {
 		timeout = s.short
 	}
 	if dl, ok := ctx.Deadline(); ok {
@@ -209,11 +213,4 @@ func (s *slotQueue) dispatch() {
 			close(w.ready)
 		}
 	}
-}
-
-// waiting is the number of requests of class c waiting now.
-func (s *slotQueue) waiting(c int) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.classes[c].waiters)
 }

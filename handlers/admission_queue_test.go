@@ -218,3 +218,22 @@ func TestSlotQueueSharesPoolsByPriority(t *testing.T) {
 	require.Equal(t, 2, main.used)
 	require.Equal(t, 1, dflt.used)
 }
+
+// A class that is shed last keeps the long wait even while its queue stands (a shed heartbeat
+// can cost a run its lease), and still serves the newest first.
+func TestSlotQueueLastToShedKeepsTheLongWait(t *testing.T) {
+	t.Parallel()
+	s, clock := newTestQueue(1)
+	s.classes[0].lastToShed = true
+	require.NoError(t, s.acquire(context.Background(), 0))
+	order := make(chan string, 2)
+	_, oldest := queued(t, s, clock, context.Background(), "oldest", order)
+	clock.advance(testInterval)
+	d, newest := queued(t, s, clock, context.Background(), "newest", order)
+	require.Equal(t, testLong, d)
+	s.release(0)
+	require.NoError(t, <-newest)
+	require.Equal(t, "newest", <-order)
+	s.release(0)
+	require.NoError(t, <-oldest)
+}

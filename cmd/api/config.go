@@ -129,9 +129,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	durationVar(getenv, "EVENT_POLL_INTERVAL", &cfg.EventPollInterval, &errs)
 	durationVar(getenv, "ADMISSION_WAIT", &cfg.AdmissionWait, &errs)
 	durationVar(getenv, "ADMISSION_LONG_WAIT", &cfg.AdmissionLongWait, &errs)
-	if cfg.AdmissionLongWait < cfg.AdmissionWait {
-		errs = append(errs, fmt.Errorf("ADMISSION_LONG_WAIT=%s is shorter than ADMISSION_WAIT=%s", cfg.AdmissionLongWait, cfg.AdmissionWait))
-	}
+	// A burst never waits less than a standing queue's request: a long ADMISSION_WAIT alone
+	// (as some deployments and tests set) raises the long wait with it.
+	cfg.AdmissionLongWait = max(cfg.AdmissionLongWait, cfg.AdmissionWait)
 	intVar(getenv, "DB_LEASE_MAX_CONNS", &cfg.DBLeaseMaxConns, 1, 1000, &errs)
 	durationVar(getenv, "LOCK_WAIT", &cfg.LockWait, &errs)
 	cfg.AdmissionMaxInFlight = max(3, cfg.DBMaxConns-admissionPoolReserve)
