@@ -35,7 +35,10 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
+	stdout := newLogBuffer(os.Stdout, logFlushEvery)
+	err := run(ctx, os.Args[1:], os.Getenv, stdout)
+	stdout.Close()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
@@ -51,7 +54,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	logger := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	logger := slog.New(newLogHandler(stdout, cfg.LogLevel))
 	dsn, err := sessionDSN(cfg.DatabaseURL, cfg.StatementTimeout)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
