@@ -81,7 +81,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	apiBin := fs.String("api-bin", "", "use this api binary instead of building ./cmd/api")
 	rounds := fs.Int("rounds", 0, "P1 rounds per size (default 5, smoke 1)")
 	duration := fs.Duration("duration", 0, "P2/P4 load per measurement (default 5s, smoke 1s)")
-	only := fs.String("only", "", "run only these scenarios, e.g. P1,P4,P7 (P5 is measured with P1; P7: overload; P8: event streams)")
+	only := fs.String("only", "", "run only these scenarios, e.g. P1,P4,P7 (P5 is measured with P1; P7: overload; P8: event streams; P9: event writers)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -222,6 +222,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return fmt.Errorf("P8: %w", err)
 		}
 		res.streams = &st
+	}
+	if cfg.runs("P9") {
+		ew, err := b.scenarioEventWriters(ctx)
+		if err != nil {
+			return fmt.Errorf("P9: %w", err)
+		}
+		res.eventWriters = &ew
 	}
 	// Overload last of the service's scenarios: nothing measured after it should inherit what
 	// it leaves behind (open connections, a grown heap).
