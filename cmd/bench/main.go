@@ -114,12 +114,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		cfg.only = map[string]bool{}
 		for _, p := range strings.Split(strings.ToUpper(*only), ",") {
 			switch p = strings.TrimSpace(p); p {
-			case "P1", "P2", "P3", "P4", "P6", "P7", "P8":
+			case "P1", "P2", "P3", "P4", "P6", "P7", "P8", "P9":
 				cfg.only[p] = true
 			case "P5":
 				cfg.only["P1"] = true
 			default:
-				return config{}, fmt.Errorf("-only: unknown scenario %q (want P1..P8)", p)
+				return config{}, fmt.Errorf("-only: unknown scenario %q (want P1..P9)", p)
 			}
 		}
 	}
