@@ -319,6 +319,36 @@ func (e RunType) Valid() bool {
 	}
 }
 
+// Defines values for WebhookDeliveryError.
+const (
+	WebhookDeliveryErrorConnectionRefused WebhookDeliveryError = "connection_refused"
+	WebhookDeliveryErrorDns               WebhookDeliveryError = "dns"
+	WebhookDeliveryErrorHttpStatus        WebhookDeliveryError = "http_status"
+	WebhookDeliveryErrorRefusedAddress    WebhookDeliveryError = "refused_address"
+	WebhookDeliveryErrorTimeout           WebhookDeliveryError = "timeout"
+	WebhookDeliveryErrorTls               WebhookDeliveryError = "tls"
+)
+
+// Valid indicates whether the value is a known member of the WebhookDeliveryError enum.
+func (e WebhookDeliveryError) Valid() bool {
+	switch e {
+	case WebhookDeliveryErrorConnectionRefused:
+		return true
+	case WebhookDeliveryErrorDns:
+		return true
+	case WebhookDeliveryErrorHttpStatus:
+		return true
+	case WebhookDeliveryErrorRefusedAddress:
+		return true
+	case WebhookDeliveryErrorTimeout:
+		return true
+	case WebhookDeliveryErrorTls:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for WebhookEventType.
 const (
 	WebhookEventTypeBackfillCanceled  WebhookEventType = "backfill.canceled"
@@ -866,9 +896,9 @@ type WebhookDelivery struct {
 	AttemptedAt time.Time  `json:"attempted_at"`
 	DeliveredAt *time.Time `json:"delivered_at"`
 
-	// Error Why the attempt did not deliver; null when it delivered.
-	Error   *string `json:"error"`
-	EventId int64   `json:"event_id"`
+	// Error The kind of failure, never an address or other network detail: `timeout` (no answer in time, or the process making the attempt stopped before recording one), `connection_refused` (refused, reset or closed before an answer), `dns` (the host name did not resolve), `tls` (handshake or certificate), `refused_address` (the target resolved to a loopback, link-local or unspecified address), `http_status` (an answer other than 2xx; `status_code` says which, redirects are not followed). Null when it delivered, and while the attempt is in flight.
+	Error   *WebhookDeliveryError `json:"error"`
+	EventId int64                 `json:"event_id"`
 
 	// NextAttemptAt When the next attempt is due; null once delivered or given up.
 	NextAttemptAt *time.Time `json:"next_attempt_at"`
@@ -876,6 +906,9 @@ type WebhookDelivery struct {
 	// StatusCode The receiver's HTTP status; null when no HTTP answer came.
 	StatusCode *int32 `json:"status_code"`
 }
+
+// WebhookDeliveryError The kind of failure, never an address or other network detail: `timeout` (no answer in time, or the process making the attempt stopped before recording one), `connection_refused` (refused, reset or closed before an answer), `dns` (the host name did not resolve), `tls` (handshake or certificate), `refused_address` (the target resolved to a loopback, link-local or unspecified address), `http_status` (an answer other than 2xx; `status_code` says which, redirects are not followed). Null when it delivered, and while the attempt is in flight.
+type WebhookDeliveryError string
 
 // WebhookDeliveryCollection defines model for WebhookDeliveryCollection.
 type WebhookDeliveryCollection struct {

@@ -186,7 +186,7 @@ func attemptOut(a repo.WebhookAttempt) api.WebhookDelivery {
 	out := api.WebhookDelivery{
 		EventId:       a.EventID,
 		Attempt:       int32(a.Attempt),
-		Error:         a.Error,
+		Error:         (*api.WebhookDeliveryError)(a.Error),
 		AttemptedAt:   utc(a.AttemptedAt),
 		NextAttemptAt: utcPtr(a.NextAttemptAt),
 		DeliveredAt:   utcPtr(a.DeliveredAt),

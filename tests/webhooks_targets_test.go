@@ -44,7 +44,7 @@ func TestWebhookRefusesLocalTargetsUnlessAllowed(t *testing.T) {
 		log := e.webhookLog(id)
 		require.Len(t, log, 1, target)
 		require.Nil(t, log[0].StatusCode, target)
-		require.Equal(t, "refused_address", *log[0].Error, target)
+		require.Equal(t, "refused_address", string(*log[0].Error), target)
 		require.NotNil(t, log[0].NextAttemptAt, "%s: a refusal is retried like any failure", target)
 		require.Nil(t, log[0].DeliveredAt)
 	}
@@ -76,7 +76,7 @@ func TestWebhookDoesNotFollowRedirects(t *testing.T) {
 	log := e.webhookLog(w.Id)
 	require.Len(t, log, 1)
 	require.EqualValues(t, http.StatusTemporaryRedirect, *log[0].StatusCode)
-	require.Equal(t, "http_status", *log[0].Error)
+	require.Equal(t, "http_status", string(*log[0].Error))
 	require.NotNil(t, log[0].NextAttemptAt)
 }
 
@@ -99,7 +99,7 @@ func TestWebhookAttemptTimesOut(t *testing.T) {
 	log := e.webhookLog(w.Id)
 	require.Len(t, log, 1)
 	require.Nil(t, log[0].StatusCode)
-	require.Equal(t, "timeout", *log[0].Error)
+	require.Equal(t, "timeout", string(*log[0].Error))
 	require.NotNil(t, log[0].NextAttemptAt)
 }
 

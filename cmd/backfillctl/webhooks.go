@@ -162,7 +162,7 @@ func webhooksDeliveries(ctx context.Context, c *cli, args []string) error {
 			status = fmt.Sprint(*d.StatusCode)
 		}
 		if d.Error != nil {
-			outcome = *d.Error
+			outcome = string(*d.Error)
 		}
 		if d.NextAttemptAt != nil {
 			next = stamp(*d.NextAttemptAt)

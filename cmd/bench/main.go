@@ -90,7 +90,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	apiBin := fs.String("api-bin", "", "use this api binary instead of building ./cmd/api")
 	rounds := fs.Int("rounds", 0, "P1 rounds per size (default 5, smoke 1)")
 	duration := fs.Duration("duration", 0, "P2/P4 load per measurement (default 5s, smoke 1s)")
-	only := fs.String("only", "", "run only these scenarios, e.g. P1,P4,P7 (P5 is measured with P1; P7: overload; P8: event streams)")
+	only := fs.String("only", "", "run only these scenarios, e.g. P1,P4,P7 (P5 is measured with P1; P7: overload; P8: event streams; P9: event writers)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -125,12 +125,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		cfg.only = map[string]bool{}
 		for _, p := range strings.Split(strings.ToUpper(*only), ",") {
 			switch p = strings.TrimSpace(p); p {
-			case "P1", "P2", "P3", "P4", "P6", "P7", "P8":
+			case "P1", "P2", "P3", "P4", "P6", "P7", "P8", "P9":
 				cfg.only[p] = true
 			case "P5":
 				cfg.only["P1"] = true
 			default:
-				return config{}, fmt.Errorf("-only: unknown scenario %q (want P1..P8)", p)
+				return config{}, fmt.Errorf("-only: unknown scenario %q (want P1..P9)", p)
 			}
 		}
 	}
@@ -246,6 +246,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return fmt.Errorf("P8: %w", err)
 		}
 		res.streams = &st
+	}
+	if cfg.runs("P9") {
+		ew, err := b.scenarioEventWriters(ctx)
+		if err != nil {
+			return fmt.Errorf("P9: %w", err)
+		}
+		res.eventWriters = &ew
 	}
 	// Overload last of the service's scenarios: nothing measured after it should inherit what
 	// it leaves behind (open connections, a grown heap).

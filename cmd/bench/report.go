@@ -23,6 +23,8 @@ type results struct {
 	streams *streamsResult
 	// overload is P7.
 	overload *overloadResult
+	// eventWriters is P9.
+	eventWriters *eventWritersResult
 }
 
 // Targets of issue 5.
@@ -83,6 +85,9 @@ func printReport(w io.Writer, cfg config, hw *hardware, r *results) {
 	}
 	if r.overload != nil {
 		rows = append(rows, overloadRows(*r.overload)...)
+	}
+	if r.eventWriters != nil {
+		rows = append(rows, eventWritersRows(*r.eventWriters)...)
 	}
 	writeTable(w, []string{"scenario", "service", "floor / baseline", "ratio", "target", "result"}, rows)
 

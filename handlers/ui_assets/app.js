@@ -269,24 +269,20 @@ async function backfillPage(id) {
   };
 
   const refreshGrid = async () => {
-    const b = state.backfill;
-    const [{ data: slots }, { data: runs }] = await Promise.all([
-      api("GET", `/backfills/${id}/dag_runs?limit=1000`),
-      api("GET", `/dags/${encodeURIComponent(b.dag_id)}/runs?backfill_id=${id}&limit=1000`),
-    ]);
+    // The slot listing carries each run's attempt and note: the hover reads them there, for
+    // every slot the grid shows.
+    const { data: slots } = await api("GET", `/backfills/${id}/dag_runs?limit=1000`);
     let all = slots.backfill_dag_runs;
     for (let offset = all.length; offset < Math.min(slots.total_entries, GRID_LIMIT); offset += 1000) {
       const { data: more } = await api("GET", `/backfills/${id}/dag_runs?limit=1000&offset=${offset}`);
       all = all.concat(more.backfill_dag_runs);
     }
-    const byRunID = new Map(runs.dag_runs.map((r) => [r.run_id, r]));
     grid.replaceChildren(...all.map((s) => {
       const st = s.state || "skipped";
-      const run = s.run_id ? byRunID.get(s.run_id) : null;
       const tip = [`#${s.sort_ordinal} ${s.logical_date}`, `state: ${st}`];
       if (s.run_id) tip.push(`run: ${s.run_id}`);
-      if (run) tip.push(`attempt: ${run.attempt}`);
-      if (run && run.note) tip.push(`note: ${run.note}`);
+      if (s.run_id && s.attempt != null) tip.push(`attempt: ${s.attempt}`);
+      if (s.note) tip.push(`note: ${s.note}`);
       if (s.exception_reason) tip.push(`skipped: ${s.exception_reason}`);
       const text = tip.join("\n");
       return h("span", { class: `cell s-${st}`, title: text, "aria-label": text, role: "listitem", tabindex: 0, "data-state": st });

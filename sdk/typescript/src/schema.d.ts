@@ -1423,8 +1423,11 @@ export interface components {
              * @description The receiver's HTTP status; null when no HTTP answer came.
              */
             status_code: number | null;
-            /** @description Why the attempt did not deliver; null when it delivered. */
-            error: string | null;
+            /**
+             * @description The kind of failure, never an address or other network detail: `timeout` (no answer in time, or the process making the attempt stopped before recording one), `connection_refused` (refused, reset or closed before an answer), `dns` (the host name did not resolve), `tls` (handshake or certificate), `refused_address` (the target resolved to a loopback, link-local or unspecified address), `http_status` (an answer other than 2xx; `status_code` says which, redirects are not followed). Null when it delivered, and while the attempt is in flight.
+             * @enum {string|null}
+             */
+            error: "timeout" | "connection_refused" | "dns" | "tls" | "refused_address" | "http_status" | null;
             /** Format: date-time */
             attempted_at: string;
             /**

