@@ -198,6 +198,7 @@ const (
 	ProblemCodeMethodNotAllowed       ProblemCode = "method_not_allowed"
 	ProblemCodeNoRunsToCreate         ProblemCode = "no_runs_to_create"
 	ProblemCodeNotFound               ProblemCode = "not_found"
+	ProblemCodeOutcomeUnknown         ProblemCode = "outcome_unknown"
 	ProblemCodePayloadTooLarge        ProblemCode = "payload_too_large"
 	ProblemCodePlanChanged            ProblemCode = "plan_changed"
 	ProblemCodeRunAlreadyExists       ProblemCode = "run_already_exists"
@@ -246,6 +247,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeNoRunsToCreate:
 		return true
 	case ProblemCodeNotFound:
+		return true
+	case ProblemCodeOutcomeUnknown:
 		return true
 	case ProblemCodePayloadTooLarge:
 		return true

@@ -1,16 +1,11 @@
 package handlers
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
-
-	"golang.org/x/sync/semaphore"
 )
 
 // AdmissionClass says how a request is admitted. Executor traffic goes ahead of reads and
@@ -85,77 +80,114 @@ type AdmissionObserver interface {
 	InFlight(class string, delta int)
 }
 
-// Admission bounds the requests being served at once. MaxInFlight is the bound for all
-// classes together and is meant to stay below the database pool, so that an admitted
-// request never queues for a connection; Wait is the longest a request waits for a slot
-// before it is answered 503 busy.
+// Admission bounds the requests being served at once and queues the rest (admission_queue.go):
+// a burst waits its turn, a standing queue sheds quickly, newest first served while it stands.
 type Admission struct {
+	// MaxInFlight bounds claims and other requests together. It is meant to stay below the
+	// main database pool, so that an admitted request never queues for a connection.
 	MaxInFlight int
-	Wait        time.Duration
-	Observer    AdmissionObserver
+	// LeaseMaxInFlight bounds heartbeats, reports and releases: slots of their own that no
+	// other request can take, meant to match the lease database pool (default
+	// DefaultLeaseMaxInFlight).
+	LeaseMaxInFlight int
+	// Wait (ADMISSION_WAIT, default 100 ms) is both the interval after which a queue that has
+	// not been empty counts as standing and the longest a request that arrives at a standing
+	// queue waits before it is shed.
+	Wait time.Duration
+	// LongWait (ADMISSION_LONG_WAIT, default 1 s) is the longest a request that arrives at a
+	// queue that is not standing (a burst) waits.
+	LongWait time.Duration
+	Observer AdmissionObserver
+	// clock is the queue's time source; nil is the real clock.
+	clock admissionClock
 }
 
-// AdmissionLimits are the per-class bounds derived from MaxInFlight (at least 3). An eighth of
-// the slots (at least one) is kept for lease traffic alone and another eighth for claims and
-// lease traffic, so that no amount of reads can take the slots heartbeats need. An eighth is
-// enough: a heartbeat or a report is one short statement, so two slots of a pool of 20 carry
-// on the order of a thousand of them a second.
+// DefaultLeaseMaxInFlight is the lease slots when Admission.LeaseMaxInFlight is zero.
+const DefaultLeaseMaxInFlight = 4
+
+// AdmissionLimits are the per-class bounds. Lease traffic has its own slots; claims may use
+// all of MaxInFlight and other requests all but a reserve (an eighth, at least one), so that
+// no amount of reads can take the slots claims need.
 type AdmissionLimits struct {
 	Lease, Claim, Default int
 	// MaxWaiting bounds each class's queue: past it a request is shed at once, since the
-	// slots could not turn over fast enough to serve it within Wait anyway.
+	// slots could not turn over fast enough to serve it within the long wait anyway.
 	MaxWaiting int
 }
 
 // Limits derives the per-class bounds.
 func (a Admission) Limits() AdmissionLimits {
-	total := max(a.MaxInFlight, 3)
-	reserve := max(1, total/8)
+	total := max(a.MaxInFlight, 2)
+	lease := a.LeaseMaxInFlight
+	if lease <= 0 {
+		lease = DefaultLeaseMaxInFlight
+	}
 	return AdmissionLimits{
-		Lease:      total,
-		Claim:      total - reserve,
-		Default:    total - 2*reserve,
-		MaxWaiting: 8 * total,
+		Lease:      lease,
+		Claim:      total,
+		Default:    total - max(1, total/8),
+		MaxWaiting: 8 * (total + lease),
 	}
 }
 
-// admitter holds nested semaphores: a default request takes a slot in all three, a claim in
-// the claim and lease ones, a lease request in the lease one only. Every request acquires
-// them in the same order, so nested waits cannot deadlock.
+// admitter admits requests through one slotQueue. Classes, in priority order: lease (its own
+// pool), claim (the main pool), default (the main pool and the default pool, which keeps the
+// claims' reserve out of its reach).
 type admitter struct {
-	wait       time.Duration
-	obs        AdmissionObserver
-	maxWaiting int64
-	dflt       *semaphore.Weighted
-	claim      *semaphore.Weighted
-	lease      *semaphore.Weighted
-	waiting    [ClassDefault + 1]atomic.Int64
+	obs   AdmissionObserver
+	queue *slotQueue
+}
+
+// Queue indexes of the classes that are admitted.
+const (
+	queueLease = iota
+	queueClaim
+	queueDefault
+)
+
+func queueOf(c AdmissionClass) int {
+	switch c {
+	case ClassLease:
+		return queueLease
+	case ClassClaim:
+		return queueClaim
+	default:
+		return queueDefault
+	}
 }
 
 func newAdmitter(a Admission) *admitter {
 	l := a.Limits()
-	wait := a.Wait
+	wait, long := a.Wait, a.LongWait
 	if wait <= 0 {
 		wait = 100 * time.Millisecond
 	}
-	return &admitter{
-		wait:       wait,
-		obs:        a.Observer,
-		maxWaiting: int64(l.MaxWaiting),
-		dflt:       semaphore.NewWeighted(int64(l.Default)),
-		claim:      semaphore.NewWeighted(int64(l.Claim)),
-		lease:      semaphore.NewWeighted(int64(l.Lease)),
+	if long <= 0 {
+		long = time.Second
 	}
-}
-
-func (a *admitter) semaphores(c AdmissionClass) []*semaphore.Weighted {
-	switch c {
-	case ClassLease:
-		return []*semaphore.Weighted{a.lease}
-	case ClassClaim:
-		return []*semaphore.Weighted{a.claim, a.lease}
-	default:
-		return []*semaphore.Weighted{a.dflt, a.claim, a.lease}
+	long = max(long, wait)
+	clock := a.clock
+	if clock == nil {
+		clock = realClock{}
+	}
+	var onWait func(c, delta int)
+	if a.Observer != nil {
+		names := [...]string{queueLease: ClassLease.String(), queueClaim: ClassClaim.String(), queueDefault: ClassDefault.String()}
+		onWait = func(c, delta int) { a.Observer.Waiting(names[c], delta) }
+	}
+	leasePool := &slotPool{capacity: l.Lease}
+	mainPool := &slotPool{capacity: l.Claim}
+	defaultPool := &slotPool{capacity: l.Default}
+	return &admitter{
+		obs: a.Observer,
+		queue: &slotQueue{
+			clock: clock, interval: wait, short: wait, long: long, onWait: onWait,
+			classes: []*classQueue{
+				queueLease:   {pools: []*slotPool{leasePool}, maxWaiting: l.MaxWaiting, lastToShed: true},
+				queueClaim:   {pools: []*slotPool{mainPool}, maxWaiting: l.MaxWaiting},
+				queueDefault: {pools: []*slotPool{mainPool, defaultPool}, maxWaiting: l.MaxWaiting},
+			},
+		},
 	}
 }
 
@@ -173,8 +205,8 @@ func (a *admitter) afterBody(next http.Handler) http.Handler {
 	return a.admit(next, func(r *http.Request) bool { return takesBody(r.Method) })
 }
 
-// admit admits a request that mine selects, or answers 503 busy with Retry-After within the
-// wait; other requests pass through.
+// admit admits a request that mine selects, or answers 503 busy with Retry-After once its
+// wait is over; other requests pass through.
 func (a *admitter) admit(next http.Handler, mine func(*http.Request) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		class := ClassifyRequest(r)
@@ -182,9 +214,9 @@ func (a *admitter) admit(next http.Handler, mine func(*http.Request) bool) http.
 			next.ServeHTTP(w, r)
 			return
 		}
-		name := class.String()
+		name, q := class.String(), queueOf(class)
 		start := time.Now()
-		release, err := a.acquire(r.Context(), class, start)
+		err := a.queue.acquire(r.Context(), q)
 		if err != nil {
 			if r.Context().Err() != nil {
 				return // the client went away while waiting; nobody reads an answer
@@ -200,12 +232,12 @@ func (a *admitter) admit(next http.Handler, mine func(*http.Request) bool) http.
 			_, _ = w.Write(shedBody) // the client hung up; nothing to do
 			return
 		}
+		defer a.queue.release(q)
 		if a.obs != nil {
 			a.obs.Admitted(name, time.Since(start))
 			a.obs.InFlight(name, 1)
 			defer a.obs.InFlight(name, -1)
 		}
-		defer release()
 		next.ServeHTTP(w, r)
 	})
 }
@@ -218,56 +250,3 @@ var shedBody = func() []byte {
 	}
 	return append(b, '\n')
 }()
-
-// errQueueFull is returned when a class already has MaxWaiting requests queued.
-var errQueueFull = errors.New("admission queue full")
-
-// acquire takes every semaphore of the class, waiting until start+wait at most.
-func (a *admitter) acquire(ctx context.Context, class AdmissionClass, start time.Time) (func(), error) {
-	sems := a.semaphores(class)
-	for i, s := range sems {
-		if s.TryAcquire(1) {
-			continue
-		}
-		if err := a.await(ctx, class, start, sems, i); err != nil {
-			return nil, err
-		}
-		break
-	}
-	return func() { releaseAll(sems) }, nil
-}
-
-// await is acquire's slow path, from the first semaphore that had no free slot: the timer and
-// the waiting count are only paid for when a request has to wait. On failure it gives back
-// what was taken.
-func (a *admitter) await(ctx context.Context, class AdmissionClass, start time.Time, sems []*semaphore.Weighted, from int) error {
-	if a.waiting[class].Add(1) > a.maxWaiting {
-		a.waiting[class].Add(-1)
-		releaseAll(sems[:from])
-		return errQueueFull
-	}
-	if a.obs != nil {
-		a.obs.Waiting(class.String(), 1)
-	}
-	defer func() {
-		a.waiting[class].Add(-1)
-		if a.obs != nil {
-			a.obs.Waiting(class.String(), -1)
-		}
-	}()
-	wctx, cancel := context.WithDeadline(ctx, start.Add(a.wait))
-	defer cancel()
-	for i := from; i < len(sems); i++ {
-		if err := sems[i].Acquire(wctx, 1); err != nil {
-			releaseAll(sems[:i])
-			return err
-		}
-	}
-	return nil
-}
-
-func releaseAll(sems []*semaphore.Weighted) {
-	for i := len(sems) - 1; i >= 0; i-- {
-		sems[i].Release(1)
-	}
-}

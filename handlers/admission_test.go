@@ -156,13 +156,13 @@ func requireShed(t *testing.T, rec *httptest.ResponseRecorder, what string) {
 
 func TestAdmissionLimitsKeepSlotsForExecutors(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, handlers.AdmissionLimits{Lease: 4, Claim: 3, Default: 2, MaxWaiting: 32},
+	require.Equal(t, handlers.AdmissionLimits{Lease: handlers.DefaultLeaseMaxInFlight, Claim: 4, Default: 3, MaxWaiting: 64},
 		handlers.Admission{MaxInFlight: 4}.Limits())
-	require.Equal(t, handlers.AdmissionLimits{Lease: 18, Claim: 16, Default: 14, MaxWaiting: 144},
-		handlers.Admission{MaxInFlight: 18}.Limits())
-	// Below three slots the classes could not be kept apart; three is the floor.
-	require.Equal(t, handlers.AdmissionLimits{Lease: 3, Claim: 2, Default: 1, MaxWaiting: 24},
-		handlers.Admission{MaxInFlight: 1}.Limits())
+	require.Equal(t, handlers.AdmissionLimits{Lease: 6, Claim: 18, Default: 16, MaxWaiting: 192},
+		handlers.Admission{MaxInFlight: 18, LeaseMaxInFlight: 6}.Limits())
+	// Below two slots claims could not keep a reserve of their own; two is the floor.
+	require.Equal(t, handlers.AdmissionLimits{Lease: 1, Claim: 2, Default: 1, MaxWaiting: 24},
+		handlers.Admission{MaxInFlight: 1, LeaseMaxInFlight: 1}.Limits())
 }
 
 func TestClassifyRequest(t *testing.T) {
@@ -198,34 +198,37 @@ func TestClassifyRequest(t *testing.T) {
 	}
 }
 
-// With the read slots held, a further read is shed with 503 busy and Retry-After within the
-// wait, while claims and heartbeats are still admitted; with the claim slots held too, a claim
-// is shed and a heartbeat still goes through; probes and metrics are never shed. Once the
-// held requests finish, every slot is back.
+// With the read slots held, a further read is shed with 503 busy and Retry-After once its wait
+// is over, while claims and heartbeats are still admitted; with every claim slot held too, a
+// claim is shed and a heartbeat still goes through (its slots are its own); with the lease slot
+// held, a heartbeat is shed. Probes and metrics are never shed. Once the held requests finish,
+// every slot is back.
 func TestAdmissionShedsReadsFirstAndNeverProbes(t *testing.T) {
 	t.Parallel()
 	g, obs := newGateStore(), newCountingObserver()
 	const wait = 50 * time.Millisecond
 	h, err := handlers.New(handlers.Options{
-		Store:     g,
-		Ready:     func(context.Context) error { return nil },
-		Metrics:   http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("m 1\n")) }),
-		Admission: &handlers.Admission{MaxInFlight: 4, Wait: wait, Observer: obs},
+		Store:   g,
+		Ready:   func(context.Context) error { return nil },
+		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("m 1\n")) }),
+		Admission: &handlers.Admission{MaxInFlight: 4, LeaseMaxInFlight: 1, Wait: wait, LongWait: wait,
+			Observer: obs},
 	})
 	require.NoError(t, err)
-	// Limits for 4: default 2, claim 3, lease 4.
+	// Limits: default 3, claim 4 (the default's and one more), lease 1 of its own.
 	var pending []<-chan *httptest.ResponseRecorder
-	pending = append(pending, held(t, h, g, getReq, "get"), held(t, h, g, getReq, "get"))
-
+	for range 3 {
+		pending = append(pending, held(t, h, g, getReq, "get"))
+	}
 	start := time.Now()
-	shedWithin(t, h, getReq, "a third read")
+	shedWithin(t, h, getReq, "a fourth read")
 	// Not a timing assertion: a generous bound that an unbounded queue could never meet.
 	require.Less(t, time.Since(start), wait+10*time.Second)
 
 	pending = append(pending, held(t, h, g, claimReq, "claim"))
 	shedWithin(t, h, claimReq, "a second claim")
 	pending = append(pending, held(t, h, g, heartbeatReq, "heartbeat"))
-	shedWithin(t, h, heartbeatReq, "a heartbeat past every slot")
+	shedWithin(t, h, heartbeatReq, "a heartbeat past its slot")
 
 	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/openapi.yaml"} {
 		rec := serveOne(t, h, "GET", path, "")
@@ -238,12 +241,12 @@ func TestAdmissionShedsReadsFirstAndNeverProbes(t *testing.T) {
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	}
 	admitted, shed := obs.counts()
-	require.Equal(t, map[string]int{"default": 2, "claim": 1, "lease": 1}, admitted)
+	require.Equal(t, map[string]int{"default": 3, "claim": 1, "lease": 1}, admitted)
 	require.Equal(t, map[string]int{"default": 1, "claim": 1, "lease": 1}, shed)
 
-	// Every slot came back, the shed ones' partial holds included.
+	// Every slot came back.
 	for range 4 {
-		rec := serveOne(t, h, heartbeatReq.method, heartbeatReq.path, heartbeatReq.body)
+		rec := serveOne(t, h, claimReq.method, claimReq.path, claimReq.body)
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	}
 	rec := serveOne(t, h, getReq.method, getReq.path, getReq.body)
@@ -256,10 +259,10 @@ func TestAdmissionAdmitsAWaiterWhenASlotFrees(t *testing.T) {
 	g, obs := newGateStore(), newCountingObserver()
 	h, err := handlers.New(handlers.Options{
 		Store:     g,
-		Admission: &handlers.Admission{MaxInFlight: 3, Wait: time.Minute, Observer: obs},
+		Admission: &handlers.Admission{MaxInFlight: 2, Wait: time.Minute, LongWait: time.Minute, Observer: obs},
 	})
 	require.NoError(t, err)
-	first := held(t, h, g, getReq, "get") // default has 1 slot at 3
+	first := held(t, h, g, getReq, "get") // default has 1 slot at 2
 	waiter := make(chan *httptest.ResponseRecorder, 1)
 	go func() { waiter <- serveOne(t, h, getReq.method, getReq.path, getReq.body) }()
 	require.Equal(t, "default", <-obs.waits)
@@ -269,36 +272,66 @@ func TestAdmissionAdmitsAWaiterWhenASlotFrees(t *testing.T) {
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 }
 
-// A read that got its own slot but is shed while it waits for a shared one gives its own back.
-func TestAdmissionReleasesPartialHolds(t *testing.T) {
+// A burst larger than the slots, arriving at once at an idle server, waits its turn: every
+// request is answered by the store, none is shed, though each waits longer than Wait.
+func TestAdmissionQueuesABurstInsteadOfSheddingIt(t *testing.T) {
+	t.Parallel()
+	g, obs := newGateStore(), newCountingObserver()
+	const wait = 20 * time.Millisecond
+	h, err := handlers.New(handlers.Options{
+		Store:     g,
+		Admission: &handlers.Admission{MaxInFlight: 2, Wait: wait, LongWait: time.Minute, Observer: obs},
+	})
+	require.NoError(t, err)
+	first := held(t, h, g, getReq, "get")
+	const burst = 6
+	var pending []<-chan *httptest.ResponseRecorder
+	for range burst {
+		done := make(chan *httptest.ResponseRecorder, 1)
+		go func() { done <- serveOne(t, h, getReq.method, getReq.path, getReq.body) }()
+		pending = append(pending, done)
+	}
+	for range burst {
+		require.Equal(t, "default", <-obs.waits)
+	}
+	// Longer than the short wait: a shedding queue would have answered 503 by now.
+	time.Sleep(3 * wait)
+	g.open("get")
+	require.Equal(t, http.StatusOK, (<-first).Code)
+	for _, p := range pending {
+		rec := <-p
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	}
+	_, shed := obs.counts()
+	require.Empty(t, shed)
+}
+
+// Claims keep a reserve that reads cannot take, and lease requests have slots of their own:
+// with every read slot held, a claim is admitted; with every claim slot held, heartbeats are.
+func TestAdmissionKeepsReservesForExecutors(t *testing.T) {
 	t.Parallel()
 	g := newGateStore()
 	h, err := handlers.New(handlers.Options{
 		Store:     g,
-		Admission: &handlers.Admission{MaxInFlight: 4, Wait: 20 * time.Millisecond},
+		Admission: &handlers.Admission{MaxInFlight: 4, LeaseMaxInFlight: 2, Wait: 20 * time.Millisecond, LongWait: 20 * time.Millisecond},
 	})
 	require.NoError(t, err)
-	lim := handlers.Admission{MaxInFlight: 4}.Limits()
-	var claims []<-chan *httptest.ResponseRecorder
-	for range lim.Claim {
-		claims = append(claims, held(t, h, g, claimReq, "claim"))
-	}
-	// Each read takes a default slot, finds the claim tier full and is shed; more reads than
-	// there are default slots, so a slot kept by a shed read would show below.
-	for range lim.Default + 2 {
-		shedWithin(t, h, getReq, "a read with the claim tier full")
-	}
-	g.open("claim")
-	for _, c := range claims {
-		require.Equal(t, http.StatusOK, (<-c).Code)
-	}
-	var reads []<-chan *httptest.ResponseRecorder
+	lim := handlers.Admission{MaxInFlight: 4, LeaseMaxInFlight: 2}.Limits()
+	var pending []<-chan *httptest.ResponseRecorder
 	for range lim.Default {
-		reads = append(reads, held(t, h, g, getReq, "get"))
+		pending = append(pending, held(t, h, g, getReq, "get"))
 	}
-	g.open("get")
-	for _, r := range reads {
-		require.Equal(t, http.StatusOK, (<-r).Code)
+	shedWithin(t, h, getReq, "a read with the read slots held")
+	for range lim.Claim - lim.Default {
+		pending = append(pending, held(t, h, g, claimReq, "claim"))
+	}
+	shedWithin(t, h, claimReq, "a claim with every main slot held")
+	for range lim.Lease {
+		pending = append(pending, held(t, h, g, heartbeatReq, "heartbeat"))
+	}
+	g.open("get", "claim", "heartbeat")
+	for _, p := range pending {
+		require.Equal(t, http.StatusOK, (<-p).Code)
 	}
 }
 
@@ -309,10 +342,10 @@ func TestAdmissionBoundsTheQueue(t *testing.T) {
 	g, obs := newGateStore(), newCountingObserver()
 	h, err := handlers.New(handlers.Options{
 		Store:     g,
-		Admission: &handlers.Admission{MaxInFlight: 3, Wait: time.Minute, Observer: obs},
+		Admission: &handlers.Admission{MaxInFlight: 2, LeaseMaxInFlight: 1, Wait: time.Minute, LongWait: time.Minute, Observer: obs},
 	})
 	require.NoError(t, err)
-	lim := handlers.Admission{MaxInFlight: 3}.Limits()
+	lim := handlers.Admission{MaxInFlight: 2, LeaseMaxInFlight: 1}.Limits()
 	first := held(t, h, g, getReq, "get")
 	pending := []<-chan *httptest.ResponseRecorder{first}
 	for range lim.MaxWaiting {

@@ -70,8 +70,9 @@ func decodeProblem(t *testing.T, rec *httptest.ResponseRecorder) problemBody {
 	return p
 }
 
-// A transaction whose serialization retries ran out answers 503 busy with Retry-After on
-// every route, and the answer carries no internal error text. A database that cannot be
+// A transaction whose serialization retries ran out, or that waited LOCK_WAIT for a held row,
+// answers 503 busy with Retry-After on every route, and the answer carries no internal error
+// text. A database that cannot be
 // reached answers 503 unavailable, a statement timeout 503 timeout with Retry-After; any
 // other failure 500 internal, also without its text.
 func TestStoreFailuresAnswer5xxWithoutInternalText(t *testing.T) {
@@ -89,12 +90,14 @@ func TestStoreFailuresAnswer5xxWithoutInternalText(t *testing.T) {
 	}{
 		{"retries exhausted", fmt.Errorf("%w after 12 attempts: %w", repo.ErrRetriesExhausted,
 			fmt.Errorf("insert runs: %w", &pq.Error{Code: "40001", Message: secret})), 503, "busy"},
+		{"lock wait exceeded", fmt.Errorf("%w: %w", repo.ErrLockWait,
+			fmt.Errorf("report run: %w", &pq.Error{Code: "55P03", Message: secret})), 503, "busy"},
 		{"connection terminated", fmt.Errorf("claim: %w", &pq.Error{Code: "57P01", Message: secret}), 503, "unavailable"},
 		{"connection failure", fmt.Errorf("begin: %w", &pq.Error{Code: "08006", Message: secret}), 503, "unavailable"},
 		{"too many connections", fmt.Errorf("begin: %w", &pq.Error{Code: "53300", Message: secret}), 503, "unavailable"},
 		{"network error", fmt.Errorf("begin: %w", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New(secret)}), 503, "unavailable"},
 		{"statement timeout", fmt.Errorf("insert: %w", &pq.Error{Code: "57014", Message: secret}), 503, "timeout"},
-		{"connection lost during commit", fmt.Errorf("commit: %w: %w", repo.ErrCommitOutcomeUnknown, io.EOF), 503, "unavailable"},
+		{"connection lost during commit", fmt.Errorf("commit: %w: %w", repo.ErrOutcomeUnknown, io.EOF), 503, "outcome_unknown"},
 		{"unknown failure", fmt.Errorf("insert: %w", &pq.Error{Code: "XX000", Message: secret}), 500, "internal"},
 		{"plain error", errors.New(secret), 500, "internal"},
 	}
@@ -107,7 +110,10 @@ func TestStoreFailuresAnswer5xxWithoutInternalText(t *testing.T) {
 			require.Equal(t, c.code, p.Code, "%s: %s %s", c.name, r.method, r.path)
 			require.NotContains(t, rec.Body.String(), "SECRET", "%s: a 5xx carries internal error text", c.name)
 			require.NotContains(t, rec.Body.String(), "serialize")
-			if c.code == "busy" || c.code == "timeout" {
+			if c.name == "lock wait exceeded" {
+				require.Equal(t, "waited LOCK_WAIT for a row another request holds; nothing was written", p.Detail)
+			}
+			if c.code == "busy" || c.code == "timeout" || c.code == "outcome_unknown" {
 				ra, err := strconv.Atoi(rec.Header().Get("Retry-After"))
 				require.NoError(t, err, "%s %s: Retry-After %q", r.method, r.path, rec.Header().Get("Retry-After"))
 				require.Positive(t, ra)

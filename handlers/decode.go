@@ -42,6 +42,9 @@ func decodeBody(r *http.Request, v any) *api.Problem {
 		}
 	}
 	if err == nil {
+		if p := checkText(data); p != nil {
+			return p
+		}
 		if field, ok := findNUL(data); ok {
 			p := badRequest(field+" must not contain the NUL character", fieldErr(field, "must not contain the NUL character (\\u0000)"))
 			return &p

@@ -1,42 +1,25 @@
 package handlers
 
 import (
-	"encoding/json"
 	"net/http"
-	"time"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/domain"
+	"github.com/backfillsvc/backfill/events"
 	"github.com/backfillsvc/backfill/repo"
 )
 
-// eventOut is an event as the API answers it. Its data is served as stored: the writer
-// (migrations/00007_events_writer.sql) stores it in API form, so webhooks, lists and streams
-// all send the same bytes.
-type eventOut struct {
-	ID         int64           `json:"id"`
-	Type       string          `json:"type"`
-	BackfillID int64           `json:"backfill_id"`
-	DagID      string          `json:"dag_id"`
-	OccurredAt time.Time       `json:"occurred_at"`
-	Data       json.RawMessage `json:"data"`
-}
-
+// eventCollectionOut is a page of events; each is the one event document (events.Document)
+// that the streams and the webhooks send too.
 type eventCollectionOut struct {
-	Events    []eventOut `json:"events"`
-	NextAfter int64      `json:"next_after"`
-}
-
-func toEventOut(e repo.Event) eventOut {
-	return eventOut{
-		ID: e.ID, Type: e.Type, BackfillID: e.BackfillID, DagID: e.DagID,
-		OccurredAt: utc(e.OccurredAt), Data: json.RawMessage(e.Data),
-	}
+	Events    []events.Document `json:"events"`
+	NextAfter int64             `json:"next_after"`
 }
 
 func eventsOut(evs []repo.Event, after int64) eventCollectionOut {
-	out := eventCollectionOut{Events: make([]eventOut, len(evs)), NextAfter: after}
+	out := eventCollectionOut{Events: make([]events.Document, len(evs)), NextAfter: after}
 	for i, e := range evs {
-		out.Events[i] = toEventOut(e)
+		out.Events[i] = events.NewDocument(e)
 		out.NextAfter = e.ID
 	}
 	return out
@@ -54,7 +37,7 @@ func (s *Server) ListEvents(w http.ResponseWriter, r *http.Request, params api.L
 	limit, _ := s.page(params.Limit, nil)
 	p := repo.EventListParams{After: eventsAfter(params.After), Limit: limit, BackfillID: params.BackfillId}
 	if params.Type != nil {
-		t := string(*params.Type)
+		t := domain.EventType(*params.Type)
 		p.Type = &t
 	}
 	evs, err := s.store.EventList(r.Context(), p)

@@ -168,14 +168,14 @@ func (sw *sseWriter) event(ev repo.Event) bool {
 	if ev.ID <= sw.lastID {
 		return false
 	}
-	data, err := json.Marshal(toEventOut(ev))
+	data, err := events.NewDocument(ev).JSON()
 	if err != nil {
 		sw.err = err
 		return true
 	}
 	sw.printf("id: %d\nevent: %s\ndata: %s\n\n", ev.ID, ev.Type, data)
 	sw.lastID = ev.ID
-	return repo.EventTerminal(ev.Type)
+	return ev.Type.Terminal()
 }
 
 func (sw *sseWriter) progress(p events.Progress) {

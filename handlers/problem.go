@@ -102,6 +102,11 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.log(r).Warn("transaction retries exhausted", "err", err)
 		w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
 		writeProblem(w, problem(http.StatusServiceUnavailable, "busy", "too many concurrent changes; retry shortly"))
+	case errors.Is(err, repo.ErrLockWait):
+		s.log(r).Warn("lock wait exceeded", "err", err)
+		w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
+		writeProblem(w, problem(http.StatusServiceUnavailable, "busy",
+			"waited LOCK_WAIT for a row another request holds; nothing was written"))
 	case r.Context().Err() != nil:
 		// The client went away (lib/pq then reports its canceled statement as 57014, like a
 		// timeout); nobody reads this answer.
@@ -112,13 +117,13 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, problem(http.StatusServiceUnavailable, "timeout",
 			"a database statement ran into its time limit and was stopped; nothing was changed. "+
 				"The same request may meet the limit again: retry later or ask for less"))
-	case errors.Is(err, repo.ErrCommitOutcomeUnknown):
-		s.log(r).Error("connection lost during commit", "err", err)
+	case errors.Is(err, repo.ErrOutcomeUnknown):
+		// The one answer for every change whose session died after it was sent, COMMIT or an
+		// autocommit statement: nothing re-sent it, so it happened at most once.
+		s.log(r).Error("connection lost after a change was sent", "err", err)
 		w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
-		writeProblem(w, problem(http.StatusServiceUnavailable, "unavailable",
-			"the connection to the database was lost while committing: the outcome is unknown. "+
-				"Retry with the same Idempotency-Key (where the route takes one): the retry answers "+
-				"what was committed instead of doing it twice"))
+		writeProblem(w, problem(http.StatusServiceUnavailable, "outcome_unknown",
+			"the change may or may not have been applied; retrying with the same Idempotency-Key is safe"))
 	case repo.IsUnavailable(err):
 		s.log(r).Error("database unavailable", "err", err)
 		w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))

@@ -33,6 +33,7 @@ import (
 // 2^53+1 fails its maximum: 400 either way, never a rounded value.
 type specValidator struct {
 	router   routers.Router
+	idRoutes idRoutes
 	defaults specDefaults
 }
 
@@ -62,7 +63,7 @@ func newSpecValidator() (*specValidator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("openapi router: %w", err)
 	}
-	return &specValidator{router: router, defaults: defaults}, nil
+	return &specValidator{router: router, idRoutes: newIDRoutes(doc), defaults: defaults}, nil
 }
 
 func (v *specValidator) middleware(next http.Handler) http.Handler {
@@ -73,6 +74,10 @@ func (v *specValidator) middleware(next http.Handler) http.Handler {
 		SkipSettingDefaults: true,
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v.idRoutes.match(r) { // valid by construction (validate_fast.go)
+			next.ServeHTTP(w, r)
+			return
+		}
 		route, pathParams, err := v.router.FindRoute(r)
 		switch {
 		case errors.Is(err, routers.ErrMethodNotAllowed):
@@ -80,6 +85,10 @@ func (v *specValidator) middleware(next http.Handler) http.Handler {
 			return
 		case err != nil:
 			writeProblem(w, problem(http.StatusNotFound, "not_found", "no such route"))
+			return
+		}
+		if p := checkParamText(pathParams, r.URL.Query()); p != nil {
+			writeProblem(w, *p)
 			return
 		}
 		if p := checkContentType(r, route.Operation); p != nil {

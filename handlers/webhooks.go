@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/backfillsvc/backfill/api"
 	"github.com/backfillsvc/backfill/repo"
@@ -35,23 +36,44 @@ func newWebhookSecret() (string, error) {
 	return "whsec_" + base64.StdEncoding.EncodeToString(key), nil
 }
 
-// checkWebhookURL accepts absolute http and https URLs with a host. Where the host points is
-// judged at delivery, on the address actually dialed.
-func checkWebhookURL(raw string) error {
+// checkWebhookURL accepts absolute http and https URLs with a host and, if any, a port in
+// 1..65535, and returns the URL with its scheme and host in lower case: both are
+// case-insensitive (RFC 3986, 3.1 and 3.2.2), and the database keeps the lower-case form
+// (its CHECK spells the schemes so). Where the host points is judged at delivery, on the
+// address actually dialed.
+func checkWebhookURL(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("%w: url is not a URL: %w", repo.ErrInvalidWebhook, err)
+		return "", fmt.Errorf("%w: url is not a URL: %w", repo.ErrInvalidWebhook, err)
 	}
+	// url.Parse has lowered the scheme already.
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("%w: url must be an absolute http or https URL", repo.ErrInvalidWebhook)
+		return "", fmt.Errorf("%w: url must be an absolute http or https URL", repo.ErrInvalidWebhook)
 	}
 	if u.Host == "" || u.Hostname() == "" {
-		return fmt.Errorf("%w: url has no host", repo.ErrInvalidWebhook)
+		return "", fmt.Errorf("%w: url has no host", repo.ErrInvalidWebhook)
 	}
 	if u.User != nil {
-		return fmt.Errorf("%w: url must not carry credentials; the signature authenticates deliveries", repo.ErrInvalidWebhook)
+		return "", fmt.Errorf("%w: url must not carry credentials; the signature authenticates deliveries", repo.ErrInvalidWebhook)
 	}
-	return nil
+	if p := u.Port(); p != "" {
+		// url.Parse checks only that a port is digits.
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return "", fmt.Errorf("%w: url's port must be from 1 to 65535", repo.ErrInvalidWebhook)
+		}
+	}
+	return lowerSchemeAndHost(raw, u), nil
+}
+
+// lowerSchemeAndHost lowers "scheme://host" at the start of raw and keeps the rest as sent
+// (re-encoding the URL could change its path or query). A host that url.Parse unescaped (an
+// IPv6 zone, "%25eth0") does not match raw and is left as sent.
+func lowerSchemeAndHost(raw string, u *url.URL) string {
+	n := len(u.Scheme) + len("://") + len(u.Host)
+	if n > len(raw) || !strings.EqualFold(raw[:n], u.Scheme+"://"+u.Host) {
+		return raw
+	}
+	return strings.ToLower(raw[:n]) + raw[n:]
 }
 
 // CreateWebhook registers a webhook and answers its secret, the only time it is shown.
@@ -61,7 +83,8 @@ func (s *Server) CreateWebhook(w http.ResponseWriter, r *http.Request, params ap
 		writeProblem(w, *p)
 		return
 	}
-	if err := checkWebhookURL(body.Url); err != nil {
+	hookURL, err := checkWebhookURL(body.Url)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -79,7 +102,7 @@ func (s *Server) CreateWebhook(w http.ResponseWriter, r *http.Request, params ap
 		s.writeError(w, r, err)
 		return
 	}
-	p := repo.WebhookCreateParams{URL: body.Url, EventTypes: types, Description: body.Description, Secret: secret}
+	p := repo.WebhookCreateParams{URL: hookURL, EventTypes: types, Description: body.Description, Secret: secret}
 	if params.IdempotencyKey != nil {
 		p.IdempotencyKey = *params.IdempotencyKey
 	}

@@ -15,7 +15,7 @@ func (s *Store) BackfillGet(ctx context.Context, id int64) (Backfill, error) {
 		return backfillGet(ctx, s.db, id, "")
 	}
 	var b Backfill
-	err := stmt.GetContext(ctx, &b, id)
+	err := stmt.QueryRowContext(ctx, id).Scan(b.scanDest()...)
 	if isNoRows(err) {
 		return Backfill{}, ErrBackfillNotFound
 	}

@@ -21,7 +21,9 @@ const copyAbove = 5000
 // materializes them, and pays a speculative insertion per row). COPY cannot skip a conflict,
 // so it runs under a savepoint: if a run for one of the dates committed since the window was
 // read, the date's unique index refuses the COPY, the savepoint is rolled back, and it
-// reports false so that the caller takes the insert path, which settles such dates.
+// reports false so that the caller takes the insert path, which settles such dates. Either key
+// of a run can be the one that refuses it (the date's or the run_id's, in whichever order the
+// indexes are checked).
 func copyNewRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p BackfillCreateParams, slots []PlannedSlot, now time.Time) (bool, error) {
 	if _, err := tx.ExecContext(ctx, `SAVEPOINT copy_new_runs`); err != nil {
 		return false, fmt.Errorf("savepoint: %w", err)
@@ -33,7 +35,7 @@ func copyNewRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p BackfillC
 		}
 		return true, nil
 	}
-	if uniqueViolation(err) != constraintRunPerDate {
+	if !isRunKeyViolation(err) {
 		return false, err
 	}
 	if _, rerr := tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT copy_new_runs`); rerr != nil {

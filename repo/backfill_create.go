@@ -2,9 +2,11 @@ package repo
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/backfillsvc/backfill/domain"
@@ -48,20 +50,25 @@ func (s *Store) BackfillCreate(ctx context.Context, p BackfillCreateParams) (Bac
 		}
 		return s.alreadyRunning(ctx, p.IdempotencyKey, hash, id)
 	}
-	known, err := s.existingRunDates(ctx, p.DagID, plan)
-	if err != nil {
-		return Backfill{}, false, err
-	}
 	// Each pass of this loop follows a concurrent request that changed the ground between our
 	// transaction and our look-up (a winner that finished, a key holder that rolled back).
 	// That takes a very unlucky interleaving; a few passes are plenty, and the bound keeps a
 	// pathological case from spinning.
 	for range maxCreatePasses {
 		var b Backfill
-		err := s.inSerializableTx(ctx, func(tx *sqlx.Tx) error {
-			var err error
-			b, err = s.backfillInsertAll(ctx, tx, p, hash, dag, plan, known)
-			return err
+		err := s.withRetry(ctx, func() error {
+			// Every attempt looks at the window afresh: dates read once and reused would
+			// go stale when a concurrent creation commits the same dates, or when the DAG is
+			// deleted (its runs with it) and created again.
+			known, err := s.existingRunDates(ctx, p.DagID, plan)
+			if err != nil {
+				return err
+			}
+			return s.runTx(ctx, sql.LevelSerializable, func(tx *sqlx.Tx) error {
+				var err error
+				b, err = s.backfillInsertAll(ctx, tx, p, hash, dag, plan, known)
+				return err
+			})
 		})
 		switch {
 		case err == nil:
@@ -102,7 +109,11 @@ const maxCreatePasses = 5
 //
 // planned is the plan made from planDag before the transaction; it is reused (copied: a
 // plan is mutated as slots are decided) unless the DAG's schedule changed since. known is
-// the dates that had a run before the transaction (see insertNewRuns).
+// the dates that had a run just before this attempt's transaction began (see insertNewRuns):
+// a hint, read outside the SERIALIZABLE snapshot so that it takes no predicate locks. Where
+// it disagrees with the snapshot (a run committed or deleted in between), or where a
+// concurrent creation inserts the same run first, the attempt fails with
+// errConcurrentRunForDate and is run again from a fresh look, which then sees the winner.
 func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCreateParams, hash domain.Fingerprint, planDag Dag, planned []PlannedSlot, known runDates) (Backfill, error) {
 	// The transaction's own "now" (backfill_now() is now(), the transaction's start), read
 	// once: it stamps every row this transaction writes.
@@ -196,7 +207,12 @@ func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCr
 		return b, nil
 	}
 	// Every slot was skipped: nothing to wait for, so the backfill is born succeeded, once
-	// its insert as 'running' has proven that no other backfill of the DAG is active.
+	// its insert as 'running' has proven that no other backfill of the DAG is active. The
+	// setting tells the event writer (migrations/00011) that the insert and this update are
+	// one birth: backfill.created and backfill.succeeded, both with the final row.
+	if _, err := tx.ExecContext(ctx, `SELECT set_config('backfill.born_terminal', $1, true)`, strconv.FormatInt(id, 10)); err != nil {
+		return Backfill{}, fmt.Errorf("mark all-skipped backfill %d: %w", id, err)
+	}
 	err = sqlx.GetContext(ctx, tx, &b, `
 		UPDATE backfills SET state = 'succeeded', completed_at = $2 WHERE id = $1
 		RETURNING `+backfillColumns, id, now)
@@ -235,8 +251,10 @@ func settleTakenSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p Back
 	for i, idx := range taken {
 		at, ok := byDate[slots[idx].LogicalDate.UnixMicro()]
 		if !ok {
-			// A run_id clash without a date clash: only a corrupt history can do that.
-			return fmt.Errorf("slot %s conflicted with no run of its date", slots[idx].LogicalDate)
+			// The date had a run when known was read and has none in this snapshot: the
+			// run was deleted in between (its DAG deleted and created again). Decide again
+			// from a fresh look.
+			return fmt.Errorf("%w: slot %s has no run of its date", errConcurrentRunForDate, slots[idx].LogicalDate)
 		}
 		r := &runs[at]
 		domain.Decide(&slots[idx], p.ReprocessBehavior, r.ID, r.State)

@@ -97,6 +97,13 @@ func insertRunsAndSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p Ba
 		FROM linked`,
 		backfillID, ordinals, dates, ends, runIDs, p.DagID, jsonParam(p.DagRunConf), now)
 	if err != nil {
+		if isRunKeyViolation(err) {
+			// A concurrent creation inserted the same run (same date, same run_id) and
+			// committed while this statement waited on it: ON CONFLICT arbitrates the
+			// date only, so the run_id index can raise this instead. Like a serialization
+			// failure, it is run again from a fresh snapshot, which sees the winner.
+			return nil, fmt.Errorf("insert runs and slots: %w: %w", errConcurrentRunForDate, err)
+		}
 		return nil, fmt.Errorf("insert runs and slots: %w", err)
 	}
 	if res.Linked == n {
@@ -108,19 +115,29 @@ func insertRunsAndSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p Ba
 	return res.Ordinals, nil
 }
 
+// isRunKeyViolation reports a unique violation of one of the keys of a DAG's runs.
+func isRunKeyViolation(err error) bool {
+	c := uniqueViolation(err)
+	return c == constraintRunPerDate || c == constraintRunIDPerDag
+}
+
 // runDates is a set of logical dates (Unix microseconds) that have a run.
 type runDates map[int64]bool
 
 // existingRunDates reads which dates of the plan's window already have a run of the DAG. It
-// runs before the creating transaction, on purpose: under SERIALIZABLE a read of the DAG's
-// key range would take predicate locks that make creations for neighbouring DAGs abort each
-// other. It is only a hint (see insertNewRuns); a range scan of one index, it costs little
-// when the window is empty, the common case.
+// runs just before each attempt's creating transaction, on purpose: under SERIALIZABLE a read
+// of the DAG's key range would take predicate locks that make creations for neighbouring DAGs
+// abort each other. It is only a hint (see insertNewRuns); a range scan of one index, it costs
+// little when the window is empty, the common case.
 func (s *Store) existingRunDates(ctx context.Context, dagID string, plan []PlannedSlot) (runDates, error) {
 	first, last := domain.Window(plan)
 	var dates []time.Time
 	err := sqlx.SelectContext(ctx, s.db, &dates, `
 		SELECT logical_date FROM dag_runs WHERE dag_id = $1 AND logical_date BETWEEN $2 AND $3`, dagID, first, last)
+	if err != nil && isSessionFailure(err) {
+		// A read: nothing was written, so the attempt may run again on a fresh session.
+		return nil, &errBeforeCommit{fmt.Errorf("read existing runs of %q: %w", dagID, err)}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read existing runs of %q: %w", dagID, err)
 	}

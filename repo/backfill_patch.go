@@ -47,6 +47,12 @@ var backfillPatchSQL = `
 		max_active_runs = coalesce($2, max_active_runs),
 		max_failed_runs = CASE WHEN $3 THEN $4 ELSE max_failed_runs END,
 		description = CASE WHEN $5 THEN $6 ELSE description END,
-		updated_at = backfill_now()
+		-- A patch that changes nothing leaves the row as it was: no updated_at, and so no
+		-- backfill.updated (the event writer fires on a change of any of these).
+		updated_at = CASE
+			WHEN coalesce($2, max_active_runs) IS DISTINCT FROM max_active_runs
+				OR (CASE WHEN $3 THEN $4 ELSE max_failed_runs END) IS DISTINCT FROM max_failed_runs
+				OR (CASE WHEN $5 THEN $6 ELSE description END) IS DISTINCT FROM description
+			THEN backfill_now() ELSE updated_at END
 	WHERE id = $1 AND state IN ` + activeStatesSQL + `
 	RETURNING ` + backfillColumns

@@ -32,7 +32,9 @@ type RunClaimParams struct {
 // partial indexes of claimable owners (migrations/00005_fair_claims.sql), so idle, paused and
 // saturated DAGs and backfills cost nothing, however many there are. Caps hold exactly under
 // concurrent claims because each owner row is locked before its room is read and its runs are
-// taken: a claimer that meets a locked owner waits, and then sees the owner's newest counters.
+// taken. A claimer never waits for an owner: one that another transaction holds (a concurrent
+// claim, or a transaction holding it for seconds) is skipped for the next, so a held backfill
+// delays no claim.
 func (s *Store) RunClaim(ctx context.Context, p RunClaimParams) ([]Run, bool, error) {
 	scope, args := claimAnyDag, []any{p.WorkerID, p.LeaseSeconds, p.Limit}
 	if p.DagID != nil {
@@ -44,8 +46,9 @@ func (s *Store) RunClaim(ctx context.Context, p RunClaimParams) ([]Run, bool, er
 		err      error
 	)
 	if p.IdempotencyKey == "" {
-		// A deadlock (40P01) is possible, if rare: the sweep's lease expiry locks backfill rows
-		// before DAG rows, a claim that spans both kinds of owner the other way round.
+		// The claim waits for no row lock (every lock it takes skips rows held elsewhere), so a
+		// deadlock should not reach it; retrying one costs nothing if the planner ever locks in
+		// another way.
 		err = s.withRetry(ctx, func() error {
 			claimed, err = s.claimRuns(ctx, nil, scope, args)
 			return err
@@ -89,11 +92,14 @@ func (s *Store) runClaimIdempotent(ctx context.Context, p RunClaimParams, scope 
 	}
 	return idempotent(ctx, s, r, replay, func(tx *sqlx.Tx) ([]Run, []int64, *string, error) {
 		runs, err := s.claimRuns(ctx, tx, scope, args)
-		if err != nil || len(runs) == 0 {
-			// A claim that found nothing leases nothing, so it stores no key: idle workers
-			// poll often, and a retry of an empty claim may as well claim afresh.
-			return runs, nil, nil, err
+		if err != nil {
+			return nil, nil, nil, err
 		}
+		// A claim that found nothing stores its key too. A claim skips owners that another
+		// transaction holds, so a retry running while its first attempt still holds the owner
+		// finds nothing: the key it records then either waits for the first attempt's key
+		// (and answers its runs) or makes that attempt roll back. Without it, that retry
+		// would answer nothing while the first leased runs to the worker.
 		ids := make([]int64, len(runs))
 		for i, run := range runs {
 			ids[i] = run.ID
@@ -152,11 +158,12 @@ func (s *Store) claimStmt(ctx context.Context, scope claimScope) *sqlx.Stmt {
 //
 //  1. dag_owner and backfill_owner walk the partial indexes of claimable owners in claim order
 //     (DAGs by dag_id, backfills by id), one owner per step, and lock each owner row as it is
-//     reached. FOR NO KEY UPDATE blocks behind a concurrent claimer; READ COMMITTED then
-//     re-evaluates the WHERE clause on the newest row version, so an owner that another claimer
-//     filled meanwhile is passed over for the next one, and room (max_active_runs minus the
-//     running count) is read from the newest counters. Every claimer locks owners in the same
-//     order, DAGs before backfills, so claimers queue rather than deadlock.
+//     reached, FOR NO KEY UPDATE SKIP LOCKED: an owner locked by anyone else is passed over
+//     for the next one instead of waited on, so a transaction that holds a backfill row for
+//     seconds parks no claim inside the database. An owner that is locked is read at its
+//     newest row version (READ COMMITTED re-evaluates the WHERE clause on it), so room
+//     (max_active_runs minus the running count) comes from the newest counters. Since no
+//     claimer waits for an owner, claimers cannot deadlock over owners.
 //  2. For each owner, a walk takes its queued runs in claim order, up to least(room, limit), one
 //     ordered index probe per step with FOR UPDATE SKIP LOCKED.
 //  3. picked appends the backfills' runs after the DAGs' and stops at the claim's limit. Plans
@@ -192,13 +199,13 @@ func claimStatement(scope claimScope) string {
 				SELECT dag_id, max_active_runs - num_manual_running FROM dags
 				WHERE ` + dagOwner + `
 				ORDER BY dag_id LIMIT 1
-				FOR NO KEY UPDATE) head
+				FOR NO KEY UPDATE SKIP LOCKED) head
 			UNION ALL
 			SELECT d.* FROM dag_owner o CROSS JOIN LATERAL (
 				SELECT dag_id, max_active_runs - num_manual_running FROM dags
 				WHERE ` + dagOwner + ` AND dag_id > o.dag_id
 				ORDER BY dag_id LIMIT 1
-				FOR NO KEY UPDATE) d
+				FOR NO KEY UPDATE SKIP LOCKED) d
 		), manual_pick AS (
 			SELECT w.id FROM dag_owner o CROSS JOIN LATERAL (
 				WITH RECURSIVE walk (id, logical_date, n) AS (
@@ -222,13 +229,13 @@ func claimStatement(scope claimScope) string {
 				SELECT id, max_active_runs - num_running FROM backfills
 				WHERE ` + backfillOwner + `
 				ORDER BY id LIMIT 1
-				FOR NO KEY UPDATE) head
+				FOR NO KEY UPDATE SKIP LOCKED) head
 			UNION ALL
 			SELECT b.* FROM backfill_owner o CROSS JOIN LATERAL (
 				SELECT id, max_active_runs - num_running FROM backfills
 				WHERE ` + backfillOwner + ` AND id > o.id
 				ORDER BY id LIMIT 1
-				FOR NO KEY UPDATE) b
+				FOR NO KEY UPDATE SKIP LOCKED) b
 		), backfill_pick AS (
 			SELECT w.id FROM backfill_owner o CROSS JOIN LATERAL (
 				WITH RECURSIVE walk (id, ordinal, n) AS (

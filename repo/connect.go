@@ -15,13 +15,20 @@ import (
 //     is always safe, and it is the one place that covers every path: transactions, single
 //     statements, prepared statements, and a stale pooled session that database/sql replaces
 //     with a new one. A failover of a second or two is thus ridden inside the server.
+//
 //   - A failure that remains is marked as one (connectError): lib/pq reports "no host is
 //     writable" (target_session_attrs) and a refused or half-open host as plain errors with
 //     no SQLSTATE, which the mark lets IsUnavailable recognise without reading error text.
 //
+//   - Each session reports a lost answer to a change that may have reached the server as
+//     ErrOutcomeUnknown instead of driver.ErrBadConn, so that database/sql never sends it again
+//     on its own (outcome.go). A lib/pq connector is set to dial through a socket that counts
+//     what was sent, which is how a session tells "nothing left" from "the answer was lost".
+//
 // Wrong credentials or a missing database are configuration, not an outage: they are not
 // waited on.
 func Connector(c driver.Connector, wait time.Duration) driver.Connector {
+	countSockets(c)
 	return connector{Connector: c, wait: wait}
 }
 
@@ -42,9 +49,10 @@ func (c connector) Connect(ctx context.Context) (driver.Conn, error) {
 	start := time.Now()
 	noWait := ctx.Value(noReconnectWaitKey{}) != nil
 	for attempt := 1; ; attempt++ {
-		conn, err := c.Connector.Connect(ctx)
+		slot := &dialSlot{}
+		conn, err := c.Connector.Connect(context.WithValue(ctx, dialSlotKey{}, slot))
 		if err == nil {
-			return conn, nil
+			return newSession(conn, slot), nil
 		}
 		left := c.wait - time.Since(start)
 		if noWait || left <= 0 || ctx.Err() != nil || isConfigError(err) {

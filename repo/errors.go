@@ -34,13 +34,12 @@ var (
 	// ErrStatementTimeout: a statement ran into its time limit (statement_timeout) and was
 	// stopped. Retrying the same request may well meet the same limit.
 	ErrStatementTimeout = errors.New("statement timeout")
+	// ErrLockWait: a statement waited LOCK_WAIT (lock_timeout) for a row another transaction
+	// holds, and the transaction was rolled back: nothing was written.
+	ErrLockWait = errors.New("lock wait exceeded")
 	// ErrUnavailable: no usable database session within the reconnect wait (no host
 	// answered, or none accepts writes).
-	ErrUnavailable = errors.New("database unavailable")
-	// ErrCommitOutcomeUnknown: the connection was lost after COMMIT was sent and before its
-	// answer came back. The transaction may or may not have committed; it is never retried
-	// inside the server, because a retry could do the work twice.
-	ErrCommitOutcomeUnknown    = errors.New("connection lost during commit; outcome unknown")
+	ErrUnavailable             = errors.New("database unavailable")
 	errIdempotencyKeyTaken     = errors.New("idempotency key taken")
 	errConcurrentRunForDate    = errors.New("a concurrent run took a slot's date")
 	errBackfillUniqueViolation = errors.New("active backfill index violated")
@@ -86,7 +85,7 @@ func uniqueViolation(err error) string {
 // IsUnavailable reports whether err means the database could not be reached, is shutting
 // down, or accepts no writes, as opposed to a fault in the request or in this code.
 func IsUnavailable(err error) bool {
-	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrCommitOutcomeUnknown) ||
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown) ||
 		errors.Is(err, context.DeadlineExceeded) || isSessionFailure(err) {
 		return true
 	}
@@ -108,6 +107,11 @@ func IsStatementTimeout(err error) bool {
 		return false
 	}
 	return errors.Is(err, ErrStatementTimeout) || pq.As(err, pqerror.QueryCanceled) != nil
+}
+
+// isLockNotAvailable reports 55P03: lock_timeout ran out (or a NOWAIT found the row held).
+func isLockNotAvailable(err error) bool {
+	return pq.As(err, pqerror.LockNotAvailable) != nil
 }
 
 // IsReadOnly reports whether the session's host accepts no writes: a hot standby, or a

@@ -5,40 +5,30 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 )
-
-// Event types, as the events table's events_type_valid constraint lists them.
-const (
-	EventCreated   = "backfill.created"
-	EventUpdated   = "backfill.updated"
-	EventPaused    = "backfill.paused"
-	EventUnpaused  = "backfill.unpaused"
-	EventCanceling = "backfill.canceling"
-	EventSucceeded = "backfill.succeeded"
-	EventFailed    = "backfill.failed"
-	EventCanceled  = "backfill.canceled"
-)
-
-// EventTerminal reports whether an event type ends its backfill's story.
-func EventTerminal(eventType string) bool {
-	return eventType == EventSucceeded || eventType == EventFailed || eventType == EventCanceled
-}
 
 // Event is one row of the outbox. Events are written only by the triggers of
 // migrations/00007_events_writer.sql, in the transaction of the change they report; Data is
 // stored in its API form ({"backfill": <as GET answers it>, ...}) and served as it is.
 type Event struct {
-	ID         int64     `db:"id"`
-	Type       string    `db:"type"`
-	BackfillID int64     `db:"backfill_id"`
-	DagID      string    `db:"dag_id"`
-	OccurredAt time.Time `db:"occurred_at"`
-	Data       JSON      `db:"data"`
+	ID         int64            `db:"id"`
+	Type       domain.EventType `db:"type"`
+	BackfillID int64            `db:"backfill_id"`
+	DagID      string           `db:"dag_id"`
+	OccurredAt time.Time        `db:"occurred_at"`
+	Data       JSON             `db:"data"`
 }
 
 const eventColumns = `id, type, backfill_id, dag_id, occurred_at, data`
+
+// eventColumnsOf is eventColumns qualified by a table alias, for joins.
+func eventColumnsOf(alias string) string {
+	return alias + ".id, " + alias + ".type, " + alias + ".backfill_id, " + alias + ".dag_id, " +
+		alias + ".occurred_at, " + alias + ".data"
+}
 
 // EventListParams selects events after a cursor.
 type EventListParams struct {
@@ -46,7 +36,7 @@ type EventListParams struct {
 	After      int64
 	Limit      int
 	BackfillID *int64
-	Type       *string
+	Type       *domain.EventType
 }
 
 // EventList answers events with id > After in id order. Paging by id never skips an event:

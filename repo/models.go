@@ -162,6 +162,15 @@ const backfillColumns = `id, dag_id, from_date, to_date, run_backwards, dag_run_
 	num_queued, num_running, num_success, num_failed, num_canceled, num_skipped,
 	max_failed_runs, pause_reason, plan_hash, parent_backfill_id`
 
+// scanDest is b's fields in backfillColumns order. The status read scans through it rather
+// than sqlx's mapping by column name, which costs reflection on every poll.
+func (b *Backfill) scanDest() []any {
+	return []any{&b.ID, &b.DagID, &b.FromDate, &b.ToDate, &b.RunBackwards, &b.DagRunConf, &b.ReprocessBehavior,
+		&b.MaxActiveRuns, &b.Description, &b.State, &b.CreatedAt, &b.UpdatedAt, &b.CompletedAt,
+		&b.Queued, &b.Running, &b.Success, &b.Failed, &b.Canceled, &b.Skipped,
+		&b.MaxFailedRuns, &b.PauseReason, &b.PlanHash, &b.ParentBackfillID}
+}
+
 // BackfillSlot is one slot of a backfill as its listing shows it.
 type BackfillSlot struct {
 	SortOrdinal     int       `db:"sort_ordinal"`

@@ -138,7 +138,7 @@ func TestTxDoesNotRetryASessionLostDuringCommit(t *testing.T) {
 		_, err := tx.Exec(`INSERT INTO tx_probe VALUES (1)`)
 		return err
 	})
-	require.ErrorIs(t, err, ErrCommitOutcomeUnknown)
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
 	require.True(t, IsUnavailable(err))
 	require.Equal(t, 1, attempts)
 	require.Empty(t, probeRows(t, s), "here the session died before the commit took effect")

@@ -172,9 +172,13 @@ func (s *Store) RunReport(ctx context.Context, p RunReportParams) (Run, error) {
 	// run, because the UPDATE needs the CTE's row to know which run to lock. Backfill row
 	// first, then its run: the order every path takes, so a report cannot deadlock with a
 	// cancel or a claim, and the sweep cannot finalize the backfill in between.
+	//
+	// It runs in a transaction of the lease pool, for its lock_timeout (LOCK_WAIT): a report
+	// of a run whose backfill another transaction holds for long answers 503 busy after
+	// LOCK_WAIT, nothing written.
 	var run Run
-	err := s.withRetry(ctx, func() error {
-		err := sqlx.GetContext(ctx, s.db, &run, `
+	err := s.inTx(onLeasePool(ctx), func(tx *sqlx.Tx) error {
+		err := sqlx.GetContext(ctx, tx, &run, `
 			WITH cur AS MATERIALIZED (
 				SELECT r.id, r.backfill_id,
 					(SELECT b.id FROM backfills b WHERE b.id = r.backfill_id FOR NO KEY UPDATE) AS locked
@@ -224,7 +228,9 @@ func (s *Store) RunHeartbeat(ctx context.Context, runPK int64, workerID string) 
 		LeaseExpiresAt  time.Time `db:"lease_expires_at"`
 		CancelRequested bool      `db:"cancel_requested"`
 	}
-	err := sqlx.GetContext(ctx, s.db, &row, `
+	// One statement on the lease pool: it locks only the run, which its lease holder alone
+	// changes, so it needs no transaction of its own for a lock_timeout.
+	err := sqlx.GetContext(ctx, s.leaseDB, &row, `
 		WITH hb AS (
 			UPDATE dag_runs SET lease_expires_at = backfill_now() + make_interval(secs => lease_seconds)
 			WHERE id = $1 AND state = 'running' AND worker_id = $2 AND lease_expires_at > backfill_now()
@@ -234,7 +240,7 @@ func (s *Store) RunHeartbeat(ctx context.Context, runPK int64, workerID string) 
 		FROM hb LEFT JOIN backfills b ON b.id = hb.backfill_id`,
 		runPK, workerID)
 	if isNoRows(err) {
-		return Heartbeat{}, leaseLost(ctx, s.db, runPK)
+		return Heartbeat{}, leaseLost(ctx, s.leaseDB, runPK)
 	}
 	if err != nil {
 		return Heartbeat{}, fmt.Errorf("heartbeat run %d: %w", runPK, err)

@@ -13,10 +13,11 @@ import (
 // a queued run would keep a canceling backfill from ever finishing.
 func (s *Store) RunRelease(ctx context.Context, runPK int64, workerID string) (Run, error) {
 	var run Run
-	err := s.withRetry(ctx, func() error {
+	// A transaction of the lease pool, for its lock_timeout (LOCK_WAIT), like a report's.
+	err := s.inTx(onLeasePool(ctx), func(tx *sqlx.Tx) error {
 		// The backfill row is locked before the run (the order every path takes), in the
 		// CTE's scalar subquery, which the UPDATE needs before it can lock the run.
-		err := sqlx.GetContext(ctx, s.db, &run, `
+		err := sqlx.GetContext(ctx, tx, &run, `
 			WITH cur AS MATERIALIZED (
 				SELECT r.id, r.backfill_id,
 					(SELECT b.state FROM backfills b WHERE b.id = r.backfill_id FOR NO KEY UPDATE) AS backfill_state
@@ -48,5 +49,5 @@ func (s *Store) RunRelease(ctx context.Context, runPK int64, workerID string) (R
 	if !isNoRows(err) {
 		return run, err
 	}
-	return Run{}, leaseLost(ctx, s.db, runPK)
+	return Run{}, leaseLost(ctx, s.leaseDB, runPK)
 }

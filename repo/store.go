@@ -47,11 +47,19 @@ type Config struct {
 	// ReconnectWait bounds how long a transaction that could not get a usable session
 	// (before anything could commit) is run again before giving up (default 5 s).
 	ReconnectWait time.Duration
+	// LockWait bounds how long a transaction's statement waits for a row lock before the
+	// transaction fails with ErrLockWait (default DefaultLockWait).
+	LockWait time.Duration
+	// LeaseDB is a small pool of its own for heartbeats, reports and releases, so that they
+	// never queue for a connection behind claims or reads; nil uses the main pool.
+	LeaseDB *sqlx.DB
 }
 
 // Store is the repository over one connection pool.
 type Store struct {
 	db              *sqlx.DB
+	leaseDB         *sqlx.DB
+	lockWaitSQL     string
 	observer        Observer
 	maxBackfillRuns int
 	maxAttempts     int
@@ -82,6 +90,15 @@ func New(db *sqlx.DB, cfg Config) *Store {
 	}
 	if s.reconnectWait <= 0 {
 		s.reconnectWait = 5 * time.Second
+	}
+	lockWait := cfg.LockWait
+	if lockWait <= 0 {
+		lockWait = DefaultLockWait
+	}
+	s.lockWaitSQL = lockWaitSQL(lockWait)
+	s.leaseDB = cfg.LeaseDB
+	if s.leaseDB == nil {
+		s.leaseDB = db
 	}
 	return s
 }

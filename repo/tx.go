@@ -42,8 +42,9 @@ func (s *Store) inTxWithRetry(ctx context.Context, level sql.IsolationLevel, fn 
 // (runTx marks those; for up to reconnectWait since the first such failure: a failover of a
 // second or two is ridden inside the server instead of answered 503). A single statement
 // outside a transaction uses it directly: its session failures are not retried here (the
-// statement may have committed on its own), and a failure to connect has already been
-// waited out by Connector.
+// statement may have committed on its own; the session reports that as ErrOutcomeUnknown, and
+// database/sql has already run again one that failed before anything was sent), and a failure
+// to connect has already been waited out by Connector.
 func (s *Store) withRetry(ctx context.Context, attemptFn func() error) error {
 	var (
 		serialization int
@@ -82,6 +83,10 @@ func (s *Store) withRetry(ctx context.Context, attemptFn func() error) error {
 			}
 			reconnects++
 			delay = min(reconnectBackoff(reconnects), left)
+		case isLockNotAvailable(err):
+			// Not retried: the row is held by a transaction that may hold it for long, and
+			// the request has already waited LOCK_WAIT for it.
+			return fmt.Errorf("%w: %w", ErrLockWait, err)
 		case IsStatementTimeout(err):
 			return fmt.Errorf("%w: %w", ErrStatementTimeout, err)
 		default:
@@ -111,7 +116,7 @@ func isRetrySafe(err error) bool {
 }
 
 func (s *Store) runTx(ctx context.Context, level sql.IsolationLevel, fn func(tx *sqlx.Tx) error) (err error) {
-	tx, err := s.db.BeginTxx(ctx, &sql.TxOptions{Isolation: level})
+	tx, err := s.txDB(ctx).BeginTxx(ctx, &sql.TxOptions{Isolation: level})
 	if err != nil {
 		var ce *connectError
 		if errors.As(err, &ce) {
@@ -129,16 +134,26 @@ func (s *Store) runTx(ctx context.Context, level sql.IsolationLevel, fn func(tx 
 			_ = tx.Rollback()
 		}
 	}()
-	if err = fn(tx); err != nil {
+	if err = s.setLockWait(ctx, tx); err == nil {
+		err = fn(tx)
+	}
+	if err != nil {
 		if isSessionFailure(err) {
 			return &errBeforeCommit{err}
 		}
 		return err
 	}
 	if err = tx.Commit(); err != nil {
-		if isSessionFailure(err) {
+		var notSent *commitNotSentError
+		switch {
+		case errors.As(err, &notSent):
+			// Nothing of COMMIT left: the server rolls the transaction back.
+			return &errBeforeCommit{fmt.Errorf("commit: %w", err)}
+		case errors.Is(err, ErrOutcomeUnknown):
+			return fmt.Errorf("commit: %w", err)
+		case isSessionFailure(err):
 			// COMMIT was sent (or may have been): whether it took effect is unknown.
-			return fmt.Errorf("commit: %w: %w", ErrCommitOutcomeUnknown, err)
+			return fmt.Errorf("commit: %w: %w", ErrOutcomeUnknown, err)
 		}
 		return fmt.Errorf("commit: %w", err)
 	}

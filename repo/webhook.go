@@ -55,7 +55,7 @@ func (s *Store) WebhookCreate(ctx context.Context, p WebhookCreateParams) (Webho
 	r := idemRequest{key: p.IdempotencyKey, op: opWebhook, fp: fp}
 	replay := func(ctx context.Context, ids []int64) (Webhook, error) {
 		var w Webhook
-		err := sqlx.GetContext(ctx, s.db, &w, `SELECT `+webhookColumns+`, secret FROM webhooks WHERE id = $1`, ids[0])
+		err := sqlx.GetContext(ctx, s.db, &w, `SELECT `+webhookColumns+`, secret FROM webhooks WHERE id = $1 AND deleted_at IS NULL`, ids[0])
 		if isNoRows(err) {
 			// Deleted since: the answer of the first request no longer exists.
 			return Webhook{}, ErrWebhookNotFound
@@ -82,7 +82,7 @@ func (s *Store) WebhookCreate(ctx context.Context, p WebhookCreateParams) (Webho
 // WebhookGet returns one webhook without its secret.
 func (s *Store) WebhookGet(ctx context.Context, id int64) (Webhook, error) {
 	var w Webhook
-	err := sqlx.GetContext(ctx, s.db, &w, `SELECT `+webhookColumns+` FROM webhooks WHERE id = $1`, id)
+	err := sqlx.GetContext(ctx, s.db, &w, `SELECT `+webhookColumns+` FROM webhooks WHERE id = $1 AND deleted_at IS NULL`, id)
 	if isNoRows(err) {
 		return Webhook{}, ErrWebhookNotFound
 	}
@@ -95,23 +95,25 @@ func (s *Store) WebhookGet(ctx context.Context, id int64) (Webhook, error) {
 // WebhookList pages webhooks by id, without secrets.
 func (s *Store) WebhookList(ctx context.Context, p ListParams) ([]Webhook, int, error) {
 	var total int
-	if err := sqlx.GetContext(ctx, s.db, &total, `SELECT count(*) FROM webhooks`); err != nil {
+	if err := sqlx.GetContext(ctx, s.db, &total, `SELECT count(*) FROM webhooks WHERE deleted_at IS NULL`); err != nil {
 		return nil, 0, fmt.Errorf("count webhooks: %w", err)
 	}
 	out := []Webhook{}
 	err := sqlx.SelectContext(ctx, s.db, &out, `
-		SELECT `+webhookColumns+` FROM webhooks ORDER BY id LIMIT $1 OFFSET $2`, p.Limit, p.Offset)
+		SELECT `+webhookColumns+` FROM webhooks WHERE deleted_at IS NULL ORDER BY id LIMIT $1 OFFSET $2`, p.Limit, p.Offset)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list webhooks: %w", err)
 	}
 	return out, total, nil
 }
 
-// WebhookDelete removes a webhook; its deliveries and their log go with it (ON DELETE
-// CASCADE). An event transaction that already matched the webhook holds it FOR KEY SHARE, so
-// the delete waits for it and then removes the deliveries it made too.
+// WebhookDelete marks a webhook deleted: from then on it is not found, receives no new
+// delivery and none of its deliveries is attempted. It costs one row at any history size;
+// the delivery log is removed later in bounded batches (WebhookPurgeDeleted). Event writers
+// read webhooks without locking them, so the mark waits for no writer and no writer for it.
 func (s *Store) WebhookDelete(ctx context.Context, id int64) error {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM webhooks WHERE id = $1`, id)
+	res, err := s.db.ExecContext(ctx,
+		`UPDATE webhooks SET deleted_at = backfill_now() WHERE id = $1 AND deleted_at IS NULL`, id)
 	if err != nil {
 		return fmt.Errorf("delete webhook %d: %w", id, err)
 	}
@@ -151,7 +153,7 @@ func (s *Store) WebhookAttemptList(ctx context.Context, p WebhookAttemptListPara
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		out, total = []WebhookAttempt{}, 0
 		var exists bool
-		if err := sqlx.GetContext(ctx, tx, &exists, `SELECT EXISTS (SELECT 1 FROM webhooks WHERE id = $1)`, p.WebhookID); err != nil {
+		if err := sqlx.GetContext(ctx, tx, &exists, `SELECT EXISTS (SELECT 1 FROM webhooks WHERE id = $1 AND deleted_at IS NULL)`, p.WebhookID); err != nil {
 			return fmt.Errorf("find webhook %d: %w", p.WebhookID, err)
 		}
 		if !exists {

@@ -5,21 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
 )
-
-// WebhookEvent is an events row as a webhook delivers it.
-//
-// The events branch serves the same rows on GET /events; the two are one conversion once
-// both have landed (see webhooks.EventJSON).
-type WebhookEvent struct {
-	ID         int64     `db:"event_id"`
-	Type       string    `db:"event_type"`
-	BackfillID int64     `db:"backfill_id"`
-	DagID      string    `db:"dag_id"`
-	OccurredAt time.Time `db:"occurred_at"`
-	Data       JSON      `db:"data"`
-}
 
 // WebhookDue is one claimed delivery: which event goes where, under which attempt number.
 type WebhookDue struct {
@@ -29,46 +18,81 @@ type WebhookDue struct {
 	Secret    string `db:"secret"`
 	// Now is the database's clock at the claim: the webhook-timestamp of the attempt.
 	Now time.Time `db:"now"`
-	WebhookEvent
+	Event
 }
 
-// attemptInFlight is what the log says of an attempt until its outcome is recorded. If the
-// process stops during the attempt it stays, truthfully: nobody knows what the receiver got.
-const attemptInFlight = "no outcome recorded: the attempt is in flight, or the process making it stopped"
+// WebhookClaimParams asks for due deliveries, endpoint by endpoint.
+type WebhookClaimParams struct {
+	// PerEndpoint is the most deliveries taken for one webhook (its free attempt slots on
+	// this replica); Free overrides it for webhooks that already have attempts in flight
+	// (a value of 0 takes none of theirs).
+	PerEndpoint int
+	Free        map[int64]int
+	// Limit bounds the whole claim; endpoints share it round-robin.
+	Limit int
+	Lease time.Duration
+}
 
-// WebhookDeliveryClaim takes up to limit due deliveries, the earliest first, skipping rows
-// another replica is claiming (FOR UPDATE SKIP LOCKED), and leases them for lease: they are
-// due again then unless their outcome is recorded first, so a delivery whose process dies
-// is retried by any replica (at least once). Each claim starts an attempt in the log.
-func (s *Store) WebhookDeliveryClaim(ctx context.Context, limit int, lease time.Duration) ([]WebhookDue, error) {
+// WebhookDeliveryClaim takes due deliveries, each webhook's earliest first, at most
+// PerEndpoint (or its Free) per webhook, and interleaves the webhooks (each one's first, then
+// each one's second, ...) up to Limit: an endpoint with a long backlog cannot fill the claim.
+// Rows another replica is claiming are skipped (FOR UPDATE SKIP LOCKED); the claimed ones are
+// leased for Lease: they are due again then unless their outcome is recorded first, so a
+// delivery whose process dies is retried by any replica (at least once). Each claim starts
+// an attempt in the log, and closes the previous attempt as a timeout if its process never
+// recorded an outcome. Deleted webhooks are not claimed.
+func (s *Store) WebhookDeliveryClaim(ctx context.Context, p WebhookClaimParams) ([]WebhookDue, error) {
+	ids := make(pq.Int64Array, 0, len(p.Free))
+	free := make(pq.Int64Array, 0, len(p.Free))
+	for id, n := range p.Free {
+		ids, free = append(ids, id), append(free, int64(max(n, 0)))
+	}
 	var due []WebhookDue
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		due = nil
 		return sqlx.SelectContext(ctx, tx, &due, `
-			WITH due AS (
-				SELECT webhook_id, event_id FROM webhook_deliveries
-				WHERE state = 'pending' AND next_attempt_at <= backfill_now()
-				ORDER BY next_attempt_at
-				LIMIT $1
-				FOR UPDATE SKIP LOCKED
+			WITH room AS (
+				SELECT w.id, coalesce(f.free, $1) AS free
+				FROM webhooks w
+				LEFT JOIN unnest($2::bigint[], $3::bigint[]) AS f(webhook_id, free) ON f.webhook_id = w.id
+				WHERE w.deleted_at IS NULL
+			), candidates AS (
+				SELECT d.webhook_id, d.event_id,
+					row_number() OVER (PARTITION BY d.webhook_id ORDER BY d.next_attempt_at) AS turn
+				FROM room r
+				CROSS JOIN LATERAL (
+					SELECT webhook_id, event_id, next_attempt_at FROM webhook_deliveries d
+					WHERE d.webhook_id = r.id AND d.state = 'pending' AND d.next_attempt_at <= backfill_now()
+					ORDER BY d.next_attempt_at
+					LIMIT r.free
+					FOR UPDATE SKIP LOCKED
+				) d
+				WHERE r.free > 0
+			), due AS (
+				SELECT webhook_id, event_id FROM candidates ORDER BY turn, webhook_id LIMIT $4
 			), claimed AS (
 				UPDATE webhook_deliveries d
 				SET attempts = d.attempts + 1,
-					next_attempt_at = backfill_now() + make_interval(secs => $2)
+					next_attempt_at = backfill_now() + make_interval(secs => $5)
 				FROM due
 				WHERE d.webhook_id = due.webhook_id AND d.event_id = due.event_id
 				RETURNING d.webhook_id, d.event_id, d.attempts
+			), lost AS (
+				UPDATE webhook_attempts a SET error = $6
+				FROM claimed c
+				WHERE a.webhook_id = c.webhook_id AND a.event_id = c.event_id AND a.attempt = c.attempts - 1
+				  AND a.status_code IS NULL AND a.error IS NULL AND a.delivered_at IS NULL
 			), logged AS (
-				INSERT INTO webhook_attempts (webhook_id, event_id, attempt, error, attempted_at)
-				SELECT webhook_id, event_id, attempts, $3, backfill_now() FROM claimed
+				INSERT INTO webhook_attempts (webhook_id, event_id, attempt, attempted_at)
+				SELECT webhook_id, event_id, attempts, backfill_now() FROM claimed
 			)
 			SELECT c.webhook_id, c.attempts AS attempt, w.url, w.secret, backfill_now() AS now,
-				e.id AS event_id, e.type AS event_type, e.backfill_id, e.dag_id, e.occurred_at, e.data
+				`+eventColumnsOf("e")+`
 			FROM claimed c
 			JOIN webhooks w ON w.id = c.webhook_id
 			JOIN events e ON e.id = c.event_id
 			ORDER BY e.id`,
-			limit, lease.Seconds(), attemptInFlight)
+			p.PerEndpoint, ids, free, p.Limit, p.Lease.Seconds(), string(domain.DeliveryErrorTimeout))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim webhook deliveries: %w", err)
@@ -83,8 +107,8 @@ type WebhookOutcome struct {
 	Attempt   int
 	// StatusCode is the receiver's answer; nil when no HTTP answer came.
 	StatusCode *int
-	// Error says why the attempt did not deliver; nil when it delivered.
-	Error *string
+	// Error is the kind of failure; nil when it delivered.
+	Error *domain.DeliveryError
 	// Delivered is a 2xx answer in time.
 	Delivered bool
 	// RetryAfter is when the next attempt is due, from now, after a failure; nil gives up.

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/backfillsvc/backfill/api"
 	"github.com/backfillsvc/backfill/events"
 	"github.com/backfillsvc/backfill/handlers"
+	"github.com/backfillsvc/backfill/internal/pgproxy"
 	"github.com/backfillsvc/backfill/internal/pgtest"
 	"github.com/backfillsvc/backfill/metrics"
 	"github.com/backfillsvc/backfill/repo"
@@ -70,6 +72,9 @@ type env struct {
 	HTTP  *http.Client
 	// Token is sent as a bearer token when set.
 	Token string
+	// Proxy stands between the store and PostgreSQL with withProxy (nil otherwise); DB and
+	// the event hub connect directly.
+	Proxy *pgproxy.Proxy
 }
 
 type envOptions struct {
@@ -85,6 +90,9 @@ type envOptions struct {
 	pollEach time.Duration
 	// writeTimeout is the HTTP server's WriteTimeout, as cmd/api sets one (0: none).
 	writeTimeout time.Duration
+	// proxied: the store's pool reaches PostgreSQL through a fault-injecting proxy
+	// (env.Proxy), over repo.Connector as cmd/api opens it.
+	proxied bool
 	// storeDSN, when set, maps the test database's DSN to the one the service's store
 	// connects to (through a fault-injecting proxy, say); e.DB stays direct.
 	storeDSN func(dsn string) string
@@ -105,6 +113,7 @@ func withWriteTimeout(d time.Duration) envOption {
 func withListenPoll(every time.Duration) envOption {
 	return func(o *envOptions) { o.pollEach = every }
 }
+func withProxy() envOption { return func(o *envOptions) { o.proxied = true } }
 func withStoreDSN(f func(dsn string) string) envOption {
 	return func(o *envOptions) { o.storeDSN = f }
 }
@@ -120,15 +129,18 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	db, dsn := pgtest.Open(t)
+	db, dsn := openServicePool(t)
 	db.SetMaxOpenConns(40)
 	clk := &clock{t: t, db: db}
 	clk.set(time.Now().UTC().Truncate(time.Second))
-	m := metrics.New()
-	storeDB := db
-	if o.storeDSN != nil {
+	storeDB, proxy := db, (*pgproxy.Proxy)(nil)
+	switch {
+	case o.proxied:
+		storeDB, proxy = proxiedDB(t, dsn)
+	case o.storeDSN != nil:
 		storeDB = openStoreDB(t, o.storeDSN(dsn))
 	}
+	m := metrics.New()
 	store := repo.New(storeDB, repo.Config{
 		MaxBackfillRuns: o.maxBackfillRuns,
 		MaxAttempts:     o.maxAttempts,
@@ -173,7 +185,18 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		Hub:   hub,
 		URL:   srv.URL,
 		HTTP:  srv.Client(),
+		Proxy: proxy,
 	}
+}
+
+// proxiedDB is a pool on dsn's database through a new pgproxy, opened as cmd/api opens its
+// own: lib/pq's connector wrapped by repo.Connector.
+func proxiedDB(t testing.TB, dsn string) (*sqlx.DB, *pgproxy.Proxy) {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	p := pgproxy.Start(t, u.Host)
+	return openStoreDB(t, p.DSN(t, dsn)), p
 }
 
 // SweepOnce runs one sweep pass and fails the test on error.
@@ -276,6 +299,21 @@ func (e *env) do(method, path string, body any, headers ...string) (*response, e
 		return out, err
 	}
 	return out, nil
+}
+
+// openServicePool opens a fresh database through the connector the service itself uses
+// (repo.Connector), so that every test exercises the production driver path: reconnects, and
+// a statement whose answer is lost never sent twice.
+func openServicePool(t testing.TB) (*sqlx.DB, string) {
+	t.Helper()
+	dsn := pgtest.NewDatabase(t)
+	pc, err := pq.NewConnector(dsn)
+	require.NoError(t, err)
+	db := sqlx.NewDb(sql.OpenDB(repo.Connector(pc, time.Second)), "postgres")
+	// Cleanups run last-in first-out: this Close runs before NewDatabase's DROP.
+	t.Cleanup(func() { _ = db.Close() })
+	require.NoError(t, db.Ping())
+	return db, dsn
 }
 
 // openStoreDB opens a pool the way cmd/api does (repo.Connector waits out refused

@@ -107,7 +107,8 @@ func TestEventIdsAreTakenInCommitOrder(t *testing.T) {
 		require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 	}
 	evs := evList(e, fmt.Sprintf("after=%d", start)).Events
-	require.Equal(t, []string{"backfill.paused", "backfill.canceling", "backfill.canceled"}, evTypes(evs))
+	// B's cancel found nothing running: it writes backfill.canceled alone.
+	require.Equal(t, []string{"backfill.paused", "backfill.canceled"}, evTypes(evs))
 	require.Equal(t, taken, evs[0].ID, "A's event keeps the id it took first")
 	require.Equal(t, a.Id, evs[0].BackfillID)
 	require.Equal(t, b.Id, evs[1].BackfillID)
@@ -168,7 +169,7 @@ func TestEventReaderPagingAfterSeesEveryEventOnce(t *testing.T) {
 
 	var stored []int64
 	require.NoError(t, e.DB.Select(&stored, `SELECT id FROM events ORDER BY id`))
-	require.Len(t, stored, writers*rounds*6, "created, paused, unpaused, paused, canceling, canceled per round")
+	require.Len(t, stored, writers*rounds*5, "created, paused, unpaused, paused, canceled per round")
 	require.True(t, slices.IsSorted(served), "served in id order")
 	require.Equal(t, stored, served, "every committed event exactly once, none skipped")
 }

@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -107,7 +108,13 @@ func TestWebhookDeleteAnswers204ThenTheWebhookIsGone(t *testing.T) {
 		res := e.Do(req[0], req[1], nil)
 		requireProblem(t, res, http.StatusNotFound, "webhook_not_found", req[0], " ", req[1])
 	}
-	require.Zero(t, e.Count(`SELECT count(*) FROM webhook_deliveries`), "the webhook's pending delivery went with it")
+	require.Equal(t, 1, e.Count(`SELECT count(*) FROM webhook_deliveries`), "the delete only marks the webhook")
+	e.localDeliverer().runOnce(t)
+	require.Zero(t, e.Count(`SELECT count(*) FROM webhook_attempts`), "a deleted webhook's delivery is not attempted")
+	n, err := e.localDeliverer().PurgeOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Zero(t, e.Count(`SELECT count(*) FROM webhook_deliveries`), "the background purge removed its pending delivery")
 }
 
 func TestWebhookRoutesRejectBadIdsAndPages(t *testing.T) {
@@ -137,4 +144,20 @@ func TestWebhookDeliveriesOfANewWebhookAreEmpty(t *testing.T) {
 	res.Decode(t, &raw)
 	require.JSONEq(t, `[]`, string(raw["deliveries"]))
 	require.JSONEq(t, `0`, string(raw["total_entries"]))
+}
+
+// URL schemes and hosts are case-insensitive: an upper-case one is accepted and kept in lower
+// case (the rest of the URL as sent); a port outside 1..65535 is refused.
+func TestWebhookURLSchemeAndHostAreCaseInsensitive(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	w := e.createWebhook("HTTP://Example.COM/Hook?Q=A")
+	require.Equal(t, "http://example.com/Hook?Q=A", w.Url)
+	w = e.createWebhook("HtTpS://HOOKS.example.com:8443/x")
+	require.Equal(t, "https://hooks.example.com:8443/x", w.Url)
+	for _, url := range []string{"https://example.com:99999/h", "http://example.com:0/", "http://example.com:65536"} {
+		res := e.Do(http.MethodPost, "/api/v1/webhooks", map[string]any{"url": url})
+		requireProblem(t, res, http.StatusUnprocessableEntity, "invalid_webhook", "url ", url)
+	}
+	require.Equal(t, 2, e.Count(`SELECT count(*) FROM webhooks`))
 }

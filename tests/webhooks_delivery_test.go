@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/client"
+	"github.com/backfillsvc/backfill/domain"
+	"github.com/backfillsvc/backfill/events"
 	"github.com/backfillsvc/backfill/repo"
 	"github.com/backfillsvc/backfill/webhooks"
 	"github.com/stretchr/testify/require"
@@ -35,17 +37,10 @@ func TestWebhookDeliversTheEventSignedPerStandardWebhooks(t *testing.T) {
 	other := e.createWebhook("https://example.com/other")
 	require.ErrorIs(t, client.VerifyWebhook(other.Secret, h, body), client.ErrWebhookSignature, "another webhook's secret does not")
 
-	var ev struct {
-		ID         int64           `json:"id"`
-		Type       string          `json:"type"`
-		BackfillID int64           `json:"backfill_id"`
-		DagID      string          `json:"dag_id"`
-		OccurredAt time.Time       `json:"occurred_at"`
-		Data       json.RawMessage `json:"data"`
-	}
+	var ev events.Document // the one event document, as GET /events answers it
 	require.NoError(t, json.Unmarshal(body, &ev))
 	require.Equal(t, id, ev.ID)
-	require.Equal(t, "backfill.created", ev.Type)
+	require.Equal(t, domain.EventBackfillCreated, ev.Type)
 	require.EqualValues(t, 42, ev.BackfillID)
 	require.Equal(t, "sales", ev.DagID)
 	require.True(t, ev.OccurredAt.Equal(e.Clock.Now()))
@@ -119,7 +114,7 @@ func TestWebhookReceiverFailingTwiceGetsTheEventOnTheThirdAttempt(t *testing.T) 
 	require.EqualValues(t, 500, *log[0].StatusCode)
 	require.EqualValues(t, 500, *log[1].StatusCode)
 	require.EqualValues(t, 200, *log[2].StatusCode)
-	require.Equal(t, "answered 500 Internal Server Error", *log[0].Error)
+	require.Equal(t, "http_status", *log[0].Error, "the kind of failure; status_code says which")
 	require.NotNil(t, log[0].NextAttemptAt)
 	require.NotNil(t, log[1].NextAttemptAt)
 	require.Nil(t, log[0].DeliveredAt)
@@ -224,7 +219,8 @@ func TestWebhookClaimOfADeadProcessIsRetriedAfterItsLease(t *testing.T) {
 	e, rc, w := newHookedEnv(t, nil)
 	id := e.insertEvent("backfill.created", 1, "d")
 
-	lost, err := e.Store.WebhookDeliveryClaim(context.Background(), 10, 15*time.Second)
+	lost, err := e.Store.WebhookDeliveryClaim(context.Background(),
+		repo.WebhookClaimParams{PerEndpoint: 4, Limit: 10, Lease: 15 * time.Second})
 	require.NoError(t, err)
 	require.Len(t, lost, 1)
 	d := e.localDeliverer()
@@ -237,11 +233,11 @@ func TestWebhookClaimOfADeadProcessIsRetriedAfterItsLease(t *testing.T) {
 	log := e.webhookLog(w.Id)
 	require.Len(t, log, 2)
 	require.Nil(t, log[0].StatusCode)
-	require.Contains(t, *log[0].Error, "no outcome recorded")
+	require.Equal(t, "timeout", *log[0].Error, "an attempt that never recorded its outcome is a timeout")
 	require.EqualValues(t, 2, log[1].Attempt)
 	require.NotNil(t, log[1].DeliveredAt)
 
-	msg := "answered 500 Internal Server Error"
+	msg := domain.DeliveryErrorHTTPStatus
 	retry := 5 * time.Second
 	changed, err := e.Store.WebhookDeliveryRecord(context.Background(), repoOutcome(w.Id, id, 1, 500, msg, &retry))
 	require.NoError(t, err)
@@ -305,7 +301,7 @@ func TestWebhookDeliverersRunningTogetherDeliverEachEventOnce(t *testing.T) {
 	require.Zero(t, extraAttempts)
 }
 
-func repoOutcome(webhookID, eventID int64, attempt, status int, msg string, retry *time.Duration) (o repo.WebhookOutcome) {
+func repoOutcome(webhookID, eventID int64, attempt, status int, msg domain.DeliveryError, retry *time.Duration) (o repo.WebhookOutcome) {
 	o.WebhookID, o.EventID, o.Attempt = webhookID, eventID, attempt
 	o.StatusCode, o.Error, o.RetryAfter = &status, &msg, retry
 	return o

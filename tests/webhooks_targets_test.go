@@ -44,8 +44,7 @@ func TestWebhookRefusesLocalTargetsUnlessAllowed(t *testing.T) {
 		log := e.webhookLog(id)
 		require.Len(t, log, 1, target)
 		require.Nil(t, log[0].StatusCode, target)
-		require.Contains(t, *log[0].Error, "refused to connect", target)
-		require.Contains(t, *log[0].Error, targets[target]+" address", target)
+		require.Equal(t, "refused_address", *log[0].Error, target)
 		require.NotNil(t, log[0].NextAttemptAt, "%s: a refusal is retried like any failure", target)
 		require.Nil(t, log[0].DeliveredAt)
 	}
@@ -77,7 +76,7 @@ func TestWebhookDoesNotFollowRedirects(t *testing.T) {
 	log := e.webhookLog(w.Id)
 	require.Len(t, log, 1)
 	require.EqualValues(t, http.StatusTemporaryRedirect, *log[0].StatusCode)
-	require.Contains(t, *log[0].Error, "redirects are not followed")
+	require.Equal(t, "http_status", *log[0].Error)
 	require.NotNil(t, log[0].NextAttemptAt)
 }
 
@@ -100,65 +99,36 @@ func TestWebhookAttemptTimesOut(t *testing.T) {
 	log := e.webhookLog(w.Id)
 	require.Len(t, log, 1)
 	require.Nil(t, log[0].StatusCode)
-	require.Contains(t, *log[0].Error, "no answer within the time limit")
+	require.Equal(t, "timeout", *log[0].Error)
 	require.NotNil(t, log[0].NextAttemptAt)
 }
 
-// An event written while its webhook is being deleted: the event's transaction holds the
-// webhook (FOR KEY SHARE), the delete waits for it and then removes the delivery it made;
-// the event, and the change it reports, commit without error.
-func TestWebhookDeleteWaitsForAnEventThatMatchedIt(t *testing.T) {
+// An event written while its webhook is being deleted: neither waits for the other. The
+// event's transaction reads the webhook without a lock, the delete only marks it and answers
+// while that transaction is still open, and the delivery the event made is removed by the
+// background purge; the event, and the change it reports, commit without error.
+func TestWebhookDeleteDoesNotWaitForAnEventThatMatchedIt(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	w := e.createWebhook("https://example.com/h")
 	tx, err := e.DB.Beginx()
 	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
 	var eventID int64
 	require.NoError(t, tx.Get(&eventID, `INSERT INTO events (type, backfill_id, dag_id, occurred_at, data)
 		VALUES ('backfill.created', 1, 'd', backfill_now(), '{}') RETURNING id`))
 
-	deleted := make(chan *response, 1)
-	go func() {
-		res, err := e.do(http.MethodDelete, fmt.Sprintf("/api/v1/webhooks/%d", w.Id), nil)
-		if err != nil {
-			t.Errorf("delete: %v", err)
-		}
-		deleted <- res
-	}()
-	waitForLockWait(t, e, "DELETE FROM webhooks")
-	select {
-	case <-deleted:
-		t.Fatal("the delete did not wait for the event's transaction")
-	default:
-	}
+	res := e.Do(http.MethodDelete, fmt.Sprintf("/api/v1/webhooks/%d", w.Id), nil)
+	require.Equal(t, http.StatusNoContent, res.Status, "answered while the event's transaction is open")
 	require.NoError(t, tx.Commit())
-	res := <-deleted
-	require.Equal(t, http.StatusNoContent, res.Status)
 
-	var events, deliveries int
+	require.Equal(t, 1, e.Count(`SELECT count(*) FROM webhook_deliveries`), "made by the event before the mark")
+	e.localDeliverer().runOnce(t)
+	require.Zero(t, e.Count(`SELECT count(*) FROM webhook_attempts`), "a deleted webhook's delivery is never attempted")
+	_, err = e.localDeliverer().PurgeOnce(context.Background())
+	require.NoError(t, err)
+	var events int
 	require.NoError(t, e.DB.Get(&events, `SELECT count(*) FROM events WHERE id = $1`, eventID))
-	require.NoError(t, e.DB.Get(&deliveries, `SELECT count(*) FROM webhook_deliveries`))
 	require.Equal(t, 1, events)
-	require.Zero(t, deliveries)
-}
-
-// waitForLockWait polls pg_stat_activity until a statement starting with prefix waits on a
-// lock. Polling the database is the observation itself here, not a wait for background work.
-func waitForLockWait(t *testing.T, e *env, prefix string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for {
-		var n int
-		require.NoError(t, e.DB.GetContext(ctx, &n, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1 || '%'`, prefix))
-		if n > 0 {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("no %q waited on a lock within 30 s", prefix)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	require.Zero(t, e.Count(`SELECT count(*) FROM webhook_deliveries`))
 }

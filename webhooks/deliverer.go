@@ -15,13 +15,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/backfillsvc/backfill/domain"
+	"github.com/backfillsvc/backfill/events"
 	"github.com/backfillsvc/backfill/repo"
 )
 
 // Store is what delivery needs from the repository.
 type Store interface {
-	WebhookDeliveryClaim(ctx context.Context, limit int, lease time.Duration) ([]repo.WebhookDue, error)
+	WebhookDeliveryClaim(ctx context.Context, p repo.WebhookClaimParams) ([]repo.WebhookDue, error)
 	WebhookDeliveryRecord(ctx context.Context, o repo.WebhookOutcome) (bool, error)
+	WebhookPurgeDeleted(ctx context.Context, batch int) (int, error)
 }
 
 // Observer is told the outcome of every attempt, for metrics.
@@ -46,31 +49,45 @@ func (nopObserver) WebhookDelivered(time.Duration) {}
 
 // Config tunes a Deliverer. Zero values take defaults.
 type Config struct {
-	// Interval between polls for due deliveries (default 1s). While deliveries are due and
-	// attempts finish, the next claim comes as soon as an attempt ends.
+	// Interval between polls for due deliveries (default 500ms). An endpoint whose claim
+	// filled its free slots is claimed for again as soon as one of its attempts ends.
 	Interval time.Duration
-	// Concurrency is the most attempts in flight at once (default 8). A claim takes only
-	// as many deliveries as there are free slots, so that every claimed delivery is
-	// attempted at once and the log's attempted_at is when its request went out.
+	// Concurrency is the most attempts in flight at once for one endpoint on this replica
+	// (WEBHOOK_CONCURRENCY, default 4). Each endpoint is its own queue: a claim takes at most
+	// its free slots from each, so an endpoint that hangs holds its own slots and no other's.
+	// A claim takes only as many deliveries as there are free slots, so that every claimed
+	// delivery is attempted at once and the log's attempted_at is when its request went out.
 	Concurrency int
+	// MaxInFlight bounds the attempts in flight on this replica for all endpoints together
+	// (default 256), shared round-robin.
+	MaxInFlight int
 	// Timeout bounds one attempt, from dialing to the end of the answer's headers and the
 	// first 64 KiB of its body (default 10s, the contract's).
 	Timeout time.Duration
 	// Lease is how long a claimed delivery is kept from other replicas (default Timeout +
 	// 5s). A process that dies mid-attempt delays its deliveries by at most this much.
 	Lease time.Duration
+	// PurgeInterval is how often the delivery log of deleted webhooks is looked for
+	// (default 2s); PurgeBatch bounds the rows one statement removes (default 2,000).
+	PurgeInterval time.Duration
+	PurgeBatch    int
 	// AllowLocal lets targets resolve to loopback, link-local and unspecified addresses.
 	AllowLocal bool
 	Logger     *slog.Logger
 	Observer   Observer
 }
 
-// Deliverer is a start/stop background service.
+// Deliverer is a start/stop background service: the delivery loop and the purge of deleted
+// webhooks' logs.
 type Deliverer struct {
 	store  Store
 	cfg    Config
 	log    *slog.Logger
 	client *http.Client
+
+	// inFlight counts this replica's attempts in flight per webhook.
+	fmu      sync.Mutex
+	inFlight map[int64]int
 
 	mu      sync.Mutex
 	started bool
@@ -81,10 +98,13 @@ type Deliverer struct {
 // New returns a stopped Deliverer.
 func New(store Store, cfg Config) *Deliverer {
 	if cfg.Interval <= 0 {
-		cfg.Interval = time.Second
+		cfg.Interval = 500 * time.Millisecond
 	}
 	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 8
+		cfg.Concurrency = 4
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 256
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
@@ -92,13 +112,19 @@ func New(store Store, cfg Config) *Deliverer {
 	if cfg.Lease <= 0 {
 		cfg.Lease = cfg.Timeout + 5*time.Second
 	}
+	if cfg.PurgeInterval <= 0 {
+		cfg.PurgeInterval = 2 * time.Second
+	}
+	if cfg.PurgeBatch <= 0 {
+		cfg.PurgeBatch = 2000
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
-	return &Deliverer{store: store, cfg: cfg, log: cfg.Logger, client: newHTTPClient(cfg)}
+	return &Deliverer{store: store, cfg: cfg, log: cfg.Logger, client: newHTTPClient(cfg), inFlight: map[int64]int{}}
 }
 
 // newHTTPClient never follows redirects (a 3xx is a failed attempt like any non-2xx), never
@@ -113,7 +139,7 @@ func newHTTPClient(cfg Config) *http.Client {
 			DialContext:           dialer.DialContext,
 			ForceAttemptHTTP2:     true,
 			MaxIdleConns:          64,
-			MaxIdleConnsPerHost:   4,
+			MaxIdleConnsPerHost:   cfg.Concurrency,
 			IdleConnTimeout:       90 * time.Second,
 			TLSHandshakeTimeout:   cfg.Timeout,
 			ResponseHeaderTimeout: cfg.Timeout,
@@ -122,7 +148,8 @@ func newHTTPClient(cfg Config) *http.Client {
 	}
 }
 
-// Start spawns the loop: one pass at once, then one per interval. A second Start is a no-op.
+// Start spawns the loops: one pass of each at once, then one per interval. A second Start is
+// a no-op.
 func (d *Deliverer) Start(ctx context.Context) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -132,11 +159,17 @@ func (d *Deliverer) Start(ctx context.Context) {
 	d.started = true
 	ctx, d.cancel = context.WithCancel(ctx)
 	d.done = make(chan struct{})
-	go d.loop(ctx, d.done)
+	var loops sync.WaitGroup
+	loops.Go(func() { d.loop(ctx) })
+	loops.Go(func() { d.purgeLoop(ctx) })
+	go func() {
+		loops.Wait()
+		close(d.done)
+	}()
 }
 
-// Stop ends the loop and waits for it; attempts in flight are abandoned and made due again
-// at once. It is idempotent and safe before Start.
+// Stop ends the loops and waits for them; attempts in flight are abandoned and made due
+// again at once. It is idempotent and safe before Start.
 func (d *Deliverer) Stop() {
 	d.mu.Lock()
 	cancel, done := d.cancel, d.done
@@ -148,19 +181,40 @@ func (d *Deliverer) Stop() {
 	<-done
 }
 
-func (d *Deliverer) loop(ctx context.Context, done chan struct{}) {
-	defer close(done)
+// InFlight is the number of this replica's attempts in flight to one webhook.
+func (d *Deliverer) InFlight(webhookID int64) int {
+	d.fmu.Lock()
+	defer d.fmu.Unlock()
+	return d.inFlight[webhookID]
+}
+
+// room is what the next claim may take: per endpoint with attempts in flight, its free
+// slots, and in all.
+func (d *Deliverer) room() (map[int64]int, int) {
+	d.fmu.Lock()
+	defer d.fmu.Unlock()
+	free := make(map[int64]int, len(d.inFlight))
+	total := 0
+	for id, n := range d.inFlight {
+		free[id] = d.cfg.Concurrency - n
+		total += n
+	}
+	return free, d.cfg.MaxInFlight - total
+}
+
+func (d *Deliverer) loop(ctx context.Context) {
 	var inFlight sync.WaitGroup
 	defer inFlight.Wait() // attempts cut off by Stop still record their outcome
 	ticker := time.NewTicker(d.cfg.Interval)
 	defer ticker.Stop()
-	slots := make(chan struct{}, d.cfg.Concurrency) // one token per attempt in flight
-	freed := make(chan struct{}, d.cfg.Concurrency)
+	// freed carries the webhook of each attempt that ends; full is the endpoints whose last
+	// claim took every free slot, so that more of theirs may be due.
+	freed := make(chan int64, d.cfg.MaxInFlight)
+	full := map[int64]bool{}
 	for {
-		free := cap(slots) - len(slots)
-		claimed := 0
-		if free > 0 {
-			due, err := d.claim(ctx, free)
+		free, total := d.room()
+		if total > 0 {
+			due, err := d.claim(ctx, free, total)
 			switch {
 			case err == nil || ctx.Err() != nil:
 			case repo.IsUnavailable(err):
@@ -169,14 +223,25 @@ func (d *Deliverer) loop(ctx context.Context, done chan struct{}) {
 			default:
 				d.log.Error("webhook delivery claim failed", "err", err)
 			}
-			claimed = len(due)
+			taken := map[int64]int{}
 			for _, item := range due {
-				slots <- struct{}{}
+				taken[item.WebhookID]++
+			}
+			clear(full)
+			for id, n := range taken {
+				room, ok := free[id]
+				if !ok {
+					room = d.cfg.Concurrency
+				}
+				full[id] = n >= room
+			}
+			for _, item := range due {
+				d.started1(item.WebhookID)
 				inFlight.Go(func() {
 					defer func() {
-						<-slots
+						d.ended(item.WebhookID)
 						select {
-						case freed <- struct{}{}:
+						case freed <- item.WebhookID:
 						default:
 						}
 					}()
@@ -187,41 +252,103 @@ func (d *Deliverer) loop(ctx context.Context, done chan struct{}) {
 				})
 			}
 		}
-		// Every slot taken, or every free slot filled: more may be due, so claim again as
-		// soon as an attempt ends; otherwise poll on the interval.
-		var wake <-chan struct{}
-		if free == 0 || claimed == free {
-			wake = freed
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case id := <-freed:
+				if !full[id] {
+					continue // nothing more of this endpoint's was due at the last claim
+				}
+			case <-ticker.C:
+			}
+			break
+		}
+	}
+}
+
+func (d *Deliverer) started1(webhookID int64) {
+	d.fmu.Lock()
+	d.inFlight[webhookID]++
+	d.fmu.Unlock()
+}
+
+func (d *Deliverer) ended(webhookID int64) {
+	d.fmu.Lock()
+	if d.inFlight[webhookID]--; d.inFlight[webhookID] <= 0 {
+		delete(d.inFlight, webhookID)
+	}
+	d.fmu.Unlock()
+}
+
+// purgeLoop removes the delivery log of deleted webhooks in bounded batches, each its own
+// short statement, with a pause between them so that the purge of a long log never crowds
+// out the service's own work.
+func (d *Deliverer) purgeLoop(ctx context.Context) {
+	ticker := time.NewTicker(d.cfg.PurgeInterval)
+	defer ticker.Stop()
+	for {
+		if _, err := d.PurgeOnce(ctx); err != nil && ctx.Err() == nil {
+			d.log.Error("webhook log purge failed", "err", err)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-wake:
 		case <-ticker.C:
 		}
 	}
 }
 
-// RunOnce claims as many due deliveries as Concurrency allows, makes their attempts at once
-// and records every outcome before it returns. Tests call it instead of waiting for the loop.
+// purgePause is the rest between two purge batches.
+const purgePause = 20 * time.Millisecond
+
+// PurgeOnce removes the whole delivery log of deleted webhooks, batch by batch, and answers
+// how many rows it removed. Tests call it instead of waiting for the loop.
+func (d *Deliverer) PurgeOnce(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		n, err := d.store.WebhookPurgeDeleted(bctx, d.cfg.PurgeBatch)
+		cancel()
+		total += n
+		if err != nil || n == 0 {
+			return total, err
+		}
+		select {
+		case <-ctx.Done():
+			return total, ctx.Err()
+		case <-time.After(purgePause):
+		}
+	}
+}
+
+// RunOnce claims what the endpoints' free slots allow, makes those attempts at once and
+// records every outcome before it returns. Tests call it instead of waiting for the loop.
 func (d *Deliverer) RunOnce(ctx context.Context) error {
-	due, err := d.claim(ctx, d.cfg.Concurrency)
+	free, total := d.room()
+	due, err := d.claim(ctx, free, total)
 	if err != nil {
 		return err
 	}
 	errs := make([]error, len(due))
 	var wg sync.WaitGroup
 	for i, item := range due {
-		wg.Go(func() { errs[i] = d.deliver(ctx, item) })
+		d.started1(item.WebhookID)
+		wg.Go(func() {
+			defer d.ended(item.WebhookID)
+			errs[i] = d.deliver(ctx, item)
+		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-func (d *Deliverer) claim(ctx context.Context, n int) ([]repo.WebhookDue, error) {
+func (d *Deliverer) claim(ctx context.Context, free map[int64]int, total int) ([]repo.WebhookDue, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return d.store.WebhookDeliveryClaim(ctx, n, d.cfg.Lease)
+	return d.store.WebhookDeliveryClaim(ctx, repo.WebhookClaimParams{
+		PerEndpoint: d.cfg.Concurrency, Free: free, Limit: total, Lease: d.cfg.Lease,
+	})
 }
 
 // deliver makes one attempt and records its outcome.
@@ -238,16 +365,17 @@ func (d *Deliverer) deliver(ctx context.Context, item repo.WebhookDue) error {
 	case attemptErr == nil && status >= 200 && status < 300:
 		out.Delivered = true
 	case attemptErr != nil && ctx.Err() != nil:
-		// Stopping cut the attempt off: the receiver may or may not have the event. Make it due again at once so
-		// that another replica (or this one after a restart) tries it without waiting.
-		msg := "interrupted: the service stopped during the attempt"
-		out.Error = &msg
+		// Stopping cut the attempt off before an answer came: the receiver may or may not
+		// have the event. Make it due again at once so that another replica (or this one
+		// after a restart) tries it without waiting.
+		kind := domain.DeliveryErrorTimeout
+		out.Error = &kind
 		zero := time.Duration(0)
 		out.RetryAfter = &zero
 		outcome = OutcomeRetry
 	default:
-		msg := describeFailure(status, attemptErr)
-		out.Error = &msg
+		kind := classifyFailure(status, attemptErr)
+		out.Error = &kind
 		if delay, ok := retryDelay(item.Attempt); ok {
 			out.RetryAfter = &delay
 			outcome = OutcomeRetry
@@ -275,8 +403,10 @@ func (d *Deliverer) deliver(ctx context.Context, item repo.WebhookDue) error {
 	}
 	attrs := []any{"webhook_id", item.WebhookID, "event_id", item.ID, "attempt", item.Attempt,
 		"status_code", status, "outcome", outcome, "duration_ms", elapsed.Milliseconds()}
-	if out.Error != nil {
-		attrs = append(attrs, "error", *out.Error)
+	if attemptErr != nil {
+		// The operator's log keeps the detail that the delivery log (read through the API)
+		// leaves out.
+		attrs = append(attrs, "error", *out.Error, "detail", attemptErr.Error())
 	}
 	d.log.Log(context.WithoutCancel(ctx), level, "webhook attempt", attrs...)
 	return nil
@@ -288,7 +418,7 @@ const maxAnswerBytes = 64 << 10
 
 // post sends the event and answers the status code (0 when no answer came).
 func (d *Deliverer) post(ctx context.Context, item repo.WebhookDue) (int, error) {
-	body, err := EventJSON(item.WebhookEvent)
+	body, err := events.NewDocument(item.Event).JSON()
 	if err != nil {
 		return 0, err
 	}

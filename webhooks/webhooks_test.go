@@ -1,12 +1,16 @@
 package webhooks
 
 import (
-	"encoding/json"
+	"context"
+	"crypto/x509"
+	"net"
 	"net/netip"
+	"net/url"
+	"syscall"
 	"testing"
 	"time"
 
-	"github.com/backfillsvc/backfill/repo"
+	"github.com/backfillsvc/backfill/domain"
 )
 
 // The server signs the Standard Webhooks project's published example to the published value.
@@ -70,21 +74,29 @@ func TestCheckAddrRefusesLoopbackLinkLocalAndUnspecified(t *testing.T) {
 	}
 }
 
-func TestEventJSONKeepsDataExactlyAndAnswersUTC(t *testing.T) {
-	at := time.Date(2024, 3, 1, 12, 0, 0, 500000000, time.FixedZone("x", 3600))
-	body, err := EventJSON(repo.WebhookEvent{ID: 7, Type: "backfill.created", BackfillID: 3, DagID: "d",
-		OccurredAt: at, Data: repo.JSON(`{"backfill": {"n": 9007199254740993, "f": 1e400}}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got map[string]json.RawMessage
-	if err := json.Unmarshal(body, &got); err != nil {
-		t.Fatal(err)
-	}
-	if string(got["occurred_at"]) != `"2024-03-01T11:00:00.5Z"` {
-		t.Errorf("occurred_at %s", got["occurred_at"])
-	}
-	if string(got["data"]) != `{"backfill":{"n":9007199254740993,"f":1e400}}` {
-		t.Errorf("data %s", got["data"])
+// The delivery log names the kind of a failure and never the addresses that a dial error's
+// text carries (the target's, the resolver's).
+func TestClassifyFailureNamesKindsWithoutAddresses(t *testing.T) {
+	dnsErr := &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{
+		Err: "no such host", Name: "nope.invalid", Server: "10.96.0.10:53", IsNotFound: true}}
+	refusedDial := &net.OpError{Op: "dial", Net: "tcp",
+		Addr: &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 443}, Err: syscall.ECONNREFUSED}
+	local := &RefusedAddressError{netip.MustParseAddr("127.0.0.1"), "loopback"}
+	for name, c := range map[string]struct {
+		status int
+		err    error
+		want   domain.DeliveryError
+	}{
+		"status":   {500, nil, domain.DeliveryErrorHTTPStatus},
+		"redirect": {302, nil, domain.DeliveryErrorHTTPStatus},
+		"dns":      {0, &url.Error{Op: "Post", URL: "https://nope.invalid/", Err: dnsErr}, domain.DeliveryErrorDNS},
+		"refused":  {0, &url.Error{Op: "Post", URL: "https://x/", Err: refusedDial}, domain.DeliveryErrorConnectionRefused},
+		"local":    {0, &url.Error{Op: "Post", URL: "http://x/", Err: &net.OpError{Op: "dial", Err: local}}, domain.DeliveryErrorRefusedAddress},
+		"timeout":  {0, &url.Error{Op: "Post", URL: "https://x/", Err: context.DeadlineExceeded}, domain.DeliveryErrorTimeout},
+		"tls":      {0, &url.Error{Op: "Post", URL: "https://x/", Err: x509.UnknownAuthorityError{}}, domain.DeliveryErrorTLS},
+	} {
+		if got := classifyFailure(c.status, c.err); got != c.want {
+			t.Errorf("%s: %q, want %q", name, got, c.want)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/backfillsvc/backfill/handlers"
 	"github.com/backfillsvc/backfill/repo"
 )
 
@@ -39,13 +40,26 @@ type config struct {
 	// WebhookAllowLocal lets webhook targets resolve to loopback, link-local and unspecified
 	// addresses (WEBHOOK_ALLOW_LOCAL=true), for development and tests.
 	WebhookAllowLocal bool
+	// WebhookConcurrency is the most delivery attempts in flight per webhook endpoint on this
+	// replica (WEBHOOK_CONCURRENCY): an endpoint that hangs holds this many and no more.
+	WebhookConcurrency int
 	// EventStreamsMax bounds the Server-Sent Events streams of this replica (503 beyond).
 	EventStreamsMax int
 	// EventPollInterval is how often the event listener reads the outbox when no NOTIFY
 	// woke it: the most a lost notification can delay an event.
 	EventPollInterval time.Duration
-	// AdmissionWait is the longest a request waits for an admission slot before 503 busy.
+	// AdmissionWait is the admission queue's interval: a queue that has not been empty for
+	// that long is standing, and a request that arrives at it waits at most that long for a
+	// slot before 503 busy.
 	AdmissionWait time.Duration
+	// AdmissionLongWait is the longest a request that arrives at a queue that is not
+	// standing (a burst) waits for a slot.
+	AdmissionLongWait time.Duration
+	// DBLeaseMaxConns is the lease pool (heartbeats, reports, releases), kept apart from
+	// DBMaxConns, and the number of lease requests admitted at once.
+	DBLeaseMaxConns int
+	// LockWait bounds every wait of a transaction for a row lock (lock_timeout).
+	LockWait time.Duration
 	// AdmissionMaxInFlight bounds the requests served at once; by default the pool less
 	// admissionPoolReserve, so that an admitted request never queues for a connection.
 	AdmissionMaxInFlight int
@@ -73,11 +87,15 @@ func loadConfig(getenv func(string) string) (config, error) {
 		StatementTimeout: 60 * time.Second,
 		ShutdownTimeout:  30 * time.Second,
 
-		DBReconnectWait:   5 * time.Second,
-		DBConnMaxLifetime: time.Minute,
-		EventStreamsMax:   2000,
-		EventPollInterval: 2 * time.Second,
-		AdmissionWait:     100 * time.Millisecond,
+		DBReconnectWait:    5 * time.Second,
+		DBConnMaxLifetime:  time.Minute,
+		EventStreamsMax:    2000,
+		WebhookConcurrency: 4,
+		EventPollInterval:  2 * time.Second,
+		AdmissionWait:      100 * time.Millisecond,
+		AdmissionLongWait:  time.Second,
+		DBLeaseMaxConns:    handlers.DefaultLeaseMaxInFlight,
+		LockWait:           repo.DefaultLockWait,
 	}
 	var errs []error
 	if cfg.DatabaseURL == "" {
@@ -106,9 +124,16 @@ func loadConfig(getenv func(string) string) (config, error) {
 	default:
 		errs = append(errs, fmt.Errorf("WEBHOOK_ALLOW_LOCAL=%q: want true or false", v))
 	}
+	intVar(getenv, "WEBHOOK_CONCURRENCY", &cfg.WebhookConcurrency, 1, 1000, &errs)
 	intVar(getenv, "EVENT_STREAMS_MAX", &cfg.EventStreamsMax, 1, 1_000_000, &errs)
 	durationVar(getenv, "EVENT_POLL_INTERVAL", &cfg.EventPollInterval, &errs)
 	durationVar(getenv, "ADMISSION_WAIT", &cfg.AdmissionWait, &errs)
+	durationVar(getenv, "ADMISSION_LONG_WAIT", &cfg.AdmissionLongWait, &errs)
+	// A burst never waits less than a standing queue's request: a long ADMISSION_WAIT alone
+	// (as some deployments and tests set) raises the long wait with it.
+	cfg.AdmissionLongWait = max(cfg.AdmissionLongWait, cfg.AdmissionWait)
+	intVar(getenv, "DB_LEASE_MAX_CONNS", &cfg.DBLeaseMaxConns, 1, 1000, &errs)
+	durationVar(getenv, "LOCK_WAIT", &cfg.LockWait, &errs)
 	cfg.AdmissionMaxInFlight = max(3, cfg.DBMaxConns-admissionPoolReserve)
 	intVar(getenv, "ADMISSION_MAX_IN_FLIGHT", &cfg.AdmissionMaxInFlight, 3, 10_000, &errs)
 	for _, t := range strings.Split(getenv("API_TOKEN"), ",") {
@@ -186,5 +211,8 @@ func (c config) logAttrs() []any {
 		"event_poll_interval", c.EventPollInterval.String(),
 		"admission_wait", c.AdmissionWait.String(),
 		"admission_max_in_flight", c.AdmissionMaxInFlight,
+		"admission_long_wait", c.AdmissionLongWait.String(),
+		"db_lease_max_conns", c.DBLeaseMaxConns,
+		"lock_wait", c.LockWait.String(),
 	}
 }

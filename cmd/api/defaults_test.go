@@ -53,8 +53,12 @@ func TestDocsStateTheDefaultsConfigApplies(t *testing.T) {
 		"DB_CONN_MAX_LIFETIME": cfg.DBConnMaxLifetime,
 		"WEBHOOK_ALLOW_LOCAL":  fmt.Sprint(cfg.WebhookAllowLocal),
 		"EVENT_STREAMS_MAX":    fmt.Sprint(cfg.EventStreamsMax),
+		"WEBHOOK_CONCURRENCY":  fmt.Sprint(cfg.WebhookConcurrency),
 		"EVENT_POLL_INTERVAL":  cfg.EventPollInterval,
 		"ADMISSION_WAIT":       cfg.AdmissionWait,
+		"ADMISSION_LONG_WAIT":  cfg.AdmissionLongWait,
+		"DB_LEASE_MAX_CONNS":   fmt.Sprint(cfg.DBLeaseMaxConns),
+		"LOCK_WAIT":            cfg.LockWait,
 		// Derived from the pool; the docs state the rule, checked here against the value.
 		"ADMISSION_MAX_IN_FLIGHT": "DB_MAX_CONNS` − 2 (at least 3)",
 	}

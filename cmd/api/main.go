@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
@@ -34,7 +35,10 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
+	stdout := newLogBuffer(os.Stdout, logFlushEvery)
+	err := run(ctx, os.Args[1:], os.Getenv, stdout)
+	stdout.Close()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
@@ -50,7 +54,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	logger := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	logger := slog.New(newLogHandler(stdout, cfg.LogLevel))
 	dsn, err := sessionDSN(cfg.DatabaseURL, cfg.StatementTimeout)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
@@ -61,12 +65,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	// repo.Connector waits up to DB_RECONNECT_WAIT for a session, and marks the failures
 	// that remain so that they are answered 503.
-	db := sqlx.NewDb(sql.OpenDB(repo.Connector(connector, cfg.DBReconnectWait)), "postgres")
+	db := openPool(repo.Connector(connector, cfg.DBReconnectWait), cfg.DBMaxConns, cfg.DBConnMaxLifetime)
 	defer db.Close()
-	db.SetMaxOpenConns(cfg.DBMaxConns)
-	db.SetMaxIdleConns(cfg.DBMaxConns)
-	db.SetConnMaxIdleTime(5 * time.Minute)
-	db.SetConnMaxLifetime(cfg.DBConnMaxLifetime)
 
 	if len(args) > 0 && args[0] == "migrate" {
 		return migrate(ctx, db, args[1:], stdout)
@@ -74,10 +74,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if len(args) > 0 {
 		return fmt.Errorf("unknown command %q (want no argument, migrate up|down|status, or healthcheck)", args[0])
 	}
-	return serve(ctx, cfg, db, dsn, logger)
+	// The lease pool: heartbeats, reports and releases never wait for a connection behind
+	// claims or reads, even while those are parked on a held row.
+	leaseDB := openPool(repo.Connector(connector, cfg.DBReconnectWait), cfg.DBLeaseMaxConns, cfg.DBConnMaxLifetime)
+	defer leaseDB.Close()
+	return serve(ctx, cfg, db, leaseDB, dsn, logger)
 }
 
-func serve(ctx context.Context, cfg config, db *sqlx.DB, dsn dsn, logger *slog.Logger) error {
+// openPool opens a pool of at most maxConns sessions, all kept idle between requests.
+func openPool(c driver.Connector, maxConns int, lifetime time.Duration) *sqlx.DB {
+	db := sqlx.NewDb(sql.OpenDB(c), "postgres")
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	db.SetConnMaxLifetime(lifetime)
+	return db
+}
+
+func serve(ctx context.Context, cfg config, db, leaseDB *sqlx.DB, dsn dsn, logger *slog.Logger) error {
 	logger.Info("starting", cfg.logAttrs()...)
 
 	if err := migrations.Up(ctx, db.DB); err != nil {
@@ -89,6 +103,8 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, dsn dsn, logger *slog.L
 		MaxAttempts:     cfg.MaxAttempts,
 		Observer:        m,
 		ReconnectWait:   cfg.DBReconnectWait,
+		LockWait:        cfg.LockWait,
+		LeaseDB:         leaseDB,
 	})
 	m.WatchStates(store.StateCounts)
 	ready, err := readiness(db, store)
@@ -116,9 +132,11 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, dsn dsn, logger *slog.L
 		APITokens:    cfg.APITokens,
 		Instrument:   m.Instrument,
 		Admission: &handlers.Admission{
-			MaxInFlight: cfg.AdmissionMaxInFlight,
-			Wait:        cfg.AdmissionWait,
-			Observer:    m,
+			MaxInFlight:      cfg.AdmissionMaxInFlight,
+			LeaseMaxInFlight: cfg.DBLeaseMaxConns,
+			Wait:             cfg.AdmissionWait,
+			LongWait:         cfg.AdmissionLongWait,
+			Observer:         m,
 		},
 	})
 	if err != nil {
@@ -153,9 +171,10 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, dsn dsn, logger *slog.L
 	defer sweep.Stop()
 
 	deliver := webhooks.New(store, webhooks.Config{
-		AllowLocal: cfg.WebhookAllowLocal,
-		Logger:     logger.With("component", "webhooks"),
-		Observer:   m,
+		AllowLocal:  cfg.WebhookAllowLocal,
+		Concurrency: cfg.WebhookConcurrency,
+		Logger:      logger.With("component", "webhooks"),
+		Observer:    m,
 	})
 	deliver.Start(context.WithoutCancel(ctx))
 	defer deliver.Stop()

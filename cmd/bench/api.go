@@ -20,6 +20,10 @@ type bench struct {
 	triggerCounts bool
 	noCheckpoint  bool    // CHECKPOINT was refused once; do not ask again
 	svcDB         *sql.DB // the service's own database, for the floor of P2
+	// floorSrv runs the floor handlers of the CPU measures; the databases' names pick the
+	// PostgreSQL backends whose CPU each side is charged.
+	floorSrv               *floorServer
+	svcDBName, floorDBName string
 }
 
 func (b *bench) url(path string) string { return b.svc.base + "/api/v1" + path }

@@ -3,12 +3,26 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
+
+// TestMain lets the test binary serve as the floor handlers' process: the command starts its
+// own executable again as `floor-server`, which under go test is this binary.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "floor-server" {
+		if err := serveFloor(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "floor-server:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	os.Exit(m.Run())
+}
 
 // TestSmokeRunsEveryScenario runs the whole command in smoke mode, so that the benchmarks
 // cannot rot: it builds and starts the real service, creates and drops its scratch databases,
@@ -36,8 +50,8 @@ func TestSmokeRunsEveryScenario(t *testing.T) {
 	out := stdout.String()
 	for _, want := range []string{"P1 POST backfill", "row-by-row", "P1 growth", "P2 GET backfill p50",
 		"P2 GET backfill throughput", "P3 sweep pass", "P4 claim + report cycles, 4 workers", "P5 service RSS",
-		"P6 cancel, 1k runs", "P6 reprocess failed growth",
-		"P2 GET backfill throughput, 1k-run, vs GET /healthz", "P7 goodput at 2×C", "P7 every answer", "P7 p99 of admitted",
+		"P2 CPU per GET backfill", "P4 CPU per claim + report cycle", "P6 cancel, 1k runs", "P6 reprocess failed growth",
+		"P2 GET backfill throughput, 1k-run, vs GET /healthz", "P7 goodput per server CPU-second", "P7 every answer", "P7 p99 from arrival to 503", "P7 p99 of admitted",
 		"P7 p99 at C/2 right after",
 		"PostgreSQL", "cores"} {
 		if !strings.Contains(out, want) {

@@ -190,22 +190,28 @@ type floorClaimer struct {
 	backfillID    int64
 }
 
+// floorClaimSQL claims the first queued run of backfill $2 in claim order for worker $1.
+const floorClaimSQL = `
+	UPDATE dag_runs SET state = 'running', worker_id = $1, start_date = now(), lease_seconds = 300,
+		lease_expires_at = now() + interval '300 seconds'
+	WHERE id = (
+		SELECT id FROM dag_runs
+		WHERE backfill_id = $2 AND state = 'queued'
+		ORDER BY backfill_sort_ordinal
+		FOR UPDATE SKIP LOCKED LIMIT 1)
+	RETURNING id`
+
+// floorReportSQL reports run $1 successful if worker $2 still holds it.
+const floorReportSQL = `
+	UPDATE dag_runs SET state = 'success', end_date = now(), lease_expires_at = NULL
+	WHERE id = $1 AND state = 'running' AND worker_id = $2`
+
 func newFloorClaimer(ctx context.Context, db *sql.DB, backfillID int64) (*floorClaimer, error) {
-	claim, err := db.PrepareContext(ctx, `
-		UPDATE dag_runs SET state = 'running', worker_id = $1, start_date = now(), lease_seconds = 300,
-			lease_expires_at = now() + interval '300 seconds'
-		WHERE id = (
-			SELECT id FROM dag_runs
-			WHERE backfill_id = $2 AND state = 'queued'
-			ORDER BY backfill_sort_ordinal
-			FOR UPDATE SKIP LOCKED LIMIT 1)
-		RETURNING id`)
+	claim, err := db.PrepareContext(ctx, floorClaimSQL)
 	if err != nil {
 		return nil, err
 	}
-	report, err := db.PrepareContext(ctx, `
-		UPDATE dag_runs SET state = 'success', end_date = now(), lease_expires_at = NULL
-		WHERE id = $1 AND state = 'running' AND worker_id = $2`)
+	report, err := db.PrepareContext(ctx, floorReportSQL)
 	if err != nil {
 		claim.Close()
 		return nil, err

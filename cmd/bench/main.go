@@ -35,6 +35,13 @@ const defaultServerURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=di
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if len(os.Args) > 1 && os.Args[1] == "floor-server" {
+		if err := serveFloor(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench floor-server:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -62,6 +69,8 @@ type config struct {
 	claimRuns      int           // P4 queued runs available to each side
 	bulkSizes      []int         // P6 backfill sizes, ascending; the last one carries the targets
 	bulkRounds     int           // P6 rounds per size in each of its two runs
+	cpuRequests    int           // P2 GETs per side and round of the CPU measure
+	cpuCycles      int           // P4 claim + report cycles per side and round of the CPU measure
 	only           map[string]bool
 }
 
@@ -95,6 +104,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		activeFills: 1_000, historySmall: 10_000, historyLarge: 1_000_000, sweepPasses: 50,
 		workers: []int{1, 4, 16}, claimRuns: 100_000,
 		bulkSizes: []int{10_000, 100_000}, bulkRounds: 3,
+		cpuRequests: 20_000, cpuCycles: 3_000,
 	}
 	if cfg.smoke {
 		cfg.sizes = []int{100, 1_000}
@@ -103,6 +113,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		cfg.activeFills, cfg.historySmall, cfg.historyLarge, cfg.sweepPasses = 100, 1_000, 10_000, 20
 		cfg.claimRuns = 10_000
 		cfg.bulkSizes, cfg.bulkRounds = []int{100, 1_000}, 1
+		cfg.cpuRequests, cfg.cpuCycles = 300, 100
 	}
 	if *rounds > 0 {
 		cfg.rounds = *rounds
@@ -180,6 +191,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	env.onClose(func() error { return b.svcDB.Close() })
 
+	// The floor handlers of the CPU measures (P2, P4) read the service's database and claim
+	// from the floor's.
+	if b.floorSrv, err = startFloorServer(ctx, svcDSN, floorDSN); err != nil {
+		return err
+	}
+	env.onClose(b.floorSrv.stop)
+	b.svcDBName, b.floorDBName = dbNameOf(svcDSN), dbNameOf(floorDSN)
+
 	var res results
 	if err := b.warmUp(ctx); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
@@ -201,6 +220,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return fmt.Errorf("P2: %w", err)
 		}
 		res.status = &s
+		c, err := b.scenarioStatusCPU(ctx, b.floorSrv, b.svcDBName, s.largeID)
+		if err != nil {
+			return fmt.Errorf("P2 CPU: %w", err)
+		}
+		res.statusCPU = &c
 	}
 	if cfg.runs("P4") {
 		c, err := b.scenarioClaims(ctx)

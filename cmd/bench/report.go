@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 )
@@ -13,9 +14,11 @@ type results struct {
 	create *createResult
 	memory *memResult
 	status *statusResult
-	claims *claimResult
-	sweep  *sweepResult
-	bulk   *bulkResult
+	// statusCPU is P2's target, CPU per GET against the floor handler.
+	statusCPU *statusCPUResult
+	claims    *claimResult
+	sweep     *sweepResult
+	bulk      *bulkResult
 	// streams is P8 (issue 12).
 	streams *streamsResult
 	// overload is P7.
@@ -24,15 +27,12 @@ type results struct {
 
 // Targets of issue 5.
 const (
-	targetCreateVsCopy     = 1.25 // service ≤ 1.25 × COPY floor at the largest N
-	targetVsRowByRow       = 20.0 // service ≥ 20 × faster than row-by-row at the largest N
-	targetGrowth           = 1.10 // t ∝ N^k with k ≤ 1.1: linear or better, with room for noise
-	targetStatusP50        = 1.2  // 100k-run p50 ≤ 1.2 × 5-run p50
-	targetStatusThroughput = 0.5  // ≥ 0.5 × the PK SELECT floor
-	targetStatusVsHealthz  = 0.8  // ≥ 0.8 × GET /healthz, the HTTP floor (issue 10)
-	targetSweep            = 1.3  // large-history pass ≤ 1.3 × small-history pass
-	targetClaims           = 0.5  // ≥ 0.5 × the floor at 4 workers (issue 10)
-	targetMemoryMiB        = 200  // peak ≤ 200 MiB above rest
+	targetCreateVsCopy = 1.25 // service ≤ 1.25 × COPY floor at the largest N
+	targetVsRowByRow   = 20.0 // service ≥ 20 × faster than row-by-row at the largest N
+	targetGrowth       = 1.10 // t ∝ N^k with k ≤ 1.1: linear or better, with room for noise
+	targetStatusP50    = 1.2  // 100k-run p50 ≤ 1.2 × 5-run p50
+	targetSweep        = 1.3  // large-history pass ≤ 1.3 × small-history pass
+	targetMemoryMiB    = 200  // peak ≤ 200 MiB above rest
 )
 
 // row is one line of the table. result is PASS, MISS, or "—" for a figure without a target.
@@ -59,6 +59,9 @@ func printReport(w io.Writer, cfg config, hw *hardware, r *results) {
 	var rows []row
 	if r.create != nil {
 		rows = append(rows, createRows(*r.create)...)
+	}
+	if r.statusCPU != nil {
+		rows = append(rows, statusCPURows(*r.statusCPU)...)
 	}
 	if r.status != nil {
 		rows = append(rows, statusRows(*r.status)...)
@@ -159,11 +162,46 @@ func statusRows(s statusResult) []row {
 			lat(s.large), lat(s.small), ratioStr(p50), fmt.Sprintf("≤ %.1f", targetStatusP50), verdict(p50 <= targetStatusP50)},
 		{fmt.Sprintf("P2 GET backfill throughput, %s-run, vs PK SELECT (32 clients)", count(s.largeRuns)),
 			rate(s.large.perSecond(), "req/s"), rate(s.floor.perSecond(), "q/s") + " (" + lat(s.floor) + ")",
-			ratioStr(tput), fmt.Sprintf("≥ %.1f", targetStatusThroughput), verdict(tput >= targetStatusThroughput)},
+			ratioStr(tput), "—", "—"},
 		{fmt.Sprintf("P2 GET backfill throughput, %s-run, vs GET /healthz (32 clients)", count(s.largeRuns)),
 			rate(s.large.perSecond(), "req/s"), rate(s.healthz.perSecond(), "req/s") + " (" + lat(s.healthz) + ")",
-			ratioStr(vsHTTP), fmt.Sprintf("≥ %.1f", targetStatusVsHealthz), verdict(vsHTTP >= targetStatusVsHealthz)},
+			ratioStr(vsHTTP), "—", "—"},
 	}
+}
+
+// cpuCell shows a side's median CPU per request: its own process + its database's backends.
+func cpuCell(c cpuComparison, side []cpuSample) string {
+	own := c.median(side, cpuSample.serverPer)
+	pg := c.median(side, cpuSample.pgPer)
+	return fmt.Sprintf("%s + PG %s", dur(own), dur(pg))
+}
+
+// spread shows the per-round ratios a median was taken of.
+func spread(xs []float64) string {
+	return fmt.Sprintf("%.2f (rounds %.2f–%.2f)", medianOf(xs), slices.Min(xs), slices.Max(xs))
+}
+
+func statusCPURows(s statusCPUResult) []row {
+	total, own := medianOf(s.totalRatios()), medianOf(s.serverRatios())
+	name := fmt.Sprintf("P2 CPU per GET backfill vs the floor handler (%d rounds of %s, %d clients)", len(s.service), count(s.requests), s.clients)
+	return []row{
+		{name + ": service + PostgreSQL", cpuCell(s.cpuComparison, s.service), cpuCell(s.cpuComparison, s.floor),
+			spread(s.totalRatios()), fmt.Sprintf("≤ %.1f", targetStatusCPUTotal), verdict(total <= targetStatusCPUTotal)},
+		{name + ": the service's own share", dur(s.median(s.service, cpuSample.serverPer)), dur(s.median(s.floor, cpuSample.serverPer)),
+			spread(s.serverRatios()), fmt.Sprintf("≤ %.1f", targetStatusCPUServer), verdict(own <= targetStatusCPUServer)},
+		{name + ": PostgreSQL's share", dur(s.median(s.service, cpuSample.pgPer)), dur(s.median(s.floor, cpuSample.pgPer)),
+			spread(s.pgRatios()), "—", "—"},
+	}
+}
+
+func claimCPURows(c claimCPUResult) []row {
+	if len(c.service) == 0 {
+		return nil
+	}
+	ratio := medianOf(c.floorPerService())
+	return []row{{fmt.Sprintf("P4 CPU per claim + report cycle, floor handlers / service (%d rounds of %s, %d workers)", len(c.service), count(c.cycles), c.clients),
+		cpuCell(c.cpuComparison, c.service), cpuCell(c.cpuComparison, c.floor),
+		spread(c.floorPerService()), fmt.Sprintf("≥ %.1f", targetClaimCPU), verdict(ratio >= targetClaimCPU)}}
 }
 
 func sweepRows(s sweepResult) []row {
@@ -179,18 +217,20 @@ func claimRows(c claimResult) []row {
 	var rows []row
 	for i, workers := range c.workers {
 		ratio := c.service[i].perSecond() / c.floor[i].perSecond()
-		rw := row{fmt.Sprintf("P4 claim + report cycles, %d worker%s, vs SKIP LOCKED floor", workers, plural(workers)),
-			rate(c.service[i].perSecond(), "/s"), rate(c.floor[i].perSecond(), "/s"), ratioStr(ratio), "—", "—"}
-		if workers == 4 {
-			rw.target, rw.result = fmt.Sprintf("≥ %.1f", targetClaims), verdict(ratio >= targetClaims)
-		}
-		rows = append(rows, rw)
+		rows = append(rows, row{fmt.Sprintf("P4 claim + report cycles, %d worker%s, vs SKIP LOCKED floor (throughput)", workers, plural(workers)),
+			rate(c.service[i].perSecond(), "/s"), rate(c.floor[i].perSecond(), "/s"), ratioStr(ratio), "—", "—"})
 	}
-	return rows
+	return append(claimCPURows(c.cpu), rows...)
 }
 
-// Targets of issue 10 for P7; the latency bounds are recoveryBound and admittedBound.
-const targetGoodput = 0.8 // goodput under 2×C offered ≥ 0.8 × C
+// Targets of P7 ("Overload, done right"): under 2×C offered, every answer is 200 or 503 busy
+// with Retry-After, a 503 comes within the admission wait (p99), and the goodput per server
+// CPU-second stays at least 0.8 of its value at capacity. The latency bounds of admitted
+// requests (admittedBound, recoveryBound) are shown as information.
+const (
+	targetGoodputPerCPU = 0.8
+	targetBusyP99       = 100 * time.Millisecond // ADMISSION_WAIT's default
+)
 
 func overloadRows(o overloadResult) []row {
 	over, base, after := o.over, o.base, o.after
@@ -203,24 +243,34 @@ func overloadRows(o overloadResult) []row {
 		}
 	}
 	goodput := over.goodput() / o.capacity
+	perCPU := over.goodputPerCPU() / max(o.closed.goodputPerCPU(), 1e-9)
 	shed := float64(over.busy) / float64(max(over.total(), 1))
 	admitted, recovered := admittedBound(base.p99()), recoveryBound(base.p99())
 	recoveredIn := "never within the phase"
 	if o.recoveredIn >= 0 {
 		recoveredIn = "p99 under the bound within " + dur(o.recoveredIn)
 	}
+	busyP99 := "none shed"
+	if over.busy > 0 {
+		busyP99 = dur(over.busyP99())
+	}
+	offered := fmt.Sprintf("%.0f req/s, open loop, %s", over.offered, dur(over.duration))
 	return []row{
-		{fmt.Sprintf("P7 goodput at 2×C offered (%s req/s, open loop, %s), vs C", fmt.Sprintf("%.0f", over.offered), dur(over.duration)),
-			fmt.Sprintf("%s req/s, %.0f%% shed", fmt.Sprintf("%.0f", over.goodput()), 100*shed),
-			fmt.Sprintf("C = %.0f req/s (32 clients, closed loop)", o.capacity),
-			ratioStr(goodput), fmt.Sprintf("≥ %.1f", targetGoodput), verdict(goodput >= targetGoodput)},
+		{fmt.Sprintf("P7 goodput per server CPU-second (service + PostgreSQL) at 2×C offered (%s), vs at C", offered),
+			fmt.Sprintf("%.0f /CPU-s (%.0f req/s, %.0f%% shed)", over.goodputPerCPU(), over.goodput(), 100*shed),
+			fmt.Sprintf("%.0f /CPU-s (C = %.0f req/s, 32 clients, closed loop)", o.closed.goodputPerCPU(), o.capacity),
+			ratioStr(perCPU), fmt.Sprintf("≥ %.1f", targetGoodputPerCPU), verdict(perCPU >= targetGoodputPerCPU)},
 		{"P7 every answer 200, or 503 busy with Retry-After (all phases)", answers, "—", "—", "0 other", verdict(bad == 0)},
-		{"P7 p99 of admitted GETs at 2×C, vs p99 at C/2 before", dur(over.p99()), dur(base.p99()),
+		{"P7 p99 from arrival to 503 busy at 2×C", busyP99, "—", "—", "≤ " + dur(targetBusyP99) + " (ADMISSION_WAIT)",
+			verdict(over.busy == 0 || over.busyP99() <= targetBusyP99)},
+		{"P7 goodput at 2×C offered, vs C (information)", fmt.Sprintf("%.0f req/s", over.goodput()),
+			fmt.Sprintf("C = %.0f req/s", o.capacity), ratioStr(goodput), "—", "—"},
+		{"P7 p99 of admitted GETs at 2×C, vs p99 at C/2 before (information)", dur(over.p99()), dur(base.p99()),
 			ratioStr(float64(over.p99()) / float64(max(base.p99(), 1))),
-			"≤ " + dur(admitted) + " (max(10×, 250 ms))", verdict(over.p99() <= admitted)},
-		{fmt.Sprintf("P7 p99 at C/2 right after the overload (%s; %s), vs before", dur(after.duration), recoveredIn),
+			"— (was ≤ " + dur(admitted) + ")", "—"},
+		{fmt.Sprintf("P7 p99 at C/2 right after the overload (%s; %s), vs before (information)", dur(after.duration), recoveredIn),
 			dur(after.p99()), dur(base.p99()), ratioStr(float64(after.p99()) / float64(max(base.p99(), 1))),
-			"≤ " + dur(recovered) + " (3× + 20 ms)", verdict(after.p99() <= recovered)},
+			"— (was ≤ " + dur(recovered) + ")", "—"},
 	}
 }
 

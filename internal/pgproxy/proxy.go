@@ -26,6 +26,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -88,6 +89,10 @@ type Event struct {
 	// Tags are the CommandComplete tags ("INSERT 0 1", "UPDATE 3", "COMMIT") the server has
 	// sent since its last ReadyForQuery, this message's own included.
 	Tags []string
+	// TxTags are the CommandComplete tags since the server last said it was idle
+	// (ReadyForQuery 'I'): a whole transaction's, BEGIN to COMMIT, or one autocommit
+	// statement's. With TxStatus 'I' they are what has just been committed or rolled back.
+	TxTags []string
 	// Rows counts the DataRows the server has sent since its last ReadyForQuery, this one
 	// included.
 	Rows int
@@ -253,6 +258,7 @@ type pconn struct {
 	stmts  map[string]string // prepared statement name -> SQL ("" is the unnamed one)
 	sql    string
 	tags   []string
+	txTags []string
 	rows   int
 	hung   bool
 	closed bool
@@ -399,6 +405,7 @@ func (c *pconn) decide(dir Direction, typ byte, body []byte) Action {
 		switch typ {
 		case 'C':
 			c.tags = append(c.tags, cstring(body))
+			c.txTags = append(c.txTags, cstring(body))
 		case 'D':
 			c.rows++
 		case 'Z':
@@ -408,8 +415,12 @@ func (c *pconn) decide(dir Direction, typ byte, body []byte) Action {
 		}
 	}
 	ev.SQL, ev.Tags, ev.Rows = c.sql, append([]string(nil), c.tags...), c.rows
+	ev.TxTags = append([]string(nil), c.txTags...)
 	if dir == FromServer && typ == 'Z' {
 		c.tags, c.rows = c.tags[:0], 0
+		if ev.TxStatus == 'I' {
+			c.txTags = c.txTags[:0]
+		}
 	}
 	c.mu.Unlock()
 	rp := c.p.rule.Load()
@@ -436,8 +447,23 @@ func cstring(b []byte) string {
 // commits on its own (INSERT, UPDATE, DELETE, MERGE, COPY) or a COMMIT.
 func IsWriteTag(tag string) bool {
 	verb, _, _ := strings.Cut(tag, " ")
+	return verb == "COMMIT" || isChangeVerb(verb)
+}
+
+// IsChangeTag reports whether a CommandComplete tag says rows were changed: INSERT, UPDATE,
+// DELETE, MERGE or COPY of at least one row ("UPDATE 0" changed nothing).
+func IsChangeTag(tag string) bool {
+	fields := strings.Fields(tag)
+	if len(fields) < 2 || !isChangeVerb(fields[0]) {
+		return false
+	}
+	n, err := strconv.Atoi(fields[len(fields)-1])
+	return err == nil && n > 0
+}
+
+func isChangeVerb(verb string) bool {
 	switch verb {
-	case "INSERT", "UPDATE", "DELETE", "MERGE", "COPY", "COMMIT":
+	case "INSERT", "UPDATE", "DELETE", "MERGE", "COPY":
 		return true
 	}
 	return false

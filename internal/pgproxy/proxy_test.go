@@ -240,3 +240,26 @@ func TestChaosReplaysFromItsSeed(t *testing.T) {
 	}
 	require.InDelta(t, 0.3*150, acted, 25)
 }
+
+func TestIsChangeTag(t *testing.T) {
+	t.Parallel()
+	for tag, want := range map[string]bool{
+		"INSERT 0 1": true, "UPDATE 3": true, "DELETE 1": true, "COPY 10": true, "MERGE 2": true,
+		"UPDATE 0": false, "SELECT 5": false, "COMMIT": false, "BEGIN": false, "INSERT 0 0": false,
+	} {
+		require.Equal(t, want, pgproxy.IsChangeTag(tag), tag)
+	}
+}
+
+func TestAnswerLostAfterWriteSeesAWriteInsideAQuery(t *testing.T) {
+	t.Parallel()
+	db, p, dsn := setUp(t)
+	conn := rawConn(t, dsn)
+	p.SetRule(pgproxy.AnswerLostAfterWrite())
+	require.NoError(t, exec(conn, `WITH x AS (SELECT 1) SELECT * FROM x`))
+	require.NoError(t, exec(conn, `UPDATE t SET id = 2`), "UPDATE 0 changed nothing")
+	require.Equal(t, 0, p.Fired())
+	require.ErrorIs(t, exec(conn, `WITH x AS (INSERT INTO t VALUES (1) RETURNING id) SELECT count(*) FROM x`), driver.ErrBadConn)
+	require.Equal(t, 1, p.Fired())
+	eventuallyCount(t, db, 1)
+}

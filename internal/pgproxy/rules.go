@@ -2,26 +2,35 @@ package pgproxy
 
 import (
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
 )
 
 // AnswerLostAfterWrite cuts a connection when the server's ReadyForQuery 'I' (idle: nothing
-// left open, so the change is committed) follows a write's CommandComplete (IsWriteTag), before
-// the client receives it: the change is durable and the client never hears so. The client has
-// already received everything before the ReadyForQuery (its rows and the tag), which lib/pq
-// reads only when it reaches the ReadyForQuery; it then sees EOF.
+// left open, so the change is committed) ends an autocommit statement or a transaction that
+// changed rows, before the client receives it: the change is durable and the client never
+// hears so. "Changed rows" is a CommandComplete tag that says so (IsChangeTag over
+// Event.TxTags), or, for a statement whose tag hides it (WITH x AS (UPDATE ...) SELECT ...
+// answers "SELECT n"), an INSERT, UPDATE, DELETE or MERGE in its text (however many rows it
+// changed: the tag does not say). A read, a transaction
+// that changed nothing and a statement inside a still open transaction pass. The client has
+// already received everything before the ReadyForQuery (its rows and tag), but lib/pq waits
+// for the ReadyForQuery: it sees the connection die.
 func AnswerLostAfterWrite() Rule {
 	return AnswerLostAfter(func(ev Event) bool {
-		for _, tag := range ev.Tags {
-			if IsWriteTag(tag) {
+		for _, tag := range ev.TxTags {
+			if IsChangeTag(tag) {
 				return true
 			}
 		}
-		return false
+		n := len(ev.TxTags)
+		return n > 0 && strings.HasPrefix(ev.TxTags[n-1], "SELECT") && writesByText.MatchString(ev.SQL)
 	})
 }
+
+var writesByText = regexp.MustCompile(`(?i)\b(INSERT\s+INTO|UPDATE\s+\S+\s+(\S+\s+)?SET|DELETE\s+FROM|MERGE\s+INTO)\b`)
 
 // AnswerLostAfter is AnswerLostAfterWrite for the exchanges that match says: it cuts before
 // the server's ReadyForQuery 'I' of an exchange that match accepts.

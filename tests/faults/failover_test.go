@@ -17,9 +17,9 @@ import (
 	"github.com/backfillsvc/backfill/tests/internal/loadkit"
 )
 
-// commitLostDetail is how the service says that a write's connection was lost during
-// COMMIT (503 `unavailable`): the only 503 a one-second failover may cause.
-const commitLostDetail = "outcome is unknown"
+// commitLostDetail is how the service says that a write's connection was lost after it was
+// sent (503 `outcome_unknown`): the only 503 a one-second failover may cause.
+const commitLostDetail = "may or may not have been applied"
 
 // TestPostgresFailover runs the service against a primary with a synchronous standby
 // (remote_apply), under steady creations and reads, then kills the primary with SIGKILL and

@@ -983,7 +983,7 @@ export interface components {
          * @description The stable, machine-readable error code. `not_found` and `method_not_allowed` answer requests to a path no route serves, or with a method the route does not serve.
          * @enum {string}
          */
-        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "plan_changed" | "backfill_not_terminal" | "runs_in_flight" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "webhook_not_found" | "invalid_webhook" | "busy" | "timeout" | "unavailable" | "internal" | "not_found" | "method_not_allowed";
+        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "plan_changed" | "backfill_not_terminal" | "runs_in_flight" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "webhook_not_found" | "invalid_webhook" | "busy" | "timeout" | "unavailable" | "outcome_unknown" | "internal" | "not_found" | "method_not_allowed";
         Dag: {
             dag_id: components["schemas"]["DagId"];
             /**
@@ -1561,8 +1561,11 @@ export interface components {
          *     `Retry-After`. `timeout`: a database statement ran into
          *     its time limit and was stopped; always carries `Retry-After`. `unavailable`: the
          *     database cannot be reached or accepts no writes (after the server retried for
-         *     `DB_RECONNECT_WAIT`), or the connection was lost during COMMIT, when the detail says
-         *     the outcome is unknown and to retry with the same `Idempotency-Key`; may carry
+         *     `DB_RECONNECT_WAIT`); nothing was changed; may carry `Retry-After`.
+         *     `outcome_unknown`: the connection to the database died after a change was sent
+         *     (a COMMIT or a single statement) and before its answer came back, so the change may
+         *     or may not have been applied; nothing sends it again on its own, so it was applied at
+         *     most once. Retrying with the same `Idempotency-Key` is safe; always carries
          *     `Retry-After`.
          */
         ServiceUnavailable: {

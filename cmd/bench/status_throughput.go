@@ -16,6 +16,7 @@ type statusResult struct {
 	small, large, floor loadResult
 	smallRuns           int
 	largeRuns           int
+	largeID             int64 // the backfill read, also by the CPU measure
 	// healthz is GET /healthz from the same clients: the HTTP floor, what the service's
 	// server, middleware and this load generator cost per request with no work behind them.
 	healthz loadResult
@@ -41,6 +42,7 @@ func (b *bench) scenarioStatus(ctx context.Context, largeID int64) (statusResult
 			return res, err
 		}
 	}
+	res.largeID = largeID
 	var shed atomic.Int64
 	get := func(id int64) func(ctx context.Context, _ int) error {
 		return b.getUntilOK(b.url("/backfills/"+strconv.FormatInt(id, 10)), &shed)

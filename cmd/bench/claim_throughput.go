@@ -13,6 +13,7 @@ import (
 type claimResult struct {
 	workers        []int
 	service, floor []loadResult
+	cpu            claimCPUResult // the target: CPU per cycle against the floor handlers
 }
 
 // scenarioClaims is P4: workers that loop claim (limit 1) → report success, over HTTP, on a
@@ -40,6 +41,9 @@ func (b *bench) scenarioClaims(ctx context.Context) (claimResult, error) {
 		if _, err := db.ExecContext(ctx, `ANALYZE`); err != nil {
 			return res, fmt.Errorf("analyze: %w", err)
 		}
+	}
+	if res.cpu, err = b.scenarioClaimCPU(ctx, b.floorSrv, b.svcDBName, b.floorDBName, floorID); err != nil {
+		return res, fmt.Errorf("CPU: %w", err)
 	}
 	fc, err := newFloorClaimer(ctx, b.floor, floorID)
 	if err != nil {

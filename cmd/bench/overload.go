@@ -33,12 +33,27 @@ type phaseResult struct {
 	bad      int
 	firstBad string
 	okLat    []time.Duration // latencies of the 200s, sorted
+	busyLat  []time.Duration // latencies of the 503 busy answers, sorted
 	// windows holds the 200s' latencies by half-second of the phase, for recovery.
 	windows [][]time.Duration
 	// svcCPU and genCPU are the CPU time the service and this load generator used per
 	// answer (served or shed) during the phase; 0 when not measured.
 	svcCPU, genCPU time.Duration
+	// serverCPU is all the CPU the service process and the PostgreSQL backends of its
+	// database spent in the phase; 0 when not measured.
+	serverCPU time.Duration
 }
+
+// goodputPerCPU is the 200s answered per second of server CPU (service and PostgreSQL).
+func (p phaseResult) goodputPerCPU() float64 {
+	if p.serverCPU <= 0 {
+		return 0
+	}
+	return float64(p.ok) / p.serverCPU.Seconds()
+}
+
+// busyP99 is the p99 of the time a shed request waited for its 503.
+func (p phaseResult) busyP99() time.Duration { return loadResult{lat: p.busyLat}.quantile(0.99) }
 
 func (p phaseResult) total() int { return p.ok + p.busy + p.bad }
 
@@ -58,8 +73,9 @@ const overloadWindow = 500 * time.Millisecond
 // scenarioOverload is P7: the capacity C of GET /backfills/{id} from 32 closed-loop clients;
 // then, open loop (requests leave on schedule whether or not earlier ones have come back, as
 // real clients' do), C/2 as the base, 2×C as the overload, and C/2 again to see the service
-// recover. The service must shed what it cannot serve (503 busy with Retry-After) and keep
-// serving about C. Every phase, the closed loop included, is driven by vegeta, so that C and
+// recover. The service must shed what it cannot serve (503 busy with Retry-After) within its
+// admission wait of the request's arrival, and spend its CPU on answers: the 200s per second
+// of server CPU (the service and its database's backends) at 2×C stay near their value at C. Every phase, the closed loop included, is driven by vegeta, so that C and
 // the goodput under overload are measured with the same client costs on the shared cores.
 func (b *bench) scenarioOverload(ctx context.Context) (overloadResult, error) {
 	var res overloadResult
@@ -103,8 +119,9 @@ func (b *bench) scenarioOverload(ctx context.Context) (overloadResult, error) {
 			return res, fmt.Errorf("%s: %w", ph.name, err)
 		}
 		p := *ph.dst
-		b.log.Printf("P7 %-10s offered %5.0f/s: %d ok, %d busy, %d other; goodput %.0f/s, admitted p99 %v",
-			ph.name, p.offered, p.ok, p.busy, p.bad, p.goodput(), p.p99().Round(time.Microsecond))
+		b.log.Printf("P7 %-10s offered %5.0f/s: %d ok, %d busy (p99 %v), %d other; goodput %.0f/s (%.0f per server CPU-second), admitted p99 %v",
+			ph.name, p.offered, p.ok, p.busy, p.busyP99().Round(time.Microsecond), p.bad, p.goodput(), p.goodputPerCPU(),
+			p.p99().Round(time.Microsecond))
 	}
 	res.recoveredIn = -1
 	bound := recoveryBound(res.base.p99())
@@ -151,6 +168,7 @@ func (b *bench) attack(ctx context.Context, target vegeta.Target, rate float64, 
 	defer stop()
 	svc0, svcErr0 := b.svc.cpu()
 	gen0 := selfCPU()
+	pg0 := backendsCPU(b.svcDBName)
 	for r := range atk.Attack(vegeta.NewStaticTargeter(target), pacer, d, "p7") {
 		res.sort(r)
 	}
@@ -160,10 +178,15 @@ func (b *bench) attack(ctx context.Context, target vegeta.Target, rate float64, 
 	if n := time.Duration(max(res.total(), 1)); svcErr0 == nil {
 		if svc1, err := b.svc.cpu(); err == nil {
 			res.svcCPU = (svc1 - svc0) / n
+			res.serverCPU = svc1 - svc0
+			for pid, t := range backendsCPU(b.svcDBName) {
+				res.serverCPU += t - pg0[pid] // a backend that started meanwhile counts from 0
+			}
 		}
 		res.genCPU = (selfCPU() - gen0) / n
 	}
 	slices.Sort(res.okLat)
+	slices.Sort(res.busyLat)
 	return res, nil
 }
 
@@ -186,6 +209,7 @@ func (p *phaseResult) sort(r *vegeta.Result) {
 	case r.Code == http.StatusServiceUnavailable && r.Headers.Get("Retry-After") != "" &&
 		bytes.Contains(r.Body, []byte(`"code":"busy"`)):
 		p.busy++
+		p.busyLat = append(p.busyLat, r.Latency)
 	default:
 		p.bad++
 		if p.firstBad == "" {

@@ -1,0 +1,177 @@
+package repo
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/backfillsvc/backfill/internal/pgproxy"
+	"github.com/backfillsvc/backfill/internal/pgtest"
+	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
+	"github.com/stretchr/testify/require"
+)
+
+// proxiedPool is a pool that opens its sessions through Connector and a fault-injecting proxy,
+// with a direct handle on the same database to look at what really happened.
+func proxiedPool(t *testing.T) (through *sqlx.DB, direct *sqlx.DB, p *pgproxy.Proxy) {
+	t.Helper()
+	direct, dsn := pgtest.Open(t)
+	_, err := direct.Exec(`CREATE TABLE outcome_probe (k integer)`)
+	require.NoError(t, err)
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	p = pgproxy.Start(t, u.Host)
+	pc, err := pq.NewConnector(p.DSN(t, dsn))
+	require.NoError(t, err)
+	through = sqlx.NewDb(sql.OpenDB(Connector(pc, time.Second)), "postgres")
+	t.Cleanup(func() { _ = through.Close() })
+	require.NoError(t, through.Ping())
+	return through, direct, p
+}
+
+func outcomeRows(t *testing.T, db *sqlx.DB) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.Get(&n, `SELECT count(*) FROM outcome_probe`))
+	return n
+}
+
+// The fault database/sql hides: an autocommit write commits, its answer is lost, and lib/pq's
+// driver.ErrBadConn would make database/sql send it again. Through Connector it is sent once
+// and reported as ErrOutcomeUnknown, for Exec and for a write read as rows.
+func TestAutocommitWriteWhoseAnswerIsLostIsNotSentAgain(t *testing.T) {
+	t.Parallel()
+	through, direct, p := proxiedPool(t)
+	p.SetRule(pgproxy.Once(pgproxy.AnswerLostAfterWrite()))
+	_, err := through.Exec(`INSERT INTO outcome_probe VALUES ($1)`, 1)
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	require.NotErrorIs(t, err, driver.ErrBadConn)
+	require.Equal(t, 1, outcomeRows(t, direct))
+
+	p.SetRule(pgproxy.Once(pgproxy.AnswerLostAfterWrite()))
+	var k int
+	err = through.Get(&k, `INSERT INTO outcome_probe VALUES (2) RETURNING k`)
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	require.Equal(t, 2, outcomeRows(t, direct))
+
+	// A prepared write, as the claim is, the same.
+	stmt, err := through.Preparex(`UPDATE outcome_probe SET k = k + 10 RETURNING k`)
+	require.NoError(t, err)
+	defer stmt.Close()
+	p.SetRule(pgproxy.Once(pgproxy.AnswerLostAfterWrite()))
+	var ks []int
+	require.ErrorIs(t, stmt.Select(&ks), ErrOutcomeUnknown)
+	var sum int
+	require.NoError(t, direct.Get(&sum, `SELECT sum(k) FROM outcome_probe`))
+	require.Equal(t, 1+2+20, sum, "the UPDATE ran exactly once")
+	require.Equal(t, 3, p.Fired())
+}
+
+// A read whose answer is lost before its rows is run again: it changes nothing.
+func TestReadWhoseAnswerIsLostIsRunAgain(t *testing.T) {
+	t.Parallel()
+	through, _, p := proxiedPool(t)
+	p.SetRule(pgproxy.Once(pgproxy.OnSQL("select 7", func(ev pgproxy.Event) pgproxy.Action {
+		if ev.Dir == pgproxy.FromServer && ev.Type == 'T' { // RowDescription
+			return pgproxy.CutBefore
+		}
+		return pgproxy.Forward
+	})))
+	var v int
+	require.NoError(t, through.Get(&v, `SELECT 7`))
+	require.Equal(t, 7, v)
+	require.Equal(t, 1, p.Fired())
+}
+
+// A pooled session that the server ended while it sat idle is found dead before anything is
+// written to it, so a write on it is sent once, on another session, and succeeds.
+func TestStalePooledSessionIsReplacedBeforeAWrite(t *testing.T) {
+	t.Parallel()
+	through, direct, p := proxiedPool(t)
+	through.SetMaxIdleConns(4)
+	_, err := through.Exec(`INSERT INTO outcome_probe VALUES (1)`)
+	require.NoError(t, err)
+	p.CutAll()
+	// Let the FIN reach the client's socket.
+	time.Sleep(50 * time.Millisecond)
+	_, err = through.Exec(`INSERT INTO outcome_probe VALUES (2)`)
+	require.NoError(t, err)
+	require.Equal(t, 2, outcomeRows(t, direct))
+}
+
+// COMMIT sent and its answer lost: ErrOutcomeUnknown, not run again, committed once.
+func TestCommitWhoseAnswerIsLostIsOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	through, direct, p := proxiedPool(t)
+	s := New(through, Config{ReconnectWait: time.Second})
+	p.SetRule(pgproxy.Once(pgproxy.AtCommit(pgproxy.CutAfter)))
+	err := s.inTx(context.Background(), func(tx *sqlx.Tx) error {
+		_, err := tx.Exec(`INSERT INTO outcome_probe VALUES (1)`)
+		return err
+	})
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	require.Eventually(t, func() bool { return outcomeRows(t, direct) == 1 }, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	require.Equal(t, 1, outcomeRows(t, direct))
+}
+
+// A session lost inside a transaction, before COMMIT: the transaction is run again whole and
+// commits once.
+func TestSessionLostBeforeCommitIsRunAgainWhole(t *testing.T) {
+	t.Parallel()
+	through, direct, p := proxiedPool(t)
+	s := New(through, Config{ReconnectWait: 2 * time.Second})
+	p.SetRule(pgproxy.Once(pgproxy.OnSQL("insert into outcome_probe", func(ev pgproxy.Event) pgproxy.Action {
+		if ev.Dir == pgproxy.FromServer && ev.Type == 'Z' {
+			return pgproxy.CutBefore
+		}
+		return pgproxy.Forward
+	})))
+	err := s.inTx(context.Background(), func(tx *sqlx.Tx) error {
+		_, err := tx.Exec(`INSERT INTO outcome_probe VALUES (1)`)
+		return err
+	})
+	require.NoError(t, err)
+	require.Equal(t, 1, p.Fired())
+	require.Equal(t, 1, outcomeRows(t, direct))
+}
+
+func TestIsRead(t *testing.T) {
+	for q, want := range map[string]bool{
+		"SELECT 1":                            true,
+		"\n\t  select * from t":               true,
+		"-- why\nSELECT 1":                    true,
+		"(SELECT 1) UNION (SELECT 2)":         true,
+		"WITH x AS (UPDATE t SET a=1) SELECT": false,
+		"INSERT INTO t VALUES (1)":            false,
+		"UPDATE t SET a = 1":                  false,
+		"DELETE FROM t":                       false,
+		"selectx":                             false,
+	} {
+		require.Equal(t, want, isRead(q), q)
+	}
+}
+
+// COPY FROM STDIN goes through a statement that lib/pq gives only context-free methods; the
+// connector's statement wrapper must still run it (large creations stream their runs this way).
+func TestCopyInRunsThroughConnector(t *testing.T) {
+	t.Parallel()
+	through, direct, _ := proxiedPool(t)
+	tx, err := through.Begin()
+	require.NoError(t, err)
+	st, err := tx.Prepare(pq.CopyIn("outcome_probe", "k"))
+	require.NoError(t, err)
+	for k := range 3 {
+		_, err = st.Exec(k)
+		require.NoError(t, err)
+	}
+	_, err = st.Exec()
+	require.NoError(t, err)
+	require.NoError(t, st.Close())
+	require.NoError(t, tx.Commit())
+	require.Equal(t, 3, outcomeRows(t, direct))
+}

@@ -1,0 +1,62 @@
+package repo
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// WebhookPurgeDeleted removes up to batch rows of the delivery log of deleted webhooks: their
+// attempts first, then, once none is left, their deliveries. Each call is one short
+// statement; several replicas may purge at once (rows another purge holds are skipped). It
+// answers how many rows it removed: 0 when nothing is left to purge.
+//
+// Deleted webhooks are kept as marked rows (a few bytes each): a delivery made by an event
+// transaction that read the webhook just before its deletion committed is found here later
+// and removed like the rest.
+func (s *Store) WebhookPurgeDeleted(ctx context.Context, batch int) (int, error) {
+	var ids []int64
+	err := sqlx.SelectContext(ctx, s.db, &ids, `
+		SELECT w.id FROM webhooks w
+		WHERE w.deleted_at IS NOT NULL
+		  AND EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.webhook_id = w.id)
+		ORDER BY w.id LIMIT 16`)
+	if err != nil {
+		return 0, fmt.Errorf("find deleted webhooks to purge: %w", err)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	for _, id := range ids {
+		n, err := s.purgeOne(ctx, id, batch)
+		if err != nil || n > 0 {
+			return n, err
+		}
+	}
+	return 0, nil
+}
+
+// purgeOne removes up to batch rows of one deleted webhook's log, attempts before deliveries
+// so that no single statement cascades through an unbounded number of attempts.
+func (s *Store) purgeOne(ctx context.Context, id int64, batch int) (int, error) {
+	res, err := s.db.ExecContext(ctx, `
+		DELETE FROM webhook_attempts WHERE id IN (
+			SELECT id FROM webhook_attempts WHERE webhook_id = $1
+			LIMIT $2 FOR UPDATE SKIP LOCKED)`, id, batch)
+	if err != nil {
+		return 0, fmt.Errorf("purge attempts of deleted webhook %d: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		return int(n), nil
+	}
+	res, err = s.db.ExecContext(ctx, `
+		DELETE FROM webhook_deliveries WHERE (webhook_id, event_id) IN (
+			SELECT webhook_id, event_id FROM webhook_deliveries WHERE webhook_id = $1
+			LIMIT $2 FOR UPDATE SKIP LOCKED)`, id, batch)
+	if err != nil {
+		return 0, fmt.Errorf("purge deliveries of deleted webhook %d: %w", id, err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
