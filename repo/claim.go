@@ -92,11 +92,14 @@ func (s *Store) runClaimIdempotent(ctx context.Context, p RunClaimParams, scope 
 	}
 	return idempotent(ctx, s, r, replay, func(tx *sqlx.Tx) ([]Run, []int64, *string, error) {
 		runs, err := s.claimRuns(ctx, tx, scope, args)
-		if err != nil || len(runs) == 0 {
-			// A claim that found nothing leases nothing, so it stores no key: idle workers
-			// poll often, and a retry of an empty claim may as well claim afresh.
-			return runs, nil, nil, err
+		if err != nil {
+			return nil, nil, nil, err
 		}
+		// A claim that found nothing stores its key too. A claim skips owners that another
+		// transaction holds, so a retry running while its first attempt still holds the owner
+		// finds nothing: the key it records then either waits for the first attempt's key
+		// (and answers its runs) or makes that attempt roll back. Without it, that retry
+		// would answer nothing while the first leased runs to the worker.
 		ids := make([]int64, len(runs))
 		for i, run := range runs {
 			ids[i] = run.ID

@@ -55,7 +55,7 @@ func (s *Store) WebhookCreate(ctx context.Context, p WebhookCreateParams) (Webho
 	r := idemRequest{key: p.IdempotencyKey, op: opWebhook, fp: fp}
 	replay := func(ctx context.Context, ids []int64) (Webhook, error) {
 		var w Webhook
-		err := sqlx.GetContext(ctx, s.db, &w, `SELECT `+webhookColumns+`, secret FROM webhooks WHERE id = $1`, ids[0])
+		err := sqlx.GetContext(ctx, s.db, &w, `SELECT `+webhookColumns+`, secret FROM webhooks WHERE id = $1 AND deleted_at IS NULL`, ids[0])
 		if isNoRows(err) {
 			// Deleted since: the answer of the first request no longer exists.
 			return Webhook{}, ErrWebhookNotFound
