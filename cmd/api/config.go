@@ -187,6 +187,7 @@ func (c config) logAttrs() []any {
 		"db_reconnect_wait", c.DBReconnectWait.String(),
 		"db_conn_max_lifetime", c.DBConnMaxLifetime.String(),
 		"webhook_allow_local", c.WebhookAllowLocal,
+		"webhook_concurrency", c.WebhookConcurrency,
 		"event_streams_max", c.EventStreamsMax,
 		"event_poll_interval", c.EventPollInterval.String(),
 		"admission_wait", c.AdmissionWait.String(),
