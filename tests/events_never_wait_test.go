@@ -270,3 +270,20 @@ func TestWebhookHangingEndpointDelaysNoOther(t *testing.T) {
 	require.LessOrEqual(t, hang.maxSeen.Load(), int64(concurrency), "the hanging endpoint's attempts in flight")
 	require.Positive(t, hang.total.Load())
 }
+
+// A PATCH that changes nothing answers 200 with the backfill as it was: no event, and
+// updated_at stays.
+func TestPatchThatChangesNothingWritesNoEvent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	b := e.DailyBackfill("same", day(1, 1), day(1, 3), "description", "d")
+	e.Clock.Advance(time.Minute)
+	for _, body := range []map[string]any{{}, {"max_active_runs": b.MaxActiveRuns}, {"description": "d"}, {"max_failed_runs": nil}} {
+		got := e.PatchBackfill(b.Id, body)
+		require.True(t, got.UpdatedAt.Equal(b.UpdatedAt), "%v: updated_at moved", body)
+	}
+	require.Equal(t, 1, e.Count(`SELECT count(*) FROM events WHERE backfill_id = $1`, b.Id), "only backfill.created")
+	changed := e.PatchBackfill(b.Id, map[string]any{"description": "e"})
+	require.True(t, changed.UpdatedAt.After(b.UpdatedAt))
+	require.Equal(t, 1, e.Count(`SELECT count(*) FROM events WHERE backfill_id = $1 AND type = 'backfill.updated'`, b.Id))
+}
