@@ -36,12 +36,7 @@ func (s *Store) RunClaim(ctx context.Context, p RunClaimParams) ([]Run, error) {
 	// before DAG rows, a claim that spans both kinds of owner the other way round.
 	err := s.withRetry(ctx, func() error {
 		claimed = claimed[:0]
-		var err error
-		if stmt := s.claimStmt(ctx, scope); stmt != nil {
-			err = stmt.SelectContext(ctx, &claimed, args...)
-		} else {
-			err = sqlx.SelectContext(ctx, s.db, &claimed, claimStatement(scope), args...)
-		}
+		err := sqlx.SelectContext(ctx, s.db, &claimed, claimStatement(scope), args...)
 		if err != nil {
 			return fmt.Errorf("claim runs: %w", err)
 		}
@@ -65,25 +60,9 @@ const (
 	claimOneDag                   // the same and $4 dag_id
 )
 
-// claimStmt prepares the claim statement of a scope once per Store; database/sql then prepares
-// it on each pooled connection as needed. A prepared statement saves a round trip (lib/pq sends
-// an unnamed statement's Parse and its Bind separately) and the planning of a statement whose
-// plan is fixed. It returns nil while preparing fails (a database outage), and tries again on
-// the next call.
-func (s *Store) claimStmt(ctx context.Context, scope claimScope) *sqlx.Stmt {
-	s.stmtMu.Lock()
-	defer s.stmtMu.Unlock()
-	if s.claimStmts[scope] == nil {
-		stmt, err := s.db.PreparexContext(ctx, claimStatement(scope))
-		if err != nil {
-			return nil
-		}
-		s.claimStmts[scope] = stmt
-	}
-	return s.claimStmts[scope]
-}
-
-// claimStatement is the claim, in one statement. Its plan, prepared once per connection:
+// claimStatement is the claim, in one statement, sent unprepared (lib/pq's unnamed statement):
+// a statement prepared on the pool would outlive its transaction, which a transaction pooler
+// does not allow. Its plan:
 //
 //  1. dag_owner and backfill_owner walk the partial indexes of claimable owners in claim order
 //     (DAGs by dag_id, backfills by id), one owner per step, and lock each owner row as it is

@@ -83,6 +83,8 @@ type envOptions struct {
 	pollEach time.Duration
 	// writeTimeout is the HTTP server's WriteTimeout, as cmd/api sets one (0: none).
 	writeTimeout time.Duration
+	// listenDSN, when set, gives the event listener its DSN from the database's.
+	listenDSN func(t testing.TB, dsn string) string
 }
 
 type envOption func(*envOptions)
@@ -99,6 +101,9 @@ func withWriteTimeout(d time.Duration) envOption {
 }
 func withListenPoll(every time.Duration) envOption {
 	return func(o *envOptions) { o.pollEach = every }
+}
+func withListenDSN(f func(t testing.TB, dsn string) string) envOption {
+	return func(o *envOptions) { o.listenDSN = f }
 }
 func withPollOnly(every time.Duration) envOption {
 	return func(o *envOptions) { o.pollOnlyEach = every }
@@ -117,7 +122,16 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	clk := &clock{t: t, db: db}
 	clk.set(time.Now().UTC().Truncate(time.Second))
 	m := metrics.New()
-	store := repo.New(db, repo.Config{
+	// Under the pooled suite the service reaches its database only through PgBouncer in
+	// transaction mode (pgbouncer_test.go); the test's own checks (e.DB) stay direct.
+	storeDB, hubDSN := db, dsn
+	if addr := pooledAddr(t); addr != "" {
+		hubDSN = viaPooler(t, dsn, addr)
+		storeDB = sqlx.MustOpen("postgres", hubDSN)
+		storeDB.SetMaxOpenConns(40)
+		t.Cleanup(func() { _ = storeDB.Close() })
+	}
+	store := repo.New(storeDB, repo.Config{
 		MaxBackfillRuns: o.maxBackfillRuns,
 		MaxAttempts:     o.maxAttempts,
 		Observer:        m,
@@ -127,7 +141,10 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	if os.Getenv("TEST_LOG") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	hubCfg := events.Config{DSN: dsn, PollInterval: o.pollEach, MaxStreams: o.maxStreams, Observer: m, Logger: logger}
+	if o.listenDSN != nil {
+		hubDSN = o.listenDSN(t, dsn)
+	}
+	hubCfg := events.Config{DSN: hubDSN, PollInterval: o.pollEach, MaxStreams: o.maxStreams, Observer: m, Logger: logger}
 	if o.pollOnlyEach > 0 {
 		hubCfg.DSN, hubCfg.PollInterval = "", o.pollOnlyEach
 	}
