@@ -12,12 +12,13 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/backfill?sslmode=disable
 # (TEST_DATABASE_URL, else PostgreSQL on 127.0.0.1:5432, else Docker).
 TEST_TIMEOUT ?= 12m
 
-.PHONY: help run createdb test test-faults fuzz bench bench-smoke generate lint build
+.PHONY: help run createdb test test-faults ha-test fuzz bench bench-smoke generate lint build
 
 help:
 	@echo 'make run       run the API against $$DATABASE_URL (creates the database if missing)'
 	@echo 'make test      all tests, with the race detector'
 	@echo 'make test-faults  kill -9, outages, SIGTERM and two replicas against the real binary'
+	@echo 'make ha-test   Patroni, etcd, HAProxy, PgBouncer: a switchover and a crash under load (docs/HA.md)'
 	@echo 'make fuzz      each fuzz target for a short, bounded time'
 	@echo 'make bench     benchmarks side by side with the PostgreSQL floor (docs/BENCHMARKS.md)'
 	@echo 'make bench-smoke  the same at tiny sizes, about 20 s'
@@ -54,6 +55,11 @@ test-faults:
 	$(GO) test -race -tags faults -count=1 -timeout 10m ./tests/faults/
 
 FUZZTIME ?= 10s
+# Brings up deploy/ha (installing its Debian packages when missing), runs tests/ha, takes it
+# down; the last line is the summary (docs/HA.md).
+ha-test:
+	deploy/ha/test.sh
+
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRequestDecoding$$' -fuzztime $(FUZZTIME) ./handlers/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseAndSlots$$' -fuzztime $(FUZZTIME) ./schedule/
@@ -80,6 +86,7 @@ lint:
 	@echo '--- go vet'
 	$(GO) vet ./...
 	$(GO) vet -tags faults ./tests/faults/
+	$(GO) vet -tags ha ./tests/ha/
 	@echo '--- staticcheck'
 	$(GO) tool staticcheck ./...
 	@echo '--- go.mod is tidy'
