@@ -130,12 +130,15 @@ func TestHighAvailabilityUnderLoad(t *testing.T) {
 	name, pid, err := crashLeader()
 	require.NoError(t, err)
 	t.Logf("crash: SIGKILL to %s's postmaster (pid %d)", name, pid)
+	// Patroni notices within its loop_wait (1 s); until then its REST still says primary.
+	time.Sleep(3 * time.Second)
 	require.NoError(t, waitSettled(ctx, 120*time.Second))
 	t.Logf("crash settled after %s, leader %s", time.Since(crash.start).Round(time.Millisecond), leader())
 	time.Sleep(max(settle, time.Minute-time.Since(began)))
 	stopLoad()
+	stopped := time.Now()
 	wg.Wait()
-	crash.end = time.Now()
+	crash.end = stopped
 	crash.inv, crash.invErr = invariants.Check(ctx, db)
 	t.Logf("load ran %s, %d requests recorded", crash.end.Sub(began).Round(time.Second), len(rec.all()))
 
