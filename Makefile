@@ -12,13 +12,14 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/backfill?sslmode=disable
 # (TEST_DATABASE_URL, else PostgreSQL on 127.0.0.1:5432, else Docker).
 TEST_TIMEOUT ?= 12m
 
-.PHONY: help run createdb test test-faults chaos fuzz bench bench-smoke generate lint build
+.PHONY: help run createdb test test-faults chaos ha-test fuzz bench bench-smoke generate lint build
 
 help:
 	@echo 'make run       run the API against $$DATABASE_URL (creates the database if missing)'
 	@echo 'make test      all tests, with the race detector'
 	@echo 'make test-faults  kill -9, outages, SIGTERM and two replicas against the real binary'
 	@echo 'make chaos     the history checker under cut connections, 8 seeds x 2 modes x 30 s (docs/RELIABILITY.md)'
+	@echo 'make ha-test   Patroni, etcd, HAProxy, PgBouncer: a switchover and a crash under load (docs/HA.md)'
 	@echo 'make fuzz      each fuzz target for a short, bounded time'
 	@echo 'make bench     benchmarks side by side with the PostgreSQL floor (docs/BENCHMARKS.md)'
 	@echo 'make bench-smoke  the same at tiny sizes, about 20 s'
@@ -56,7 +57,7 @@ test-faults:
 
 # Build tags that select extra test files; lint checks the module with and without them, so
 # that no file escapes vet and staticcheck. A new tag is added here.
-LINT_TAGS ?= faults
+LINT_TAGS ?= faults,ha
 
 # The history checker (tests/history_cuts_test.go) at length: clients and SDK executors against
 # a service whose connections to PostgreSQL are cut at random, every answer checked against the
@@ -68,6 +69,11 @@ chaos:
 		$(GO) test -count=1 -timeout 30m -parallel 2 -v -run '^TestHistoryUnderCutConnectionsEndsExactlyOnce$$' ./tests/
 
 FUZZTIME ?= 10s
+# Brings up deploy/ha (installing its Debian packages when missing), runs tests/ha, takes it
+# down; the last line is the summary (docs/HA.md).
+ha-test:
+	deploy/ha/test.sh
+
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRequestDecoding$$' -fuzztime $(FUZZTIME) ./handlers/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseAndSlots$$' -fuzztime $(FUZZTIME) ./schedule/

@@ -1,6 +1,7 @@
 // Package events is each replica's one listener on the outbox (the events table): it wakes on
 // PostgreSQL NOTIFY, polls as a fallback so that a lost notification delays an event but
-// never loses it, and fans new events and progress changes out to the replica's Server-Sent
+// never loses it (every 500 ms while no LISTEN session is proven to work, as behind a
+// transaction pooler), and fans new events and progress changes out to the replica's Server-Sent
 // Events streams. Streams never read the outbox on their own except to replay, so 1,000
 // streams cost one LISTEN connection, one outbox read per wake-up and one progress query per
 // tick, however many backfills they follow.
@@ -10,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -52,6 +54,10 @@ type Config struct {
 	DSN string
 	// PollInterval is the fallback read of the outbox when no notification came (default 2s).
 	PollInterval time.Duration
+	// FallbackPollInterval is the read of the outbox while streams are open and no LISTEN
+	// session is proven to deliver notifications (default 500ms; probe.go says why a LISTEN
+	// that succeeded may still deliver nothing).
+	FallbackPollInterval time.Duration
 	// ProgressInterval is how often followed backfills' counts are read (default 250ms: the
 	// contract's "at most 4 progress messages a second").
 	ProgressInterval time.Duration
@@ -89,6 +95,10 @@ func New(store Store, cfg Config) *Hub {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 2 * time.Second
 	}
+	if cfg.FallbackPollInterval <= 0 {
+		cfg.FallbackPollInterval = 500 * time.Millisecond
+	}
+	cfg.FallbackPollInterval = min(cfg.FallbackPollInterval, cfg.PollInterval)
 	if cfg.ProgressInterval <= 0 {
 		cfg.ProgressInterval = 250 * time.Millisecond
 	}
@@ -205,32 +215,94 @@ func (h *Hub) unsubscribe(s *Subscription) {
 
 func (h *Hub) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
-	var listener *pq.Listener
-	var notify <-chan *pq.Notification
+	var (
+		listener *pq.Listener
+		notify   <-chan *pq.Notification
+		probe    *prober
+		// proven: a probe notification came back on the listener since it last (re)connected.
+		proven bool
+		// listening is signalled once LISTEN took effect on the first connection; lost whenever
+		// the session is gone.
+		listening = make(chan struct{}, 1)
+		lost      = make(chan struct{}, 1)
+	)
 	defer func() {
 		if listener != nil {
 			_ = listener.Close()
 		}
+		if probe != nil {
+			probe.close()
+		}
 	}()
 	poll := time.NewTicker(h.cfg.PollInterval)
 	defer poll.Stop()
+	pollEvery := h.cfg.PollInterval
+	// setProven moves the poll between its two paces: PollInterval as a safety net under a
+	// working LISTEN, FallbackPollInterval as the only wake-up without one.
+	setProven := func(ok bool) {
+		proven = ok
+		want := h.cfg.PollInterval
+		if listener != nil && !proven {
+			want = h.cfg.FallbackPollInterval
+		}
+		if want != pollEvery {
+			pollEvery = want
+			poll.Reset(want)
+		}
+	}
+	sendProbe := func() {
+		if err := probe.send(ctx); err != nil && ctx.Err() == nil {
+			h.log.Warn("event listener: probe not sent, polling every "+h.cfg.FallbackPollInterval.String(), "err", err)
+			setProven(false)
+		}
+	}
+	reprobe := time.NewTicker(probeEvery)
+	defer reprobe.Stop()
 	prog := time.NewTicker(h.cfg.ProgressInterval)
 	defer prog.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-notify:
-			// A nil notification means the connection was re-established: events may have
-			// been committed meanwhile, so read the outbox either way.
+		case n := <-notify:
+			if n == nil {
+				// The connection was re-established: events may have been committed meanwhile,
+				// and the new session must prove itself again.
+				setProven(false)
+				sendProbe()
+			} else if n.Channel != Channel {
+				if probe.answered(n.Channel, n.Extra) {
+					setProven(true)
+				}
+				continue
+			}
 			h.readOutbox(ctx)
+		case <-listening:
+			sendProbe()
+		case <-lost:
+			setProven(false)
+		case <-reprobe.C:
+			if probe != nil {
+				if probe.sent != "" {
+					// The last probe never came back: this session delivers nothing.
+					setProven(false)
+				}
+				sendProbe()
+			}
 		case <-poll.C:
 			h.readOutbox(ctx)
 		case <-prog.C:
 			// LISTEN from the first stream on: a replica nobody follows holds no extra
 			// connection, and polls alone (its events only feed the metrics).
 			if listener == nil && h.cfg.DSN != "" && h.following() {
-				listener, notify = h.listen()
+				var err error
+				if probe, err = newProber(h.cfg.DSN); err != nil {
+					h.log.Error("event listener: DSN", "err", err)
+					h.cfg.DSN = "" // the same DSN would fail the same way: poll only
+					continue
+				}
+				listener, notify = h.listen(probe.channel, listening, lost)
+				setProven(false)
 				h.readOutbox(ctx) // what was committed before LISTEN took effect
 			}
 			h.readProgress(ctx)
@@ -238,17 +310,37 @@ func (h *Hub) loop(ctx context.Context, done chan struct{}) {
 	}
 }
 
-// listen opens the replica's LISTEN connection. pq.Listener reconnects and re-listens by
-// itself; until it does, polling carries on.
-func (h *Hub) listen() (*pq.Listener, <-chan *pq.Notification) {
+// listen opens the replica's LISTEN connection, on the events channel and on the probe's.
+// pq.Listener reconnects and re-listens by itself; until it does, polling carries on. Listen
+// blocks until a first connection is made, which may be never: it runs on a goroutine of its
+// own (Close ends it), which signals listening when both channels are listened to. lost is
+// signalled whenever the session is gone.
+func (h *Hub) listen(probeChannel string, listening, lost chan<- struct{}) (*pq.Listener, <-chan *pq.Notification) {
+	signal := func(c chan<- struct{}) {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
 	l := pq.NewListener(h.cfg.DSN, 100*time.Millisecond, 10*time.Second, func(ev pq.ListenerEventType, err error) {
+		if ev == pq.ListenerEventDisconnected || ev == pq.ListenerEventConnectionAttemptFailed {
+			signal(lost)
+		}
 		if err != nil {
-			h.log.Warn("event listener connection", "event", int(ev), "err", err)
+			h.log.Warn("event listener connection, polling every "+h.cfg.FallbackPollInterval.String()+" until it is back", "event", int(ev), "err", err)
 		}
 	})
-	if err := l.Listen(Channel); err != nil {
-		h.log.Warn("event listener: LISTEN failed, polling only until it reconnects", "err", err)
-	}
+	go func() {
+		for _, ch := range []string{Channel, probeChannel} {
+			if err := l.Listen(ch); err != nil {
+				if !errors.Is(err, net.ErrClosed) {
+					h.log.Warn("event listener: LISTEN failed, polling every "+h.cfg.FallbackPollInterval.String(), "err", err)
+				}
+				return
+			}
+		}
+		signal(listening)
+	}()
 	return l, l.NotificationChannel()
 }
 

@@ -8,14 +8,12 @@ import (
 )
 
 // BackfillGet returns one backfill. Its progress is read from counters on the row, so the cost
-// is one primary-key lookup whatever the size of the backfill.
+// is one primary-key lookup whatever the size of the backfill. The statement is not prepared on
+// the pool: a named statement kept on a connection breaks behind a transaction pooler
+// (PgBouncer in transaction mode lends each transaction any server connection).
 func (s *Store) BackfillGet(ctx context.Context, id int64) (Backfill, error) {
-	stmt := s.backfillGetStmt(ctx)
-	if stmt == nil {
-		return backfillGet(ctx, s.db, id, "")
-	}
 	var b Backfill
-	err := stmt.QueryRowContext(ctx, id).Scan(b.scanDest()...)
+	err := s.db.QueryRowContext(ctx, `SELECT `+backfillColumns+` FROM backfills WHERE id = $1`, id).Scan(b.scanDest()...)
 	if isNoRows(err) {
 		return Backfill{}, ErrBackfillNotFound
 	}
@@ -23,23 +21,6 @@ func (s *Store) BackfillGet(ctx context.Context, id int64) (Backfill, error) {
 		return Backfill{}, fmt.Errorf("get backfill %d: %w", id, err)
 	}
 	return b, nil
-}
-
-// backfillGetStmt prepares the status read once: clients poll it, and a prepared statement
-// spares PostgreSQL the parse and plan of every poll. database/sql re-prepares it on each
-// pooled connection as needed. It returns nil (use a plain query) while preparing fails, for
-// example during a database outage, and tries again on the next call.
-func (s *Store) backfillGetStmt(ctx context.Context) *sqlx.Stmt {
-	s.stmtMu.Lock()
-	defer s.stmtMu.Unlock()
-	if s.getBackfill == nil {
-		stmt, err := s.db.PreparexContext(ctx, `SELECT `+backfillColumns+` FROM backfills WHERE id = $1`)
-		if err != nil {
-			return nil
-		}
-		s.getBackfill = stmt
-	}
-	return s.getBackfill
 }
 
 func backfillGet(ctx context.Context, q sqlx.QueryerContext, id int64, lock string) (Backfill, error) {

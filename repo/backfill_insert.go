@@ -96,6 +96,13 @@ func insertRunsAndSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p Ba
 			CASE WHEN count(*) < cardinality($2::int[]) THEN array_agg(sort_ordinal) END AS ordinals
 		FROM linked`,
 		backfillID, ordinals, dates, ends, runIDs, p.DagID, jsonParam(p.DagRunConf), now)
+	if c := uniqueViolation(err); c == constraintRunIDPerDag || c == constraintRunPerDate {
+		// ON CONFLICT guards only its arbiter, and only against rows committed before the
+		// check: a concurrent creation that commits the same date in between surfaces as a
+		// unique violation on either index. Retried, the creation sees that run (or that
+		// backfill) and decides as usual.
+		return nil, fmt.Errorf("%w: %v", errConcurrentRunForDate, err)
+	}
 	if err != nil {
 		if isRunKeyViolation(err) {
 			// A concurrent creation inserted the same run (same date, same run_id) and

@@ -108,21 +108,16 @@ func (s *Store) runClaimIdempotent(ctx context.Context, p RunClaimParams, scope 
 	})
 }
 
-// claimRuns runs the claim statement once, in tx when it is not nil.
+// claimRuns runs the claim statement once, in tx when it is not nil. The statement is not
+// prepared on the pool: a named statement kept on a connection breaks behind a transaction
+// pooler.
 func (s *Store) claimRuns(ctx context.Context, tx *sqlx.Tx, scope claimScope, args []any) ([]Run, error) {
-	var claimed []Run
-	var err error
-	switch stmt := s.claimStmt(ctx, scope); {
-	case stmt != nil && tx != nil:
-		err = tx.StmtxContext(ctx, stmt).SelectContext(ctx, &claimed, args...)
-	case stmt != nil:
-		err = stmt.SelectContext(ctx, &claimed, args...)
-	case tx != nil:
-		err = sqlx.SelectContext(ctx, tx, &claimed, claimStatement(scope), args...)
-	default:
-		err = sqlx.SelectContext(ctx, s.db, &claimed, claimStatement(scope), args...)
+	var q sqlx.QueryerContext = s.db
+	if tx != nil {
+		q = tx
 	}
-	if err != nil {
+	var claimed []Run
+	if err := sqlx.SelectContext(ctx, q, &claimed, claimStatement(scope), args...); err != nil {
 		return nil, fmt.Errorf("claim runs: %w", err)
 	}
 	return claimed, nil
@@ -136,25 +131,9 @@ const (
 	claimOneDag                   // the same and $4 dag_id
 )
 
-// claimStmt prepares the claim statement of a scope once per Store; database/sql then prepares
-// it on each pooled connection as needed. A prepared statement saves a round trip (lib/pq sends
-// an unnamed statement's Parse and its Bind separately) and the planning of a statement whose
-// plan is fixed. It returns nil while preparing fails (a database outage), and tries again on
-// the next call.
-func (s *Store) claimStmt(ctx context.Context, scope claimScope) *sqlx.Stmt {
-	s.stmtMu.Lock()
-	defer s.stmtMu.Unlock()
-	if s.claimStmts[scope] == nil {
-		stmt, err := s.db.PreparexContext(ctx, claimStatement(scope))
-		if err != nil {
-			return nil
-		}
-		s.claimStmts[scope] = stmt
-	}
-	return s.claimStmts[scope]
-}
-
-// claimStatement is the claim, in one statement. Its plan, prepared once per connection:
+// claimStatement is the claim, in one statement, sent unprepared (lib/pq's unnamed statement):
+// a statement prepared on the pool would outlive its transaction, which a transaction pooler
+// does not allow. Its plan:
 //
 //  1. dag_owner and backfill_owner walk the partial indexes of claimable owners in claim order
 //     (DAGs by dag_id, backfills by id), one owner per step, and lock each owner row as it is

@@ -5,7 +5,6 @@ package repo
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -64,10 +63,6 @@ type Store struct {
 	maxBackfillRuns int
 	maxAttempts     int
 	reconnectWait   time.Duration
-
-	stmtMu      sync.Mutex
-	getBackfill *sqlx.Stmt
-	claimStmts  [2]*sqlx.Stmt // by claimScope (claim.go)
 }
 
 // New returns a Store over db.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
+	"github.com/lib/pq/pqerror"
 )
 
 // Retry budget for serialization failures. Measured: under 24 concurrent creates for one DAG a
@@ -123,7 +125,10 @@ func (s *Store) runTx(ctx context.Context, level sql.IsolationLevel, fn func(tx 
 			return fmt.Errorf("begin: %w: %w", ErrUnavailable, err)
 		}
 		err = fmt.Errorf("begin: %w", err)
-		if isSessionFailure(err) {
+		// 0A000 at BEGIN is a hot standby refusing SERIALIZABLE or READ WRITE: a node that
+		// is still in recovery while a failover or a crash restart promotes it (behind HAProxy
+		// or a pooler, the session reached it before its health check changed). Nothing ran.
+		if isSessionFailure(err) || pq.As(err, pqerror.FeatureNotSupported) != nil {
 			return &errBeforeCommit{err}
 		}
 		return err

@@ -96,6 +96,8 @@ type envOptions struct {
 	// storeDSN, when set, maps the test database's DSN to the one the service's store
 	// connects to (through a fault-injecting proxy, say); e.DB stays direct.
 	storeDSN func(dsn string) string
+	// listenDSN, when set, gives the event listener its DSN from the database's.
+	listenDSN func(t testing.TB, dsn string) string
 }
 
 type envOption func(*envOptions)
@@ -117,6 +119,9 @@ func withProxy() envOption { return func(o *envOptions) { o.proxied = true } }
 func withStoreDSN(f func(dsn string) string) envOption {
 	return func(o *envOptions) { o.storeDSN = f }
 }
+func withListenDSN(f func(t testing.TB, dsn string) string) envOption {
+	return func(o *envOptions) { o.listenDSN = f }
+}
 func withPollOnly(every time.Duration) envOption {
 	return func(o *envOptions) { o.pollOnlyEach = every }
 }
@@ -133,12 +138,17 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	db.SetMaxOpenConns(40)
 	clk := &clock{t: t, db: db}
 	clk.set(time.Now().UTC().Truncate(time.Second))
-	storeDB, proxy := db, (*pgproxy.Proxy)(nil)
-	switch {
+	storeDB, proxy, hubDSN := db, (*pgproxy.Proxy)(nil), dsn
+	switch addr := pooledAddr(t); {
 	case o.proxied:
 		storeDB, proxy = proxiedDB(t, dsn)
 	case o.storeDSN != nil:
 		storeDB = openStoreDB(t, o.storeDSN(dsn))
+	case addr != "":
+		// Under the pooled suite the service reaches its database only through PgBouncer in
+		// transaction mode (pgbouncer_test.go); the test's own checks (e.DB) stay direct.
+		hubDSN = viaPooler(t, dsn, addr)
+		storeDB = openStoreDB(t, hubDSN)
 	}
 	m := metrics.New()
 	store := repo.New(storeDB, repo.Config{
@@ -151,7 +161,10 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	if os.Getenv("TEST_LOG") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	hubCfg := events.Config{DSN: dsn, PollInterval: o.pollEach, MaxStreams: o.maxStreams, Observer: m, Logger: logger}
+	if o.listenDSN != nil {
+		hubDSN = o.listenDSN(t, dsn)
+	}
+	hubCfg := events.Config{DSN: hubDSN, PollInterval: o.pollEach, MaxStreams: o.maxStreams, Observer: m, Logger: logger}
 	if o.pollOnlyEach > 0 {
 		hubCfg.DSN, hubCfg.PollInterval = "", o.pollOnlyEach
 	}
@@ -307,7 +320,7 @@ func (e *env) do(method, path string, body any, headers ...string) (*response, e
 func openServicePool(t testing.TB) (*sqlx.DB, string) {
 	t.Helper()
 	dsn := pgtest.NewDatabase(t)
-	pc, err := pq.NewConnector(dsn)
+	pc, err := pq.NewConnector(withServiceParams(t, dsn))
 	require.NoError(t, err)
 	db := sqlx.NewDb(sql.OpenDB(repo.Connector(pc, time.Second)), "postgres")
 	// Cleanups run last-in first-out: this Close runs before NewDatabase's DROP.
@@ -320,11 +333,24 @@ func openServicePool(t testing.TB) (*sqlx.DB, string) {
 // connections), with as many connections as the tests' default pool.
 func openStoreDB(t testing.TB, dsn string) *sqlx.DB {
 	t.Helper()
-	c, err := pq.NewConnector(dsn)
+	c, err := pq.NewConnector(withServiceParams(t, dsn))
 	require.NoError(t, err)
 	db := sqlx.NewDb(sql.OpenDB(repo.Connector(c, 5*time.Second)), "postgres")
 	db.SetMaxOpenConns(40)
 	db.SetMaxIdleConns(40)
 	t.Cleanup(func() { _ = db.Close() })
 	return db
+}
+
+// withServiceParams adds the driver parameters that cmd/api adds to every DSN it opens
+// (binary_parameters=yes: a statement with parameters goes in one exchange, which a
+// transaction pooler needs), so that tests drive lib/pq the way the service does.
+func withServiceParams(t testing.TB, dsn string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("binary_parameters", "yes")
+	u.RawQuery = q.Encode()
+	return u.String()
 }

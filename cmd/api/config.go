@@ -14,12 +14,16 @@ import (
 
 // config is everything the process reads from its environment; no other package reads it.
 type config struct {
-	DatabaseURL     string
-	HTTPAddr        string
-	SweepInterval   time.Duration
-	MaxBackfillRuns int
-	MaxAttempts     int
-	APITokens       []string
+	DatabaseURL string
+	// DirectDatabaseURL, when set, reaches PostgreSQL without a transaction pooler: migrations
+	// (a session advisory lock) and the event listener (LISTEN) need a session of their own,
+	// which PgBouncer in transaction mode does not give. DATABASE_URL otherwise.
+	DirectDatabaseURL string
+	HTTPAddr          string
+	SweepInterval     time.Duration
+	MaxBackfillRuns   int
+	MaxAttempts       int
+	APITokens         []string
 	// DBMaxConns bounds the pool: creation holds one connection for seconds at 100k slots,
 	// and PostgreSQL's own limit is shared by every replica.
 	DBMaxConns int
@@ -78,14 +82,15 @@ const defaultHTTPAddr = ":8080"
 // docs/OPERATIONS.md and README.md are checked against these values (defaults_test.go).
 func loadConfig(getenv func(string) string) (config, error) {
 	cfg := config{
-		DatabaseURL:      getenv("DATABASE_URL"),
-		HTTPAddr:         defaultHTTPAddr,
-		SweepInterval:    5 * time.Second,
-		MaxBackfillRuns:  repo.DefaultMaxBackfillRuns,
-		MaxAttempts:      repo.DefaultMaxAttempts,
-		DBMaxConns:       20,
-		StatementTimeout: 60 * time.Second,
-		ShutdownTimeout:  30 * time.Second,
+		DatabaseURL:       getenv("DATABASE_URL"),
+		DirectDatabaseURL: getenv("DIRECT_DATABASE_URL"),
+		HTTPAddr:          defaultHTTPAddr,
+		SweepInterval:     5 * time.Second,
+		MaxBackfillRuns:   repo.DefaultMaxBackfillRuns,
+		MaxAttempts:       repo.DefaultMaxAttempts,
+		DBMaxConns:        20,
+		StatementTimeout:  60 * time.Second,
+		ShutdownTimeout:   30 * time.Second,
 
 		DBReconnectWait:    5 * time.Second,
 		DBConnMaxLifetime:  time.Minute,
@@ -176,8 +181,8 @@ func intVar(getenv func(string) string, name string, dst *int, lo, hi int, errs 
 const defaultConnectTimeout = "2"
 
 // sessionDSN reads the operator's DSN (see dsn.go for the forms) and adds the session
-// settings the service relies on: UTC for every timestamp, the statement timeout and a
-// connect timeout. lib/pq sends unknown keys as run-time parameters.
+// settings the service relies on: UTC for every timestamp, the statement timeout, a
+// connect timeout and lib/pq's single-exchange mode. lib/pq sends unknown keys as run-time parameters.
 func sessionDSN(raw string, statementTimeout time.Duration) (dsn, error) {
 	d, err := parseDSN(raw)
 	if err != nil {
@@ -186,6 +191,12 @@ func sessionDSN(raw string, statementTimeout time.Duration) (dsn, error) {
 	d.params["timezone"] = "UTC"
 	d = d.withDefault("statement_timeout", strconv.FormatInt(statementTimeout.Milliseconds(), 10))
 	d = d.withDefault("connect_timeout", defaultConnectTimeout)
+	// lib/pq otherwise sends a statement with parameters in two exchanges (Parse+Describe,
+	// Sync, then Bind+Execute): outside a transaction a transaction pooler may hand the second
+	// to another server connection, where the unnamed statement does not exist. Binary mode
+	// sends all in one exchange (and saves a round trip); it sends []byte parameters as binary,
+	// which only bytea columns receive (the repository passes JSON as text).
+	d = d.withDefault("binary_parameters", "yes")
 	return d, nil
 }
 
@@ -195,6 +206,7 @@ func sessionDSN(raw string, statementTimeout time.Duration) (dsn, error) {
 func (c config) logAttrs() []any {
 	return []any{
 		"database_url", redactedDSN(c.DatabaseURL),
+		"direct_database_url", redactedDSN(c.DirectDatabaseURL),
 		"http_addr", c.HTTPAddr,
 		"sweep_interval", c.SweepInterval.String(),
 		"max_backfill_runs", c.MaxBackfillRuns,

@@ -40,6 +40,7 @@ func TestDocsStateTheDefaultsConfigApplies(t *testing.T) {
 	require.NoError(t, err)
 	applied := map[string]any{
 		"DATABASE_URL":         "(required)",
+		"DIRECT_DATABASE_URL":  "(DATABASE_URL)",
 		"HTTP_ADDR":            cfg.HTTPAddr,
 		"SWEEP_INTERVAL":       cfg.SweepInterval,
 		"MAX_BACKFILL_RUNS":    fmt.Sprint(cfg.MaxBackfillRuns),

@@ -296,6 +296,9 @@ func (d dsn) connector() (*pq.Connector, error) {
 
 // redactedDSN is the DSN as the service reads it, password masked, for the startup log.
 func redactedDSN(raw string) string {
+	if raw == "" {
+		return ""
+	}
 	d, err := parseDSN(raw)
 	if err != nil {
 		return "(unparseable DSN, not shown)"

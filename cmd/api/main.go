@@ -68,8 +68,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	db := openPool(repo.Connector(connector, cfg.DBReconnectWait), cfg.DBMaxConns, cfg.DBConnMaxLifetime)
 	defer db.Close()
 
+	// Migrations and LISTEN hold a session; behind a transaction pooler they go direct.
+	direct := dsn
+	if cfg.DirectDatabaseURL != "" {
+		if direct, err = sessionDSN(cfg.DirectDatabaseURL, cfg.StatementTimeout); err != nil {
+			return fmt.Errorf("config: DIRECT_DATABASE_URL: %w", err)
+		}
+	}
 	if len(args) > 0 && args[0] == "migrate" {
-		return migrate(ctx, db, args[1:], stdout)
+		return withDirectDB(direct, cfg.DBReconnectWait, func(ddb *sql.DB) error {
+			return migrate(ctx, ddb, args[1:], stdout)
+		})
 	}
 	if len(args) > 0 {
 		return fmt.Errorf("unknown command %q (want no argument, migrate up|down|status, or healthcheck)", args[0])
@@ -78,7 +87,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	// claims or reads, even while those are parked on a held row.
 	leaseDB := openPool(repo.Connector(connector, cfg.DBReconnectWait), cfg.DBLeaseMaxConns, cfg.DBConnMaxLifetime)
 	defer leaseDB.Close()
-	return serve(ctx, cfg, db, leaseDB, dsn, logger)
+	return serve(ctx, cfg, db, leaseDB, direct, logger)
 }
 
 // openPool opens a pool of at most maxConns sessions, all kept idle between requests.
@@ -91,10 +100,27 @@ func openPool(c driver.Connector, maxConns int, lifetime time.Duration) *sqlx.DB
 	return db
 }
 
-func serve(ctx context.Context, cfg config, db, leaseDB *sqlx.DB, dsn dsn, logger *slog.Logger) error {
+// withDirectDB runs fn on a small pool of direct sessions, closed when fn returns. goose holds
+// its advisory lock on one connection and migrates on another.
+func withDirectDB(direct dsn, reconnectWait time.Duration, fn func(*sql.DB) error) error {
+	connector, err := direct.connector()
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	ddb := sql.OpenDB(repo.Connector(connector, reconnectWait))
+	defer ddb.Close()
+	ddb.SetMaxOpenConns(2)
+	return fn(ddb)
+}
+
+// serve runs the service on db (which may go through a transaction pooler) and leaseDB (the
+// lease pool); direct is where the sessions that migrations and the event listener hold are
+// opened.
+func serve(ctx context.Context, cfg config, db, leaseDB *sqlx.DB, direct dsn, logger *slog.Logger) error {
 	logger.Info("starting", cfg.logAttrs()...)
 
-	if err := migrations.Up(ctx, db.DB); err != nil {
+	err := withDirectDB(direct, cfg.DBReconnectWait, func(ddb *sql.DB) error { return migrations.Up(ctx, ddb) })
+	if err != nil {
 		return err
 	}
 	m := metrics.New()
@@ -111,9 +137,10 @@ func serve(ctx context.Context, cfg config, db, leaseDB *sqlx.DB, dsn dsn, logge
 	if err != nil {
 		return err
 	}
-	// The replica's one outbox listener: its own LISTEN connection, outside the pool.
+	// The replica's one outbox listener: its own LISTEN connection, outside the pool (and
+	// past any transaction pooler; without a session it polls every 500 ms).
 	hub := events.New(store, events.Config{
-		DSN:          dsn.String(),
+		DSN:          direct.String(),
 		PollInterval: cfg.EventPollInterval,
 		MaxStreams:   cfg.EventStreamsMax,
 		Logger:       logger.With("component", "events"),
@@ -235,11 +262,11 @@ func readiness(db *sqlx.DB, store *repo.Store) (handlers.ReadinessFunc, error) {
 	}, nil
 }
 
-func migrate(ctx context.Context, db *sqlx.DB, args []string, stdout io.Writer) error {
+func migrate(ctx context.Context, db *sql.DB, args []string, stdout io.Writer) error {
 	if len(args) != 1 {
 		return errors.New("usage: api migrate up|down|status")
 	}
-	p, err := migrations.NewProvider(db.DB)
+	p, err := migrations.NewProvider(db)
 	if err != nil {
 		return err
 	}
