@@ -2,6 +2,7 @@ package repo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -37,6 +38,8 @@ type RunCreateParams struct {
 	DagID       string
 	LogicalDate time.Time
 	Conf        JSON
+	// Pool is the pool the run is claimed in; nil for none.
+	Pool *string
 }
 
 // RunCreate inserts a queued manual run.
@@ -55,13 +58,16 @@ func (s *Store) RunCreate(ctx context.Context, p RunCreateParams) (Run, error) {
 		logical := p.LogicalDate.UTC().Truncate(time.Microsecond)
 		err = sqlx.GetContext(ctx, tx, &run, `
 			INSERT INTO dag_runs (dag_id, run_id, logical_date, data_interval_start, data_interval_end,
-				state, run_type, conf, attempt, queued_at)
-			VALUES ($1, $2, $3, $3, $4, 'queued', 'manual', $5, 1, backfill_now())
+				state, run_type, conf, attempt, queued_at, pool)
+			VALUES ($1, $2, $3, $3, $4, 'queued', 'manual', $5, 1, backfill_now(), $6)
 			RETURNING `+runColumns,
-			p.DagID, RunIDFor(RunTypeManual, logical), logical, sched.Next(logical), jsonParam(p.Conf))
+			p.DagID, RunIDFor(RunTypeManual, logical), logical, sched.Next(logical), jsonParam(p.Conf), p.Pool)
 		switch uniqueViolation(err) {
 		case constraintRunPerDate, constraintRunIDPerDag:
 			return ErrRunAlreadyExists
+		}
+		if errors.Is(poolMissing(err), ErrUnknownPool) {
+			return fmt.Errorf("%w: %s", ErrUnknownPool, *p.Pool)
 		}
 		if err != nil {
 			return fmt.Errorf("insert manual run: %w", err)

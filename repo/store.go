@@ -59,7 +59,7 @@ type Store struct {
 
 	stmtMu      sync.Mutex
 	getBackfill *sqlx.Stmt
-	claimStmts  [2]*sqlx.Stmt // by claimScope (claim.go)
+	claimStmts  [numClaimScopes]*sqlx.Stmt // by claimScope (claim.go)
 }
 
 // New returns a Store over db.
