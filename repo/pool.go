@@ -141,3 +141,13 @@ func poolMissing(err error) error {
 	}
 	return err
 }
+
+// maxPoolsGauged bounds the pools a metrics scrape reads: a scrape must stay cheap.
+const maxPoolsGauged = 10000
+
+// PoolFigures reads every pool's slots and counters (the first maxPoolsGauged by name), for
+// the metrics scrape: one index-ordered read of a small table.
+func (s *Store) PoolFigures(ctx context.Context) ([]Pool, error) {
+	pools, _, err := s.PoolList(ctx, ListParams{Limit: maxPoolsGauged})
+	return pools, err
+}

@@ -100,6 +100,10 @@ func TestPoolLoweringSlotsStopsNothing(t *testing.T) {
 	require.EqualValues(t, 3, lowered.Running, "lowering slots stops nothing")
 	require.EqualValues(t, 3, runStates(t, e.DB, bf.Id)["running"])
 	require.Empty(t, e.Claim("w", 10), "a full pool is skipped")
+	metrics := string(e.Do(http.MethodGet, "/metrics", nil).Body)
+	require.Contains(t, metrics, `backfill_pool_slots{pool="shrink"} 1`)
+	require.Contains(t, metrics, `backfill_pool_running{pool="shrink"} 3`)
+	require.Contains(t, metrics, `backfill_pool_queued{pool="shrink"} 3`)
 
 	// Work outside the pool is still claimed past the full pool.
 	e.DailyBackfill("pool_shrink_free", day(2, 1), day(2, 1))

@@ -91,6 +91,7 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, dsn dsn, logger *slog.L
 		ReconnectWait:   cfg.DBReconnectWait,
 	})
 	m.WatchStates(store.StateCounts)
+	m.WatchPools(poolCounter(store))
 	ready, err := readiness(db, store)
 	if err != nil {
 		return err
