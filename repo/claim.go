@@ -62,16 +62,18 @@ func (s *Store) RunClaim(ctx context.Context, p RunClaimParams) ([]Run, error) {
 	return claimed, nil
 }
 
-// claimScope tells the two forms of the claim statement apart.
+// claimScope tells the forms of the claim statement apart: a bit set of filters.
 type claimScope int
 
 const (
 	claimAnyDag claimScope = 0 // $1 worker_id, $2 lease_seconds, $3 limit
 	claimOneDag claimScope = 1 // the same and $4 dag_id
 	// claimInPool adds the pool as the last parameter ($4, or $5 after a dag_id).
-	claimInPool    claimScope = 2
-	numClaimScopes            = 4
+	claimInPool claimScope = 2
 )
+
+// numClaimScopes is the number of forms: every combination of the two filters.
+const numClaimScopes = 4
 
 // claimStmt prepares the claim statement of a scope once per Store; database/sql then prepares
 // it on each pooled connection as needed. A prepared statement saves a round trip (lib/pq sends
