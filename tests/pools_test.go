@@ -153,7 +153,9 @@ func TestPoolInUseAndUnknownPools(t *testing.T) {
 	require.EqualValues(t, 1, e.GetPool("busy").Queued)
 	require.Equal(t, api.ProblemCode("pool_in_use"),
 		call[api.Problem](e, http.StatusConflict, http.MethodDelete, poolPath("busy"), nil).Code)
-	got := e.ClaimWith(map[string]any{"worker_id": "w", "limit": 5, "pool": "busy"})
+	require.Empty(t, e.ClaimWith(map[string]any{"worker_id": "w", "limit": 5, "pool": "busy", "dag_id": "pool_other"}),
+		"both filters hold")
+	got := e.ClaimWith(map[string]any{"worker_id": "w", "limit": 5, "pool": "busy", "dag_id": "pool_use"})
 	require.Len(t, got, 1, "a claim filtered by pool takes only the pool's runs")
 	require.Equal(t, manual.Id, got[0].Id)
 	require.EqualValues(t, 1, e.GetPool("busy").Running)
