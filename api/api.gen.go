@@ -201,6 +201,8 @@ const (
 	ProblemCodeOutcomeUnknown         ProblemCode = "outcome_unknown"
 	ProblemCodePayloadTooLarge        ProblemCode = "payload_too_large"
 	ProblemCodePlanChanged            ProblemCode = "plan_changed"
+	ProblemCodePoolInUse              ProblemCode = "pool_in_use"
+	ProblemCodePoolNotFound           ProblemCode = "pool_not_found"
 	ProblemCodeRunAlreadyExists       ProblemCode = "run_already_exists"
 	ProblemCodeRunNotFound            ProblemCode = "run_not_found"
 	ProblemCodeRunsInFlight           ProblemCode = "runs_in_flight"
@@ -253,6 +255,10 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodePayloadTooLarge:
 		return true
 	case ProblemCodePlanChanged:
+		return true
+	case ProblemCodePoolInUse:
+		return true
+	case ProblemCodePoolNotFound:
 		return true
 	case ProblemCodeRunAlreadyExists:
 		return true
@@ -449,6 +455,9 @@ type Backfill struct {
 	// PlanHash The digest of the plan the backfill was created from (as a dry run answers it); null for backfills created before plans were digested.
 	PlanHash *string `json:"plan_hash"`
 
+	// Pool The pool the backfill's runs are claimed in; null for none.
+	Pool *string `json:"pool,omitempty"`
+
 	// Progress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others.
 	Progress BackfillProgress `json:"progress"`
 
@@ -490,6 +499,11 @@ type BackfillCreate struct {
 
 	// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
 	MaxFailedRuns *MaxFailedRuns `json:"max_failed_runs,omitempty"`
+
+	// Pool A pool's name, 1-250 characters of `[A-Za-z0-9_.-]` (like a `dag_id`).
+	//
+	// Example: warehouse
+	Pool *PoolName `json:"pool,omitempty"`
 
 	// ReprocessBehavior What a backfill does with a slot whose run already exists and is terminal: `none` skips it; `failed` reprocesses a `failed` or `canceled` run; `completed` reprocesses any terminal run. A `queued` or `running` run is always skipped.
 	ReprocessBehavior *ReprocessBehavior `json:"reprocess_behavior,omitempty"`
@@ -537,6 +551,9 @@ type BackfillPatch struct {
 
 	// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
 	MaxFailedRuns *MaxFailedRuns `json:"max_failed_runs,omitempty"`
+
+	// Pool Moves the backfill's runs to this pool (null for none); running runs go on.
+	Pool *string `json:"pool,omitempty"`
 }
 
 // BackfillProgress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others.
@@ -559,6 +576,9 @@ type BackfillRetry struct {
 
 	// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
 	MaxFailedRuns *MaxFailedRuns `json:"max_failed_runs,omitempty"`
+
+	// Pool The new backfill's pool (null for none); left out, the parent's.
+	Pool *string `json:"pool,omitempty"`
 }
 
 // BackfillState Active: `running`, `paused`, `canceling`. Terminal: `succeeded` (every run succeeded), `failed` (at least one run failed or was canceled), `canceled`.
@@ -575,8 +595,13 @@ type ClaimRequest struct {
 	LeaseSeconds *int `json:"lease_seconds,omitempty"`
 
 	// Limit The most runs to claim.
-	Limit    *int   `json:"limit,omitempty"`
-	WorkerId string `json:"worker_id"`
+	Limit *int `json:"limit,omitempty"`
+
+	// Pool A pool's name, 1-250 characters of `[A-Za-z0-9_.-]` (like a `dag_id`).
+	//
+	// Example: warehouse
+	Pool     *PoolName `json:"pool,omitempty"`
+	WorkerId string    `json:"worker_id"`
 }
 
 // ClaimResponse defines model for ClaimResponse.
@@ -706,6 +731,11 @@ type DagRunCreate struct {
 	// Conf Free-form run configuration; null when none was given.
 	Conf        *Conf     `json:"conf,omitempty"`
 	LogicalDate time.Time `json:"logical_date"`
+
+	// Pool A pool's name, 1-250 characters of `[A-Za-z0-9_.-]` (like a `dag_id`).
+	//
+	// Example: warehouse
+	Pool *PoolName `json:"pool,omitempty"`
 }
 
 // DagRunPatch defines model for DagRunPatch.
@@ -812,6 +842,44 @@ type HeartbeatResponse struct {
 
 // MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
 type MaxFailedRuns = int32
+
+// Pool defines model for Pool.
+type Pool struct {
+	CreatedAt   time.Time `json:"created_at"`
+	Description *string   `json:"description"`
+
+	// Name A pool's name, 1-250 characters of `[A-Za-z0-9_.-]` (like a `dag_id`).
+	//
+	// Example: warehouse
+	Name PoolName `json:"name"`
+
+	// Queued Runs of the pool waiting to be claimed.
+	Queued int32 `json:"queued"`
+
+	// Running Runs of the pool running now (may exceed `slots` after it was lowered).
+	Running int32 `json:"running"`
+
+	// Slots The most runs of the pool that a claim lets run at once.
+	Slots     int32     `json:"slots"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// PoolCollection defines model for PoolCollection.
+type PoolCollection struct {
+	Pools        []Pool `json:"pools"`
+	TotalEntries int64  `json:"total_entries"`
+}
+
+// PoolName A pool's name, 1-250 characters of `[A-Za-z0-9_.-]` (like a `dag_id`).
+//
+// Example: warehouse
+type PoolName = string
+
+// PoolPut defines model for PoolPut.
+type PoolPut struct {
+	Description *string `json:"description,omitempty"`
+	Slots       int32   `json:"slots"`
+}
 
 // Problem An RFC 9457 problem detail with a stable `code`.
 type Problem struct {
@@ -951,6 +1019,11 @@ type Limit = int
 
 // Offset defines model for Offset.
 type Offset = int
+
+// PoolPath A pool's name, 1-250 characters of `[A-Za-z0-9_.-]` (like a `dag_id`).
+//
+// Example: warehouse
+type PoolPath = PoolName
 
 // RunDbIdPath defines model for RunDbIdPath.
 type RunDbIdPath = int64
@@ -1107,6 +1180,15 @@ type ListEventsParams struct {
 	Type *EventTypeQuery `form:"type,omitempty" json:"type,omitempty"`
 }
 
+// ListPoolsParams defines parameters for ListPools.
+type ListPoolsParams struct {
+	// Limit Page size.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Entries to skip before the page starts.
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+}
+
 // ClaimRunsParams defines parameters for ClaimRuns.
 type ClaimRunsParams struct {
 	// IdempotencyKey 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
@@ -1165,6 +1247,9 @@ type CreateDagRunJSONRequestBody = DagRunCreate
 
 // PatchDagRunJSONRequestBody defines body for PatchDagRun for application/json ContentType.
 type PatchDagRunJSONRequestBody = DagRunPatch
+
+// PutPoolJSONRequestBody defines body for PutPool for application/json ContentType.
+type PutPoolJSONRequestBody = PoolPut
 
 // ClaimRunsJSONRequestBody defines body for ClaimRuns for application/json ContentType.
 type ClaimRunsJSONRequestBody = ClaimRequest
@@ -1243,6 +1328,18 @@ type ServerInterface interface {
 	// ListEvents List lifecycle events
 	// (GET /api/v1/events)
 	ListEvents(w http.ResponseWriter, r *http.Request, params ListEventsParams)
+	// ListPools List pools
+	// (GET /api/v1/pools)
+	ListPools(w http.ResponseWriter, r *http.Request, params ListPoolsParams)
+	// DeletePool Delete a pool
+	// (DELETE /api/v1/pools/{pool})
+	DeletePool(w http.ResponseWriter, r *http.Request, pool PoolPath)
+	// GetPool Get a pool
+	// (GET /api/v1/pools/{pool})
+	GetPool(w http.ResponseWriter, r *http.Request, pool PoolPath)
+	// PutPool Create or replace a pool
+	// (PUT /api/v1/pools/{pool})
+	PutPool(w http.ResponseWriter, r *http.Request, pool PoolPath)
 	// ClaimRuns Claim queued runs
 	// (POST /api/v1/runs/claim)
 	ClaimRuns(w http.ResponseWriter, r *http.Request, params ClaimRunsParams)
@@ -1423,6 +1520,30 @@ func (_ Unimplemented) PatchDagRun(w http.ResponseWriter, r *http.Request, dagId
 // ListEvents List lifecycle events
 // (GET /api/v1/events)
 func (_ Unimplemented) ListEvents(w http.ResponseWriter, r *http.Request, params ListEventsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListPools List pools
+// (GET /api/v1/pools)
+func (_ Unimplemented) ListPools(w http.ResponseWriter, r *http.Request, params ListPoolsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// DeletePool Delete a pool
+// (DELETE /api/v1/pools/{pool})
+func (_ Unimplemented) DeletePool(w http.ResponseWriter, r *http.Request, pool PoolPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetPool Get a pool
+// (GET /api/v1/pools/{pool})
+func (_ Unimplemented) GetPool(w http.ResponseWriter, r *http.Request, pool PoolPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// PutPool Create or replace a pool
+// (PUT /api/v1/pools/{pool})
+func (_ Unimplemented) PutPool(w http.ResponseWriter, r *http.Request, pool PoolPath) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -2463,6 +2584,130 @@ func (siw *ServerInterfaceWrapper) ListEvents(w http.ResponseWriter, r *http.Req
 	handler.ServeHTTP(w, r)
 }
 
+// ListPools operation middleware
+func (siw *ServerInterfaceWrapper) ListPools(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListPoolsParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "offset" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "offset", r.URL.Query(), &params.Offset, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "offset"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "offset", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListPools(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeletePool operation middleware
+func (siw *ServerInterfaceWrapper) DeletePool(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "pool" -------------
+	var pool PoolPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "pool", chi.URLParam(r, "pool"), &pool, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "pool", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeletePool(w, r, pool)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetPool operation middleware
+func (siw *ServerInterfaceWrapper) GetPool(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "pool" -------------
+	var pool PoolPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "pool", chi.URLParam(r, "pool"), &pool, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "pool", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetPool(w, r, pool)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PutPool operation middleware
+func (siw *ServerInterfaceWrapper) PutPool(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "pool" -------------
+	var pool PoolPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "pool", chi.URLParam(r, "pool"), &pool, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "pool", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PutPool(w, r, pool)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ClaimRuns operation middleware
 func (siw *ServerInterfaceWrapper) ClaimRuns(w http.ResponseWriter, r *http.Request) {
 
@@ -3094,6 +3339,18 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/api/v1/runs/{id}/release", wrapper.ReleaseRun)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/api/v1/pools", wrapper.ListPools)
+	})
+	r.Group(func(r chi.Router) {
+		r.Delete(options.BaseURL+"/api/v1/pools/{pool}", wrapper.DeletePool)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/api/v1/pools/{pool}", wrapper.GetPool)
+	})
+	r.Group(func(r chi.Router) {
+		r.Put(options.BaseURL+"/api/v1/pools/{pool}", wrapper.PutPool)
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/api/v1/webhooks", wrapper.ListWebhooks)

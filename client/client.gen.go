@@ -206,6 +206,8 @@ const (
 	ProblemCodeOutcomeUnknown         ProblemCode = "outcome_unknown"
 	ProblemCodePayloadTooLarge        ProblemCode = "payload_too_large"
 	ProblemCodePlanChanged            ProblemCode = "plan_changed"
+	ProblemCodePoolInUse              ProblemCode = "pool_in_use"
+	ProblemCodePoolNotFound           ProblemCode = "pool_not_found"
 	ProblemCodeRunAlreadyExists       ProblemCode = "run_already_exists"
 	ProblemCodeRunNotFound            ProblemCode = "run_not_found"
 	ProblemCodeRunsInFlight           ProblemCode = "runs_in_flight"
@@ -258,6 +260,10 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodePayloadTooLarge:
 		return true
 	case ProblemCodePlanChanged:
+		return true
+	case ProblemCodePoolInUse:
+		return true
+	case ProblemCodePoolNotFound:
 		return true
 	case ProblemCodeRunAlreadyExists:
 		return true
@@ -454,6 +460,9 @@ type Backfill struct {
 	// PlanHash The digest of the plan the backfill was created from (as a dry run answers it); null for backfills created before plans were digested.
 	PlanHash *string `json:"plan_hash"`
 
+	// Pool The pool the backfill's runs are claimed in; null for none.
+	Pool *string `json:"pool,omitempty"`
+
 	// Progress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others.
 	Progress BackfillProgress `json:"progress"`
 
@@ -495,6 +504,11 @@ type BackfillCreate struct {
 
 	// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
 	MaxFailedRuns *MaxFailedRuns `json:"max_failed_runs,omitempty"`
+
+	// Pool A pool's name, 1-250 characters of `[A-Za-z0-9_.-]` (like a `dag_id`).
+	//
+	// Example: warehouse
+	Pool *PoolName `json:"pool,omitempty"`
 
 	// ReprocessBehavior What a backfill does with a slot whose run already exists and is terminal: `none` skips it; `failed` reprocesses a `failed` or `canceled` run; `completed` reprocesses any terminal run. A `queued` or `running` run is always skipped.
 	ReprocessBehavior *ReprocessBehavior `json:"reprocess_behavior,omitempty"`
@@ -542,6 +556,9 @@ type BackfillPatch struct {
 
 	// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
 	MaxFailedRuns *MaxFailedRuns `json:"max_failed_runs,omitempty"`
+
+	// Pool Moves the backfill's runs to this pool (null for none); running runs go on.
+	Pool *string `json:"pool,omitempty"`
 }
 
 // BackfillProgress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others.
@@ -564,6 +581,9 @@ type BackfillRetry struct {
 
 	// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
 	MaxFailedRuns *MaxFailedRuns `json:"max_failed_runs,omitempty"`
+
+	// Pool The new backfill's pool (null for none); left out, the parent's.
+	Pool *string `json:"pool,omitempty"`
 }
 
 // BackfillState Active: `running`, `paused`, `canceling`. Terminal: `succeeded` (every run succeeded), `failed` (at least one run failed or was canceled), `canceled`.
@@ -580,8 +600,13 @@ type ClaimRequest struct {
 	LeaseSeconds *int `json:"lease_seconds,omitempty"`
 
 	// Limit The most runs to claim.
-	Limit    *int   `json:"limit,omitempty"`
-	WorkerId string `json:"worker_id"`
+	Limit *int `json:"limit,omitempty"`
+
+	// Pool A pool's name, 1-250 characters of `[A-Za-z0-9_.-]` (like a `dag_id`).
+	//
+	// Example: warehouse
+	Pool     *PoolName `json:"pool,omitempty"`
+	WorkerId string    `json:"worker_id"`
 }
 
 // ClaimResponse defines model for ClaimResponse.
@@ -711,6 +736,11 @@ type DagRunCreate struct {
 	// Conf Free-form run configuration; null when none was given.
 	Conf        *Conf     `json:"conf,omitempty"`
 	LogicalDate time.Time `json:"logical_date"`
+
+	// Pool A pool's name, 1-250 characters of `[A-Za-z0-9_.-]` (like a `dag_id`).
+	//
+	// Example: warehouse
+	Pool *PoolName `json:"pool,omitempty"`
 }
 
 // DagRunPatch defines model for DagRunPatch.
@@ -817,6 +847,44 @@ type HeartbeatResponse struct {
 
 // MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
 type MaxFailedRuns = int32
+
+// Pool defines model for Pool.
+type Pool struct {
+	CreatedAt   time.Time `json:"created_at"`
+	Description *string   `json:"description"`
+
+	// Name A pool's name, 1-250 characters of `[A-Za-z0-9_.-]` (like a `dag_id`).
+	//
+	// Example: warehouse
+	Name PoolName `json:"name"`
+
+	// Queued Runs of the pool waiting to be claimed.
+	Queued int32 `json:"queued"`
+
+	// Running Runs of the pool running now (may exceed `slots` after it was lowered).
+	Running int32 `json:"running"`
+
+	// Slots The most runs of the pool that a claim lets run at once.
+	Slots     int32     `json:"slots"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// PoolCollection defines model for PoolCollection.
+type PoolCollection struct {
+	Pools        []Pool `json:"pools"`
+	TotalEntries int64  `json:"total_entries"`
+}
+
+// PoolName A pool's name, 1-250 characters of `[A-Za-z0-9_.-]` (like a `dag_id`).
+//
+// Example: warehouse
+type PoolName = string
+
+// PoolPut defines model for PoolPut.
+type PoolPut struct {
+	Description *string `json:"description,omitempty"`
+	Slots       int32   `json:"slots"`
+}
 
 // Problem An RFC 9457 problem detail with a stable `code`.
 type Problem struct {
@@ -956,6 +1024,11 @@ type Limit = int
 
 // Offset defines model for Offset.
 type Offset = int
+
+// PoolPath A pool's name, 1-250 characters of `[A-Za-z0-9_.-]` (like a `dag_id`).
+//
+// Example: warehouse
+type PoolPath = PoolName
 
 // RunDbIdPath defines model for RunDbIdPath.
 type RunDbIdPath = int64
@@ -1112,6 +1185,15 @@ type ListEventsParams struct {
 	Type *EventTypeQuery `form:"type,omitempty" json:"type,omitempty"`
 }
 
+// ListPoolsParams defines parameters for ListPools.
+type ListPoolsParams struct {
+	// Limit Page size.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Entries to skip before the page starts.
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+}
+
 // ClaimRunsParams defines parameters for ClaimRuns.
 type ClaimRunsParams struct {
 	// IdempotencyKey 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
@@ -1170,6 +1252,9 @@ type CreateDagRunJSONRequestBody = DagRunCreate
 
 // PatchDagRunJSONRequestBody defines body for PatchDagRun for application/json ContentType.
 type PatchDagRunJSONRequestBody = DagRunPatch
+
+// PutPoolJSONRequestBody defines body for PutPool for application/json ContentType.
+type PutPoolJSONRequestBody = PoolPut
 
 // ClaimRunsJSONRequestBody defines body for ClaimRuns for application/json ContentType.
 type ClaimRunsJSONRequestBody = ClaimRequest
@@ -1696,7 +1781,8 @@ type ClientInterface interface {
 	//
 	// `(dag_id, logical_date)` is unique: if a run already exists for that date, whatever
 	// its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
-	// `dag_not_found`.
+	// `dag_not_found`. `pool` puts the run in a pool (422 `pool_not_found` when there is
+	// none of that name).
 	//
 	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
 	// request (`conf` compared as jsonb values) creates nothing and answers 201 with the
@@ -1719,7 +1805,8 @@ type ClientInterface interface {
 	//
 	// `(dag_id, logical_date)` is unique: if a run already exists for that date, whatever
 	// its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
-	// `dag_not_found`.
+	// `dag_not_found`. `pool` puts the run in a pool (422 `pool_not_found` when there is
+	// none of that name).
 	//
 	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
 	// request (`conf` compared as jsonb values) creates nothing and answers 201 with the
@@ -1812,6 +1899,53 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1/events (the `ListEvents` operationId).
 	ListEvents(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListPools List pools
+	//
+	// Lists pools ordered by `name`, each with its running and queued runs.
+	//
+	// Corresponds with GET /api/v1/pools (the `ListPools` operationId).
+	ListPools(ctx context.Context, params *ListPoolsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeletePool Delete a pool
+	//
+	// Deletes the pool (204). It is 409 `pool_in_use` while an active backfill, or a queued
+	// or running run outside backfills, names it; finished backfills that named it then name
+	// no pool.
+	//
+	// Corresponds with DELETE /api/v1/pools/{pool} (the `DeletePool` operationId).
+	DeletePool(ctx context.Context, pool PoolPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetPool Get a pool
+	//
+	// Answers the pool, or 404 `pool_not_found`.
+	//
+	// Corresponds with GET /api/v1/pools/{pool} (the `GetPool` operationId).
+	GetPool(ctx context.Context, pool PoolPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutPoolWithBody Create or replace a pool
+	//
+	// Creates the pool, or replaces its settings (201 with `Location` when created, 200 when
+	// replaced). A claim never lets the pool's running runs exceed `slots`, together with
+	// every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
+	// nothing that runs: claims find no room in the pool until enough runs end.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /api/v1/pools/{pool} (the `PutPool` operationId).
+	PutPoolWithBody(ctx context.Context, pool PoolPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutPool Create or replace a pool
+	//
+	// Creates the pool, or replaces its settings (201 with `Location` when created, 200 when
+	// replaced). A claim never lets the pool's running runs exceed `slots`, together with
+	// every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
+	// nothing that runs: claims find no room in the pool until enough runs end.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /api/v1/pools/{pool} (the `PutPool` operationId).
+	PutPool(ctx context.Context, pool PoolPath, body PutPoolJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ClaimRunsWithBody Claim queued runs
 	//
@@ -2767,7 +2901,8 @@ func (c *RawClient) ListDagRuns(ctx context.Context, dagId DagIdPath, params *Li
 //
 // `(dag_id, logical_date)` is unique: if a run already exists for that date, whatever
 // its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
-// `dag_not_found`.
+// `dag_not_found`. `pool` puts the run in a pool (422 `pool_not_found` when there is
+// none of that name).
 //
 // **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
 // request (`conf` compared as jsonb values) creates nothing and answers 201 with the
@@ -2800,7 +2935,8 @@ func (c *RawClient) CreateDagRunWithBody(ctx context.Context, dagId DagIdPath, p
 //
 // `(dag_id, logical_date)` is unique: if a run already exists for that date, whatever
 // its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
-// `dag_not_found`.
+// `dag_not_found`. `pool` puts the run in a pool (422 `pool_not_found` when there is
+// none of that name).
 //
 // **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
 // request (`conf` compared as jsonb values) creates nothing and answers 201 with the
@@ -2934,6 +3070,103 @@ func (c *RawClient) PatchDagRun(ctx context.Context, dagId DagIdPath, runId RunI
 // Corresponds with GET /api/v1/events (the `ListEvents` operationId).
 func (c *RawClient) ListEvents(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListEventsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListPools List pools
+//
+// Lists pools ordered by `name`, each with its running and queued runs.
+//
+// Corresponds with GET /api/v1/pools (the `ListPools` operationId).
+func (c *RawClient) ListPools(ctx context.Context, params *ListPoolsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListPoolsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeletePool Delete a pool
+//
+// Deletes the pool (204). It is 409 `pool_in_use` while an active backfill, or a queued
+// or running run outside backfills, names it; finished backfills that named it then name
+// no pool.
+//
+// Corresponds with DELETE /api/v1/pools/{pool} (the `DeletePool` operationId).
+func (c *RawClient) DeletePool(ctx context.Context, pool PoolPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeletePoolRequest(c.Server, pool)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetPool Get a pool
+//
+// Answers the pool, or 404 `pool_not_found`.
+//
+// Corresponds with GET /api/v1/pools/{pool} (the `GetPool` operationId).
+func (c *RawClient) GetPool(ctx context.Context, pool PoolPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetPoolRequest(c.Server, pool)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutPoolWithBody Create or replace a pool
+//
+// Creates the pool, or replaces its settings (201 with `Location` when created, 200 when
+// replaced). A claim never lets the pool's running runs exceed `slots`, together with
+// every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
+// nothing that runs: claims find no room in the pool until enough runs end.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /api/v1/pools/{pool} (the `PutPool` operationId).
+func (c *RawClient) PutPoolWithBody(ctx context.Context, pool PoolPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutPoolRequestWithBody(c.Server, pool, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutPool Create or replace a pool
+//
+// Creates the pool, or replaces its settings (201 with `Location` when created, 200 when
+// replaced). A claim never lets the pool's running runs exceed `slots`, together with
+// every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
+// nothing that runs: claims find no room in the pool until enough runs end.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /api/v1/pools/{pool} (the `PutPool` operationId).
+func (c *RawClient) PutPool(ctx context.Context, pool PoolPath, body PutPoolJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutPoolRequest(c.Server, pool, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4650,6 +4883,187 @@ func NewListEventsRequest(server string, params *ListEventsParams) (*http.Reques
 	return req, nil
 }
 
+// NewListPoolsRequest constructs an http.Request for the ListPools method
+func NewListPoolsRequest(server string, params *ListPoolsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/pools")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Offset != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDeletePoolRequest constructs an http.Request for the DeletePool method
+func NewDeletePoolRequest(server string, pool PoolPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "pool", pool, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/pools/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetPoolRequest constructs an http.Request for the GetPool method
+func NewGetPoolRequest(server string, pool PoolPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "pool", pool, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/pools/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPutPoolRequest calls the generic PutPool builder with application/json body
+func NewPutPoolRequest(server string, pool PoolPath, body PutPoolJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPutPoolRequestWithBody(server, pool, "application/json", bodyReader)
+}
+
+// NewPutPoolRequestWithBody constructs an http.Request for the PutPool method, with any body, and a specified content type
+func NewPutPoolRequestWithBody(server string, pool PoolPath, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "pool", pool, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/pools/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewClaimRunsRequest calls the generic ClaimRuns builder with application/json body
 func NewClaimRunsRequest(server string, params *ClaimRunsParams, body ClaimRunsJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -5837,7 +6251,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// `(dag_id, logical_date)` is unique: if a run already exists for that date, whatever
 	// its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
-	// `dag_not_found`.
+	// `dag_not_found`. `pool` puts the run in a pool (422 `pool_not_found` when there is
+	// none of that name).
 	//
 	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
 	// request (`conf` compared as jsonb values) creates nothing and answers 201 with the
@@ -5860,7 +6275,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// `(dag_id, logical_date)` is unique: if a run already exists for that date, whatever
 	// its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
-	// `dag_not_found`.
+	// `dag_not_found`. `pool` puts the run in a pool (422 `pool_not_found` when there is
+	// none of that name).
 	//
 	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
 	// request (`conf` compared as jsonb values) creates nothing and answers 201 with the
@@ -5957,6 +6373,59 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1/events (the `ListEvents` operationId).
 	ListEventsWithResponse(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*ListEventsResponse, error)
+
+	// ListPoolsWithResponse List pools
+	//
+	// Lists pools ordered by `name`, each with its running and queued runs.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/pools (the `ListPools` operationId).
+	ListPoolsWithResponse(ctx context.Context, params *ListPoolsParams, reqEditors ...RequestEditorFn) (*ListPoolsResponse, error)
+
+	// DeletePoolWithResponse Delete a pool
+	//
+	// Deletes the pool (204). It is 409 `pool_in_use` while an active backfill, or a queued
+	// or running run outside backfills, names it; finished backfills that named it then name
+	// no pool.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/pools/{pool} (the `DeletePool` operationId).
+	DeletePoolWithResponse(ctx context.Context, pool PoolPath, reqEditors ...RequestEditorFn) (*DeletePoolResponse, error)
+
+	// GetPoolWithResponse Get a pool
+	//
+	// Answers the pool, or 404 `pool_not_found`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/pools/{pool} (the `GetPool` operationId).
+	GetPoolWithResponse(ctx context.Context, pool PoolPath, reqEditors ...RequestEditorFn) (*GetPoolResponse, error)
+
+	// PutPoolWithBodyWithResponse Create or replace a pool
+	//
+	// Creates the pool, or replaces its settings (201 with `Location` when created, 200 when
+	// replaced). A claim never lets the pool's running runs exceed `slots`, together with
+	// every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
+	// nothing that runs: claims find no room in the pool until enough runs end.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/pools/{pool} (the `PutPool` operationId).
+	PutPoolWithBodyWithResponse(ctx context.Context, pool PoolPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutPoolResponse, error)
+
+	// PutPoolWithResponse Create or replace a pool
+	//
+	// Creates the pool, or replaces its settings (201 with `Location` when created, 200 when
+	// replaced). A claim never lets the pool's running runs exceed `slots`, together with
+	// every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
+	// nothing that runs: claims find no room in the pool until enough runs end.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/pools/{pool} (the `PutPool` operationId).
+	PutPoolWithResponse(ctx context.Context, pool PoolPath, body PutPoolJSONRequestBody, reqEditors ...RequestEditorFn) (*PutPoolResponse, error)
 
 	// ClaimRunsWithBodyWithResponse Claim queued runs
 	//
@@ -6745,6 +7214,8 @@ type PatchBackfillResponse struct {
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -6783,6 +7254,11 @@ func (r PatchBackfillResponse) GetApplicationproblemJSON409() *Conflict {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r PatchBackfillResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PatchBackfillResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -8296,6 +8772,373 @@ func (r ListEventsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListPoolsResponse401Headers the declared response headers of an HTTP 401 response for ListPools
+type ListPoolsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListPoolsResponse503Headers the declared response headers of an HTTP 503 response for ListPools
+type ListPoolsResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ListPoolsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PoolCollection
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListPoolsResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListPoolsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListPoolsResponse) GetJSON200() *PoolCollection {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListPoolsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListPoolsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListPoolsResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListPoolsResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListPoolsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListPoolsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListPoolsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListPoolsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// DeletePoolResponse401Headers the declared response headers of an HTTP 401 response for DeletePool
+type DeletePoolResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeletePoolResponse503Headers the declared response headers of an HTTP 503 response for DeletePool
+type DeletePoolResponse503Headers struct {
+	RetryAfter *int
+}
+
+type DeletePoolResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeletePoolResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *DeletePoolResponse503Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeletePoolResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeletePoolResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeletePoolResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r DeletePoolResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r DeletePoolResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r DeletePoolResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r DeletePoolResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeletePoolResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeletePoolResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeletePoolResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetPoolResponse401Headers the declared response headers of an HTTP 401 response for GetPool
+type GetPoolResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetPoolResponse503Headers the declared response headers of an HTTP 503 response for GetPool
+type GetPoolResponse503Headers struct {
+	RetryAfter *int
+}
+
+type GetPoolResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Pool
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetPoolResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetPoolResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetPoolResponse) GetJSON200() *Pool {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetPoolResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetPoolResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetPoolResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetPoolResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetPoolResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetPoolResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetPoolResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetPoolResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetPoolResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PutPoolResponse201Headers the declared response headers of an HTTP 201 response for PutPool
+type PutPoolResponse201Headers struct {
+	Location *string
+}
+
+// PutPoolResponse401Headers the declared response headers of an HTTP 401 response for PutPool
+type PutPoolResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// PutPoolResponse503Headers the declared response headers of an HTTP 503 response for PutPool
+type PutPoolResponse503Headers struct {
+	RetryAfter *int
+}
+
+type PutPoolResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Pool
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Pool
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *PutPoolResponse201Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PutPoolResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PutPoolResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PutPoolResponse) GetJSON200() *Pool {
+	return r.JSON200
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r PutPoolResponse) GetJSON201() *Pool {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PutPoolResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PutPoolResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r PutPoolResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r PutPoolResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r PutPoolResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r PutPoolResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutPoolResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutPoolResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutPoolResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -10035,7 +10878,8 @@ func (c *ClientWithResponses) ListDagRunsWithResponse(ctx context.Context, dagId
 //
 // `(dag_id, logical_date)` is unique: if a run already exists for that date, whatever
 // its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
-// `dag_not_found`.
+// `dag_not_found`. `pool` puts the run in a pool (422 `pool_not_found` when there is
+// none of that name).
 //
 // **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
 // request (`conf` compared as jsonb values) creates nothing and answers 201 with the
@@ -10064,7 +10908,8 @@ func (c *ClientWithResponses) CreateDagRunWithBodyWithResponse(ctx context.Conte
 //
 // `(dag_id, logical_date)` is unique: if a run already exists for that date, whatever
 // its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
-// `dag_not_found`.
+// `dag_not_found`. `pool` puts the run in a pool (422 `pool_not_found` when there is
+// none of that name).
 //
 // **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
 // request (`conf` compared as jsonb values) creates nothing and answers 201 with the
@@ -10190,6 +11035,89 @@ func (c *ClientWithResponses) ListEventsWithResponse(ctx context.Context, params
 		return nil, err
 	}
 	return ParseListEventsResponse(rsp)
+}
+
+// ListPoolsWithResponse List pools
+//
+// Lists pools ordered by `name`, each with its running and queued runs.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/pools (the `ListPools` operationId).
+func (c *ClientWithResponses) ListPoolsWithResponse(ctx context.Context, params *ListPoolsParams, reqEditors ...RequestEditorFn) (*ListPoolsResponse, error) {
+	rsp, err := c.ListPools(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListPoolsResponse(rsp)
+}
+
+// DeletePoolWithResponse Delete a pool
+//
+// Deletes the pool (204). It is 409 `pool_in_use` while an active backfill, or a queued
+// or running run outside backfills, names it; finished backfills that named it then name
+// no pool.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/pools/{pool} (the `DeletePool` operationId).
+func (c *ClientWithResponses) DeletePoolWithResponse(ctx context.Context, pool PoolPath, reqEditors ...RequestEditorFn) (*DeletePoolResponse, error) {
+	rsp, err := c.DeletePool(ctx, pool, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeletePoolResponse(rsp)
+}
+
+// GetPoolWithResponse Get a pool
+//
+// Answers the pool, or 404 `pool_not_found`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/pools/{pool} (the `GetPool` operationId).
+func (c *ClientWithResponses) GetPoolWithResponse(ctx context.Context, pool PoolPath, reqEditors ...RequestEditorFn) (*GetPoolResponse, error) {
+	rsp, err := c.GetPool(ctx, pool, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetPoolResponse(rsp)
+}
+
+// PutPoolWithBodyWithResponse Create or replace a pool
+//
+// Creates the pool, or replaces its settings (201 with `Location` when created, 200 when
+// replaced). A claim never lets the pool's running runs exceed `slots`, together with
+// every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
+// nothing that runs: claims find no room in the pool until enough runs end.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/pools/{pool} (the `PutPool` operationId).
+func (c *ClientWithResponses) PutPoolWithBodyWithResponse(ctx context.Context, pool PoolPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutPoolResponse, error) {
+	rsp, err := c.PutPoolWithBody(ctx, pool, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutPoolResponse(rsp)
+}
+
+// PutPoolWithResponse Create or replace a pool
+//
+// Creates the pool, or replaces its settings (201 with `Location` when created, 200 when
+// replaced). A claim never lets the pool's running runs exceed `slots`, together with
+// every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
+// nothing that runs: claims find no room in the pool until enough runs end.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/pools/{pool} (the `PutPool` operationId).
+func (c *ClientWithResponses) PutPoolWithResponse(ctx context.Context, pool PoolPath, body PutPoolJSONRequestBody, reqEditors ...RequestEditorFn) (*PutPoolResponse, error) {
+	rsp, err := c.PutPool(ctx, pool, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutPoolResponse(rsp)
 }
 
 // ClaimRunsWithBodyWithResponse Claim queued runs
@@ -11110,6 +12038,13 @@ func ParsePatchBackfillResponse(rsp *http.Response) (*PatchBackfillResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
@@ -12555,6 +13490,355 @@ func ParseListEventsResponse(rsp *http.Response) (*ListEventsResponse, error) {
 		response.Headers401 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListEventsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListPoolsResponse parses an HTTP response from a ListPoolsWithResponse call
+func ParseListPoolsResponse(rsp *http.Response) (*ListPoolsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListPoolsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PoolCollection
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListPoolsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListPoolsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDeletePoolResponse parses an HTTP response from a DeletePoolWithResponse call
+func ParseDeletePoolResponse(rsp *http.Response) (*DeletePoolResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeletePoolResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers DeletePoolResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers DeletePoolResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetPoolResponse parses an HTTP response from a GetPoolWithResponse call
+func ParseGetPoolResponse(rsp *http.Response) (*GetPoolResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetPoolResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Pool
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetPoolResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetPoolResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePutPoolResponse parses an HTTP response from a PutPoolWithResponse call
+func ParsePutPoolResponse(rsp *http.Response) (*PutPoolResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutPoolResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Pool
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Pool
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers PutPoolResponse201Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: "uri-reference"}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 401:
+		var headers PutPoolResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers PutPoolResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -27,6 +27,8 @@ type ExecutorConfig struct {
 	WorkerID string
 	// DagID, when set, claims only runs of that DAG.
 	DagID string
+	// Pool, when set, claims only runs in that pool.
+	Pool string
 	// Limit is how many runs may be worked on at once (1..100, default 1).
 	Limit int
 	// LeaseSeconds is the lease each claim asks for (10..3600, default 60). A run whose
@@ -41,7 +43,31 @@ type ExecutorConfig struct {
 	MaxIdleBackoff time.Duration
 	// Logger receives claims, reports and errors; nil discards them.
 	Logger *slog.Logger
+	// UntilIdle makes RunExecutor return once a claim finds nothing and no work it started
+	// still runs, instead of backing off and claiming again.
+	UntilIdle bool
+	// ReleaseOnCancel releases a run whose work stopped because its backfill is being
+	// canceled, instead of reporting it canceled: the service then ends it canceled, and the
+	// work's error (a program's output, say) is not recorded as the run's note.
+	ReleaseOnCancel bool
+	// OnRunEnd, when set, is called once for each run the loop is done with, after its
+	// report or release, with what became of it and the note reported (failed runs only).
+	OnRunEnd func(run DagRun, outcome RunOutcome, note string)
 }
+
+// RunOutcome is what became of a claimed run, as OnRunEnd hears it.
+type RunOutcome string
+
+// Outcomes of a run. A report or release that did not land is OutcomeUnreported: the run
+// waits for its lease.
+const (
+	OutcomeSuccess    RunOutcome = "success"
+	OutcomeFailed     RunOutcome = "failed"
+	OutcomeCanceled   RunOutcome = "canceled"
+	OutcomeReleased   RunOutcome = "released"
+	OutcomeLeaseLost  RunOutcome = "lease_lost"
+	OutcomeUnreported RunOutcome = "unreported"
+)
 
 func (cfg *ExecutorConfig) defaults() error {
 	if cfg.WorkerID == "" || len(cfg.WorkerID) > 255 {
@@ -125,7 +151,8 @@ func (c *Client) RunExecutor(ctx context.Context, cfg ExecutorConfig, work func(
 		if ctx.Err() != nil {
 			// Runs claimed just as ctx ended go back at once, like cut-short work.
 			for _, run := range runs {
-				c.release(ctx, log.With("dag_id", run.DagId, "run_id", run.RunId), run, cfg.WorkerID)
+				outcome := c.release(ctx, log.With("dag_id", run.DagId, "run_id", run.RunId), run, cfg.WorkerID)
+				cfg.runEnded(run, outcome, "")
 			}
 			return nil
 		}
@@ -137,6 +164,11 @@ func (c *Client) RunExecutor(ctx context.Context, cfg ExecutorConfig, work func(
 			log.Warn("claim failed; backing off", "err", err)
 		}
 		if len(runs) == 0 {
+			// Every slot token is back once no work runs: idle, with nothing left to wait for.
+			if cfg.UntilIdle && err == nil && len(slots) == 0 {
+				log.Info("nothing to claim and nothing running; stopping (until idle)")
+				return nil
+			}
 			if !sleep(ctx, jitter(idle)) {
 				return nil
 			}
@@ -185,7 +217,16 @@ func claimRequest(cfg ExecutorConfig, limit int) ClaimRequest {
 	if cfg.DagID != "" {
 		req.DagId = &cfg.DagID
 	}
+	if cfg.Pool != "" {
+		req.Pool = &cfg.Pool
+	}
 	return req
+}
+
+func (cfg ExecutorConfig) runEnded(run DagRun, outcome RunOutcome, note string) {
+	if cfg.OnRunEnd != nil {
+		cfg.OnRunEnd(run, outcome, note)
+	}
 }
 
 // execute works on one claimed run: work, heartbeats alongside, then the report.
@@ -207,10 +248,15 @@ func (c *Client) execute(ctx context.Context, cfg ExecutorConfig, log *slog.Logg
 	switch {
 	case errors.Is(cause, ErrLeaseLost):
 		log.Warn("lease lost; not reporting", "work_err", err)
+		cfg.runEnded(run, OutcomeLeaseLost, "")
 		return
 	case err != nil && ctx.Err() != nil:
 		log.Info("stopped before the run finished; releasing it", "work_err", err)
-		c.release(ctx, log, run, cfg.WorkerID)
+		cfg.runEnded(run, c.release(ctx, log, run, cfg.WorkerID), "")
+		return
+	case err != nil && cfg.ReleaseOnCancel && errors.Is(cause, ErrCancelRequested):
+		log.Info("the backfill is being canceled; releasing the run", "work_err", err)
+		cfg.runEnded(run, c.release(ctx, log, run, cfg.WorkerID), "")
 		return
 	case err == nil:
 		state = DagRunStateSuccess
@@ -226,9 +272,11 @@ func (c *Client) execute(ctx context.Context, cfg ExecutorConfig, log *slog.Logg
 	}
 	if err := c.report(context.WithoutCancel(ctx), run, state, cfg.WorkerID, note); err != nil {
 		log.Error("report failed", "state", state, "err", err)
+		cfg.runEnded(run, OutcomeUnreported, note)
 		return
 	}
 	log.Info("reported run", "state", state, "duration", time.Since(started).Round(time.Millisecond), "work_err", err)
+	cfg.runEnded(run, RunOutcome(state), note)
 }
 
 // callWork runs work, turning a panic into an error so that the run is reported failed.
@@ -295,15 +343,21 @@ func (c *Client) report(ctx context.Context, run DagRun, state DagRunState, work
 // a release that does not land only costs the wait for the lease.
 const releaseTimeout = 5 * time.Second
 
-// release hands a run back to the service after ctx (the executor's) ended.
-func (c *Client) release(ctx context.Context, log *slog.Logger, run DagRun, workerID string) {
+// release hands a run back to the service (after ctx, the executor's, ended, or when its
+// backfill is being canceled) and answers what became of it.
+func (c *Client) release(ctx context.Context, log *slog.Logger, run DagRun, workerID string) RunOutcome {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	if _, err := c.ReleaseRun(rctx, run.Id, workerID); err != nil {
+	got, err := c.ReleaseRun(rctx, run.Id, workerID)
+	if err != nil {
 		log.Warn("release failed; the run waits for its lease", "err", err)
-		return
+		return OutcomeUnreported
 	}
-	log.Info("released run")
+	log.Info("released run", "state", got.State)
+	if got.State == DagRunStateCanceled {
+		return OutcomeCanceled
+	}
+	return OutcomeReleased
 }
 
 // maxNoteRunes is the service's limit on a report's note.

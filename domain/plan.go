@@ -46,6 +46,9 @@ type BackfillRequest struct {
 	Dates []time.Time
 	// ParentBackfillID is the backfill a retry is made from.
 	ParentBackfillID *int64
+	// Pool is the pool the backfill's runs are claimed in; nil for none. omitempty keeps the
+	// request hash of a request without a pool what it was before pools existed.
+	Pool *string `json:",omitempty"`
 }
 
 // SlotAction is what creation does with one slot.

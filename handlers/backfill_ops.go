@@ -41,6 +41,7 @@ type backfillSettings struct {
 	MaxFailedRuns optional[int]             `json:"max_failed_runs"`
 	Description   optional[string]          `json:"description"`
 	DagRunConf    optional[json.RawMessage] `json:"dag_run_conf"`
+	Pool          optional[string]          `json:"pool"`
 }
 
 // decodeOptionalBody decodes a body that may be absent (an empty body is the empty object).
@@ -79,6 +80,8 @@ func (s *Server) PatchBackfill(w http.ResponseWriter, r *http.Request, id int64)
 		MaxFailedRuns:  body.MaxFailedRuns.Value,
 		SetDescription: body.Description.Set,
 		Description:    body.Description.Value,
+		SetPool:        body.Pool.Set,
+		Pool:           body.Pool.Value,
 	})
 	if err != nil {
 		s.writeError(w, r, err)
@@ -111,6 +114,8 @@ func (s *Server) RetryBackfill(w http.ResponseWriter, r *http.Request, id int64,
 		SetDescription: body.Description.Set,
 		Description:    body.Description.Value,
 		IfMatch:        ifMatch,
+		SetPool:        body.Pool.Set,
+		Pool:           body.Pool.Value,
 	}
 	if body.DagRunConf.Set {
 		rp.SetConf = true

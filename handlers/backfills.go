@@ -27,6 +27,7 @@ func (s *Server) backfillParams(r *http.Request) (repo.BackfillCreateParams, *ap
 		ReprocessBehavior: s.defaults.reprocessBehavior,
 		MaxActiveRuns:     s.defaults.backfillMaxActiveRuns,
 		Description:       body.Description,
+		Pool:              body.Pool,
 	}
 	if body.RunBackwards != nil {
 		p.RunBackwards = *body.RunBackwards

@@ -100,6 +100,7 @@ func backfillOut(b repo.Backfill) api.Backfill {
 		PauseReason:       (*api.BackfillPauseReason)(b.PauseReason),
 		PlanHash:          b.PlanHash,
 		ParentBackfillId:  b.ParentBackfillID,
+		Pool:              b.Pool,
 		Progress: api.BackfillProgress{
 			Total:    b.Total(),
 			Queued:   b.Queued,

@@ -20,7 +20,7 @@ func (s *Server) CreateDagRun(w http.ResponseWriter, r *http.Request, dagID stri
 		writeProblem(w, *p)
 		return
 	}
-	p := repo.RunCreateParams{DagID: dagID, LogicalDate: body.LogicalDate, Conf: confIn(body.Conf)}
+	p := repo.RunCreateParams{DagID: dagID, LogicalDate: body.LogicalDate, Conf: confIn(body.Conf), Pool: body.Pool}
 	if params.IdempotencyKey != nil {
 		p.IdempotencyKey = *params.IdempotencyKey
 	}

@@ -14,7 +14,7 @@ func (s *Server) ClaimRuns(w http.ResponseWriter, r *http.Request, hp api.ClaimR
 		writeProblem(w, *p)
 		return
 	}
-	params := repo.RunClaimParams{WorkerID: body.WorkerId, Limit: s.defaults.claimLimit, LeaseSeconds: s.defaults.leaseSeconds, DagID: body.DagId}
+	params := repo.RunClaimParams{WorkerID: body.WorkerId, Limit: s.defaults.claimLimit, LeaseSeconds: s.defaults.leaseSeconds, DagID: body.DagId, Pool: body.Pool}
 	if body.Limit != nil {
 		params.Limit = *body.Limit
 	}

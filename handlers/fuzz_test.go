@@ -587,3 +587,21 @@ func FuzzRequestDecoding(f *testing.F) {
 	}
 	f.Fuzz(checkOneRequest)
 }
+
+func (f *fakeStore) PoolPut(ctx context.Context, p repo.PoolPutParams) (repo.Pool, bool, error) {
+	err := f.call("PoolPut", true, checkDagID(p.Name), checkRange("slots", p.Slots, 1, 100000))
+	return repo.Pool{Name: p.Name, Slots: p.Slots, CreatedAt: fakeTime, UpdatedAt: fakeTime}, true, err
+}
+
+func (f *fakeStore) PoolGet(ctx context.Context, name string) (repo.Pool, error) {
+	err := f.call("PoolGet", false, checkDagID(name))
+	return repo.Pool{Name: name, Slots: 1, CreatedAt: fakeTime, UpdatedAt: fakeTime}, err
+}
+
+func (f *fakeStore) PoolList(ctx context.Context, p repo.ListParams) ([]repo.Pool, int, error) {
+	return nil, 0, f.call("PoolList", false)
+}
+
+func (f *fakeStore) PoolDelete(ctx context.Context, name string) error {
+	return f.call("PoolDelete", true, checkDagID(name))
+}

@@ -74,6 +74,13 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, problem(http.StatusNotFound, "backfill_not_found", "no backfill with this id"))
 	case errors.Is(err, repo.ErrRunNotFound):
 		writeProblem(w, problem(http.StatusNotFound, "run_not_found", "no run with this id"))
+	case errors.Is(err, repo.ErrPoolNotFound):
+		writeProblem(w, problem(http.StatusNotFound, "pool_not_found", "no pool with this name"))
+	case errors.Is(err, repo.ErrUnknownPool):
+		writeProblem(w, problem(http.StatusUnprocessableEntity, "pool_not_found", err.Error()))
+	case errors.Is(err, repo.ErrPoolInUse):
+		writeProblem(w, problem(http.StatusConflict, "pool_in_use",
+			"an active backfill or a queued or running run names the pool"))
 	case errors.Is(err, repo.ErrWebhookNotFound):
 		writeProblem(w, problem(http.StatusNotFound, "webhook_not_found", "no webhook with this id"))
 	case errors.Is(err, repo.ErrInvalidWebhook):

@@ -36,6 +36,11 @@ type Store interface {
 	BackfillUnpause(ctx context.Context, id int64) (repo.Backfill, error)
 	BackfillCancel(ctx context.Context, id int64) (repo.Backfill, error)
 
+	PoolPut(ctx context.Context, p repo.PoolPutParams) (repo.Pool, bool, error)
+	PoolGet(ctx context.Context, name string) (repo.Pool, error)
+	PoolList(ctx context.Context, p repo.ListParams) ([]repo.Pool, int, error)
+	PoolDelete(ctx context.Context, name string) error
+
 	WebhookCreate(ctx context.Context, p repo.WebhookCreateParams) (repo.Webhook, bool, error)
 	WebhookGet(ctx context.Context, id int64) (repo.Webhook, error)
 	WebhookList(ctx context.Context, p repo.ListParams) ([]repo.Webhook, int, error)

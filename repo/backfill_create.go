@@ -191,14 +191,17 @@ func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCr
 	err = sqlx.GetContext(ctx, tx, &b, `
 		INSERT INTO backfills (id, dag_id, from_date, to_date, run_backwards, dag_run_conf, reprocess_behavior,
 			max_active_runs, description, state, created_at, updated_at, num_queued, num_skipped,
-			max_failed_runs, plan_hash, parent_backfill_id)
+			max_failed_runs, plan_hash, parent_backfill_id, pool)
 		OVERRIDING SYSTEM VALUE
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $10, $11, $12, $13, $14, $15)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $10, $11, $12, $13, $14, $15, $16)
 		RETURNING `+backfillColumns,
 		id, p.DagID, p.FromDate, p.ToDate, p.RunBackwards, jsonParam(p.DagRunConf), p.ReprocessBehavior,
-		p.MaxActiveRuns, p.Description, now, queued, skipped, p.MaxFailedRuns, planHash, p.ParentBackfillID)
+		p.MaxActiveRuns, p.Description, now, queued, skipped, p.MaxFailedRuns, planHash, p.ParentBackfillID, p.Pool)
 	if uniqueViolation(err) == constraintOneActivePerDag {
 		return Backfill{}, errBackfillUniqueViolation
+	}
+	if errors.Is(poolMissing(err), ErrUnknownPool) {
+		return Backfill{}, fmt.Errorf("%w: %s", ErrUnknownPool, *p.Pool)
 	}
 	if err != nil {
 		return Backfill{}, fmt.Errorf("insert backfill: %w", err)

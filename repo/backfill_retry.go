@@ -25,6 +25,9 @@ type BackfillRetryParams struct {
 	SetDescription bool
 	IdempotencyKey string
 	IfMatch        []string
+	// Pool replaces the parent's pool when SetPool (null for none).
+	Pool    *string
+	SetPool bool
 }
 
 // BackfillRetry creates a backfill of the same DAG whose slots are the parent's slots whose
@@ -68,6 +71,10 @@ func (s *Store) BackfillRetry(ctx context.Context, rp BackfillRetryParams) (Back
 		IfMatch:           rp.IfMatch,
 		Dates:             dates,
 		ParentBackfillID:  &parent.ID,
+		Pool:              parent.Pool,
+	}
+	if rp.SetPool {
+		p.Pool = rp.Pool
 	}
 	if rp.MaxActiveRuns != nil {
 		p.MaxActiveRuns = *rp.MaxActiveRuns

@@ -19,6 +19,8 @@ type RunClaimParams struct {
 	// IdempotencyKey, when set, makes a retry of this claim answer the runs the first one
 	// handed out that are still leased to the worker, instead of claiming more.
 	IdempotencyKey string
+	// Pool, when set, restricts the claim to the runs in one pool.
+	Pool *string
 }
 
 // RunClaim moves up to Limit queued runs to running, leased to the worker. Runs outside
@@ -39,6 +41,9 @@ func (s *Store) RunClaim(ctx context.Context, p RunClaimParams) ([]Run, bool, er
 	scope, args := claimAnyDag, []any{p.WorkerID, p.LeaseSeconds, p.Limit}
 	if p.DagID != nil {
 		scope, args = claimOneDag, append(args, *p.DagID)
+	}
+	if p.Pool != nil {
+		scope, args = scope|claimInPool, append(args, *p.Pool)
 	}
 	var (
 		claimed  []Run
@@ -123,13 +128,18 @@ func (s *Store) claimRuns(ctx context.Context, tx *sqlx.Tx, scope claimScope, ar
 	return claimed, nil
 }
 
-// claimScope tells the two forms of the claim statement apart.
+// claimScope tells the forms of the claim statement apart: a bit set of filters.
 type claimScope int
 
 const (
-	claimAnyDag claimScope = iota // $1 worker_id, $2 lease_seconds, $3 limit
-	claimOneDag                   // the same and $4 dag_id
+	claimAnyDag claimScope = 0 // $1 worker_id, $2 lease_seconds, $3 limit
+	claimOneDag claimScope = 1 // the same and $4 dag_id
+	// claimInPool adds the pool as the last parameter ($4, or $5 after a dag_id).
+	claimInPool claimScope = 2
 )
+
+// numClaimScopes is the number of forms: every combination of the two filters.
+const numClaimScopes = 4
 
 // claimStatement is the claim, in one statement, sent unprepared (lib/pq's unnamed statement):
 // a statement prepared on the pool would outlive its transaction, which a transaction pooler
@@ -148,8 +158,16 @@ const (
 //  3. picked appends the backfills' runs after the DAGs' and stops at the claim's limit. Plans
 //     run on demand, so the statement locks only the owners and runs it needs: a claim of one
 //     run locks one owner and one run.
-//  4. claimed leases the picked runs; the counter triggers move the owners' counters in the
-//     same statement, under the locks taken in 1.
+//  4. Pools: numbered keeps picked's claim order, pool_room locks the picked runs' pools in
+//     name order with FOR NO KEY UPDATE SKIP LOCKED, and admitted keeps, of each pool's runs,
+//     as many as its room allows, in claim order. The lock re-reads a pool at its newest
+//     version, as 1 does for owners, and every claim that adds to a pool holds that lock until
+//     it commits, so the room read is exact; a pool another claimer holds is skipped, not
+//     waited on. Pools are taken last, after every owner and run: a claim never waits while
+//     it holds a pool, so it cannot deadlock with a report that holds a backfill and waits
+//     for the pool's counter.
+//  5. claimed leases the admitted runs; the counter triggers move the owners' and pools'
+//     counters in the same statement, under the locks taken in 1 and 4.
 //
 // Why it is written this way, each from a plan that went wrong:
 //   - Every step has a constant LIMIT 1. With a LIMIT the planner cannot see (least(room,
@@ -164,13 +182,27 @@ const (
 //     thinks of the table's size.
 func claimStatement(scope claimScope) string {
 	dagOwner, backfillOwner := `manual_claimable`, `claimable`
-	if scope == claimOneDag {
+	manualRun := `dag_id = o.dag_id AND backfill_id IS NULL AND state = 'queued'`
+	if scope&claimOneDag != 0 {
 		// The DAG itself and its one active backfill. The condition on the backfill spells out
 		// what `claimable` means so that the planner finds the backfill by dag_id instead of
 		// walking backfills_claimable (a plan made while few backfills were claimable would
 		// keep doing so when many are).
 		dagOwner = `dag_id = $4::text AND manual_claimable`
 		backfillOwner = `dag_id = $4::text AND state = 'running' AND num_queued > 0 AND num_running < max_active_runs`
+	}
+	// Pools: an owner or manual run whose pool is full in the statement's snapshot is passed
+	// over, so that a full pool is skipped rather than filling the claim with runs it would
+	// then drop. The snapshot may be stale either way; the exact check is poolRoom's, below.
+	backfillOwner += ` AND (pool IS NULL OR EXISTS (SELECT 1 FROM pools p WHERE p.name = backfills.pool AND p.num_running < p.slots))`
+	manualRun += ` AND (pool IS NULL OR EXISTS (SELECT 1 FROM pools p WHERE p.name = dag_runs.pool AND p.num_running < p.slots))`
+	if scope&claimInPool != 0 {
+		param := "$4::text"
+		if scope&claimOneDag != 0 {
+			param = "$5::text"
+		}
+		backfillOwner += ` AND pool = ` + param
+		manualRun += ` AND pool = ` + param
 	}
 	return `
 		WITH RECURSIVE dag_owner (dag_id, room) AS (
@@ -186,37 +218,37 @@ func claimStatement(scope claimScope) string {
 				ORDER BY dag_id LIMIT 1
 				FOR NO KEY UPDATE SKIP LOCKED) d
 		), manual_pick AS (
-			SELECT w.id FROM dag_owner o CROSS JOIN LATERAL (
-				WITH RECURSIVE walk (id, logical_date, n) AS (
+			SELECT w.id, w.pool FROM dag_owner o CROSS JOIN LATERAL (
+				WITH RECURSIVE walk (id, logical_date, pool, n) AS (
 					SELECT * FROM (
-						SELECT id, logical_date, 1 FROM dag_runs
-						WHERE dag_id = o.dag_id AND backfill_id IS NULL AND state = 'queued'
+						SELECT id, logical_date, pool, 1 FROM dag_runs
+						WHERE ` + manualRun + `
 						ORDER BY logical_date LIMIT 1
 						FOR UPDATE SKIP LOCKED) head
 					UNION ALL
-					SELECT r.id, r.logical_date, w.n + 1 FROM walk w CROSS JOIN LATERAL (
-						SELECT id, logical_date FROM dag_runs
-						WHERE dag_id = o.dag_id AND backfill_id IS NULL AND state = 'queued'
+					SELECT r.id, r.logical_date, r.pool, w.n + 1 FROM walk w CROSS JOIN LATERAL (
+						SELECT id, logical_date, pool FROM dag_runs
+						WHERE ` + manualRun + `
 						  AND logical_date > w.logical_date
 						ORDER BY logical_date LIMIT 1
 						FOR UPDATE SKIP LOCKED) r
 					WHERE w.n < least(o.room, $3::int)
 				)
-				SELECT id FROM walk) w
-		), backfill_owner (id, room) AS (
+				SELECT id, pool FROM walk) w
+		), backfill_owner (id, room, pool, pool_room) AS (
 			SELECT * FROM (
-				SELECT id, max_active_runs - num_running FROM backfills
+				SELECT id, max_active_runs - num_running, pool, ` + snapshotPoolRoom + ` FROM backfills
 				WHERE ` + backfillOwner + `
 				ORDER BY id LIMIT 1
 				FOR NO KEY UPDATE SKIP LOCKED) head
 			UNION ALL
 			SELECT b.* FROM backfill_owner o CROSS JOIN LATERAL (
-				SELECT id, max_active_runs - num_running FROM backfills
+				SELECT id, max_active_runs - num_running, pool, ` + snapshotPoolRoom + ` FROM backfills
 				WHERE ` + backfillOwner + ` AND id > o.id
 				ORDER BY id LIMIT 1
 				FOR NO KEY UPDATE SKIP LOCKED) b
 		), backfill_pick AS (
-			SELECT w.id FROM backfill_owner o CROSS JOIN LATERAL (
+			SELECT w.id, o.pool FROM backfill_owner o CROSS JOIN LATERAL (
 				WITH RECURSIVE walk (id, ordinal, n) AS (
 					SELECT * FROM (
 						SELECT id, backfill_sort_ordinal, 1 FROM dag_runs
@@ -229,21 +261,40 @@ func claimStatement(scope claimScope) string {
 						WHERE backfill_id = o.id AND state = 'queued' AND backfill_sort_ordinal > w.ordinal
 						ORDER BY backfill_sort_ordinal LIMIT 1
 						FOR UPDATE SKIP LOCKED) r
-					WHERE w.n < least(o.room, $3::int)
+					WHERE w.n < least(o.room, o.pool_room, $3::int)
 				)
 				SELECT id FROM walk) w
 		), picked AS (
-			SELECT id FROM manual_pick
+			SELECT id, pool FROM manual_pick
 			UNION ALL
-			SELECT id FROM backfill_pick
+			SELECT id, pool FROM backfill_pick
 			LIMIT (SELECT $3::int)
+		), numbered AS MATERIALIZED (
+			SELECT id, pool, row_number() OVER () AS ord FROM picked
+		), pool_room AS (
+			SELECT name, slots - num_running AS room FROM pools
+			WHERE name IN (SELECT pool FROM numbered) AND num_running < slots
+			ORDER BY name
+			FOR NO KEY UPDATE SKIP LOCKED
+		), admitted AS (
+			SELECT id FROM numbered WHERE pool IS NULL
+			UNION ALL
+			SELECT id FROM (
+				SELECT n.id, pr.room, row_number() OVER (PARTITION BY n.pool ORDER BY n.ord) AS k
+				FROM numbered n JOIN pool_room pr ON pr.name = n.pool) q
+			WHERE k <= room
 		), claimed AS (
 			UPDATE dag_runs r SET state = 'running', worker_id = $1::text, start_date = backfill_now(),
 				end_date = NULL, lease_seconds = $2::int,
 				lease_expires_at = backfill_now() + make_interval(secs => $2::int)
-			WHERE r.id = ANY (ARRAY(SELECT id FROM picked))
+			WHERE r.id = ANY (ARRAY(SELECT id FROM admitted))
 			RETURNING r.*
 		)
 		SELECT ` + runColumns + ` FROM claimed
 		ORDER BY backfill_id NULLS FIRST, dag_id, backfill_sort_ordinal, logical_date`
 }
+
+// snapshotPoolRoom is an owner's pool room as the statement's snapshot has it (NULL for no
+// pool, which least() ignores): it keeps the claim from taking more of a pooled backfill's
+// runs than the pool could admit. It is only a first guess; poolRoom decides.
+const snapshotPoolRoom = `(SELECT p.slots - p.num_running FROM pools p WHERE p.name = backfills.pool)`

@@ -148,6 +148,8 @@ type Backfill struct {
 	PlanHash *string `db:"plan_hash"`
 	// ParentBackfillID is the backfill a retry was made from.
 	ParentBackfillID *int64 `db:"parent_backfill_id"`
+	// Pool is the pool the backfill's runs are claimed in; nil for none.
+	Pool *string `db:"pool"`
 	Progress
 }
 
@@ -160,7 +162,7 @@ const (
 const backfillColumns = `id, dag_id, from_date, to_date, run_backwards, dag_run_conf, reprocess_behavior,
 	max_active_runs, description, state, created_at, updated_at, completed_at,
 	num_queued, num_running, num_success, num_failed, num_canceled, num_skipped,
-	max_failed_runs, pause_reason, plan_hash, parent_backfill_id`
+	max_failed_runs, pause_reason, plan_hash, parent_backfill_id, pool`
 
 // scanDest is b's fields in backfillColumns order. The status read scans through it rather
 // than sqlx's mapping by column name, which costs reflection on every poll.
@@ -168,7 +170,7 @@ func (b *Backfill) scanDest() []any {
 	return []any{&b.ID, &b.DagID, &b.FromDate, &b.ToDate, &b.RunBackwards, &b.DagRunConf, &b.ReprocessBehavior,
 		&b.MaxActiveRuns, &b.Description, &b.State, &b.CreatedAt, &b.UpdatedAt, &b.CompletedAt,
 		&b.Queued, &b.Running, &b.Success, &b.Failed, &b.Canceled, &b.Skipped,
-		&b.MaxFailedRuns, &b.PauseReason, &b.PlanHash, &b.ParentBackfillID}
+		&b.MaxFailedRuns, &b.PauseReason, &b.PlanHash, &b.ParentBackfillID, &b.Pool}
 }
 
 // BackfillSlot is one slot of a backfill as its listing shows it.

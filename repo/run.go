@@ -2,6 +2,7 @@ package repo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -40,6 +41,8 @@ type RunCreateParams struct {
 	Conf        JSON
 	// IdempotencyKey, when set, makes a retry answer the run the first request created.
 	IdempotencyKey string
+	// Pool is the pool the run is claimed in; nil for none.
+	Pool *string
 }
 
 // RunCreate inserts a queued manual run. It reports replayed = true when it answered, as it
@@ -84,13 +87,16 @@ func runInsertManual(ctx context.Context, tx *sqlx.Tx, p RunCreateParams) (Run, 
 	var run Run
 	err = sqlx.GetContext(ctx, tx, &run, `
 		INSERT INTO dag_runs (dag_id, run_id, logical_date, data_interval_start, data_interval_end,
-			state, run_type, conf, attempt, queued_at)
-		VALUES ($1, $2, $3, $3, $4, 'queued', 'manual', $5, 1, backfill_now())
+			state, run_type, conf, attempt, queued_at, pool)
+		VALUES ($1, $2, $3, $3, $4, 'queued', 'manual', $5, 1, backfill_now(), $6)
 		RETURNING `+runColumns,
-		p.DagID, RunIDFor(RunTypeManual, p.LogicalDate), p.LogicalDate, sched.Next(p.LogicalDate), jsonParam(p.Conf))
+		p.DagID, RunIDFor(RunTypeManual, p.LogicalDate), p.LogicalDate, sched.Next(p.LogicalDate), jsonParam(p.Conf), p.Pool)
 	switch uniqueViolation(err) {
 	case constraintRunPerDate, constraintRunIDPerDag:
 		return Run{}, ErrRunAlreadyExists
+	}
+	if errors.Is(poolMissing(err), ErrUnknownPool) {
+		return Run{}, fmt.Errorf("%w: %s", ErrUnknownPool, *p.Pool)
 	}
 	if err != nil {
 		return Run{}, fmt.Errorf("insert manual run: %w", err)

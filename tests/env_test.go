@@ -157,6 +157,14 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		Observer:        m,
 	})
 	m.WatchStates(store.StateCounts)
+	m.WatchPools(func(ctx context.Context) (map[string]metrics.PoolFigures, error) {
+		pools, err := store.PoolFigures(ctx)
+		out := map[string]metrics.PoolFigures{}
+		for _, p := range pools {
+			out[p.Name] = metrics.PoolFigures{Slots: int64(p.Slots), Running: int64(p.Running), Queued: int64(p.Queued)}
+		}
+		return out, err
+	})
 	logger := slog.New(slog.DiscardHandler)
 	if os.Getenv("TEST_LOG") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))

@@ -112,7 +112,7 @@ func TestReadmeCLIWalkthroughRunsAsWritten(t *testing.T) {
 		}
 		if !started {
 			// Terminal 2, once the CLI is built: the demo executor, as the README starts it.
-			exe := exec.Command(filepath.Join(root, "bin", "backfillctl"), "executor", "--worker-id", "w1", "--limit", "4", "--sleep", "200ms")
+			exe := exec.Command(filepath.Join(root, "bin", "backfillctl"), "executor", "--worker-id", "w1", "--dag-id", "sales", "--limit", "4", "--sleep", "200ms")
 			exe.Env = env
 			require.NoError(t, exe.Start())
 			t.Cleanup(func() { _ = exe.Process.Kill(); _ = exe.Wait() })

@@ -133,6 +133,7 @@ func serve(ctx context.Context, cfg config, db, leaseDB *sqlx.DB, direct dsn, lo
 		LeaseDB:         leaseDB,
 	})
 	m.WatchStates(store.StateCounts)
+	m.WatchPools(poolCounter(store))
 	ready, err := readiness(db, store)
 	if err != nil {
 		return err

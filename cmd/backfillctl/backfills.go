@@ -17,6 +17,7 @@ type backfillFlags struct {
 	maxActiveRuns                 int
 	runBackwards                  bool
 	conf                          confValue
+	pool                          string
 }
 
 func (b *backfillFlags) register(fs *flag.FlagSet) {
@@ -28,6 +29,7 @@ func (b *backfillFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&b.runBackwards, "run-backwards", false, "run the newest dates first")
 	fs.Var(&b.conf, "dag-run-conf", "a `JSON` object given to every run as its conf, e.g. '{\"full_refresh\": true}'")
 	fs.StringVar(&b.description, "description", "", "free text")
+	fs.StringVar(&b.pool, "pool", "", "claim the backfill's runs in this `POOL` (see pools put)")
 }
 
 func (b *backfillFlags) request(fs *flag.FlagSet) (client.BackfillCreate, error) {
@@ -50,6 +52,7 @@ func (b *backfillFlags) request(fs *flag.FlagSet) (client.BackfillCreate, error)
 		req.MaxActiveRuns = &n
 	}
 	setIf(fs, "description", &req.Description, b.description)
+	setIf(fs, "pool", &req.Pool, b.pool)
 	return req, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/backfillsvc/backfill/client"
@@ -16,6 +17,9 @@ import (
 // succeeds, or fails at random with --fail-rate. It lets a newcomer watch a backfill finish
 // without writing an executor; a real one calls RunExecutor with its own work function.
 func executor(ctx context.Context, c *cli, args []string) error {
+	if i := slices.Index(args, "--"); i >= 0 {
+		return executorCommand(ctx, c, args[:i], args[i+1:])
+	}
 	fs := newFlagSet("executor", "executor [--worker-id ID] [--dag-id ID] [--limit N] [--sleep 1s] [--fail-rate 0]", &c.g, c.stderr)
 	host, _ := os.Hostname()
 	workerID := fs.String("worker-id", fmt.Sprintf("%s-%d", host, os.Getpid()), "this worker's id in claims, heartbeats and reports")

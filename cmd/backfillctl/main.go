@@ -73,6 +73,10 @@ var commands = []command{
 	{"backfills patch", backfillsPatch},
 	{"backfills retry", backfillsRetry},
 	{"watch", watch},
+	{"pools put", poolsPut},
+	{"pools get", poolsGet},
+	{"pools list", poolsList},
+	{"pools delete", poolsDelete},
 	{"executor", executor},
 }
 

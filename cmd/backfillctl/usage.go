@@ -38,10 +38,20 @@ Backfills:
         progress goes to stderr and the final backfill, as JSON, to stdout).
 
 ` + webhooksUsage + `
-Executor (a demo, to watch a backfill finish without writing code):
+` + poolsUsage + `
+Executor (runs a program per run; docs/EXECUTOR.md):
+  executor [--concurrency N] [--dag-id ID] [--pool NAME] [--timeout D] [--grace 10s]
+           [--until-idle] [--worker-id ID] -- PROGRAM [ARGS...]
+        Claims runs and runs PROGRAM once per run, directly (no shell unless PROGRAM is one),
+        with {{ run_id }}, {{ logical_date }}, {{ ds }}, {{ conf }} filled in ARGS and
+        BACKFILL_RUN_ID, BACKFILL_LOGICAL_DATE, BACKFILL_DS, BACKFILL_CONF, BACKFILL_ATTEMPT
+        in its environment. Exit 0 reports success; anything else failed, with the last
+        4 KiB of its stderr as the note. A cancel of the backfill, or SIGINT/SIGTERM, stops
+        its process group (SIGTERM, SIGKILL after --grace) and releases the run. One line
+        per run start and end (JSON lines with -o json); exit 0 on a clean stop.
   executor [--worker-id ID] [--dag-id ID] [--limit N] [--sleep 1s] [--fail-rate 0]
-        Claims runs, "works" on each for --sleep, heartbeats, and reports success (or failed,
-        at random with --fail-rate), until interrupted. Built on the Go SDK's RunExecutor.
+        Without -- PROGRAM, a demo: "works" on each run for --sleep, heartbeats, and reports
+        success (or failed, at random with --fail-rate), until interrupted.
 
 DATE is 2024-03-01 (midnight UTC) or an RFC 3339 time (2024-03-01T02:00:00-05:00).
 

@@ -140,6 +140,7 @@ async function route() {
     if (page === "backfills" && id) await backfillPage(Number(id));
     else if (page === "create") await createPage();
     else if (page === "dags") await dagsPage();
+    else if (page === "pools") await poolsPage();
     else await backfillsPage();
   } catch (err) {
     showError(err);
@@ -477,6 +478,34 @@ async function dagsPage() {
         h("td", {}, d.dag_id), h("td", {}, h("code", {}, d.schedule)), h("td", {}, d.timezone),
         h("td", {}, d.max_active_runs), h("td", {}, d.is_paused ? "yes" : "no"), h("td", {}, d.description ?? ""),
         h("td", {}, h("a", { href: `#/backfills?dag_id=${encodeURIComponent(d.dag_id)}` }, "backfills")))))));
+}
+
+// ---- Pools -----------------------------------------------------------------------------
+
+// poolsPage lists pools with their slots, running and queued runs, read again every 2 s
+// while the page is shown (a pool's figures move with every claim and report).
+async function poolsPage() {
+  const draw = async () => {
+    const { data } = await api("GET", "/pools?limit=1000");
+    show(h("h2", {}, "Pools"),
+      data.pools.length === 0
+        ? h("p", {}, "No pool yet: create one with PUT /api/v1/pools/{name} or backfillctl pools put.")
+        : h("table", { id: "pools" },
+          h("thead", {}, h("tr", {}, ...["Pool", "Slots", "Running", "Queued", "In use", "Description"].map((t) => h("th", { scope: "col" }, t)))),
+          h("tbody", {}, ...data.pools.map((p) => h("tr", { "data-pool": p.name },
+            h("td", {}, p.name), h("td", { class: "slots" }, p.slots), h("td", { class: "running" }, p.running),
+            h("td", { class: "queued" }, p.queued), h("td", {}, poolBar(p)), h("td", {}, p.description ?? ""))))));
+  };
+  await draw();
+  const timer = setInterval(() => draw().catch(showError), 2000);
+  leave = () => clearInterval(timer);
+}
+
+// poolBar shows running runs against slots; a pool above its slots (they were lowered) is full.
+function poolBar(p) {
+  const width = `${Math.min(100, (100 * p.running) / p.slots)}%`;
+  return h("div", { class: "bar", role: "img", "aria-label": `${p.running} of ${p.slots} slots in use` },
+    h("span", { class: "b-running", style: { width } }));
 }
 
 route();

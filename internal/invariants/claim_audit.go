@@ -36,7 +36,7 @@ func InstallClaimAudit(ctx context.Context, db *sqlx.DB) error {
 	if err != nil {
 		return fmt.Errorf("install claim audit: %w", err)
 	}
-	return nil
+	return installPoolAudit(ctx, db)
 }
 
 // claimAuditInstalled reports whether InstallClaimAudit ran on this database.

@@ -57,7 +57,10 @@ type TerminalRow struct {
 //	    lowered max_failed_runs, so the budget itself is no property of a snapshot: the
 //	    tests check it at the failures);
 //	(g) a retry's slots are slots of its parent whose run ended failed or canceled, and its
-//	    parent is terminal.
+//	    parent is terminal;
+//	(h) a pool's num_running and num_queued equal a fresh count of its runs (a backfill's runs
+//	    are in the backfill's pool, a manual run in its own), and with InstallClaimAudit no
+//	    claim committed while its pool ran more runs than its slots (see pools.go).
 //
 // With InstallClaimAudit, (c) for backfills is checked on every claim's commit (running never
 // above the max_active_runs in force then), since a PATCH may lower the limit below what runs.
@@ -218,6 +221,8 @@ func Check(ctx context.Context, db *sqlx.DB) (Report, error) {
 				SELECT 1 FROM backfill_slot_records ps
 				WHERE ps.backfill_id = p.id AND ps.logical_date = s.logical_date
 				  AND ps.state IN ('failed', 'canceled'))`)
+
+	checkPools(check, audited)
 
 	if firstErr != nil {
 		return rep, firstErr

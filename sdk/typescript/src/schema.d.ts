@@ -98,7 +98,8 @@ export interface paths {
          *
          *     `(dag_id, logical_date)` is unique: if a run already exists for that date, whatever
          *     its state or origin, the answer is 409 `run_already_exists`. An unknown DAG is 404
-         *     `dag_not_found`.
+         *     `dag_not_found`. `pool` puts the run in a pool (422 `pool_not_found` when there is
+         *     none of that name).
          *
          *     **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
          *     request (`conf` compared as jsonb values) creates nothing and answers 201 with the
@@ -625,6 +626,62 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/pools": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List pools
+         * @description Lists pools ordered by `name`, each with its running and queued runs.
+         */
+        get: operations["listPools"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/pools/{pool}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The pool's name. */
+                pool: components["parameters"]["PoolPath"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a pool
+         * @description Answers the pool, or 404 `pool_not_found`.
+         */
+        get: operations["getPool"];
+        /**
+         * Create or replace a pool
+         * @description Creates the pool, or replaces its settings (201 with `Location` when created, 200 when
+         *     replaced). A claim never lets the pool's running runs exceed `slots`, together with
+         *     every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
+         *     nothing that runs: claims find no room in the pool until enough runs end.
+         */
+        put: operations["putPool"];
+        post?: never;
+        /**
+         * Delete a pool
+         * @description Deletes the pool (204). It is 409 `pool_in_use` while an active backfill, or a queued
+         *     or running run outside backfills, names it; finished backfills that named it then name
+         *     no pool.
+         */
+        delete: operations["deletePool"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/webhooks": {
         parameters: {
             query?: never;
@@ -983,7 +1040,7 @@ export interface components {
          * @description The stable, machine-readable error code. `not_found` and `method_not_allowed` answer requests to a path no route serves, or with a method the route does not serve.
          * @enum {string}
          */
-        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "plan_changed" | "backfill_not_terminal" | "runs_in_flight" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "webhook_not_found" | "invalid_webhook" | "busy" | "timeout" | "unavailable" | "outcome_unknown" | "internal" | "not_found" | "method_not_allowed";
+        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "plan_changed" | "backfill_not_terminal" | "runs_in_flight" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "webhook_not_found" | "invalid_webhook" | "pool_not_found" | "pool_in_use" | "busy" | "timeout" | "unavailable" | "outcome_unknown" | "internal" | "not_found" | "method_not_allowed";
         Dag: {
             dag_id: components["schemas"]["DagId"];
             /**
@@ -1089,10 +1146,49 @@ export interface components {
             /** @description What the last report said about the outcome (for example why the run failed); null when none. A new claim of the run clears it. */
             note: string | null;
         };
+        /**
+         * @description A pool's name, 1-250 characters of `[A-Za-z0-9_.-]` (like a `dag_id`).
+         * @example warehouse
+         */
+        PoolName: string;
+        Pool: {
+            name: components["schemas"]["PoolName"];
+            /**
+             * Format: int32
+             * @description The most runs of the pool that a claim lets run at once.
+             */
+            slots: number;
+            description: string | null;
+            /**
+             * Format: int32
+             * @description Runs of the pool running now (may exceed `slots` after it was lowered).
+             */
+            running: number;
+            /**
+             * Format: int32
+             * @description Runs of the pool waiting to be claimed.
+             */
+            queued: number;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        PoolPut: {
+            /** Format: int32 */
+            slots: number;
+            description?: string | null;
+        };
+        PoolCollection: {
+            pools: components["schemas"]["Pool"][];
+            /** Format: int64 */
+            total_entries: number;
+        };
         DagRunCreate: {
             /** Format: date-time */
             logical_date: string;
             conf?: components["schemas"]["Conf"];
+            pool?: components["schemas"]["PoolName"];
         };
         DagRunPatch: {
             state: components["schemas"]["DagRunState"];
@@ -1133,6 +1229,7 @@ export interface components {
             max_active_runs?: number;
             description?: string | null;
             max_failed_runs?: components["schemas"]["MaxFailedRuns"];
+            pool?: components["schemas"]["PoolName"];
         };
         Backfill: {
             /** Format: int64 */
@@ -1178,6 +1275,8 @@ export interface components {
              * @description The backfill this one retries; null unless it was made by a retry.
              */
             parent_backfill_id: number | null;
+            /** @description The pool the backfill's runs are claimed in; null for none. */
+            pool?: string | null;
         };
         /** @description Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others. */
         BackfillProgress: {
@@ -1294,6 +1393,8 @@ export interface components {
             max_active_runs?: number;
             max_failed_runs?: components["schemas"]["MaxFailedRuns"];
             description?: string | null;
+            /** @description Moves the backfill's runs to this pool (null for none); running runs go on. */
+            pool?: string | null;
         };
         /** @description Settings of the new backfill; each left out is the parent's. */
         BackfillRetry: {
@@ -1302,6 +1403,8 @@ export interface components {
             max_failed_runs?: components["schemas"]["MaxFailedRuns"];
             dag_run_conf?: components["schemas"]["Conf"];
             description?: string | null;
+            /** @description The new backfill's pool (null for none); left out, the parent's. */
+            pool?: string | null;
         };
         ReleaseRequest: {
             worker_id: string;
@@ -1319,6 +1422,7 @@ export interface components {
              */
             lease_seconds?: number;
             dag_id?: components["schemas"]["DagId"];
+            pool?: components["schemas"]["PoolName"];
         };
         ClaimResponse: {
             runs: components["schemas"]["DagRun"][];
@@ -1584,6 +1688,8 @@ export interface components {
     parameters: {
         /** @description The DAG's id. */
         DagIdPath: components["schemas"]["DagId"];
+        /** @description The pool's name. */
+        PoolPath: components["schemas"]["PoolName"];
         /** @description The run's `run_id`, e.g. `backfill__2024-01-01T00:00:00Z` (URL-encode as needed). */
         RunIdPath: string;
         /** @description The backfill's id. */
@@ -2090,6 +2196,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -2455,6 +2562,132 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listPools: {
+        parameters: {
+            query?: {
+                /** @description Page size. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Entries to skip before the page starts. */
+                offset?: components["parameters"]["Offset"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of pools. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PoolCollection"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getPool: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The pool's name. */
+                pool: components["parameters"]["PoolPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The pool. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Pool"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    putPool: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The pool's name. */
+                pool: components["parameters"]["PoolPath"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PoolPut"];
+            };
+        };
+        responses: {
+            /** @description The pool was replaced. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Pool"];
+                };
+            };
+            /** @description The pool was created. */
+            201: {
+                headers: {
+                    Location: components["headers"]["Location"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Pool"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            413: components["responses"]["PayloadTooLarge"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    deletePool: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The pool's name. */
+                pool: components["parameters"]["PoolPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The pool was deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };

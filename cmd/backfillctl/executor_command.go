@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+	"time"
+
+	"github.com/backfillsvc/backfill/client"
+)
+
+// executorCommand is `backfillctl executor [flags] -- <program> [args...]`: the SDK's
+// RunExecutor with a work function that runs the program once per claimed run (see
+// docs/EXECUTOR.md). It prints one line per run start and end on stdout; the programs' own
+// output and the executor's log go to stderr.
+func executorCommand(ctx context.Context, c *cli, flagArgs, program []string) error {
+	fs := newFlagSet("executor",
+		"executor [--concurrency N] [--dag-id ID] [--pool NAME] [--timeout D] [--grace 10s] [--until-idle] -- <program> [args...]",
+		&c.g, c.stderr)
+	host, _ := os.Hostname()
+	workerID := fs.String("worker-id", fmt.Sprintf("%s-%d", host, os.Getpid()), "this worker's id in claims, heartbeats and reports")
+	dagID := fs.String("dag-id", "", "claim only runs of this DAG (default: any)")
+	pool := fs.String("pool", "", "claim only runs in this pool (default: any)")
+	concurrency := fs.Int("concurrency", 1, "programs run at once, 1..100")
+	lease := fs.Int("lease-seconds", 60, "lease asked for with each claim, 10..3600")
+	heartbeat := fs.Duration("heartbeat", 0, "time between heartbeats (default a third of the lease)")
+	timeout := fs.Duration("timeout", 0, "stop a program that runs longer and report its run failed (default: no limit)")
+	grace := fs.Duration("grace", 10*time.Second, "time between SIGTERM and SIGKILL when a program is stopped")
+	untilIdle := fs.Bool("until-idle", false, "exit once a claim finds nothing and no program runs")
+	verbose := fs.Bool("verbose", false, "also log claims")
+	pos, err := parse(fs, flagArgs)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) != 0:
+		return usageErrorf("unexpected arguments %q before --", pos)
+	case len(program) == 0:
+		return usageErrorf("no program after --")
+	case *timeout < 0 || *grace < 0:
+		return usageErrorf("--timeout and --grace cannot be negative")
+	}
+	if err := checkTemplates(program[1:]); err != nil {
+		return err
+	}
+	path, err := exec.LookPath(program[0])
+	if err != nil {
+		return usageErrorf("program %q: %v", program[0], err)
+	}
+	api, err := c.client()
+	if err != nil {
+		return err
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	var outMu sync.Mutex
+	errOut := lockedWriter{mu: &outMu, w: c.stderr}
+	logger := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: level}))
+	lines := &runLines{json: c.g.output == "json", w: lockedWriter{mu: &outMu, w: c.stdout}, started: map[int64]time.Time{}}
+
+	cfg := client.ExecutorConfig{
+		WorkerID: *workerID, DagID: *dagID, Pool: *pool, Limit: *concurrency, LeaseSeconds: *lease,
+		HeartbeatEvery: *heartbeat, Logger: logger, UntilIdle: *untilIdle,
+		ReleaseOnCancel: true, OnRunEnd: lines.end,
+	}
+	err = api.RunExecutor(ctx, cfg, func(ctx context.Context, run client.DagRun) error {
+		v := valuesOf(run)
+		args := make([]string, len(program)-1)
+		for i, a := range program[1:] {
+			args[i] = v.expand(a)
+		}
+		return programRun{
+			path: path, args: args, env: v.env(),
+			stdout: errOut, stderr: errOut,
+			timeout: *timeout, grace: *grace,
+			started: func(pid int) { lines.start(run, pid) },
+		}.run(ctx)
+	})
+	if err != nil {
+		var prob *client.ProblemError
+		if !errors.As(err, &prob) {
+			return usageErrorf("%v", err)
+		}
+		return err
+	}
+	// Stopped by SIGINT/SIGTERM (every run released) or idle: a clean stop either way.
+	return nil
+}
+
+// runLines prints the line of each run's start and end.
+type runLines struct {
+	json    bool
+	w       lockedWriter
+	mu      sync.Mutex
+	started map[int64]time.Time
+}
+
+func (l *runLines) start(run client.DagRun, pid int) {
+	now := time.Now()
+	l.mu.Lock()
+	l.started[run.Id] = now
+	l.mu.Unlock()
+	if l.json {
+		fmt.Fprintln(l.w, jsonLine(map[string]any{
+			"event": "start", "time": now.UTC().Format(time.RFC3339Nano), "id": run.Id, "dag_id": run.DagId,
+			"run_id": run.RunId, "logical_date": stamp(run.LogicalDate), "attempt": run.Attempt, "pid": pid,
+		}))
+		return
+	}
+	fmt.Fprintf(l.w, "start  %s %s attempt %d pid %d\n", run.DagId, run.RunId, run.Attempt, pid)
+}
+
+func (l *runLines) end(run client.DagRun, outcome client.RunOutcome, note string) {
+	l.mu.Lock()
+	began, ok := l.started[run.Id]
+	delete(l.started, run.Id)
+	l.mu.Unlock()
+	var took time.Duration
+	if ok {
+		took = time.Since(began)
+	}
+	if l.json {
+		line := map[string]any{
+			"event": "end", "time": time.Now().UTC().Format(time.RFC3339Nano), "id": run.Id, "dag_id": run.DagId,
+			"run_id": run.RunId, "logical_date": stamp(run.LogicalDate), "attempt": run.Attempt,
+			"outcome": outcome, "duration_seconds": took.Seconds(),
+		}
+		if note != "" {
+			line["note"] = note
+		}
+		fmt.Fprintln(l.w, jsonLine(line))
+		return
+	}
+	fmt.Fprintf(l.w, "end    %s %s %s in %s", run.DagId, run.RunId, outcome, took.Round(time.Millisecond))
+	if note != "" {
+		fmt.Fprintf(l.w, ": %s", oneLine(note))
+	}
+	fmt.Fprintln(l.w)
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/backfillsvc/backfill/client"
+)
+
+// runValues are what a program learns about its run: the same values in its environment
+// and in the {{ ... }} templates of its arguments.
+type runValues struct {
+	RunID       string
+	LogicalDate string // RFC 3339, UTC
+	DS          string // YYYY-MM-DD of the logical date, UTC
+	Conf        string // JSON; "null" when the run has none
+	Attempt     int
+}
+
+func valuesOf(run client.DagRun) runValues {
+	conf := "null"
+	if run.Conf != nil && len(*run.Conf) > 0 {
+		conf = string(*run.Conf)
+	}
+	ld := run.LogicalDate.UTC()
+	return runValues{
+		RunID:       run.RunId,
+		LogicalDate: ld.Format(time.RFC3339),
+		DS:          ld.Format(time.DateOnly),
+		Conf:        conf,
+		Attempt:     int(run.Attempt),
+	}
+}
+
+// env is the run's part of the program's environment.
+func (v runValues) env() []string {
+	return []string{
+		"BACKFILL_RUN_ID=" + v.RunID,
+		"BACKFILL_LOGICAL_DATE=" + v.LogicalDate,
+		"BACKFILL_DS=" + v.DS,
+		"BACKFILL_CONF=" + v.Conf,
+		"BACKFILL_ATTEMPT=" + strconv.Itoa(v.Attempt),
+	}
+}
+
+// templateRef matches {{ name }} with any spacing inside the braces.
+var templateRef = regexp.MustCompile(`\{\{\s*([a-z_]+)\s*\}\}`)
+
+// expand substitutes the run's values into one argument. A name it does not know is left as
+// written, so that an argument meant for another template language passes through.
+func (v runValues) expand(arg string) string {
+	return templateRef.ReplaceAllStringFunc(arg, func(m string) string {
+		switch templateRef.FindStringSubmatch(m)[1] {
+		case "run_id":
+			return v.RunID
+		case "logical_date":
+			return v.LogicalDate
+		case "ds":
+			return v.DS
+		case "conf":
+			return v.Conf
+		}
+		return m
+	})
+}
+
+// checkTemplates refuses, before anything is claimed, an argument that names a template the
+// executor does not fill: a typo would otherwise reach every run's program.
+func checkTemplates(args []string) error {
+	for _, a := range args {
+		for _, m := range templateRef.FindAllStringSubmatch(a, -1) {
+			switch m[1] {
+			case "run_id", "logical_date", "ds", "conf":
+			default:
+				return usageErrorf("unknown template %s in %q (known: run_id, logical_date, ds, conf)", m[0], a)
+			}
+		}
+	}
+	return nil
+}
+
+// tailSize is how much of a program's stderr becomes a failed run's note: the service keeps
+// at most 4,096 characters.
+const tailSize = 4096
+
+// tail keeps the last tailSize bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - tailSize; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+// String is the tail, starting at a character boundary and valid UTF-8.
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.buf
+	for len(b) > 0 && !utf8.RuneStart(b[0]) {
+		b = b[1:]
+	}
+	return string([]rune(string(b)))
+}
+
+// programError is a run whose program did not succeed: the note is its stderr's tail, or,
+// when it wrote nothing there, what happened.
+type programError struct {
+	what   string // "exit status 3", "killed by signal 9", "timed out after 1s"
+	stderr string
+}
+
+func (e *programError) Error() string {
+	if e.stderr != "" {
+		return e.stderr
+	}
+	return e.what
+}
+
+// lockedWriter serializes writes from the programs running at once.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  interface{ Write([]byte) (int, error) }
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// jsonLine is one line of -o json output.
+func jsonLine(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf(`{"error":%q}`, err.Error())
+	}
+	return string(b)
+}

@@ -1,0 +1,77 @@
+package handlers
+
+import (
+	"net/http"
+	"net/url"
+
+	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/repo"
+)
+
+// PutPool creates a pool or replaces its settings.
+func (s *Server) PutPool(w http.ResponseWriter, r *http.Request, name string) {
+	var body api.PoolPut
+	if p := decodeBody(r, &body); p != nil {
+		writeProblem(w, *p)
+		return
+	}
+	pool, created, err := s.store.PoolPut(r.Context(), repo.PoolPutParams{
+		Name: name, Slots: int(body.Slots), Description: body.Description,
+	})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		w.Header().Set("Location", "/api/v1/pools/"+url.PathEscape(pool.Name))
+	}
+	s.writeJSON(w, r, status, poolOut(pool))
+}
+
+// GetPool answers one pool with its running and queued runs.
+func (s *Server) GetPool(w http.ResponseWriter, r *http.Request, name string) {
+	pool, err := s.store.PoolGet(r.Context(), name)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, poolOut(pool))
+}
+
+// ListPools pages pools by name.
+func (s *Server) ListPools(w http.ResponseWriter, r *http.Request, params api.ListPoolsParams) {
+	limit, offset := s.page(params.Limit, params.Offset)
+	pools, total, err := s.store.PoolList(r.Context(), repo.ListParams{Limit: limit, Offset: offset})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := api.PoolCollection{Pools: make([]api.Pool, len(pools)), TotalEntries: int64(total)}
+	for i, p := range pools {
+		out.Pools[i] = poolOut(p)
+	}
+	s.writeJSON(w, r, http.StatusOK, out)
+}
+
+// DeletePool deletes a pool nothing unfinished names.
+func (s *Server) DeletePool(w http.ResponseWriter, r *http.Request, name string) {
+	if err := s.store.PoolDelete(r.Context(), name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func poolOut(p repo.Pool) api.Pool {
+	return api.Pool{
+		Name:        p.Name,
+		Slots:       int32(p.Slots),
+		Description: p.Description,
+		Running:     int32(p.Running),
+		Queued:      int32(p.Queued),
+		CreatedAt:   utc(p.CreatedAt),
+		UpdatedAt:   utc(p.UpdatedAt),
+	}
+}
