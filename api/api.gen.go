@@ -434,8 +434,11 @@ type BackfillPauseReason string
 
 // BackfillCollection defines model for BackfillCollection.
 type BackfillCollection struct {
-	Backfills    []Backfill `json:"backfills"`
-	TotalEntries int64      `json:"total_entries"`
+	Backfills []Backfill `json:"backfills"`
+
+	// NextCursor Send as `cursor` for the next page; null on the last page.
+	NextCursor   *string `json:"next_cursor"`
+	TotalEntries int64   `json:"total_entries"`
 }
 
 // BackfillCreate defines model for BackfillCreate.
@@ -494,7 +497,10 @@ type BackfillDagRun struct {
 // BackfillDagRunCollection defines model for BackfillDagRunCollection.
 type BackfillDagRunCollection struct {
 	BackfillDagRuns []BackfillDagRun `json:"backfill_dag_runs"`
-	TotalEntries    int64            `json:"total_entries"`
+
+	// NextCursor Send as `cursor` for the next page; null on the last page.
+	NextCursor   *string `json:"next_cursor"`
+	TotalEntries int64   `json:"total_entries"`
 }
 
 // BackfillPatch A JSON merge patch; fields left out keep their value.
@@ -584,8 +590,11 @@ type Dag struct {
 
 // DagCollection defines model for DagCollection.
 type DagCollection struct {
-	Dags         []Dag `json:"dags"`
-	TotalEntries int64 `json:"total_entries"`
+	Dags []Dag `json:"dags"`
+
+	// NextCursor Send as `cursor` for the next page; null on the last page.
+	NextCursor   *string `json:"next_cursor"`
+	TotalEntries int64   `json:"total_entries"`
 }
 
 // DagId 1-250 characters of `[A-Za-z0-9_.-]`.
@@ -664,8 +673,11 @@ type DagRun struct {
 
 // DagRunCollection defines model for DagRunCollection.
 type DagRunCollection struct {
-	DagRuns      []DagRun `json:"dag_runs"`
-	TotalEntries int64    `json:"total_entries"`
+	DagRuns []DagRun `json:"dag_runs"`
+
+	// NextCursor Send as `cursor` for the next page; null on the last page.
+	NextCursor   *string `json:"next_cursor"`
+	TotalEntries int64   `json:"total_entries"`
 }
 
 // DagRunCreate defines model for DagRunCreate.
@@ -893,6 +905,9 @@ type WebhookWithSecret struct {
 // BackfillIdPath defines model for BackfillIdPath.
 type BackfillIdPath = int64
 
+// Cursor defines model for Cursor.
+type Cursor = string
+
 // DagIdPath 1-250 characters of `[A-Za-z0-9_.-]`.
 //
 // Example: sales_daily
@@ -967,8 +982,14 @@ type ListBackfillsParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor`.
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
+	// entry, in the same order, whatever was inserted or removed before it, and costs the
+	// same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+	// 400 `invalid_request`, as is a cursor of another listing or order.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // ListBackfillsParamsOrderBy defines parameters for ListBackfills.
@@ -991,11 +1012,21 @@ type ListBackfillDagRunsParams struct {
 	// OrderBy `sort_ordinal` ascending (default) or `-sort_ordinal` descending.
 	OrderBy *ListBackfillDagRunsParamsOrderBy `form:"order_by,omitempty" json:"order_by,omitempty"`
 
+	// State Only slots whose `state` is this (for example `failed`, with each run's `note` and
+	// `attempt`). Skipped slots have no state and never match.
+	State *DagRunState `form:"state,omitempty" json:"state,omitempty"`
+
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor`.
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
+	// entry, in the same order, whatever was inserted or removed before it, and costs the
+	// same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+	// 400 `invalid_request`, as is a cursor of another listing or order.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // ListBackfillDagRunsParamsOrderBy defines parameters for ListBackfillDagRuns.
@@ -1030,8 +1061,14 @@ type ListDagsParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor`.
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
+	// entry, in the same order, whatever was inserted or removed before it, and costs the
+	// same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+	// 400 `invalid_request`, as is a cursor of another listing or order.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // ListDagRunsParams defines parameters for ListDagRuns.
@@ -1045,8 +1082,14 @@ type ListDagRunsParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor`.
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
+	// entry, in the same order, whatever was inserted or removed before it, and costs the
+	// same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+	// 400 `invalid_request`, as is a cursor of another listing or order.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // ListEventsParams defines parameters for ListEvents.
@@ -1069,7 +1112,7 @@ type ListWebhooksParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor`.
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
@@ -1081,7 +1124,7 @@ type ListWebhookDeliveriesParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor`.
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
@@ -1581,6 +1624,19 @@ func (siw *ServerInterfaceWrapper) ListBackfills(w http.ResponseWriter, r *http.
 		return
 	}
 
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ListBackfills(w, r, params)
 	}))
@@ -1775,6 +1831,19 @@ func (siw *ServerInterfaceWrapper) ListBackfillDagRuns(w http.ResponseWriter, r 
 		return
 	}
 
+	// ------------- Optional query parameter "state" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "state", r.URL.Query(), &params.State, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "state"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "state", Err: err})
+		}
+		return
+	}
+
 	// ------------- Optional query parameter "limit" -------------
 
 	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
@@ -1797,6 +1866,19 @@ func (siw *ServerInterfaceWrapper) ListBackfillDagRuns(w http.ResponseWriter, r 
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "offset"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "offset", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
 		}
 		return
 	}
@@ -2044,6 +2126,19 @@ func (siw *ServerInterfaceWrapper) ListDags(w http.ResponseWriter, r *http.Reque
 		return
 	}
 
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ListDags(w, r, params)
 	}))
@@ -2199,6 +2294,19 @@ func (siw *ServerInterfaceWrapper) ListDagRuns(w http.ResponseWriter, r *http.Re
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "offset"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "offset", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
 		}
 		return
 	}

@@ -439,8 +439,11 @@ type BackfillPauseReason string
 
 // BackfillCollection defines model for BackfillCollection.
 type BackfillCollection struct {
-	Backfills    []Backfill `json:"backfills"`
-	TotalEntries int64      `json:"total_entries"`
+	Backfills []Backfill `json:"backfills"`
+
+	// NextCursor Send as `cursor` for the next page; null on the last page.
+	NextCursor   *string `json:"next_cursor"`
+	TotalEntries int64   `json:"total_entries"`
 }
 
 // BackfillCreate defines model for BackfillCreate.
@@ -499,7 +502,10 @@ type BackfillDagRun struct {
 // BackfillDagRunCollection defines model for BackfillDagRunCollection.
 type BackfillDagRunCollection struct {
 	BackfillDagRuns []BackfillDagRun `json:"backfill_dag_runs"`
-	TotalEntries    int64            `json:"total_entries"`
+
+	// NextCursor Send as `cursor` for the next page; null on the last page.
+	NextCursor   *string `json:"next_cursor"`
+	TotalEntries int64   `json:"total_entries"`
 }
 
 // BackfillPatch A JSON merge patch; fields left out keep their value.
@@ -589,8 +595,11 @@ type Dag struct {
 
 // DagCollection defines model for DagCollection.
 type DagCollection struct {
-	Dags         []Dag `json:"dags"`
-	TotalEntries int64 `json:"total_entries"`
+	Dags []Dag `json:"dags"`
+
+	// NextCursor Send as `cursor` for the next page; null on the last page.
+	NextCursor   *string `json:"next_cursor"`
+	TotalEntries int64   `json:"total_entries"`
 }
 
 // DagId 1-250 characters of `[A-Za-z0-9_.-]`.
@@ -669,8 +678,11 @@ type DagRun struct {
 
 // DagRunCollection defines model for DagRunCollection.
 type DagRunCollection struct {
-	DagRuns      []DagRun `json:"dag_runs"`
-	TotalEntries int64    `json:"total_entries"`
+	DagRuns []DagRun `json:"dag_runs"`
+
+	// NextCursor Send as `cursor` for the next page; null on the last page.
+	NextCursor   *string `json:"next_cursor"`
+	TotalEntries int64   `json:"total_entries"`
 }
 
 // DagRunCreate defines model for DagRunCreate.
@@ -898,6 +910,9 @@ type WebhookWithSecret struct {
 // BackfillIdPath defines model for BackfillIdPath.
 type BackfillIdPath = int64
 
+// Cursor defines model for Cursor.
+type Cursor = string
+
 // DagIdPath 1-250 characters of `[A-Za-z0-9_.-]`.
 //
 // Example: sales_daily
@@ -972,8 +987,14 @@ type ListBackfillsParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor`.
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
+	// entry, in the same order, whatever was inserted or removed before it, and costs the
+	// same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+	// 400 `invalid_request`, as is a cursor of another listing or order.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // ListBackfillsParamsOrderBy defines parameters for ListBackfills.
@@ -996,11 +1017,21 @@ type ListBackfillDagRunsParams struct {
 	// OrderBy `sort_ordinal` ascending (default) or `-sort_ordinal` descending.
 	OrderBy *ListBackfillDagRunsParamsOrderBy `form:"order_by,omitempty" json:"order_by,omitempty"`
 
+	// State Only slots whose `state` is this (for example `failed`, with each run's `note` and
+	// `attempt`). Skipped slots have no state and never match.
+	State *DagRunState `form:"state,omitempty" json:"state,omitempty"`
+
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor`.
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
+	// entry, in the same order, whatever was inserted or removed before it, and costs the
+	// same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+	// 400 `invalid_request`, as is a cursor of another listing or order.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // ListBackfillDagRunsParamsOrderBy defines parameters for ListBackfillDagRuns.
@@ -1035,8 +1066,14 @@ type ListDagsParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor`.
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
+	// entry, in the same order, whatever was inserted or removed before it, and costs the
+	// same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+	// 400 `invalid_request`, as is a cursor of another listing or order.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // ListDagRunsParams defines parameters for ListDagRuns.
@@ -1050,8 +1087,14 @@ type ListDagRunsParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor`.
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
+	// entry, in the same order, whatever was inserted or removed before it, and costs the
+	// same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+	// 400 `invalid_request`, as is a cursor of another listing or order.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // ListEventsParams defines parameters for ListEvents.
@@ -1074,7 +1117,7 @@ type ListWebhooksParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor`.
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
@@ -1086,7 +1129,7 @@ type ListWebhookDeliveriesParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor`.
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
@@ -3416,6 +3459,18 @@ func NewListBackfillsRequest(server string, params *ListBackfillsParams) (*http.
 
 		}
 
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -3709,6 +3764,18 @@ func NewListBackfillDagRunsRequest(server string, backfillId BackfillIdPath, par
 
 		}
 
+		if params.State != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "state", *params.State, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if params.Limit != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
@@ -3724,6 +3791,18 @@ func NewListBackfillDagRunsRequest(server string, backfillId BackfillIdPath, par
 		if params.Offset != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -4028,6 +4107,18 @@ func NewListDagsRequest(server string, params *ListDagsParams) (*http.Request, e
 
 		}
 
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -4231,6 +4322,18 @@ func NewListDagRunsRequest(server string, dagId DagIdPath, params *ListDagRunsPa
 		if params.Offset != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

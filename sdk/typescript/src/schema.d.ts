@@ -1015,6 +1015,8 @@ export interface components {
             dags: components["schemas"]["Dag"][];
             /** Format: int64 */
             total_entries: number;
+            /** @description Send as `cursor` for the next page; null on the last page. */
+            next_cursor: string | null;
         };
         DagRun: {
             /**
@@ -1082,6 +1084,8 @@ export interface components {
             dag_runs: components["schemas"]["DagRun"][];
             /** Format: int64 */
             total_entries: number;
+            /** @description Send as `cursor` for the next page; null on the last page. */
+            next_cursor: string | null;
         };
         BackfillCreate: {
             dag_id: components["schemas"]["DagId"];
@@ -1210,6 +1214,8 @@ export interface components {
             backfills: components["schemas"]["Backfill"][];
             /** Format: int64 */
             total_entries: number;
+            /** @description Send as `cursor` for the next page; null on the last page. */
+            next_cursor: string | null;
         };
         DryRunEntry: {
             /** Format: date-time */
@@ -1259,6 +1265,8 @@ export interface components {
             backfill_dag_runs: components["schemas"]["BackfillDagRun"][];
             /** Format: int64 */
             total_entries: number;
+            /** @description Send as `cursor` for the next page; null on the last page. */
+            next_cursor: string | null;
         };
         /**
          * Format: int32
@@ -1563,8 +1571,15 @@ export interface components {
         RunDbIdPath: number;
         /** @description Page size. */
         Limit: number;
-        /** @description Entries to skip before the page starts. */
+        /** @description Entries to skip before the page starts. Not with `cursor`. */
         Offset: number;
+        /**
+         * @description The `next_cursor` of the previous page: the page starts right after that page's last
+         *     entry, in the same order, whatever was inserted or removed before it, and costs the
+         *     same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+         *     400 `invalid_request`, as is a cursor of another listing or order.
+         */
+        Cursor: string;
         /** @description Answer only events with a larger id (the last id the reader saw). */
         EventsAfter: number;
         /** @description Only events of this type. */
@@ -1612,8 +1627,15 @@ export interface operations {
             query?: {
                 /** @description Page size. */
                 limit?: components["parameters"]["Limit"];
-                /** @description Entries to skip before the page starts. */
+                /** @description Entries to skip before the page starts. Not with `cursor`. */
                 offset?: components["parameters"]["Offset"];
+                /**
+                 * @description The `next_cursor` of the previous page: the page starts right after that page's last
+                 *     entry, in the same order, whatever was inserted or removed before it, and costs the
+                 *     same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+                 *     400 `invalid_request`, as is a cursor of another listing or order.
+                 */
+                cursor?: components["parameters"]["Cursor"];
             };
             header?: never;
             path?: never;
@@ -1743,8 +1765,15 @@ export interface operations {
                 backfill_id?: number;
                 /** @description Page size. */
                 limit?: components["parameters"]["Limit"];
-                /** @description Entries to skip before the page starts. */
+                /** @description Entries to skip before the page starts. Not with `cursor`. */
                 offset?: components["parameters"]["Offset"];
+                /**
+                 * @description The `next_cursor` of the previous page: the page starts right after that page's last
+                 *     entry, in the same order, whatever was inserted or removed before it, and costs the
+                 *     same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+                 *     400 `invalid_request`, as is a cursor of another listing or order.
+                 */
+                cursor?: components["parameters"]["Cursor"];
             };
             header?: never;
             path: {
@@ -1888,8 +1917,15 @@ export interface operations {
                 order_by?: "id" | "-id";
                 /** @description Page size. */
                 limit?: components["parameters"]["Limit"];
-                /** @description Entries to skip before the page starts. */
+                /** @description Entries to skip before the page starts. Not with `cursor`. */
                 offset?: components["parameters"]["Offset"];
+                /**
+                 * @description The `next_cursor` of the previous page: the page starts right after that page's last
+                 *     entry, in the same order, whatever was inserted or removed before it, and costs the
+                 *     same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+                 *     400 `invalid_request`, as is a cursor of another listing or order.
+                 */
+                cursor?: components["parameters"]["Cursor"];
             };
             header?: never;
             path?: never;
@@ -2110,10 +2146,22 @@ export interface operations {
             query?: {
                 /** @description `sort_ordinal` ascending (default) or `-sort_ordinal` descending. */
                 order_by?: "sort_ordinal" | "-sort_ordinal";
+                /**
+                 * @description Only slots whose `state` is this (for example `failed`, with each run's `note` and
+                 *     `attempt`). Skipped slots have no state and never match.
+                 */
+                state?: components["schemas"]["DagRunState"];
                 /** @description Page size. */
                 limit?: components["parameters"]["Limit"];
-                /** @description Entries to skip before the page starts. */
+                /** @description Entries to skip before the page starts. Not with `cursor`. */
                 offset?: components["parameters"]["Offset"];
+                /**
+                 * @description The `next_cursor` of the previous page: the page starts right after that page's last
+                 *     entry, in the same order, whatever was inserted or removed before it, and costs the
+                 *     same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+                 *     400 `invalid_request`, as is a cursor of another listing or order.
+                 */
+                cursor?: components["parameters"]["Cursor"];
             };
             header?: never;
             path: {
@@ -2410,7 +2458,7 @@ export interface operations {
             query?: {
                 /** @description Page size. */
                 limit?: components["parameters"]["Limit"];
-                /** @description Entries to skip before the page starts. */
+                /** @description Entries to skip before the page starts. Not with `cursor`. */
                 offset?: components["parameters"]["Offset"];
             };
             header?: never;
@@ -2526,7 +2574,7 @@ export interface operations {
                 event_id?: number;
                 /** @description Page size. */
                 limit?: components["parameters"]["Limit"];
-                /** @description Entries to skip before the page starts. */
+                /** @description Entries to skip before the page starts. Not with `cursor`. */
                 offset?: components["parameters"]["Offset"];
             };
             header?: never;
