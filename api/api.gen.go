@@ -982,7 +982,7 @@ type ListBackfillsParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts. Not with `cursor`.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 
 	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
@@ -1019,7 +1019,7 @@ type ListBackfillDagRunsParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts. Not with `cursor`.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 
 	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
@@ -1061,7 +1061,7 @@ type ListDagsParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts. Not with `cursor`.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 
 	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
@@ -1082,7 +1082,7 @@ type ListDagRunsParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts. Not with `cursor`.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 
 	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
@@ -1103,8 +1103,14 @@ type ListEventsParams struct {
 	// BackfillId Only this backfill's events.
 	BackfillId *int64 `form:"backfill_id,omitempty" json:"backfill_id,omitempty"`
 
+	// DagId Only events of this DAG's backfills.
+	DagId *DagId `form:"dag_id,omitempty" json:"dag_id,omitempty"`
+
 	// Type Only events of this type.
 	Type *EventTypeQuery `form:"type,omitempty" json:"type,omitempty"`
+
+	// LastEventID The last event id the client saw; takes precedence over `after`.
+	LastEventID *int64 `json:"Last-Event-ID,omitempty"`
 }
 
 // ListWebhooksParams defines parameters for ListWebhooks.
@@ -1112,7 +1118,7 @@ type ListWebhooksParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts. Not with `cursor`.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
@@ -1124,7 +1130,7 @@ type ListWebhookDeliveriesParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts. Not with `cursor`.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
@@ -2466,6 +2472,19 @@ func (siw *ServerInterfaceWrapper) ListEvents(w http.ResponseWriter, r *http.Req
 		return
 	}
 
+	// ------------- Optional query parameter "dag_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "dag_id", r.URL.Query(), &params.DagId, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "dag_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "dag_id", Err: err})
+		}
+		return
+	}
+
 	// ------------- Optional query parameter "type" -------------
 
 	err = runtime.BindQueryParameterWithOptions("form", true, false, "type", r.URL.Query(), &params.Type, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
@@ -2477,6 +2496,27 @@ func (siw *ServerInterfaceWrapper) ListEvents(w http.ResponseWriter, r *http.Req
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "type", Err: err})
 		}
 		return
+	}
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Last-Event-ID" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Last-Event-ID")]; found {
+		var LastEventID int64
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Last-Event-ID", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Last-Event-ID", valueList[0], &LastEventID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: "int64"})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Last-Event-ID", Err: err})
+			return
+		}
+
+		params.LastEventID = &LastEventID
+
 	}
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -987,7 +987,7 @@ type ListBackfillsParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts. Not with `cursor`.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 
 	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
@@ -1024,7 +1024,7 @@ type ListBackfillDagRunsParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts. Not with `cursor`.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 
 	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
@@ -1066,7 +1066,7 @@ type ListDagsParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts. Not with `cursor`.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 
 	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
@@ -1087,7 +1087,7 @@ type ListDagRunsParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts. Not with `cursor`.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 
 	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
@@ -1108,8 +1108,14 @@ type ListEventsParams struct {
 	// BackfillId Only this backfill's events.
 	BackfillId *int64 `form:"backfill_id,omitempty" json:"backfill_id,omitempty"`
 
+	// DagId Only events of this DAG's backfills.
+	DagId *DagId `form:"dag_id,omitempty" json:"dag_id,omitempty"`
+
 	// Type Only events of this type.
 	Type *EventTypeQuery `form:"type,omitempty" json:"type,omitempty"`
+
+	// LastEventID The last event id the client saw; takes precedence over `after`.
+	LastEventID *int64 `json:"Last-Event-ID,omitempty"`
 }
 
 // ListWebhooksParams defines parameters for ListWebhooks.
@@ -1117,7 +1123,7 @@ type ListWebhooksParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts. Not with `cursor`.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
@@ -1129,7 +1135,7 @@ type ListWebhookDeliveriesParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts. Not with `cursor`.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
@@ -1775,6 +1781,15 @@ type ClientInterface interface {
 	// `after` itself on an empty page). A reader that does so never misses an event: ids
 	// are taken in commit order, so an event never becomes visible after one with a larger
 	// id has been answered. Events are kept at least 7 days.
+	//
+	// With `Accept: text/event-stream`, a Server-Sent Events stream of every event (or of
+	// those the filters keep), with the rules of `GET /backfills/{backfill_id}/events`: the
+	// stored events after `Last-Event-ID` (or `after`; all when both are absent), then each
+	// new one as it is committed, as `id:`, `event:` and `data:`; a `: keep-alive` comment
+	// every 15 s of silence; 503 `busy` beyond the server's stream limit. Unlike a
+	// backfill's stream it sends no `progress` messages and does not end after a terminal
+	// event: it ends only when the client leaves or the server shuts down (reconnect with
+	// `Last-Event-ID`: nothing is repeated and nothing missed).
 	//
 	// Corresponds with GET /api/v1/events (the `ListEvents` operationId).
 	ListEvents(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2850,6 +2865,15 @@ func (c *RawClient) PatchDagRun(ctx context.Context, dagId DagIdPath, runId RunI
 // `after` itself on an empty page). A reader that does so never misses an event: ids
 // are taken in commit order, so an event never becomes visible after one with a larger
 // id has been answered. Events are kept at least 7 days.
+//
+// With `Accept: text/event-stream`, a Server-Sent Events stream of every event (or of
+// those the filters keep), with the rules of `GET /backfills/{backfill_id}/events`: the
+// stored events after `Last-Event-ID` (or `after`; all when both are absent), then each
+// new one as it is committed, as `id:`, `event:` and `data:`; a `: keep-alive` comment
+// every 15 s of silence; 503 `busy` beyond the server's stream limit. Unlike a
+// backfill's stream it sends no `progress` messages and does not end after a terminal
+// event: it ends only when the client leaves or the server shuts down (reconnect with
+// `Last-Event-ID`: nothing is repeated and nothing missed).
 //
 // Corresponds with GET /api/v1/events (the `ListEvents` operationId).
 func (c *RawClient) ListEvents(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4563,6 +4587,18 @@ func NewListEventsRequest(server string, params *ListEventsParams) (*http.Reques
 
 		}
 
+		if params.DagId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "dag_id", *params.DagId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if params.Type != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "type", *params.Type, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
@@ -4584,6 +4620,21 @@ func NewListEventsRequest(server string, params *ListEventsParams) (*http.Reques
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LastEventID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "integer", Format: "int64"})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -5841,6 +5892,15 @@ type ClientWithResponsesInterface interface {
 	// `after` itself on an empty page). A reader that does so never misses an event: ids
 	// are taken in commit order, so an event never becomes visible after one with a larger
 	// id has been answered. Events are kept at least 7 days.
+	//
+	// With `Accept: text/event-stream`, a Server-Sent Events stream of every event (or of
+	// those the filters keep), with the rules of `GET /backfills/{backfill_id}/events`: the
+	// stored events after `Last-Event-ID` (or `after`; all when both are absent), then each
+	// new one as it is committed, as `id:`, `event:` and `data:`; a `: keep-alive` comment
+	// every 15 s of silence; 503 `busy` beyond the server's stream limit. Unlike a
+	// backfill's stream it sends no `progress` messages and does not end after a terminal
+	// event: it ends only when the client leaves or the server shuts down (reconnect with
+	// `Last-Event-ID`: nothing is repeated and nothing missed).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9994,6 +10054,15 @@ func (c *ClientWithResponses) PatchDagRunWithResponse(ctx context.Context, dagId
 // are taken in commit order, so an event never becomes visible after one with a larger
 // id has been answered. Events are kept at least 7 days.
 //
+// With `Accept: text/event-stream`, a Server-Sent Events stream of every event (or of
+// those the filters keep), with the rules of `GET /backfills/{backfill_id}/events`: the
+// stored events after `Last-Event-ID` (or `after`; all when both are absent), then each
+// new one as it is committed, as `id:`, `event:` and `data:`; a `: keep-alive` comment
+// every 15 s of silence; 503 `busy` beyond the server's stream limit. Unlike a
+// backfill's stream it sends no `progress` messages and does not end after a terminal
+// event: it ends only when the client leaves or the server shuts down (reconnect with
+// `Last-Event-ID`: nothing is repeated and nothing missed).
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /api/v1/events (the `ListEvents` operationId).
@@ -12312,6 +12381,9 @@ func ParseListEventsResponse(rsp *http.Response) (*ListEventsResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case rsp.StatusCode == 200:
+		// Content-type (text/event-stream) unsupported
 
 	}
 

@@ -82,6 +82,8 @@ type Server struct {
 
 	streams         EventStreams
 	streamKeepAlive time.Duration
+	// globalStreamPoll is how often GET /events streams read the outbox (0: the default).
+	globalStreamPoll time.Duration
 }
 
 var _ api.ServerInterface = (*Server)(nil)

@@ -462,6 +462,15 @@ export interface paths {
          *     `after` itself on an empty page). A reader that does so never misses an event: ids
          *     are taken in commit order, so an event never becomes visible after one with a larger
          *     id has been answered. Events are kept at least 7 days.
+         *
+         *     With `Accept: text/event-stream`, a Server-Sent Events stream of every event (or of
+         *     those the filters keep), with the rules of `GET /backfills/{backfill_id}/events`: the
+         *     stored events after `Last-Event-ID` (or `after`; all when both are absent), then each
+         *     new one as it is committed, as `id:`, `event:` and `data:`; a `: keep-alive` comment
+         *     every 15 s of silence; 503 `busy` beyond the server's stream limit. Unlike a
+         *     backfill's stream it sends no `progress` messages and does not end after a terminal
+         *     event: it ends only when the client leaves or the server shuts down (reconnect with
+         *     `Last-Event-ID`: nothing is repeated and nothing missed).
          */
         get: operations["listEvents"];
         put?: never;
@@ -1571,7 +1580,7 @@ export interface components {
         RunDbIdPath: number;
         /** @description Page size. */
         Limit: number;
-        /** @description Entries to skip before the page starts. Not with `cursor`. */
+        /** @description Entries to skip before the page starts. Not with `cursor` (where a listing takes one). */
         Offset: number;
         /**
          * @description The `next_cursor` of the previous page: the page starts right after that page's last
@@ -1627,7 +1636,7 @@ export interface operations {
             query?: {
                 /** @description Page size. */
                 limit?: components["parameters"]["Limit"];
-                /** @description Entries to skip before the page starts. Not with `cursor`. */
+                /** @description Entries to skip before the page starts. Not with `cursor` (where a listing takes one). */
                 offset?: components["parameters"]["Offset"];
                 /**
                  * @description The `next_cursor` of the previous page: the page starts right after that page's last
@@ -1765,7 +1774,7 @@ export interface operations {
                 backfill_id?: number;
                 /** @description Page size. */
                 limit?: components["parameters"]["Limit"];
-                /** @description Entries to skip before the page starts. Not with `cursor`. */
+                /** @description Entries to skip before the page starts. Not with `cursor` (where a listing takes one). */
                 offset?: components["parameters"]["Offset"];
                 /**
                  * @description The `next_cursor` of the previous page: the page starts right after that page's last
@@ -1917,7 +1926,7 @@ export interface operations {
                 order_by?: "id" | "-id";
                 /** @description Page size. */
                 limit?: components["parameters"]["Limit"];
-                /** @description Entries to skip before the page starts. Not with `cursor`. */
+                /** @description Entries to skip before the page starts. Not with `cursor` (where a listing takes one). */
                 offset?: components["parameters"]["Offset"];
                 /**
                  * @description The `next_cursor` of the previous page: the page starts right after that page's last
@@ -2153,7 +2162,7 @@ export interface operations {
                 state?: components["schemas"]["DagRunState"];
                 /** @description Page size. */
                 limit?: components["parameters"]["Limit"];
-                /** @description Entries to skip before the page starts. Not with `cursor`. */
+                /** @description Entries to skip before the page starts. Not with `cursor` (where a listing takes one). */
                 offset?: components["parameters"]["Offset"];
                 /**
                  * @description The `next_cursor` of the previous page: the page starts right after that page's last
@@ -2287,22 +2296,33 @@ export interface operations {
                 limit?: components["parameters"]["Limit"];
                 /** @description Only this backfill's events. */
                 backfill_id?: number;
+                /** @description Only events of this DAG's backfills. */
+                dag_id?: components["schemas"]["DagId"];
                 /** @description Only events of this type. */
                 type?: components["parameters"]["EventTypeQuery"];
             };
-            header?: never;
+            header?: {
+                /** @description The last event id the client saw; takes precedence over `after`. */
+                "Last-Event-ID"?: number;
+            };
             path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description A page of events. */
+            /** @description A page of events as JSON, or the event stream. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["EventCollection"];
+                    /**
+                     * @example id: 41
+                     *     event: backfill.created
+                     *     data: {"id":41,"type":"backfill.created","backfill_id":7,...}
+                     */
+                    "text/event-stream": string;
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -2458,7 +2478,7 @@ export interface operations {
             query?: {
                 /** @description Page size. */
                 limit?: components["parameters"]["Limit"];
-                /** @description Entries to skip before the page starts. Not with `cursor`. */
+                /** @description Entries to skip before the page starts. Not with `cursor` (where a listing takes one). */
                 offset?: components["parameters"]["Offset"];
             };
             header?: never;
@@ -2574,7 +2594,7 @@ export interface operations {
                 event_id?: number;
                 /** @description Page size. */
                 limit?: components["parameters"]["Limit"];
-                /** @description Entries to skip before the page starts. Not with `cursor`. */
+                /** @description Entries to skip before the page starts. Not with `cursor` (where a listing takes one). */
                 offset?: components["parameters"]["Offset"];
             };
             header?: never;
