@@ -1917,9 +1917,11 @@ type ClientInterface interface {
 	//
 	// The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 	// here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-	// URL is 422 `invalid_webhook`. Targets that resolve to loopback, link-local or
-	// unspecified addresses are refused at delivery (on the address dialed) unless the
-	// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+	// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
+	// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
+	// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+	// Names that resolve to such addresses are refused at delivery (on the address dialed),
+	// with the same exception.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1940,9 +1942,11 @@ type ClientInterface interface {
 	//
 	// The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 	// here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-	// URL is 422 `invalid_webhook`. Targets that resolve to loopback, link-local or
-	// unspecified addresses are refused at delivery (on the address dialed) unless the
-	// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+	// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
+	// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
+	// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+	// Names that resolve to such addresses are refused at delivery (on the address dialed),
+	// with the same exception.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3081,9 +3085,11 @@ func (c *RawClient) ListWebhooks(ctx context.Context, params *ListWebhooksParams
 //
 // The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 // here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-// URL is 422 `invalid_webhook`. Targets that resolve to loopback, link-local or
-// unspecified addresses are refused at delivery (on the address dialed) unless the
-// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
+// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
+// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+// Names that resolve to such addresses are refused at delivery (on the address dialed),
+// with the same exception.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3114,9 +3120,11 @@ func (c *RawClient) CreateWebhookWithBody(ctx context.Context, contentType strin
 //
 // The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 // here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-// URL is 422 `invalid_webhook`. Targets that resolve to loopback, link-local or
-// unspecified addresses are refused at delivery (on the address dialed) unless the
-// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
+// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
+// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+// Names that resolve to such addresses are refused at delivery (on the address dialed),
+// with the same exception.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -6032,9 +6040,11 @@ type ClientWithResponsesInterface interface {
 	//
 	// The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 	// here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-	// URL is 422 `invalid_webhook`. Targets that resolve to loopback, link-local or
-	// unspecified addresses are refused at delivery (on the address dialed) unless the
-	// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+	// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
+	// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
+	// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+	// Names that resolve to such addresses are refused at delivery (on the address dialed),
+	// with the same exception.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6055,9 +6065,11 @@ type ClientWithResponsesInterface interface {
 	//
 	// The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 	// here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-	// URL is 422 `invalid_webhook`. Targets that resolve to loopback, link-local or
-	// unspecified addresses are refused at delivery (on the address dialed) unless the
-	// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+	// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
+	// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
+	// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+	// Names that resolve to such addresses are refused at delivery (on the address dialed),
+	// with the same exception.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -10241,9 +10253,11 @@ func (c *ClientWithResponses) ListWebhooksWithResponse(ctx context.Context, para
 //
 // The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 // here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-// URL is 422 `invalid_webhook`. Targets that resolve to loopback, link-local or
-// unspecified addresses are refused at delivery (on the address dialed) unless the
-// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
+// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
+// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+// Names that resolve to such addresses are refused at delivery (on the address dialed),
+// with the same exception.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10270,9 +10284,11 @@ func (c *ClientWithResponses) CreateWebhookWithBodyWithResponse(ctx context.Cont
 //
 // The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 // here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-// URL is 422 `invalid_webhook`. Targets that resolve to loopback, link-local or
-// unspecified addresses are refused at delivery (on the address dialed) unless the
-// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
+// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
+// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+// Names that resolve to such addresses are refused at delivery (on the address dialed),
+// with the same exception.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -69,6 +69,9 @@ type Options struct {
 	StreamKeepAlive time.Duration
 	// Admission bounds the requests served at once (see admission.go); nil admits all.
 	Admission *Admission
+	// WebhookAllowLocal accepts webhook URLs that name a loopback, link-local or unspecified
+	// address literally (WEBHOOK_ALLOW_LOCAL=true); otherwise they are 422 at creation.
+	WebhookAllowLocal bool
 }
 
 // Server implements api.ServerInterface.
@@ -84,6 +87,8 @@ type Server struct {
 	streamKeepAlive time.Duration
 	// globalStreamPoll is how often GET /events streams read the outbox (0: the default).
 	globalStreamPoll time.Duration
+	// webhookAllowLocal: see Options.WebhookAllowLocal.
+	webhookAllowLocal bool
 }
 
 var _ api.ServerInterface = (*Server)(nil)

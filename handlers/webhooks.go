@@ -5,9 +5,11 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/backfillsvc/backfill/api"
 	"github.com/backfillsvc/backfill/repo"
@@ -35,9 +37,10 @@ func newWebhookSecret() (string, error) {
 	return "whsec_" + base64.StdEncoding.EncodeToString(key), nil
 }
 
-// checkWebhookURL accepts absolute http and https URLs with a host. Where the host points is
-// judged at delivery, on the address actually dialed.
-func checkWebhookURL(raw string) error {
+// checkWebhookURL accepts absolute http and https URLs with a host. A host that names a local
+// address literally is refused here unless allowLocal (see localHost); where any other name
+// points is judged at delivery, on the address actually dialed.
+func checkWebhookURL(raw string, allowLocal bool) error {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return fmt.Errorf("%w: url is not a URL: %w", repo.ErrInvalidWebhook, err)
@@ -51,6 +54,10 @@ func checkWebhookURL(raw string) error {
 	if u.User != nil {
 		return fmt.Errorf("%w: url must not carry credentials; the signature authenticates deliveries", repo.ErrInvalidWebhook)
 	}
+	if kind := localHost(u.Hostname()); kind != "" && !allowLocal {
+		return fmt.Errorf("%w: url names a %s address (%s), which deliveries refuse; register a public address, or run the server with WEBHOOK_ALLOW_LOCAL=true for development",
+			repo.ErrInvalidWebhook, kind, u.Hostname())
+	}
 	return nil
 }
 
@@ -61,7 +68,7 @@ func (s *Server) CreateWebhook(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, *p)
 		return
 	}
-	if err := checkWebhookURL(body.Url); err != nil {
+	if err := checkWebhookURL(body.Url, s.webhookAllowLocal); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -168,4 +175,30 @@ func attemptOut(a repo.WebhookAttempt) api.WebhookDelivery {
 		out.StatusCode = &code
 	}
 	return out
+}
+
+// localHost names the kind of local address a URL's host states literally ("loopback",
+// "link-local", "unspecified"), or "" for any other host. `localhost` and names under it are
+// loopback by definition (RFC 6761). Such a URL can only ever be refused at delivery, so it
+// is refused at creation, where the person registering it sees why; names that merely
+// resolve there are still caught at delivery, on the address dialed.
+func localHost(host string) string {
+	name := strings.TrimSuffix(strings.ToLower(host), ".")
+	if name == "localhost" || strings.HasSuffix(name, ".localhost") {
+		return "loopback"
+	}
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		return ""
+	}
+	addr = addr.Unmap()
+	switch {
+	case addr.IsLoopback():
+		return "loopback"
+	case addr.IsLinkLocalUnicast(), addr.IsLinkLocalMulticast():
+		return "link-local"
+	case addr.IsUnspecified():
+		return "unspecified"
+	}
+	return ""
 }

@@ -83,6 +83,9 @@ type envOptions struct {
 	pollEach time.Duration
 	// writeTimeout is the HTTP server's WriteTimeout, as cmd/api sets one (0: none).
 	writeTimeout time.Duration
+	// localWebhooksRefused runs the API without WEBHOOK_ALLOW_LOCAL: the tests' receivers
+	// listen on 127.0.0.1, so the default env allows local webhook URLs.
+	localWebhooksRefused bool
 }
 
 type envOption func(*envOptions)
@@ -99,6 +102,9 @@ func withWriteTimeout(d time.Duration) envOption {
 }
 func withListenPoll(every time.Duration) envOption {
 	return func(o *envOptions) { o.pollEach = every }
+}
+func withLocalWebhooksRefused() envOption {
+	return func(o *envOptions) { o.localWebhooksRefused = true }
 }
 func withPollOnly(every time.Duration) envOption {
 	return func(o *envOptions) { o.pollOnlyEach = every }
@@ -143,6 +149,8 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		Metrics:         m.Handler(),
 		APITokens:       o.tokens,
 		Instrument:      m.Instrument,
+
+		WebhookAllowLocal: !o.localWebhooksRefused,
 	})
 	require.NoError(t, err)
 	srv := httptest.NewUnstartedServer(h)

@@ -120,6 +120,7 @@ func serve(ctx context.Context, cfg config, db *sqlx.DB, dsn dsn, logger *slog.L
 			Wait:        cfg.AdmissionWait,
 			Observer:    m,
 		},
+		WebhookAllowLocal: cfg.WebhookAllowLocal,
 	})
 	if err != nil {
 		return err

@@ -643,9 +643,11 @@ export interface paths {
          *
          *     The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
          *     here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-         *     URL is 422 `invalid_webhook`. Targets that resolve to loopback, link-local or
-         *     unspecified addresses are refused at delivery (on the address dialed) unless the
-         *     server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+         *     URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
+         *     unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
+         *     `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+         *     Names that resolve to such addresses are refused at delivery (on the address dialed),
+         *     with the same exception.
          */
         post: operations["createWebhook"];
         delete?: never;
