@@ -74,6 +74,12 @@ var commands = []command{
 	{"webhooks deliveries", webhooksDeliveries},
 	{"backfills patch", backfillsPatch},
 	{"backfills retry", backfillsRetry},
+	{"runs list", runsList},
+	{"runs get", runsGet},
+	{"runs claim", runsClaim},
+	{"runs heartbeat", runsHeartbeat},
+	{"runs report", runsReport},
+	{"runs release", runsRelease},
 	{"watch", watch},
 	{"executor", executor},
 }
