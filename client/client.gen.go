@@ -2050,7 +2050,8 @@ type ClientInterface interface {
 
 	// GetUIAsset Web console asset
 	//
-	// The console's script `app.js` or style sheet `style.css`. Answers carry a strong
+	// The console's scripts (`app.js` and the modules it imports, such as
+	// `failed_runs.js`) or style sheet `style.css`. Answers carry a strong
 	// `ETag`; `If-None-Match` gets 304. Any other name is 404 `not_found`.
 	//
 	// Corresponds with GET /ui/{asset} (the `GetUIAsset` operationId).
@@ -3348,7 +3349,8 @@ func (c *RawClient) GetUI(ctx context.Context, reqEditors ...RequestEditorFn) (*
 
 // GetUIAsset Web console asset
 //
-// The console's script `app.js` or style sheet `style.css`. Answers carry a strong
+// The console's scripts (`app.js` and the modules it imports, such as
+// `failed_runs.js`) or style sheet `style.css`. Answers carry a strong
 // `ETag`; `If-None-Match` gets 304. Any other name is 404 `not_found`.
 //
 // Corresponds with GET /ui/{asset} (the `GetUIAsset` operationId).
@@ -6195,7 +6197,8 @@ type ClientWithResponsesInterface interface {
 
 	// GetUIAssetWithResponse Web console asset
 	//
-	// The console's script `app.js` or style sheet `style.css`. Answers carry a strong
+	// The console's scripts (`app.js` and the modules it imports, such as
+	// `failed_runs.js`) or style sheet `style.css`. Answers carry a strong
 	// `ETag`; `If-None-Match` gets 304. Any other name is 404 `not_found`.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -10486,7 +10489,8 @@ func (c *ClientWithResponses) GetUIWithResponse(ctx context.Context, reqEditors 
 
 // GetUIAssetWithResponse Web console asset
 //
-// The console's script `app.js` or style sheet `style.css`. Answers carry a strong
+// The console's scripts (`app.js` and the modules it imports, such as
+// `failed_runs.js`) or style sheet `style.css`. Answers carry a strong
 // `ETag`; `If-None-Match` gets 304. Any other name is 404 `not_found`.
 //
 // Returns a wrapper object for the known response body format(s).

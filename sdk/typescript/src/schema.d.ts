@@ -870,7 +870,8 @@ export interface paths {
         };
         /**
          * Web console asset
-         * @description The console's script `app.js` or style sheet `style.css`. Answers carry a strong
+         * @description The console's scripts (`app.js` and the modules it imports, such as
+         *     `failed_runs.js`) or style sheet `style.css`. Answers carry a strong
          *     `ETag`; `If-None-Match` gets 304. Any other name is 404 `not_found`.
          */
         get: operations["getUIAsset"];
@@ -2770,7 +2771,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description The file name, `app.js` or `style.css`. */
+                /** @description The file name, such as `app.js` or `style.css`. */
                 asset: string;
             };
             cookie?: never;
