@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/client"
 	"github.com/stretchr/testify/require"
 )
 
@@ -175,4 +176,32 @@ func TestCursorPagesReadAnIndex(t *testing.T) {
 		require.NotContains(t, plan, "Sort", "%s\n%s", q, plan)
 		require.NotContains(t, plan, "Seq Scan", "%s\n%s", q, plan)
 	}
+}
+
+// The SDK's iterators follow next_cursor to the end: every failed slot once, in order.
+func TestSDKIteratorsFollowCursors(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.sdk(t)
+	b := e.DailyBackfill("it", day(1, 1), day(2, 29))
+	var want []int32
+	for i, s := range e.Slots(b.Id) {
+		if i%4 == 1 {
+			e.MarkRun("it", *s.RunId, "failed")
+			want = append(want, s.SortOrdinal)
+		}
+	}
+	var got []int32
+	for s, err := range c.AllBackfillRuns(t.Context(), b.Id, &client.ListBackfillDagRunsParams{State: client.Ptr(client.DagRunStateFailed), Limit: client.Ptr(4)}) {
+		require.NoError(t, err)
+		got = append(got, s.SortOrdinal)
+	}
+	require.Equal(t, want, got)
+	n := 0
+	for r, err := range c.AllDagRuns(t.Context(), "it", &client.ListDagRunsParams{Limit: client.Ptr(7)}) {
+		require.NoError(t, err)
+		require.Equal(t, "it", r.DagId)
+		n++
+	}
+	require.Equal(t, 60, n)
 }
