@@ -12,11 +12,12 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/backfill?sslmode=disable
 # (TEST_DATABASE_URL, else PostgreSQL on 127.0.0.1:5432, else Docker).
 TEST_TIMEOUT ?= 12m
 
-.PHONY: help run createdb test test-faults chaos ha-test fuzz bench bench-smoke generate lint build
+.PHONY: help run createdb test test-short test-faults chaos ha-test fuzz bench bench-smoke generate lint build
 
 help:
 	@echo 'make run       run the API against $$DATABASE_URL (creates the database if missing)'
 	@echo 'make test      all tests, with the race detector'
+	@echo 'make test-short  the same without the race detector and the 100,000-run scale tests'
 	@echo 'make test-faults  kill -9, outages, SIGTERM and two replicas against the real binary'
 	@echo 'make chaos     the history checker under cut connections, 8 seeds x 2 modes x 30 s (docs/RELIABILITY.md)'
 	@echo 'make ha-test   Patroni, etcd, HAProxy, PgBouncer: a switchover and a crash under load (docs/HA.md)'
@@ -49,6 +50,11 @@ createdb:
 
 test:
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# For iterating: no race detector (several times faster to build and run) and -short, which
+# skips the 100,000-run scale tests (tests/scale_test.go) and the bench smoke run.
+test-short:
+	$(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 # Fault tests start the real cmd/api binary as a child process; they carry the build tag
 # `faults` so that `make test` stays fast.

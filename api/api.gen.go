@@ -476,8 +476,11 @@ type BackfillPauseReason string
 
 // BackfillCollection defines model for BackfillCollection.
 type BackfillCollection struct {
-	Backfills    []Backfill `json:"backfills"`
-	TotalEntries int64      `json:"total_entries"`
+	Backfills []Backfill `json:"backfills"`
+
+	// NextCursor Send as `cursor` for the next page; null on the last page.
+	NextCursor   *string `json:"next_cursor"`
+	TotalEntries int64   `json:"total_entries"`
 }
 
 // BackfillCreate defines model for BackfillCreate.
@@ -541,7 +544,10 @@ type BackfillDagRun struct {
 // BackfillDagRunCollection defines model for BackfillDagRunCollection.
 type BackfillDagRunCollection struct {
 	BackfillDagRuns []BackfillDagRun `json:"backfill_dag_runs"`
-	TotalEntries    int64            `json:"total_entries"`
+
+	// NextCursor Send as `cursor` for the next page; null on the last page.
+	NextCursor   *string `json:"next_cursor"`
+	TotalEntries int64   `json:"total_entries"`
 }
 
 // BackfillPatch A JSON merge patch; fields left out keep their value.
@@ -642,8 +648,11 @@ type Dag struct {
 
 // DagCollection defines model for DagCollection.
 type DagCollection struct {
-	Dags         []Dag `json:"dags"`
-	TotalEntries int64 `json:"total_entries"`
+	Dags []Dag `json:"dags"`
+
+	// NextCursor Send as `cursor` for the next page; null on the last page.
+	NextCursor   *string `json:"next_cursor"`
+	TotalEntries int64   `json:"total_entries"`
 }
 
 // DagId 1-250 characters of `[A-Za-z0-9_.-]`.
@@ -722,8 +731,11 @@ type DagRun struct {
 
 // DagRunCollection defines model for DagRunCollection.
 type DagRunCollection struct {
-	DagRuns      []DagRun `json:"dag_runs"`
-	TotalEntries int64    `json:"total_entries"`
+	DagRuns []DagRun `json:"dag_runs"`
+
+	// NextCursor Send as `cursor` for the next page; null on the last page.
+	NextCursor   *string `json:"next_cursor"`
+	TotalEntries int64   `json:"total_entries"`
 }
 
 // DagRunCreate defines model for DagRunCreate.
@@ -997,6 +1009,9 @@ type WebhookWithSecret struct {
 // BackfillIdPath defines model for BackfillIdPath.
 type BackfillIdPath = int64
 
+// Cursor defines model for Cursor.
+type Cursor = string
+
 // DagIdPath 1-250 characters of `[A-Za-z0-9_.-]`.
 //
 // Example: sales_daily
@@ -1076,8 +1091,14 @@ type ListBackfillsParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
+	// entry, in the same order, whatever was inserted or removed before it, and costs the
+	// same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+	// 400 `invalid_request`, as is a cursor of another listing or order.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // ListBackfillsParamsOrderBy defines parameters for ListBackfills.
@@ -1100,11 +1121,21 @@ type ListBackfillDagRunsParams struct {
 	// OrderBy `sort_ordinal` ascending (default) or `-sort_ordinal` descending.
 	OrderBy *ListBackfillDagRunsParamsOrderBy `form:"order_by,omitempty" json:"order_by,omitempty"`
 
+	// State Only slots whose `state` is this (for example `failed`, with each run's `note` and
+	// `attempt`). Skipped slots have no state and never match.
+	State *DagRunState `form:"state,omitempty" json:"state,omitempty"`
+
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
+	// entry, in the same order, whatever was inserted or removed before it, and costs the
+	// same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+	// 400 `invalid_request`, as is a cursor of another listing or order.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // ListBackfillDagRunsParamsOrderBy defines parameters for ListBackfillDagRuns.
@@ -1139,8 +1170,14 @@ type ListDagsParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
+	// entry, in the same order, whatever was inserted or removed before it, and costs the
+	// same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+	// 400 `invalid_request`, as is a cursor of another listing or order.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // ListDagRunsParams defines parameters for ListDagRuns.
@@ -1154,8 +1191,14 @@ type ListDagRunsParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
+	// entry, in the same order, whatever was inserted or removed before it, and costs the
+	// same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+	// 400 `invalid_request`, as is a cursor of another listing or order.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // CreateDagRunParams defines parameters for CreateDagRun.
@@ -1176,8 +1219,14 @@ type ListEventsParams struct {
 	// BackfillId Only this backfill's events.
 	BackfillId *int64 `form:"backfill_id,omitempty" json:"backfill_id,omitempty"`
 
+	// DagId Only events of this DAG's backfills.
+	DagId *DagId `form:"dag_id,omitempty" json:"dag_id,omitempty"`
+
 	// Type Only events of this type.
 	Type *EventTypeQuery `form:"type,omitempty" json:"type,omitempty"`
+
+	// LastEventID The last event id the client saw; takes precedence over `after`.
+	LastEventID *int64 `json:"Last-Event-ID,omitempty"`
 }
 
 // ListPoolsParams defines parameters for ListPools.
@@ -1185,7 +1234,7 @@ type ListPoolsParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
@@ -1201,7 +1250,7 @@ type ListWebhooksParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
@@ -1220,7 +1269,7 @@ type ListWebhookDeliveriesParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
@@ -1759,6 +1808,19 @@ func (siw *ServerInterfaceWrapper) ListBackfills(w http.ResponseWriter, r *http.
 		return
 	}
 
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ListBackfills(w, r, params)
 	}))
@@ -1953,6 +2015,19 @@ func (siw *ServerInterfaceWrapper) ListBackfillDagRuns(w http.ResponseWriter, r 
 		return
 	}
 
+	// ------------- Optional query parameter "state" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "state", r.URL.Query(), &params.State, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "state"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "state", Err: err})
+		}
+		return
+	}
+
 	// ------------- Optional query parameter "limit" -------------
 
 	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
@@ -1975,6 +2050,19 @@ func (siw *ServerInterfaceWrapper) ListBackfillDagRuns(w http.ResponseWriter, r 
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "offset"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "offset", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
 		}
 		return
 	}
@@ -2222,6 +2310,19 @@ func (siw *ServerInterfaceWrapper) ListDags(w http.ResponseWriter, r *http.Reque
 		return
 	}
 
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ListDags(w, r, params)
 	}))
@@ -2377,6 +2478,19 @@ func (siw *ServerInterfaceWrapper) ListDagRuns(w http.ResponseWriter, r *http.Re
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "offset"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "offset", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
 		}
 		return
 	}
@@ -2560,6 +2674,19 @@ func (siw *ServerInterfaceWrapper) ListEvents(w http.ResponseWriter, r *http.Req
 		return
 	}
 
+	// ------------- Optional query parameter "dag_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "dag_id", r.URL.Query(), &params.DagId, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "dag_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "dag_id", Err: err})
+		}
+		return
+	}
+
 	// ------------- Optional query parameter "type" -------------
 
 	err = runtime.BindQueryParameterWithOptions("form", true, false, "type", r.URL.Query(), &params.Type, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
@@ -2571,6 +2698,27 @@ func (siw *ServerInterfaceWrapper) ListEvents(w http.ResponseWriter, r *http.Req
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "type", Err: err})
 		}
 		return
+	}
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Last-Event-ID" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Last-Event-ID")]; found {
+		var LastEventID int64
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Last-Event-ID", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Last-Event-ID", valueList[0], &LastEventID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: "int64"})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Last-Event-ID", Err: err})
+			return
+		}
+
+		params.LastEventID = &LastEventID
+
 	}
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

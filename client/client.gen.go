@@ -481,8 +481,11 @@ type BackfillPauseReason string
 
 // BackfillCollection defines model for BackfillCollection.
 type BackfillCollection struct {
-	Backfills    []Backfill `json:"backfills"`
-	TotalEntries int64      `json:"total_entries"`
+	Backfills []Backfill `json:"backfills"`
+
+	// NextCursor Send as `cursor` for the next page; null on the last page.
+	NextCursor   *string `json:"next_cursor"`
+	TotalEntries int64   `json:"total_entries"`
 }
 
 // BackfillCreate defines model for BackfillCreate.
@@ -546,7 +549,10 @@ type BackfillDagRun struct {
 // BackfillDagRunCollection defines model for BackfillDagRunCollection.
 type BackfillDagRunCollection struct {
 	BackfillDagRuns []BackfillDagRun `json:"backfill_dag_runs"`
-	TotalEntries    int64            `json:"total_entries"`
+
+	// NextCursor Send as `cursor` for the next page; null on the last page.
+	NextCursor   *string `json:"next_cursor"`
+	TotalEntries int64   `json:"total_entries"`
 }
 
 // BackfillPatch A JSON merge patch; fields left out keep their value.
@@ -647,8 +653,11 @@ type Dag struct {
 
 // DagCollection defines model for DagCollection.
 type DagCollection struct {
-	Dags         []Dag `json:"dags"`
-	TotalEntries int64 `json:"total_entries"`
+	Dags []Dag `json:"dags"`
+
+	// NextCursor Send as `cursor` for the next page; null on the last page.
+	NextCursor   *string `json:"next_cursor"`
+	TotalEntries int64   `json:"total_entries"`
 }
 
 // DagId 1-250 characters of `[A-Za-z0-9_.-]`.
@@ -727,8 +736,11 @@ type DagRun struct {
 
 // DagRunCollection defines model for DagRunCollection.
 type DagRunCollection struct {
-	DagRuns      []DagRun `json:"dag_runs"`
-	TotalEntries int64    `json:"total_entries"`
+	DagRuns []DagRun `json:"dag_runs"`
+
+	// NextCursor Send as `cursor` for the next page; null on the last page.
+	NextCursor   *string `json:"next_cursor"`
+	TotalEntries int64   `json:"total_entries"`
 }
 
 // DagRunCreate defines model for DagRunCreate.
@@ -1002,6 +1014,9 @@ type WebhookWithSecret struct {
 // BackfillIdPath defines model for BackfillIdPath.
 type BackfillIdPath = int64
 
+// Cursor defines model for Cursor.
+type Cursor = string
+
 // DagIdPath 1-250 characters of `[A-Za-z0-9_.-]`.
 //
 // Example: sales_daily
@@ -1081,8 +1096,14 @@ type ListBackfillsParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
+	// entry, in the same order, whatever was inserted or removed before it, and costs the
+	// same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+	// 400 `invalid_request`, as is a cursor of another listing or order.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // ListBackfillsParamsOrderBy defines parameters for ListBackfills.
@@ -1105,11 +1126,21 @@ type ListBackfillDagRunsParams struct {
 	// OrderBy `sort_ordinal` ascending (default) or `-sort_ordinal` descending.
 	OrderBy *ListBackfillDagRunsParamsOrderBy `form:"order_by,omitempty" json:"order_by,omitempty"`
 
+	// State Only slots whose `state` is this (for example `failed`, with each run's `note` and
+	// `attempt`). Skipped slots have no state and never match.
+	State *DagRunState `form:"state,omitempty" json:"state,omitempty"`
+
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
+	// entry, in the same order, whatever was inserted or removed before it, and costs the
+	// same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+	// 400 `invalid_request`, as is a cursor of another listing or order.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // ListBackfillDagRunsParamsOrderBy defines parameters for ListBackfillDagRuns.
@@ -1144,8 +1175,14 @@ type ListDagsParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
+	// entry, in the same order, whatever was inserted or removed before it, and costs the
+	// same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+	// 400 `invalid_request`, as is a cursor of another listing or order.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // ListDagRunsParams defines parameters for ListDagRuns.
@@ -1159,8 +1196,14 @@ type ListDagRunsParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
+	// entry, in the same order, whatever was inserted or removed before it, and costs the
+	// same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+	// 400 `invalid_request`, as is a cursor of another listing or order.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // CreateDagRunParams defines parameters for CreateDagRun.
@@ -1181,8 +1224,14 @@ type ListEventsParams struct {
 	// BackfillId Only this backfill's events.
 	BackfillId *int64 `form:"backfill_id,omitempty" json:"backfill_id,omitempty"`
 
+	// DagId Only events of this DAG's backfills.
+	DagId *DagId `form:"dag_id,omitempty" json:"dag_id,omitempty"`
+
 	// Type Only events of this type.
 	Type *EventTypeQuery `form:"type,omitempty" json:"type,omitempty"`
+
+	// LastEventID The last event id the client saw; takes precedence over `after`.
+	LastEventID *int64 `json:"Last-Event-ID,omitempty"`
 }
 
 // ListPoolsParams defines parameters for ListPools.
@@ -1190,7 +1239,7 @@ type ListPoolsParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
@@ -1206,7 +1255,7 @@ type ListWebhooksParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
@@ -1225,7 +1274,7 @@ type ListWebhookDeliveriesParams struct {
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Entries to skip before the page starts.
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
@@ -1897,6 +1946,15 @@ type ClientInterface interface {
 	// are taken in commit order, so an event never becomes visible after one with a larger
 	// id has been answered. Events are kept at least 7 days.
 	//
+	// With `Accept: text/event-stream`, a Server-Sent Events stream of every event (or of
+	// those the filters keep), with the rules of `GET /backfills/{backfill_id}/events`: the
+	// stored events after `Last-Event-ID` (or `after`; all when both are absent), then each
+	// new one as it is committed, as `id:`, `event:` and `data:`; a `: keep-alive` comment
+	// every 15 s of silence; 503 `busy` beyond the server's stream limit. Unlike a
+	// backfill's stream it sends no `progress` messages and does not end after a terminal
+	// event: it ends only when the client leaves or the server shuts down (reconnect with
+	// `Last-Event-ID`: nothing is repeated and nothing missed).
+	//
 	// Corresponds with GET /api/v1/events (the `ListEvents` operationId).
 	ListEvents(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -2086,9 +2144,11 @@ type ClientInterface interface {
 	//
 	// The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 	// here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-	// URL is 422 `invalid_webhook`. Targets that resolve to loopback, link-local or
-	// unspecified addresses are refused at delivery (on the address dialed) unless the
-	// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+	// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
+	// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
+	// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+	// Names that resolve to such addresses are refused at delivery (on the address dialed),
+	// with the same exception.
 	//
 	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
 	// request creates nothing and answers 201 with the same webhook, secret included, and
@@ -2114,9 +2174,11 @@ type ClientInterface interface {
 	//
 	// The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 	// here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-	// URL is 422 `invalid_webhook`. Targets that resolve to loopback, link-local or
-	// unspecified addresses are refused at delivery (on the address dialed) unless the
-	// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+	// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
+	// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
+	// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+	// Names that resolve to such addresses are refused at delivery (on the address dialed),
+	// with the same exception.
 	//
 	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
 	// request creates nothing and answers 201 with the same webhook, secret included, and
@@ -2225,7 +2287,8 @@ type ClientInterface interface {
 
 	// GetUIAsset Web console asset
 	//
-	// The console's script `app.js` or style sheet `style.css`. Answers carry a strong
+	// The console's scripts (`app.js` and the modules it imports, such as
+	// `failed_runs.js`) or style sheet `style.css`. Answers carry a strong
 	// `ETag`; `If-None-Match` gets 304. Any other name is 404 `not_found`.
 	//
 	// Corresponds with GET /ui/{asset} (the `GetUIAsset` operationId).
@@ -3067,6 +3130,15 @@ func (c *RawClient) PatchDagRun(ctx context.Context, dagId DagIdPath, runId RunI
 // are taken in commit order, so an event never becomes visible after one with a larger
 // id has been answered. Events are kept at least 7 days.
 //
+// With `Accept: text/event-stream`, a Server-Sent Events stream of every event (or of
+// those the filters keep), with the rules of `GET /backfills/{backfill_id}/events`: the
+// stored events after `Last-Event-ID` (or `after`; all when both are absent), then each
+// new one as it is committed, as `id:`, `event:` and `data:`; a `: keep-alive` comment
+// every 15 s of silence; 503 `busy` beyond the server's stream limit. Unlike a
+// backfill's stream it sends no `progress` messages and does not end after a terminal
+// event: it ends only when the client leaves or the server shuts down (reconnect with
+// `Last-Event-ID`: nothing is repeated and nothing missed).
+//
 // Corresponds with GET /api/v1/events (the `ListEvents` operationId).
 func (c *RawClient) ListEvents(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListEventsRequest(c.Server, params)
@@ -3386,9 +3458,11 @@ func (c *RawClient) ListWebhooks(ctx context.Context, params *ListWebhooksParams
 //
 // The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 // here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-// URL is 422 `invalid_webhook`. Targets that resolve to loopback, link-local or
-// unspecified addresses are refused at delivery (on the address dialed) unless the
-// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
+// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
+// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+// Names that resolve to such addresses are refused at delivery (on the address dialed),
+// with the same exception.
 //
 // **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
 // request creates nothing and answers 201 with the same webhook, secret included, and
@@ -3424,9 +3498,11 @@ func (c *RawClient) CreateWebhookWithBody(ctx context.Context, params *CreateWeb
 //
 // The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 // here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-// URL is 422 `invalid_webhook`. Targets that resolve to loopback, link-local or
-// unspecified addresses are refused at delivery (on the address dialed) unless the
-// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
+// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
+// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+// Names that resolve to such addresses are refused at delivery (on the address dialed),
+// with the same exception.
 //
 // **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
 // request creates nothing and answers 201 with the same webhook, secret included, and
@@ -3655,7 +3731,8 @@ func (c *RawClient) GetUI(ctx context.Context, reqEditors ...RequestEditorFn) (*
 
 // GetUIAsset Web console asset
 //
-// The console's script `app.js` or style sheet `style.css`. Answers carry a strong
+// The console's scripts (`app.js` and the modules it imports, such as
+// `failed_runs.js`) or style sheet `style.css`. Answers carry a strong
 // `ETag`; `If-None-Match` gets 304. Any other name is 404 `not_found`.
 //
 // Corresponds with GET /ui/{asset} (the `GetUIAsset` operationId).
@@ -3789,6 +3866,18 @@ func NewListBackfillsRequest(server string, params *ListBackfillsParams) (*http.
 		if params.Offset != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -4091,6 +4180,18 @@ func NewListBackfillDagRunsRequest(server string, backfillId BackfillIdPath, par
 
 		}
 
+		if params.State != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "state", *params.State, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if params.Limit != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
@@ -4106,6 +4207,18 @@ func NewListBackfillDagRunsRequest(server string, backfillId BackfillIdPath, par
 		if params.Offset != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -4410,6 +4523,18 @@ func NewListDagsRequest(server string, params *ListDagsParams) (*http.Request, e
 
 		}
 
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -4613,6 +4738,18 @@ func NewListDagRunsRequest(server string, dagId DagIdPath, params *ListDagRunsPa
 		if params.Offset != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -4857,6 +4994,18 @@ func NewListEventsRequest(server string, params *ListEventsParams) (*http.Reques
 
 		}
 
+		if params.DagId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "dag_id", *params.DagId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if params.Type != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "type", *params.Type, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
@@ -4878,6 +5027,21 @@ func NewListEventsRequest(server string, params *ListEventsParams) (*http.Reques
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LastEventID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "integer", Format: "int64"})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -6369,6 +6533,15 @@ type ClientWithResponsesInterface interface {
 	// are taken in commit order, so an event never becomes visible after one with a larger
 	// id has been answered. Events are kept at least 7 days.
 	//
+	// With `Accept: text/event-stream`, a Server-Sent Events stream of every event (or of
+	// those the filters keep), with the rules of `GET /backfills/{backfill_id}/events`: the
+	// stored events after `Last-Event-ID` (or `after`; all when both are absent), then each
+	// new one as it is committed, as `id:`, `event:` and `data:`; a `: keep-alive` comment
+	// every 15 s of silence; 503 `busy` beyond the server's stream limit. Unlike a
+	// backfill's stream it sends no `progress` messages and does not end after a terminal
+	// event: it ends only when the client leaves or the server shuts down (reconnect with
+	// `Last-Event-ID`: nothing is repeated and nothing missed).
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /api/v1/events (the `ListEvents` operationId).
@@ -6568,9 +6741,11 @@ type ClientWithResponsesInterface interface {
 	//
 	// The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 	// here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-	// URL is 422 `invalid_webhook`. Targets that resolve to loopback, link-local or
-	// unspecified addresses are refused at delivery (on the address dialed) unless the
-	// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+	// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
+	// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
+	// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+	// Names that resolve to such addresses are refused at delivery (on the address dialed),
+	// with the same exception.
 	//
 	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
 	// request creates nothing and answers 201 with the same webhook, secret included, and
@@ -6596,9 +6771,11 @@ type ClientWithResponsesInterface interface {
 	//
 	// The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 	// here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-	// URL is 422 `invalid_webhook`. Targets that resolve to loopback, link-local or
-	// unspecified addresses are refused at delivery (on the address dialed) unless the
-	// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+	// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
+	// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
+	// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+	// Names that resolve to such addresses are refused at delivery (on the address dialed),
+	// with the same exception.
 	//
 	// **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
 	// request creates nothing and answers 201 with the same webhook, secret included, and
@@ -6729,7 +6906,8 @@ type ClientWithResponsesInterface interface {
 
 	// GetUIAssetWithResponse Web console asset
 	//
-	// The console's script `app.js` or style sheet `style.css`. Answers carry a strong
+	// The console's scripts (`app.js` and the modules it imports, such as
+	// `failed_runs.js`) or style sheet `style.css`. Answers carry a strong
 	// `ETag`; `If-None-Match` gets 304. Any other name is 404 `not_found`.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -11026,6 +11204,15 @@ func (c *ClientWithResponses) PatchDagRunWithResponse(ctx context.Context, dagId
 // are taken in commit order, so an event never becomes visible after one with a larger
 // id has been answered. Events are kept at least 7 days.
 //
+// With `Accept: text/event-stream`, a Server-Sent Events stream of every event (or of
+// those the filters keep), with the rules of `GET /backfills/{backfill_id}/events`: the
+// stored events after `Last-Event-ID` (or `after`; all when both are absent), then each
+// new one as it is committed, as `id:`, `event:` and `data:`; a `: keep-alive` comment
+// every 15 s of silence; 503 `busy` beyond the server's stream limit. Unlike a
+// backfill's stream it sends no `progress` messages and does not end after a terminal
+// event: it ends only when the client leaves or the server shuts down (reconnect with
+// `Last-Event-ID`: nothing is repeated and nothing missed).
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /api/v1/events (the `ListEvents` operationId).
@@ -11303,9 +11490,11 @@ func (c *ClientWithResponses) ListWebhooksWithResponse(ctx context.Context, para
 //
 // The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 // here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-// URL is 422 `invalid_webhook`. Targets that resolve to loopback, link-local or
-// unspecified addresses are refused at delivery (on the address dialed) unless the
-// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
+// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
+// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+// Names that resolve to such addresses are refused at delivery (on the address dialed),
+// with the same exception.
 //
 // **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
 // request creates nothing and answers 201 with the same webhook, secret included, and
@@ -11337,9 +11526,11 @@ func (c *ClientWithResponses) CreateWebhookWithBodyWithResponse(ctx context.Cont
 //
 // The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 // here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-// URL is 422 `invalid_webhook`. Targets that resolve to loopback, link-local or
-// unspecified addresses are refused at delivery (on the address dialed) unless the
-// server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
+// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
+// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+// Names that resolve to such addresses are refused at delivery (on the address dialed),
+// with the same exception.
 //
 // **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
 // request creates nothing and answers 201 with the same webhook, secret included, and
@@ -11542,7 +11733,8 @@ func (c *ClientWithResponses) GetUIWithResponse(ctx context.Context, reqEditors 
 
 // GetUIAssetWithResponse Web console asset
 //
-// The console's script `app.js` or style sheet `style.css`. Answers carry a strong
+// The console's scripts (`app.js` and the modules it imports, such as
+// `failed_runs.js`) or style sheet `style.css`. Answers carry a strong
 // `ETag`; `If-None-Match` gets 304. Any other name is 404 `not_found`.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -13474,6 +13666,9 @@ func ParseListEventsResponse(rsp *http.Response) (*ListEventsResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case rsp.StatusCode == 200:
+		// Content-type (text/event-stream) unsupported
 
 	}
 

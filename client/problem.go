@@ -47,6 +47,11 @@ func (e *ProblemError) Error() string {
 		fmt.Fprintf(&b, " (active backfill %d)", *e.ActiveBackfillID)
 	}
 	for _, f := range e.Errors {
+		// The service's detail usually is these field errors in a sentence already
+		// ("max_active_runs must be at least 1"): say each thing once.
+		if strings.Contains(e.Detail, f.Message) {
+			continue
+		}
 		fmt.Fprintf(&b, "; %s: %s", f.Field, f.Message)
 	}
 	return b.String()

@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
@@ -89,16 +90,20 @@ func (s *Server) DryRunBackfill(w http.ResponseWriter, r *http.Request) {
 
 // ListBackfills pages backfills.
 func (s *Server) ListBackfills(w http.ResponseWriter, r *http.Request, params api.ListBackfillsParams) {
-	limit, offset := s.page(params.Limit, params.Offset)
 	order := s.defaults.backfillOrderBy
 	if params.OrderBy != nil {
 		order = *params.OrderBy
+	}
+	pr, prob := s.pageOf(params.Limit, params.Offset, params.Cursor, "backfills", string(order))
+	if prob != nil {
+		writeProblem(w, *prob)
+		return
 	}
 	p := repo.BackfillListParams{
 		DagID:      params.DagId,
 		Active:     params.Active,
 		Descending: order == api.ListBackfillsParamsOrderByIdDesc,
-		ListParams: repo.ListParams{Limit: limit, Offset: offset},
+		ListParams: repo.ListParams{Limit: pr.repoLimit(), Offset: pr.offset, After: pr.after},
 	}
 	if params.State != nil {
 		state := string(*params.State)
@@ -109,7 +114,8 @@ func (s *Server) ListBackfills(w http.ResponseWriter, r *http.Request, params ap
 		s.writeError(w, r, err)
 		return
 	}
-	out := api.BackfillCollection{Backfills: make([]api.Backfill, len(backfills)), TotalEntries: int64(total)}
+	backfills, next := nextCursor(backfills, pr, "backfills", string(order), func(b repo.Backfill) string { return strconv.FormatInt(b.ID, 10) })
+	out := api.BackfillCollection{Backfills: make([]api.Backfill, len(backfills)), TotalEntries: int64(total), NextCursor: next}
 	for i, b := range backfills {
 		out.Backfills[i] = backfillOut(b)
 	}
@@ -123,21 +129,31 @@ func (s *Server) GetBackfill(w http.ResponseWriter, r *http.Request, id int64) {
 
 // ListBackfillDagRuns pages a backfill's slots.
 func (s *Server) ListBackfillDagRuns(w http.ResponseWriter, r *http.Request, id int64, params api.ListBackfillDagRunsParams) {
-	limit, offset := s.page(params.Limit, params.Offset)
 	order := s.defaults.slotOrderBy
 	if params.OrderBy != nil {
 		order = *params.OrderBy
 	}
-	slots, total, err := s.store.BackfillSlots(r.Context(), repo.BackfillSlotsParams{
+	pr, prob := s.pageOf(params.Limit, params.Offset, params.Cursor, "slots", string(order))
+	if prob != nil {
+		writeProblem(w, *prob)
+		return
+	}
+	p := repo.BackfillSlotsParams{
 		BackfillID: id,
 		Descending: order == api.ListBackfillDagRunsParamsOrderBySortOrdinalDesc,
-		ListParams: repo.ListParams{Limit: limit, Offset: offset},
-	})
+		ListParams: repo.ListParams{Limit: pr.repoLimit(), Offset: pr.offset, After: pr.after},
+	}
+	if params.State != nil {
+		state := string(*params.State)
+		p.State = &state
+	}
+	slots, total, err := s.store.BackfillSlots(r.Context(), p)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	out := api.BackfillDagRunCollection{BackfillDagRuns: make([]api.BackfillDagRun, len(slots)), TotalEntries: total}
+	slots, next := nextCursor(slots, pr, "slots", string(order), func(sl repo.BackfillSlot) string { return strconv.Itoa(sl.SortOrdinal) })
+	out := api.BackfillDagRunCollection{BackfillDagRuns: make([]api.BackfillDagRun, len(slots)), TotalEntries: total, NextCursor: next}
 	for i, sl := range slots {
 		out.BackfillDagRuns[i] = slotOut(sl)
 	}

@@ -38,8 +38,12 @@ func (s *Server) CreateDagRun(w http.ResponseWriter, r *http.Request, dagID stri
 
 // ListDagRuns pages a DAG's runs by logical date.
 func (s *Server) ListDagRuns(w http.ResponseWriter, r *http.Request, dagID string, params api.ListDagRunsParams) {
-	limit, offset := s.page(params.Limit, params.Offset)
-	p := repo.RunListParams{DagID: dagID, BackfillID: params.BackfillId, ListParams: repo.ListParams{Limit: limit, Offset: offset}}
+	pr, prob := s.pageOf(params.Limit, params.Offset, params.Cursor, "runs", "")
+	if prob != nil {
+		writeProblem(w, *prob)
+		return
+	}
+	p := repo.RunListParams{DagID: dagID, BackfillID: params.BackfillId, ListParams: repo.ListParams{Limit: pr.repoLimit(), Offset: pr.offset, After: pr.after}}
 	if params.State != nil {
 		state := string(*params.State)
 		p.State = &state
@@ -49,7 +53,8 @@ func (s *Server) ListDagRuns(w http.ResponseWriter, r *http.Request, dagID strin
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeJSON(w, r, http.StatusOK, api.DagRunCollection{DagRuns: runsOut(runs), TotalEntries: int64(total)})
+	runs, next := nextCursor(runs, pr, "runs", "", func(run repo.Run) string { return run.LogicalDate.UTC().Format(time.RFC3339Nano) })
+	s.writeJSON(w, r, http.StatusOK, api.DagRunCollection{DagRuns: runsOut(runs), TotalEntries: int64(total), NextCursor: next})
 }
 
 // GetDagRun answers one run.

@@ -57,13 +57,18 @@ func (s *Server) GetDag(w http.ResponseWriter, r *http.Request, dagID string) {
 
 // ListDags pages DAGs by dag_id.
 func (s *Server) ListDags(w http.ResponseWriter, r *http.Request, params api.ListDagsParams) {
-	limit, offset := s.page(params.Limit, params.Offset)
-	dags, total, err := s.store.DagList(r.Context(), repo.ListParams{Limit: limit, Offset: offset})
+	pr, prob := s.pageOf(params.Limit, params.Offset, params.Cursor, "dags", "")
+	if prob != nil {
+		writeProblem(w, *prob)
+		return
+	}
+	dags, total, err := s.store.DagList(r.Context(), repo.ListParams{Limit: pr.repoLimit(), Offset: pr.offset, After: pr.after})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	out := api.DagCollection{Dags: make([]api.Dag, len(dags)), TotalEntries: int64(total)}
+	dags, next := nextCursor(dags, pr, "dags", "", func(d repo.Dag) string { return d.DagID })
+	out := api.DagCollection{Dags: make([]api.Dag, len(dags)), TotalEntries: int64(total), NextCursor: next}
 	for i, d := range dags {
 		out.Dags[i] = dagOut(d)
 	}

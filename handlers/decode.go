@@ -32,6 +32,9 @@ func decodeBody(r *http.Request, v any) *api.Problem {
 		p := badRequest("the request body could not be read", fieldErr("body", "could not be read"))
 		return &p
 	}
+	if p := strictJSON(data); p != nil {
+		return p
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	dec.UseNumber()

@@ -4,7 +4,6 @@ import (
 	"net/http"
 
 	"github.com/backfillsvc/backfill/api"
-	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/events"
 	"github.com/backfillsvc/backfill/repo"
 )
@@ -32,20 +31,28 @@ func eventsAfter(after *api.EventsAfter) int64 {
 	return *after
 }
 
-// ListEvents pages the outbox by id.
+// ListEvents pages the outbox by id, or streams it for Accept: text/event-stream
+// (events_global.go).
 func (s *Server) ListEvents(w http.ResponseWriter, r *http.Request, params api.ListEventsParams) {
-	limit, _ := s.page(params.Limit, nil)
-	p := repo.EventListParams{After: eventsAfter(params.After), Limit: limit, BackfillID: params.BackfillId}
-	if params.Type != nil {
-		t := domain.EventType(*params.Type)
-		p.Type = &t
+	after := eventsAfter(params.After)
+	if params.LastEventID != nil {
+		after = *params.LastEventID
 	}
-	evs, err := s.store.EventList(r.Context(), p)
+	f := eventFilterOf(params)
+	if IsEventStream(r) {
+		s.streamAllEvents(w, r, after, f)
+		return
+	}
+	limit, _ := s.page(params.Limit, nil)
+	evs, next, err := s.readEvents(r.Context(), after, limit, f)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeJSON(w, r, http.StatusOK, eventsOut(evs, p.After))
+	out := eventsOut(evs, after)
+	// Past the events the DAG filter skipped, so that asking again moves on.
+	out.NextAfter = max(out.NextAfter, next)
+	s.writeJSON(w, r, http.StatusOK, out)
 }
 
 // GetBackfillEvents answers a backfill's events: a live stream for Accept:

@@ -31,9 +31,10 @@ const DefaultStreamKeepAlive = 15 * time.Second
 // replayBatch is how many stored events one replay query reads.
 const replayBatch = 500
 
-var streamPath = regexp.MustCompile(`^/api/v1/backfills/[^/]+/events/?$`)
+var streamPath = regexp.MustCompile(`^/api/v1/(backfills/[^/]+/)?events/?$`)
 
-// IsEventStream reports whether r asks for a backfill's Server-Sent Events stream. Streams
+// IsEventStream reports whether r asks for a Server-Sent Events stream (a backfill's, or
+// every event's). Streams
 // are long-lived by design and bounded by their own limit (events.Config.MaxStreams), so the
 // admission control of ordinary requests must let them through: it calls this.
 func IsEventStream(r *http.Request) bool {

@@ -114,8 +114,10 @@ func checkConf(name string, c repo.JSON) string {
 	return ""
 }
 
+// checkList allows one more than the spec's largest page: a listing reads one entry past its
+// page to know whether a next_cursor is due (cursor.go).
 func checkList(p repo.ListParams) []string {
-	return []string{checkRange("limit", p.Limit, 1, 1000), checkRange("offset", p.Offset, 0, 1<<62)}
+	return []string{checkRange("limit", p.Limit, 1, 1001), checkRange("offset", p.Offset, 0, 1<<62)}
 }
 
 func checkPos(name string, id int64) string {

@@ -26,6 +26,8 @@ func New(opts Options) (http.Handler, error) {
 
 		streams:         opts.EventStreams,
 		streamKeepAlive: opts.StreamKeepAlive,
+
+		webhookAllowLocal: opts.WebhookAllowLocal,
 	}
 	if s.streamKeepAlive <= 0 {
 		s.streamKeepAlive = DefaultStreamKeepAlive

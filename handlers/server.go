@@ -74,6 +74,9 @@ type Options struct {
 	StreamKeepAlive time.Duration
 	// Admission bounds the requests served at once (see admission.go); nil admits all.
 	Admission *Admission
+	// WebhookAllowLocal accepts webhook URLs that name a loopback, link-local or unspecified
+	// address literally (WEBHOOK_ALLOW_LOCAL=true); otherwise they are 422 at creation.
+	WebhookAllowLocal bool
 }
 
 // Server implements api.ServerInterface.
@@ -87,6 +90,10 @@ type Server struct {
 
 	streams         EventStreams
 	streamKeepAlive time.Duration
+	// globalStreamPoll is how often GET /events streams read the outbox (0: the default).
+	globalStreamPoll time.Duration
+	// webhookAllowLocal: see Options.WebhookAllowLocal.
+	webhookAllowLocal bool
 }
 
 var _ api.ServerInterface = (*Server)(nil)

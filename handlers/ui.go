@@ -10,7 +10,7 @@ import (
 // Nothing is loaded from elsewhere and the Content-Security-Policy forbids it: no inline
 // script or style, no other origin.
 //
-//go:embed ui_assets/index.html ui_assets/app.js ui_assets/style.css
+//go:embed ui_assets/index.html ui_assets/app.js ui_assets/failed_runs.js ui_assets/style.css
 var uiFiles embed.FS
 
 // uiCSP allows the console's own script and style sheet and requests to this origin only.
@@ -27,8 +27,9 @@ var uiPage = func() []byte {
 }()
 
 var uiAssets = loadAssets(uiFiles, "ui_assets", map[string]string{
-	"app.js":    "text/javascript; charset=utf-8",
-	"style.css": "text/css; charset=utf-8",
+	"app.js":         "text/javascript; charset=utf-8",
+	"failed_runs.js": "text/javascript; charset=utf-8",
+	"style.css":      "text/css; charset=utf-8",
 })
 
 // GetUI serves the console's page; its asset URLs are relative to /ui.

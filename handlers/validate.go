@@ -97,7 +97,14 @@ func (v *specValidator) middleware(next http.Handler) http.Handler {
 		}
 		in := &openapi3filter.RequestValidationInput{Request: r, PathParams: pathParams, Route: route, Options: opts}
 		if err := openapi3filter.ValidateRequest(r.Context(), in); err != nil {
-			fields := fieldErrors(err, bodyOf(r))
+			body := bodyOf(r)
+			// A repeated key can be what failed the schema (its last value wins there): name
+			// the repetition, the cause, rather than the value's type.
+			if p := strictJSON(body); p != nil {
+				writeProblem(w, *p)
+				return
+			}
+			fields := fieldErrors(err, body)
 			writeProblem(w, badRequest(summarize(fields), fields...))
 			return
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -39,9 +40,10 @@ func newWebhookSecret() (string, error) {
 // checkWebhookURL accepts absolute http and https URLs with a host and, if any, a port in
 // 1..65535, and returns the URL with its scheme and host in lower case: both are
 // case-insensitive (RFC 3986, 3.1 and 3.2.2), and the database keeps the lower-case form
-// (its CHECK spells the schemes so). Where the host points is judged at delivery, on the
-// address actually dialed.
-func checkWebhookURL(raw string) (string, error) {
+// (its CHECK spells the schemes so). A host that names a local address literally is refused
+// here unless allowLocal (see localHost); where any other name points is judged at delivery,
+// on the address actually dialed.
+func checkWebhookURL(raw string, allowLocal bool) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "", fmt.Errorf("%w: url is not a URL: %w", repo.ErrInvalidWebhook, err)
@@ -55,6 +57,10 @@ func checkWebhookURL(raw string) (string, error) {
 	}
 	if u.User != nil {
 		return "", fmt.Errorf("%w: url must not carry credentials; the signature authenticates deliveries", repo.ErrInvalidWebhook)
+	}
+	if kind := localHost(u.Hostname()); kind != "" && !allowLocal {
+		return "", fmt.Errorf("%w: url names a %s address (%s), which deliveries refuse; register a public address, or run the server with WEBHOOK_ALLOW_LOCAL=true for development",
+			repo.ErrInvalidWebhook, kind, u.Hostname())
 	}
 	if p := u.Port(); p != "" {
 		// url.Parse checks only that a port is digits.
@@ -83,7 +89,7 @@ func (s *Server) CreateWebhook(w http.ResponseWriter, r *http.Request, params ap
 		writeProblem(w, *p)
 		return
 	}
-	hookURL, err := checkWebhookURL(body.Url)
+	hookURL, err := checkWebhookURL(body.Url, s.webhookAllowLocal)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -196,4 +202,30 @@ func attemptOut(a repo.WebhookAttempt) api.WebhookDelivery {
 		out.StatusCode = &code
 	}
 	return out
+}
+
+// localHost names the kind of local address a URL's host states literally ("loopback",
+// "link-local", "unspecified"), or "" for any other host. `localhost` and names under it are
+// loopback by definition (RFC 6761). Such a URL can only ever be refused at delivery, so it
+// is refused at creation, where the person registering it sees why; names that merely
+// resolve there are still caught at delivery, on the address dialed.
+func localHost(host string) string {
+	name := strings.TrimSuffix(strings.ToLower(host), ".")
+	if name == "localhost" || strings.HasSuffix(name, ".localhost") {
+		return "loopback"
+	}
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		return ""
+	}
+	addr = addr.Unmap()
+	switch {
+	case addr.IsLoopback():
+		return "loopback"
+	case addr.IsLinkLocalUnicast(), addr.IsLinkLocalMulticast():
+		return "link-local"
+	case addr.IsUnspecified():
+		return "unspecified"
+	}
+	return ""
 }

@@ -51,13 +51,13 @@ func (s *Store) BackfillList(ctx context.Context, p BackfillListParams) ([]Backf
 	if err := sqlx.GetContext(ctx, s.db, &total, `SELECT count(*)`+backfillListFilter, p.DagID, p.State, p.Active); err != nil {
 		return nil, 0, fmt.Errorf("count backfills: %w", err)
 	}
-	order := " ORDER BY id"
+	order := " AND ($6::text IS NULL OR id > $6::bigint) ORDER BY id"
 	if p.Descending {
-		order = " ORDER BY id DESC"
+		order = " AND ($6::text IS NULL OR id < $6::bigint) ORDER BY id DESC"
 	}
 	backfills := []Backfill{}
 	err := sqlx.SelectContext(ctx, s.db, &backfills, `SELECT `+backfillColumns+backfillListFilter+order+` LIMIT $4 OFFSET $5`,
-		p.DagID, p.State, p.Active, p.Limit, p.Offset)
+		p.DagID, p.State, p.Active, p.Limit, p.Offset, p.After)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list backfills: %w", err)
 	}
@@ -74,6 +74,8 @@ var backfillListFilter = ` FROM backfills
 type BackfillSlotsParams struct {
 	BackfillID int64
 	Descending bool
+	// State, when set, keeps only slots whose record shows this state.
+	State *string
 	ListParams
 }
 
@@ -84,19 +86,40 @@ func (s *Store) BackfillSlots(ctx context.Context, p BackfillSlotsParams) ([]Bac
 	if err != nil {
 		return nil, 0, err
 	}
-	order := " ORDER BY s.sort_ordinal"
+	order := " AND ($4::text IS NULL OR s.sort_ordinal > $4::integer) ORDER BY s.sort_ordinal"
 	if p.Descending {
-		order = " ORDER BY s.sort_ordinal DESC"
+		order = " AND ($4::text IS NULL OR s.sort_ordinal < $4::integer) ORDER BY s.sort_ordinal DESC"
 	}
 	slots := []BackfillSlot{}
 	err = sqlx.SelectContext(ctx, s.db, &slots, `
 		SELECT s.sort_ordinal, s.logical_date, s.dag_run_id, s.run_id, s.state, s.exception_reason, s.attempt, s.note
 		FROM backfill_slot_records s
-		WHERE s.backfill_id = $1`+order+` LIMIT $2 OFFSET $3`,
-		p.BackfillID, p.Limit, p.Offset)
+		WHERE s.backfill_id = $1 AND ($5::text IS NULL OR s.state = $5)`+order+` LIMIT $2 OFFSET $3`,
+		p.BackfillID, p.Limit, p.Offset, p.After, p.State)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list slots of backfill %d: %w", p.BackfillID, err)
 	}
 	// Every slot is counted in exactly one progress counter, so the total needs no count(*).
-	return slots, b.Total(), nil
+	return slots, slotTotal(b.Progress, p.State), nil
+}
+
+// slotTotal is how many of a backfill's slots a listing filtered by state has in all: the
+// progress counter of that state, kept with every run change, so no count(*) is needed.
+func slotTotal(p Progress, state *string) int64 {
+	if state == nil {
+		return p.Total()
+	}
+	switch RunState(*state) {
+	case RunQueued:
+		return p.Queued
+	case RunRunning:
+		return p.Running
+	case RunSuccess:
+		return p.Success
+	case RunFailed:
+		return p.Failed
+	case RunCanceled:
+		return p.Canceled
+	}
+	return 0
 }

@@ -76,7 +76,8 @@ func (s *Store) DagList(ctx context.Context, p ListParams) ([]Dag, int, error) {
 	}
 	dags := []Dag{}
 	err := sqlx.SelectContext(ctx, s.db, &dags, `
-		SELECT `+dagColumns+` FROM dags ORDER BY dag_id LIMIT $1 OFFSET $2`, p.Limit, p.Offset)
+		SELECT `+dagColumns+` FROM dags WHERE ($3::text IS NULL OR dag_id > $3)
+		ORDER BY dag_id LIMIT $1 OFFSET $2`, p.Limit, p.Offset, p.After)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list dags: %w", err)
 	}

@@ -196,6 +196,11 @@ type Heartbeat struct {
 type ListParams struct {
 	Limit  int
 	Offset int
+	// After, when set, is the sort key of the entry just before the page, as text (an id, a
+	// sort ordinal, a logical date in RFC 3339, a dag_id): the page starts after it. Keyset
+	// paging reads the list's index from that key, so a deep page costs what the first does,
+	// and entries inserted or removed before it do not shift it.
+	After *string
 }
 
 // JSON is a jsonb value that may be NULL (nil). json.RawMessage cannot scan a NULL.

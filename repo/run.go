@@ -146,8 +146,10 @@ func (s *Store) RunList(ctx context.Context, p RunListParams) ([]Run, int, error
 		return nil, 0, fmt.Errorf("count runs: %w", err)
 	}
 	runs := []Run{}
-	err := sqlx.SelectContext(ctx, s.db, &runs, `SELECT `+runColumns+filter+` ORDER BY logical_date LIMIT $4 OFFSET $5`,
-		p.DagID, p.State, p.BackfillID, p.Limit, p.Offset)
+	// logical_date is unique per DAG (dag_runs_dag_id_logical_date_key), so it is the key.
+	err := sqlx.SelectContext(ctx, s.db, &runs, `SELECT `+runColumns+filter+`
+		AND ($6::text IS NULL OR logical_date > $6::timestamptz) ORDER BY logical_date LIMIT $4 OFFSET $5`,
+		p.DagID, p.State, p.BackfillID, p.Limit, p.Offset, p.After)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list runs: %w", err)
 	}

@@ -98,6 +98,9 @@ type envOptions struct {
 	storeDSN func(dsn string) string
 	// listenDSN, when set, gives the event listener its DSN from the database's.
 	listenDSN func(t testing.TB, dsn string) string
+	// localWebhooksRefused runs the API without WEBHOOK_ALLOW_LOCAL: the tests' receivers
+	// listen on 127.0.0.1, so the default env allows local webhook URLs.
+	localWebhooksRefused bool
 }
 
 type envOption func(*envOptions)
@@ -121,6 +124,9 @@ func withStoreDSN(f func(dsn string) string) envOption {
 }
 func withListenDSN(f func(t testing.TB, dsn string) string) envOption {
 	return func(o *envOptions) { o.listenDSN = f }
+}
+func withLocalWebhooksRefused() envOption {
+	return func(o *envOptions) { o.localWebhooksRefused = true }
 }
 func withPollOnly(every time.Duration) envOption {
 	return func(o *envOptions) { o.pollOnlyEach = every }
@@ -188,6 +194,8 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		Metrics:         m.Handler(),
 		APITokens:       o.tokens,
 		Instrument:      m.Instrument,
+
+		WebhookAllowLocal: !o.localWebhooksRefused,
 	})
 	require.NoError(t, err)
 	srv := httptest.NewUnstartedServer(h)

@@ -166,6 +166,7 @@ func serve(ctx context.Context, cfg config, db, leaseDB *sqlx.DB, direct dsn, lo
 			LongWait:         cfg.AdmissionLongWait,
 			Observer:         m,
 		},
+		WebhookAllowLocal: cfg.WebhookAllowLocal,
 	})
 	if err != nil {
 		return err

@@ -22,8 +22,8 @@ type backfillFlags struct {
 
 func (b *backfillFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.dagID, "dag-id", "", "the `DAG_ID` to backfill (required)")
-	fs.Var(&b.from, "from-date", "first logical `DATE`, inclusive: 2024-03-01 (UTC) or RFC 3339 (required)")
-	fs.Var(&b.to, "to-date", "last logical `DATE`, inclusive (required)")
+	fs.Var(&b.from, "from-date", "the window's start, inclusive: every schedule tick (slot) whose logical date is at or after this instant; `DATE` is 2024-03-01 (midnight UTC) or RFC 3339 (required)")
+	fs.Var(&b.to, "to-date", "the window's end, inclusive: a tick exactly at this instant is included, later ones are not; 2024-03-31 is midnight UTC at the start of March 31, so @daily's March 31 slot is in and an hourly DAG's 01:00..23:00 slots of that day are out (required)")
 	fs.StringVar(&b.reprocess, "reprocess-behavior", "none", "existing runs: none (skip), failed (rerun failed/canceled) or completed (rerun all)")
 	fs.IntVar(&b.maxActiveRuns, "max-active-runs", 0, "most runs of the backfill at once, 1..1000 (server default 10)")
 	fs.BoolVar(&b.runBackwards, "run-backwards", false, "run the newest dates first")
@@ -234,10 +234,11 @@ func backfillsList(ctx context.Context, c *cli, args []string) error {
 }
 
 func backfillsRuns(ctx context.Context, c *cli, args []string) error {
-	fs := newFlagSet("backfills runs", "backfills runs ID [flags]", &c.g, c.stderr)
+	fs := newFlagSet("backfills runs", "backfills runs ID [--state STATE] [--order-by sort_ordinal|-sort_ordinal] [--limit N] [--offset N | --cursor C]", &c.g, c.stderr)
 	orderBy := fs.String("order-by", "sort_ordinal", "sort_ordinal or -sort_ordinal")
-	limit := fs.Int("limit", 50, "page size, 1..1000")
-	offset := fs.Int("offset", 0, "entries to skip")
+	state := fs.String("state", "", "only slots whose run is in this state: queued, running, success, failed or canceled")
+	var pf pageFlags
+	pf.register(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -250,11 +251,22 @@ func backfillsRuns(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	ob := client.ListBackfillDagRunsParamsOrderBy(*orderBy)
+	params := client.ListBackfillDagRunsParams{OrderBy: &ob}
+	st, err := stateFlag(fs, *state)
+	if err != nil {
+		return err
+	}
+	if st != "" {
+		params.State = &st
+	}
+	if params.Limit, params.Offset, params.Cursor, err = pf.params(fs); err != nil {
+		return err
+	}
 	api, err := c.client()
 	if err != nil {
 		return err
 	}
-	l, err := api.ListBackfillDagRuns(ctx, id, &client.ListBackfillDagRunsParams{OrderBy: &ob, Limit: limit, Offset: offset})
+	l, err := api.ListBackfillDagRuns(ctx, id, &params)
 	if err != nil {
 		return err
 	}
@@ -264,6 +276,9 @@ func backfillsRuns(ctx context.Context, c *cli, args []string) error {
 	if err := c.printSlots(l.BackfillDagRuns); err != nil {
 		return err
 	}
-	c.printPage(len(l.BackfillDagRuns), *offset, l.TotalEntries)
+	if params.Cursor == nil {
+		c.printPage(len(l.BackfillDagRuns), pf.offset, l.TotalEntries)
+	}
+	c.printNext(l.NextCursor)
 	return nil
 }

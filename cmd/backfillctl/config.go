@@ -85,7 +85,7 @@ func newFlagSet(name, synopsis string, g *globals, stderr io.Writer) *flag.FlagS
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := parseQuietly(fs, args); err != nil {
 			return nil, err
 		}
 		rest := fs.Args()
@@ -191,4 +191,32 @@ func oneOf(flagName, v string, allowed ...string) error {
 		}
 	}
 	return usageErrorf("--%s must be one of %s, not %q", flagName, strings.Join(allowed, ", "), v)
+}
+
+// parseQuietly parses flags without the flag package's habit of printing the error and then
+// the whole usage: a mistyped flag gets one line naming it (as --name, the way the usage
+// writes flags) and a pointer to -h; the usage is printed only when asked for.
+func parseQuietly(fs *flag.FlagSet, args []string) error {
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.Usage = usage
+	fs.SetOutput(out)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		usage()
+		return err
+	}
+	return &usageError{msg: dashDash(err.Error())}
+}
+
+// dashDash rewrites the flag package's "-name" in an error as "--name".
+func dashDash(msg string) string {
+	for _, prefix := range []string{"defined: -", "for flag -", "argument: -", "syntax: -"} {
+		msg = strings.Replace(msg, prefix, prefix[:len(prefix)-1]+"--", 1)
+	}
+	return msg
 }

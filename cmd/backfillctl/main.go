@@ -6,7 +6,7 @@
 //
 // Exit codes: 0 success (a watched backfill succeeded), 1 a watched backfill failed, 2 it
 // was canceled, 3 any other error (the service's problem code and detail go to stderr),
-// 130 interrupted while watching. `backfillctl help` prints the full usage.
+// 4 a watched backfill paused (without --wait-through-pause), 130 interrupted while watching. `backfillctl help` prints the full usage.
 package main
 
 import (
@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/backfillsvc/backfill/client"
@@ -29,6 +30,7 @@ const (
 	exitFailed      = 1
 	exitCanceled    = 2
 	exitError       = 3
+	exitPaused      = 4
 	exitInterrupted = 130
 )
 
@@ -72,6 +74,12 @@ var commands = []command{
 	{"webhooks deliveries", webhooksDeliveries},
 	{"backfills patch", backfillsPatch},
 	{"backfills retry", backfillsRetry},
+	{"runs list", runsList},
+	{"runs get", runsGet},
+	{"runs claim", runsClaim},
+	{"runs heartbeat", runsHeartbeat},
+	{"runs report", runsReport},
+	{"runs release", runsRelease},
 	{"watch", watch},
 	{"pools put", poolsPut},
 	{"pools get", poolsGet},
@@ -87,10 +95,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	root.SetOutput(stderr)
 	c.g.register(root)
 	root.Usage = func() { fmt.Fprint(stderr, usage) }
-	if err := root.Parse(args); err != nil {
+	if err := parseQuietly(root, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
+		fmt.Fprintf(stderr, "backfillctl: %v\nRun 'backfillctl help' for usage.\n", err)
 		return exitError
 	}
 	args = root.Args()
@@ -104,6 +113,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	cmd, rest, ok := lookup(args)
 	if !ok {
+		// A noun alone (backfillctl backfills) asks what it can do: its part of the usage.
+		if text := nounUsage(args[0]); text != "" {
+			if len(args) > 1 {
+				fmt.Fprintf(stderr, "backfillctl: unknown command %q; the %s commands are:\n", joinWords(args, 2), args[0])
+			}
+			fmt.Fprint(stderr, text)
+			return exitError
+		}
 		fmt.Fprintf(stderr, "backfillctl: unknown command %q\nRun 'backfillctl help' for usage.\n", joinWords(args, 2))
 		return exitError
 	}
@@ -144,6 +161,7 @@ func (e *stateExit) Error() string { return "backfill " + string(e.state) }
 func (c *cli) exitCode(ctx context.Context, name string, err error) int {
 	var (
 		se    *stateExit
+		pe    *pauseExit
 		usage *usageError
 		prob  *client.ProblemError
 	)
@@ -152,6 +170,8 @@ func (c *cli) exitCode(ctx context.Context, name string, err error) int {
 		return exitOK
 	case errors.Is(err, flag.ErrHelp):
 		return exitOK
+	case errors.As(err, &pe):
+		return exitPaused
 	case errors.As(err, &se):
 		if se.state == client.BackfillStateFailed {
 			return exitFailed
@@ -164,10 +184,39 @@ func (c *cli) exitCode(ctx context.Context, name string, err error) int {
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
 		fmt.Fprintf(c.stderr, "backfillctl %s: interrupted: %v\n", name, err)
 		return exitInterrupted
+	case errors.Is(err, syscall.ECONNREFUSED):
+		fmt.Fprintf(c.stderr, "backfillctl %s: error: %v\nhint: is the service running at %s? set --server or BACKFILL_SERVER\n", name, err, c.g.server)
 	default:
 		fmt.Fprintf(c.stderr, "backfillctl %s: error: %v\n", name, err)
 	}
 	return exitError
+}
+
+// nounUsage is the part of the usage about one noun's commands (backfills, dags, ...): each
+// line that starts with the noun, with the lines indented under it. Empty for no such noun.
+func nounUsage(noun string) string {
+	known := false
+	for _, cmd := range commands {
+		known = known || strings.HasPrefix(cmd.name, noun+" ")
+	}
+	if !known {
+		return ""
+	}
+	var b strings.Builder
+	in := false
+	for _, line := range strings.Split(usage, "\n") {
+		switch {
+		case strings.HasPrefix(line, "  "+noun+" "):
+			in = true
+		case in && strings.HasPrefix(line, "   "):
+		default:
+			in = false
+		}
+		if in {
+			b.WriteString(line + "\n")
+		}
+	}
+	return "Usage of backfillctl " + noun + ":\n" + b.String() + "\nRun 'backfillctl " + noun + " <command> -h' for a command's flags.\n"
 }
 
 // describeProblem is a problem's code and detail as a person reads them.

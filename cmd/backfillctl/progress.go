@@ -27,8 +27,12 @@ type progress struct {
 
 	start   time.Time
 	samples []sample
-	drawn   int    // lines on the terminal from the last draw
-	last    string // the state and counts of the last plain line
+	// serverETA is the service's own estimate from the last progress message, in seconds
+	// at serverETAAt; nil when it has none.
+	serverETA   *float64
+	serverETAAt time.Time
+	drawn       int    // lines on the terminal from the last draw
+	last        string // the state and counts of the last plain line
 }
 
 type sample struct {
@@ -43,13 +47,29 @@ func newProgress(w io.Writer, tty bool, width int, now func() time.Time) *progre
 	return &progress{w: w, tty: tty, width: width, now: now, start: now()}
 }
 
-// update takes one poll's backfill.
+// update takes the backfill as it is now (a poll, or a progress message): a sample of the
+// rate as well as what to draw.
 func (p *progress) update(b client.Backfill) {
 	at := p.now()
 	p.samples = append(p.samples, sample{at: at, done: b.Progress.Done()})
 	for len(p.samples) > 2 && at.Sub(p.samples[1].at) >= rateWindow {
 		p.samples = p.samples[1:]
 	}
+	p.draw(b)
+}
+
+// show draws a backfill as it was at some moment, not necessarily now: an event's snapshot,
+// replayed from the outbox when the watch starts. It is no sample of the rate: a snapshot
+// taken at creation and read a millisecond before the current counts would make a rate of
+// thousands of runs a second.
+func (p *progress) show(b client.Backfill) { p.draw(b) }
+
+// serverEstimate keeps the service's ETA from a progress message (seconds; nil for none).
+func (p *progress) serverEstimate(eta *float64) {
+	p.serverETA, p.serverETAAt = eta, p.now()
+}
+
+func (p *progress) draw(b client.Backfill) {
 	if p.tty {
 		p.redraw(p.lines(b, true))
 		return
@@ -67,7 +87,17 @@ func (p *progress) finish(b client.Backfill) {
 	p.end()
 	pr := b.Progress
 	fmt.Fprintf(p.w, "backfill %d %s: %d/%d done (success %d, failed %d, canceled %d, skipped %d) in %s\n",
-		b.Id, b.State, pr.Done(), pr.Total, pr.Success, pr.Failed, pr.Canceled, pr.Skipped, duration(p.now().Sub(p.start)))
+		b.Id, b.State, pr.Done(), pr.Total, pr.Success, pr.Failed, pr.Canceled, pr.Skipped, duration(p.took(b)))
+}
+
+// took is how long the backfill ran: from its creation to its completion, as the service
+// recorded them, however long this watch lasted; the watch's own time only when the
+// backfill carries no completion time.
+func (p *progress) took(b client.Backfill) time.Duration {
+	if b.CompletedAt != nil && !b.CreatedAt.IsZero() && b.CompletedAt.After(b.CreatedAt) {
+		return b.CompletedAt.Sub(b.CreatedAt)
+	}
+	return p.now().Sub(p.start)
 }
 
 // end leaves the cursor on a fresh line below the drawing.
@@ -96,6 +126,9 @@ func (p *progress) lines(b client.Backfill, bar bool) []string {
 	case b.State == client.BackfillStateCanceling || b.State == client.BackfillStateCanceled:
 		// A canceled backfill never reaches its total: there is nothing to estimate.
 		head += "  canceled, no ETA"
+	case !ok && p.serverETA != nil && !b.State.Terminal():
+		// No two live samples yet: the service's estimate, from its own pace since creation.
+		head += "  -- runs/s  ETA " + etaString(p.serverRemaining())
 	case !ok:
 		head += "  -- runs/s  ETA --"
 	case b.State.Terminal():
@@ -184,4 +217,10 @@ func duration(d time.Duration) string {
 		d = d.Round(time.Minute)
 		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
 	}
+}
+
+// serverRemaining is the service's last estimate less the time since it came.
+func (p *progress) serverRemaining() time.Duration {
+	d := time.Duration(*p.serverETA*float64(time.Second)) - p.now().Sub(p.serverETAAt)
+	return max(d, 0)
 }

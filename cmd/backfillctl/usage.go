@@ -17,12 +17,16 @@ Backfills:
   backfills create --dag-id ID --from-date DATE --to-date DATE [--reprocess-behavior none|failed|completed]
                    [--max-active-runs N] [--run-backwards] [--dag-run-conf JSON] [--description TEXT]
                    [--max-failed-runs N] [--if-match PLAN_HASH]
-                   [--idempotency-key KEY] [--dry-run] [--wait [--interval 1s] [--timeout 0]]
+                   [--idempotency-key KEY] [--dry-run] [--wait [--interval 1s] [--timeout 0] [--wait-through-pause]]
+        The window takes every slot (schedule tick) whose logical date is from --from-date to
+        --to-date, both inclusive: 2024-03-31 is midnight UTC, so @daily's March 31 slot is in
+        and an hourly DAG's later ticks on March 31 are not.
   backfills dry-run --dag-id ID --from-date DATE --to-date DATE [same flags as create]
   backfills get ID
   backfills list [--dag-id ID] [--state STATE] [--active[=false]] [--order-by id|-id] [--limit N] [--offset N]
-  backfills runs ID [--order-by sort_ordinal|-sort_ordinal] [--limit N] [--offset N]
-        The slots with their run's state, attempt, skip reason and note (why it failed).
+  backfills runs ID [--state STATE] [--order-by sort_ordinal|-sort_ordinal] [--limit N] [--offset N | --cursor C]
+        The slots with their run's state, attempt, skip reason and note (why it failed);
+        --state failed lists only the failed ones. A page that has more prints its --cursor.
   backfills pause ID
   backfills unpause ID
   backfills cancel ID
@@ -31,11 +35,24 @@ Backfills:
   backfills retry ID [--max-active-runs N] [--max-failed-runs N] [--dag-run-conf JSON]
                    [--description TEXT] [--idempotency-key KEY] [--if-match PLAN_HASH] [--wait]
         A new backfill of the failed and canceled slots of a finished backfill.
-  watch ID [--interval 1s] [--timeout 0]
+  watch ID [--interval 1s] [--timeout 0] [--wait-through-pause]
         Live progress until the backfill is succeeded, failed or canceled: a bar of done/total
-        (done = success + failed + canceled + skipped), counts per state, rate and ETA.
+        (done = success + failed + canceled + skipped), counts per state, rate and ETA (from
+        what this watch sees live, "--" until two readings; or the service's estimate), and at
+        the end the backfill's own duration. A pause stops the watch with why and what to do
+        (exit code 4) unless --wait-through-pause; the same holds for create --wait.
         Redrawn in place on a terminal, one line per change otherwise (with --output json the
         progress goes to stderr and the final backfill, as JSON, to stdout).
+
+Runs (what an executor does, by hand):
+  runs list DAG_ID [--state STATE] [--backfill-id ID] [--limit N] [--offset N | --cursor C]
+  runs get DAG_ID RUN_ID
+  runs claim --worker-id ID [--dag-id ID] [--limit N] [--lease-seconds N]
+  runs heartbeat ID --worker-id ID
+  runs report DAG_ID RUN_ID --state success|failed|canceled [--worker-id ID] [--note TEXT]
+  runs release ID --worker-id ID
+        ID is a run's numeric id (the ID column), RUN_ID its run_id. Without --worker-id,
+        report marks the run as an operator would.
 
 ` + webhooksUsage + `
 ` + poolsUsage + `
@@ -64,6 +81,8 @@ Exit codes:
   0    success; for watch and create --wait, the backfill succeeded
   1    the watched backfill ended failed
   2    the watched backfill ended canceled
+  4    the watched backfill paused (watch, create --wait; not with --wait-through-pause):
+       the reason and what to do are printed
   3    any other error: a usage error, an unreachable server, or the service's problem
        (its code and detail are printed on stderr, e.g. backfill_already_running)
   130  interrupted while watching (the backfill itself goes on)

@@ -13,16 +13,18 @@ import (
 // waitFlags are the flags of watch and create --wait.
 type waitFlags struct {
 	wait              bool
+	throughPause      bool
 	interval, timeout time.Duration
 }
 
 func (w *waitFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.interval, "interval", time.Second, "time between polls of the backfill, against a server without event streams")
 	fs.DurationVar(&w.timeout, "timeout", 0, "stop watching after this long, exit code 3 (0: never)")
+	fs.BoolVar(&w.throughPause, "wait-through-pause", false, "keep watching while the backfill is paused, instead of exiting with code 4 and why it paused")
 }
 
 func watch(ctx context.Context, c *cli, args []string) error {
-	fs := newFlagSet("watch", "watch ID [--interval 1s] [--timeout 0]", &c.g, c.stderr)
+	fs := newFlagSet("watch", "watch ID [--interval 1s] [--timeout 0] [--wait-through-pause]", &c.g, c.stderr)
 	var wf waitFlags
 	wf.register(fs)
 	pos, err := parse(fs, args)
@@ -63,9 +65,38 @@ func (c *cli) watchBackfill(ctx context.Context, api *client.Client, id int64, w
 		wctx, cancel = context.WithTimeoutCause(ctx, wf.timeout, errWatchTimeout)
 		defer cancel()
 	}
-	b, err := followBackfill(wctx, api, id, p.update)
+	// A pause stops the watch (unless --wait-through-pause): nothing is handed out until
+	// someone acts, so waiting would look like a hang. The snapshot that shows it may be a
+	// replayed one from long ago, so the pause is confirmed with a read of the backfill now.
+	fctx, stopFollowing := context.WithCancelCause(wctx)
+	defer stopFollowing(nil)
+	var paused *client.Backfill
+	checkPause := func(b client.Backfill) {
+		if wf.throughPause || paused != nil || b.State != client.BackfillStatePaused {
+			return
+		}
+		if now, err := api.GetBackfill(fctx, id); err == nil && now.State == client.BackfillStatePaused {
+			paused = &now
+			stopFollowing(errPausedWatch)
+		}
+	}
+	live := func(b client.Backfill) { p.update(b); checkPause(b) }
+	snapshot := func(b client.Backfill) { p.show(b); checkPause(b) }
+	b, err := followBackfill(fctx, api, id, live, snapshot, p.serverEstimate)
 	if errors.Is(err, client.ErrStreamUnsupported) {
-		b, err = api.WaitBackfill(wctx, id, wf.interval, p.update)
+		b, err = api.WaitBackfill(fctx, id, wf.interval, live)
+	}
+	if paused != nil {
+		p.end()
+		p.draw(*paused)
+		p.end()
+		fmt.Fprintln(out, pauseExplanation(*paused))
+		if c.g.output == "json" {
+			if err := c.printJSON(*paused); err != nil {
+				return err
+			}
+		}
+		return &pauseExit{}
 	}
 	if err != nil {
 		p.end()
@@ -93,9 +124,10 @@ func (c *cli) watchBackfill(ctx context.Context, api *client.Client, id int64, w
 }
 
 // followBackfill shows the backfill from its event stream until the terminal event: each
-// event's snapshot, and progress messages applied to the last snapshot. It answers the
-// terminal snapshot, or the last one seen with the error that ended the stream.
-func followBackfill(ctx context.Context, api *client.Client, id int64, update func(client.Backfill)) (client.Backfill, error) {
+// event's snapshot (as it was then: snapshot), and progress messages (as it is now: live)
+// applied to the last snapshot, with the service's estimate (eta). It answers the terminal
+// snapshot, or the last one seen with the error that ended the stream.
+func followBackfill(ctx context.Context, api *client.Client, id int64, live, snapshot func(client.Backfill), eta func(*float64)) (client.Backfill, error) {
 	var last client.Backfill
 	for msg, err := range api.FollowBackfill(ctx, id, 0) {
 		if err != nil {
@@ -104,15 +136,46 @@ func followBackfill(ctx context.Context, api *client.Client, id int64, update fu
 		switch {
 		case msg.Event != nil:
 			last = msg.Event.Data.Backfill
-			update(last)
+			snapshot(last)
 		case msg.Progress != nil && last.Id != 0:
 			last.State = msg.Progress.State
 			last.Progress = msg.Progress.Progress
-			update(last)
+			eta(msg.Progress.EtaSeconds)
+			live(last)
 		}
 	}
 	if !last.State.Terminal() {
 		return last, fmt.Errorf("the event stream of backfill %d ended before the backfill did", id)
 	}
 	return last, nil
+}
+
+// errPausedWatch ends a watch that met a pause.
+var errPausedWatch = errors.New("the backfill is paused")
+
+// pauseExit ends watch or create --wait on a paused backfill (exit code 4); the reason and
+// what to do are already printed.
+type pauseExit struct{}
+
+func (*pauseExit) Error() string { return "backfill paused" }
+
+// pauseExplanation says why a backfill is paused and what can be done about it.
+func pauseExplanation(b client.Backfill) string {
+	why := "paused"
+	switch {
+	case b.PauseReason != nil && *b.PauseReason == client.BackfillPauseReasonFailureBudget && b.MaxFailedRuns != nil:
+		why = fmt.Sprintf("paused by the failure budget: %d failed ≥ max_failed_runs %d", b.Progress.Failed, *b.MaxFailedRuns)
+	case b.PauseReason != nil && *b.PauseReason == client.BackfillPauseReasonFailureBudget:
+		why = fmt.Sprintf("paused by the failure budget: %d failed", b.Progress.Failed)
+	case b.PauseReason != nil && *b.PauseReason == client.BackfillPauseReasonUser:
+		why = "paused by a pause request"
+	}
+	todo := fmt.Sprintf("see why runs failed with 'backfillctl backfills runs %d --state failed'; "+
+		"resume with 'backfillctl backfills unpause %d' (raise the budget first with "+
+		"'backfillctl backfills patch %d --max-failed-runs N'), or stop with 'backfillctl backfills cancel %d'",
+		b.Id, b.Id, b.Id, b.Id)
+	if b.PauseReason == nil || *b.PauseReason != client.BackfillPauseReasonFailureBudget {
+		todo = fmt.Sprintf("resume with 'backfillctl backfills unpause %d', or stop with 'backfillctl backfills cancel %d'", b.Id, b.Id)
+	}
+	return fmt.Sprintf("backfill %d %s.\nnext: %s", b.Id, why, todo)
 }

@@ -2,6 +2,8 @@
 // an SDK uses. No framework and no build step; every element is made with h(), never from
 // HTML strings, so nothing the API returns can inject markup.
 
+import { failedRunsSection } from "./failed_runs.js";
+
 const API = "api/v1";
 const TOKEN_KEY = "backfill.token";
 const TERMINAL = new Set(["succeeded", "failed", "canceled"]);
@@ -202,6 +204,7 @@ async function backfillPage(id) {
   const grid = h("div", { class: "grid", id: "grid", role: "list", "aria-label": "Slots by state" });
   const gridNote = h("p", { class: "muted" });
   const events = h("tbody", { id: "events" });
+  const failed = failedRunsSection(id, { api, h });
   const legend = h("div", { class: "legend", "aria-hidden": "false" },
     ...SLOT_STATES.map((s) => h("span", {}, h("span", { class: `cell s-${s}` }), s)));
 
@@ -307,9 +310,10 @@ async function backfillPage(id) {
   await refresh();
   show(title, fields, h("h3", {}, "Progress"), bar, actions, limits,
     h("h3", {}, "Slots"), legend, grid, gridNote,
+    failed.node,
     h("h3", {}, "Events"), h("div", { class: "scroll" }, h("table", {},
       h("thead", {}, h("tr", {}, ...["Id", "Type", "When", "Reason"].map((t) => h("th", { scope: "col" }, t)))), events)));
-  await Promise.all([refreshGrid(), refreshEvents().catch(() => {})]);
+  await Promise.all([refreshGrid(), refreshEvents().catch(() => {}), failed.refresh().catch(showError)]);
 
   // Live: the backfill's event stream; progress messages move the bar, lifecycle events
   // refresh the page. The grid follows at most once a second.
@@ -324,7 +328,12 @@ async function backfillPage(id) {
       state.gridDirty = true;
       render();
     },
-    lifecycle: () => { state.gridDirty = true; refresh().catch(showError); refreshEvents().catch(() => {}); },
+    lifecycle: () => {
+      state.gridDirty = true;
+      refresh().catch(showError);
+      refreshEvents().catch(() => {});
+      failed.refresh().catch(() => {});
+    },
     fallback: () => {
       const poll = setInterval(() => { state.gridDirty = true; refresh().catch(showError); }, 2000);
       const prev = leave;

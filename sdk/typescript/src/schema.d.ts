@@ -473,6 +473,15 @@ export interface paths {
          *     `after` itself on an empty page). A reader that does so never misses an event: ids
          *     are taken in commit order, so an event never becomes visible after one with a larger
          *     id has been answered. Events are kept at least 7 days.
+         *
+         *     With `Accept: text/event-stream`, a Server-Sent Events stream of every event (or of
+         *     those the filters keep), with the rules of `GET /backfills/{backfill_id}/events`: the
+         *     stored events after `Last-Event-ID` (or `after`; all when both are absent), then each
+         *     new one as it is committed, as `id:`, `event:` and `data:`; a `: keep-alive` comment
+         *     every 15 s of silence; 503 `busy` beyond the server's stream limit. Unlike a
+         *     backfill's stream it sends no `progress` messages and does not end after a terminal
+         *     event: it ends only when the client leaves or the server shuts down (reconnect with
+         *     `Last-Event-ID`: nothing is repeated and nothing missed).
          */
         get: operations["listEvents"];
         put?: never;
@@ -709,9 +718,11 @@ export interface paths {
          *
          *     The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
          *     here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-         *     URL is 422 `invalid_webhook`. Targets that resolve to loopback, link-local or
-         *     unspecified addresses are refused at delivery (on the address dialed) unless the
-         *     server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+         *     URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
+         *     unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
+         *     `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+         *     Names that resolve to such addresses are refused at delivery (on the address dialed),
+         *     with the same exception.
          *
          *     **Idempotency-Key** is honoured as in `POST /backfills`: the same key with the same
          *     request creates nothing and answers 201 with the same webhook, secret included, and
@@ -939,7 +950,8 @@ export interface paths {
         };
         /**
          * Web console asset
-         * @description The console's script `app.js` or style sheet `style.css`. Answers carry a strong
+         * @description The console's scripts (`app.js` and the modules it imports, such as
+         *     `failed_runs.js`) or style sheet `style.css`. Answers carry a strong
          *     `ETag`; `If-None-Match` gets 304. Any other name is 404 `not_found`.
          */
         get: operations["getUIAsset"];
@@ -1095,6 +1107,8 @@ export interface components {
             dags: components["schemas"]["Dag"][];
             /** Format: int64 */
             total_entries: number;
+            /** @description Send as `cursor` for the next page; null on the last page. */
+            next_cursor: string | null;
         };
         DagRun: {
             /**
@@ -1201,6 +1215,8 @@ export interface components {
             dag_runs: components["schemas"]["DagRun"][];
             /** Format: int64 */
             total_entries: number;
+            /** @description Send as `cursor` for the next page; null on the last page. */
+            next_cursor: string | null;
         };
         BackfillCreate: {
             dag_id: components["schemas"]["DagId"];
@@ -1332,6 +1348,8 @@ export interface components {
             backfills: components["schemas"]["Backfill"][];
             /** Format: int64 */
             total_entries: number;
+            /** @description Send as `cursor` for the next page; null on the last page. */
+            next_cursor: string | null;
         };
         DryRunEntry: {
             /** Format: date-time */
@@ -1381,6 +1399,8 @@ export interface components {
             backfill_dag_runs: components["schemas"]["BackfillDagRun"][];
             /** Format: int64 */
             total_entries: number;
+            /** @description Send as `cursor` for the next page; null on the last page. */
+            next_cursor: string | null;
         };
         /**
          * Format: int32
@@ -1698,8 +1718,15 @@ export interface components {
         RunDbIdPath: number;
         /** @description Page size. */
         Limit: number;
-        /** @description Entries to skip before the page starts. */
+        /** @description Entries to skip before the page starts. Not with `cursor` (where a listing takes one). */
         Offset: number;
+        /**
+         * @description The `next_cursor` of the previous page: the page starts right after that page's last
+         *     entry, in the same order, whatever was inserted or removed before it, and costs the
+         *     same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+         *     400 `invalid_request`, as is a cursor of another listing or order.
+         */
+        Cursor: string;
         /** @description Answer only events with a larger id (the last id the reader saw). */
         EventsAfter: number;
         /** @description Only events of this type. */
@@ -1747,8 +1774,15 @@ export interface operations {
             query?: {
                 /** @description Page size. */
                 limit?: components["parameters"]["Limit"];
-                /** @description Entries to skip before the page starts. */
+                /** @description Entries to skip before the page starts. Not with `cursor` (where a listing takes one). */
                 offset?: components["parameters"]["Offset"];
+                /**
+                 * @description The `next_cursor` of the previous page: the page starts right after that page's last
+                 *     entry, in the same order, whatever was inserted or removed before it, and costs the
+                 *     same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+                 *     400 `invalid_request`, as is a cursor of another listing or order.
+                 */
+                cursor?: components["parameters"]["Cursor"];
             };
             header?: never;
             path?: never;
@@ -1878,8 +1912,15 @@ export interface operations {
                 backfill_id?: number;
                 /** @description Page size. */
                 limit?: components["parameters"]["Limit"];
-                /** @description Entries to skip before the page starts. */
+                /** @description Entries to skip before the page starts. Not with `cursor` (where a listing takes one). */
                 offset?: components["parameters"]["Offset"];
+                /**
+                 * @description The `next_cursor` of the previous page: the page starts right after that page's last
+                 *     entry, in the same order, whatever was inserted or removed before it, and costs the
+                 *     same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+                 *     400 `invalid_request`, as is a cursor of another listing or order.
+                 */
+                cursor?: components["parameters"]["Cursor"];
             };
             header?: never;
             path: {
@@ -2035,8 +2076,15 @@ export interface operations {
                 order_by?: "id" | "-id";
                 /** @description Page size. */
                 limit?: components["parameters"]["Limit"];
-                /** @description Entries to skip before the page starts. */
+                /** @description Entries to skip before the page starts. Not with `cursor` (where a listing takes one). */
                 offset?: components["parameters"]["Offset"];
+                /**
+                 * @description The `next_cursor` of the previous page: the page starts right after that page's last
+                 *     entry, in the same order, whatever was inserted or removed before it, and costs the
+                 *     same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+                 *     400 `invalid_request`, as is a cursor of another listing or order.
+                 */
+                cursor?: components["parameters"]["Cursor"];
             };
             header?: never;
             path?: never;
@@ -2258,10 +2306,22 @@ export interface operations {
             query?: {
                 /** @description `sort_ordinal` ascending (default) or `-sort_ordinal` descending. */
                 order_by?: "sort_ordinal" | "-sort_ordinal";
+                /**
+                 * @description Only slots whose `state` is this (for example `failed`, with each run's `note` and
+                 *     `attempt`). Skipped slots have no state and never match.
+                 */
+                state?: components["schemas"]["DagRunState"];
                 /** @description Page size. */
                 limit?: components["parameters"]["Limit"];
-                /** @description Entries to skip before the page starts. */
+                /** @description Entries to skip before the page starts. Not with `cursor` (where a listing takes one). */
                 offset?: components["parameters"]["Offset"];
+                /**
+                 * @description The `next_cursor` of the previous page: the page starts right after that page's last
+                 *     entry, in the same order, whatever was inserted or removed before it, and costs the
+                 *     same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+                 *     400 `invalid_request`, as is a cursor of another listing or order.
+                 */
+                cursor?: components["parameters"]["Cursor"];
             };
             header?: never;
             path: {
@@ -2387,22 +2447,33 @@ export interface operations {
                 limit?: components["parameters"]["Limit"];
                 /** @description Only this backfill's events. */
                 backfill_id?: number;
+                /** @description Only events of this DAG's backfills. */
+                dag_id?: components["schemas"]["DagId"];
                 /** @description Only events of this type. */
                 type?: components["parameters"]["EventTypeQuery"];
             };
-            header?: never;
+            header?: {
+                /** @description The last event id the client saw; takes precedence over `after`. */
+                "Last-Event-ID"?: number;
+            };
             path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description A page of events. */
+            /** @description A page of events as JSON, or the event stream. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["EventCollection"];
+                    /**
+                     * @example id: 41
+                     *     event: backfill.created
+                     *     data: {"id":41,"type":"backfill.created","backfill_id":7,...}
+                     */
+                    "text/event-stream": string;
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -2571,7 +2642,7 @@ export interface operations {
             query?: {
                 /** @description Page size. */
                 limit?: components["parameters"]["Limit"];
-                /** @description Entries to skip before the page starts. */
+                /** @description Entries to skip before the page starts. Not with `cursor` (where a listing takes one). */
                 offset?: components["parameters"]["Offset"];
             };
             header?: never;
@@ -2697,7 +2768,7 @@ export interface operations {
             query?: {
                 /** @description Page size. */
                 limit?: components["parameters"]["Limit"];
-                /** @description Entries to skip before the page starts. */
+                /** @description Entries to skip before the page starts. Not with `cursor` (where a listing takes one). */
                 offset?: components["parameters"]["Offset"];
             };
             header?: never;
@@ -2825,7 +2896,7 @@ export interface operations {
                 event_id?: number;
                 /** @description Page size. */
                 limit?: components["parameters"]["Limit"];
-                /** @description Entries to skip before the page starts. */
+                /** @description Entries to skip before the page starts. Not with `cursor` (where a listing takes one). */
                 offset?: components["parameters"]["Offset"];
             };
             header?: never;
@@ -2999,7 +3070,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description The file name, `app.js` or `style.css`. */
+                /** @description The file name, such as `app.js` or `style.css`. */
                 asset: string;
             };
             cookie?: never;

@@ -1,0 +1,62 @@
+// The failed runs of a backfill: a paged table (sort ordinal, logical date, run, attempt and
+// the worker's note) read from the slot listing filtered by state, following next_cursor so
+// that a page deep in a 40,000-slot backfill costs what the first does.
+
+const PAGE = 50;
+
+// Timestamps to the second, in UTC, with the browser's own zone in the tooltip.
+export function fmtSecond(s) {
+  if (!s) return "—";
+  return s.replace("T", " ").replace(/(\.\d+)?Z$/, " UTC");
+}
+
+function localTitle(s) {
+  if (!s) return undefined;
+  const d = new Date(s);
+  return isNaN(d) ? undefined : `${d.toLocaleString()} (${Intl.DateTimeFormat().resolvedOptions().timeZone})`;
+}
+
+// failedRunsSection makes the section; refresh() re-reads the current page.
+export function failedRunsSection(id, { api, h }) {
+  const count = h("p", { class: "muted", id: "failed-count" });
+  const body = h("tbody", { id: "failed-runs" });
+  const prev = h("button", { type: "button", class: "secondary", id: "failed-prev" }, "Previous page");
+  const next = h("button", { type: "button", class: "secondary", id: "failed-next" }, "Next page");
+  // cursors[i] is the cursor of page i (null for the first page).
+  const cursors = [null];
+  let page = 0;
+  let nextCursor = null;
+
+  const load = async () => {
+    const c = cursors[page];
+    const q = `state=failed&limit=${PAGE}` + (c ? `&cursor=${encodeURIComponent(c)}` : "");
+    const { data } = await api("GET", `/backfills/${id}/dag_runs?${q}`);
+    nextCursor = data.next_cursor;
+    const first = page * PAGE + 1;
+    count.textContent = data.total_entries === 0 ? "No failed runs."
+      : `${data.total_entries} failed run${data.total_entries === 1 ? "" : "s"}; showing ${first}–${first + data.backfill_dag_runs.length - 1}.`;
+    body.replaceChildren(...data.backfill_dag_runs.map((s) => h("tr", { "data-run-id": s.run_id },
+      h("td", {}, s.sort_ordinal),
+      h("td", { title: localTitle(s.logical_date) }, fmtSecond(s.logical_date)),
+      h("td", {}, s.run_id ?? "—"),
+      h("td", {}, s.attempt ?? "—"),
+      h("td", { class: "note" }, s.note ?? "—"))));
+    prev.disabled = page === 0;
+    next.disabled = !nextCursor;
+  };
+  prev.addEventListener("click", () => { if (page > 0) { page--; load().catch(() => {}); } });
+  next.addEventListener("click", () => {
+    if (!nextCursor) return;
+    cursors[page + 1] = nextCursor;
+    page++;
+    load().catch(() => {});
+  });
+
+  const node = h("section", { id: "failed-section" },
+    h("h3", {}, "Failed runs"), count,
+    h("div", { class: "scroll" }, h("table", {},
+      h("thead", {}, h("tr", {}, ...["#", "Logical date", "Run", "Attempt", "Note"].map((t) => h("th", { scope: "col" }, t)))),
+      body)),
+    h("div", { class: "actions" }, prev, next));
+  return { node, refresh: load };
+}
