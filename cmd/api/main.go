@@ -167,7 +167,9 @@ func serve(ctx context.Context, cfg config, db, leaseDB *sqlx.DB, dsn dsn, logge
 		Logger:   logger.With("component", "sweeper"),
 		OnPass:   m.SweepPassed,
 	})
-	sweep.Start(context.WithoutCancel(ctx))
+	if err := sweep.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("start sweeper: %w", err)
+	}
 	defer sweep.Stop()
 
 	deliver := webhooks.New(store, webhooks.Config{
@@ -176,7 +178,9 @@ func serve(ctx context.Context, cfg config, db, leaseDB *sqlx.DB, dsn dsn, logge
 		Logger:      logger.With("component", "webhooks"),
 		Observer:    m,
 	})
-	deliver.Start(context.WithoutCancel(ctx))
+	if err := deliver.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("start webhook delivery: %w", err)
+	}
 	defer deliver.Stop()
 
 	serveErr := make(chan error, 1)
