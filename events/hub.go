@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/backfillsvc/backfill/internal/startstop"
 	"github.com/backfillsvc/backfill/repo"
 	"github.com/lib/pq"
 )
@@ -71,6 +72,8 @@ type Config struct {
 
 // Hub is a start/stop background service.
 type Hub struct {
+	startstop.Base
+
 	store Store
 	cfg   Config
 	log   *slog.Logger
@@ -81,11 +84,8 @@ type Hub struct {
 	count    int
 	stopping bool
 	stopped  chan struct{} // closed when streams must end (Stop)
-	started  bool
-	cancel   context.CancelFunc
-	done     chan struct{}
 
-	// Owned by the loop goroutine.
+	// Owned by the loop goroutine (set by start before it is spawned).
 	cursor   int64
 	progress map[int64]Progress
 }
@@ -93,20 +93,20 @@ type Hub struct {
 // New returns a stopped Hub.
 func New(store Store, cfg Config) *Hub {
 	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = 2 * time.Second
+		cfg.PollInterval = DefaultPollInterval
 	}
 	if cfg.FallbackPollInterval <= 0 {
 		cfg.FallbackPollInterval = 500 * time.Millisecond
 	}
 	cfg.FallbackPollInterval = min(cfg.FallbackPollInterval, cfg.PollInterval)
 	if cfg.ProgressInterval <= 0 {
-		cfg.ProgressInterval = 250 * time.Millisecond
+		cfg.ProgressInterval = DefaultProgressInterval
 	}
 	if cfg.MaxStreams <= 0 {
-		cfg.MaxStreams = 2000
+		cfg.MaxStreams = DefaultMaxStreams
 	}
 	if cfg.Batch <= 0 {
-		cfg.Batch = 500
+		cfg.Batch = DefaultBatch
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -115,32 +115,27 @@ func New(store Store, cfg Config) *Hub {
 	if obs == nil {
 		obs = nopObserver{}
 	}
-	return &Hub{
+	h := &Hub{
 		store: store, cfg: cfg, log: cfg.Logger, obs: obs,
 		subs:     map[int64]map[*Subscription]struct{}{},
 		stopped:  make(chan struct{}),
 		progress: map[int64]Progress{},
 	}
+	// Start (from startstop.Base) begins listening from the outbox's current end (streams
+	// replay older events themselves). It returns an error only when the outbox cannot be
+	// read at all; a LISTEN connection that fails is retried in the background while polling
+	// carries on. A second Start while the listener runs is a no-op.
+	h.Init(h.loop, h.start)
+	return h
 }
 
-// Start begins listening from the outbox's current end (streams replay older events
-// themselves). It returns an error only when the outbox cannot be read at all; a LISTEN
-// connection that fails is retried in the background while polling carries on.
-func (h *Hub) Start(ctx context.Context) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.started {
-		return nil
-	}
+// start reads where the outbox ends before the loop is spawned.
+func (h *Hub) start(ctx context.Context) error {
 	cursor, err := h.store.EventLastID(ctx)
 	if err != nil {
 		return err
 	}
 	h.cursor = cursor
-	h.started = true
-	ctx, h.cancel = context.WithCancel(ctx)
-	h.done = make(chan struct{})
-	go h.loop(ctx, h.done)
 	return nil
 }
 
@@ -157,17 +152,10 @@ func (h *Hub) EndStreams() {
 }
 
 // Stop ends every stream and the listener, and waits for the listener. It is idempotent and
-// safe before Start.
+// safe before Start. Streams stay refused afterwards, even if the listener is started again.
 func (h *Hub) Stop() {
 	h.EndStreams()
-	h.mu.Lock()
-	cancel, done := h.cancel, h.done
-	h.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
+	h.Base.Stop()
 }
 
 // Subscribe opens a stream's subscription to one backfill. Subscribe before replaying stored
@@ -213,8 +201,7 @@ func (h *Hub) unsubscribe(s *Subscription) {
 	h.obs.StreamsOpen(h.count)
 }
 
-func (h *Hub) loop(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (h *Hub) loop(ctx context.Context) {
 	var (
 		listener *pq.Listener
 		notify   <-chan *pq.Notification

@@ -7,8 +7,19 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
+
+	"github.com/backfillsvc/backfill/internal/startstop"
+)
+
+// Defaults of Config, exported so that the service's configuration reuses them.
+const (
+	DefaultInterval          = 5 * time.Second
+	DefaultBatch             = 500
+	DefaultMaxBatches        = 100
+	DefaultBatchTimeout      = 30 * time.Second
+	DefaultIdempotencyKeyTTL = 24 * time.Hour     // the contract's minimum
+	DefaultEventTTL          = 7 * 24 * time.Hour // the contract's minimum
 )
 
 // Store is what a pass needs from the repository.
@@ -40,71 +51,46 @@ type Config struct {
 	OnPass func(d time.Duration, err error)
 }
 
-// Sweeper is a start/stop background service.
+// Sweeper is a start/stop background service: Start spawns the loop (one pass at once, then
+// one per interval; a second Start while it runs is a no-op), Stop ends it and waits for it
+// (idempotent, safe before Start).
 type Sweeper struct {
+	startstop.Base
+
 	store Store
 	cfg   Config
 	log   *slog.Logger
-
-	mu      sync.Mutex
-	started bool
-	cancel  context.CancelFunc
-	done    chan struct{}
 }
 
 // New returns a stopped Sweeper.
 func New(store Store, cfg Config) *Sweeper {
 	if cfg.Interval <= 0 {
-		cfg.Interval = 5 * time.Second
+		cfg.Interval = DefaultInterval
 	}
 	if cfg.Batch <= 0 {
-		cfg.Batch = 500
+		cfg.Batch = DefaultBatch
 	}
 	if cfg.MaxBatches <= 0 {
-		cfg.MaxBatches = 100
+		cfg.MaxBatches = DefaultMaxBatches
 	}
 	if cfg.BatchTimeout <= 0 {
-		cfg.BatchTimeout = 30 * time.Second
+		cfg.BatchTimeout = DefaultBatchTimeout
 	}
 	if cfg.IdempotencyKeyTTL <= 0 {
-		cfg.IdempotencyKeyTTL = 24 * time.Hour
+		cfg.IdempotencyKeyTTL = DefaultIdempotencyKeyTTL
 	}
 	if cfg.EventTTL <= 0 {
-		cfg.EventTTL = 7 * 24 * time.Hour
+		cfg.EventTTL = DefaultEventTTL
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Sweeper{store: store, cfg: cfg, log: cfg.Logger}
+	s := &Sweeper{store: store, cfg: cfg, log: cfg.Logger}
+	s.Init(s.loop, nil)
+	return s
 }
 
-// Start spawns the loop: one pass at once, then one per interval. A second Start is a no-op.
-func (s *Sweeper) Start(ctx context.Context) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.started {
-		return
-	}
-	s.started = true
-	ctx, s.cancel = context.WithCancel(ctx)
-	s.done = make(chan struct{})
-	go s.loop(ctx, s.done)
-}
-
-// Stop ends the loop and waits for it. It is idempotent and safe before Start.
-func (s *Sweeper) Stop() {
-	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
-
-func (s *Sweeper) loop(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (s *Sweeper) loop(ctx context.Context) {
 	ticker := time.NewTicker(s.cfg.Interval)
 	defer ticker.Stop()
 	for {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/events"
+	"github.com/backfillsvc/backfill/internal/startstop"
 	"github.com/backfillsvc/backfill/repo"
 )
 
@@ -80,6 +81,8 @@ type Config struct {
 // Deliverer is a start/stop background service: the delivery loop and the purge of deleted
 // webhooks' logs.
 type Deliverer struct {
+	startstop.Base
+
 	store  Store
 	cfg    Config
 	log    *slog.Logger
@@ -88,35 +91,30 @@ type Deliverer struct {
 	// inFlight counts this replica's attempts in flight per webhook.
 	fmu      sync.Mutex
 	inFlight map[int64]int
-
-	mu      sync.Mutex
-	started bool
-	cancel  context.CancelFunc
-	done    chan struct{}
 }
 
 // New returns a stopped Deliverer.
 func New(store Store, cfg Config) *Deliverer {
 	if cfg.Interval <= 0 {
-		cfg.Interval = 500 * time.Millisecond
+		cfg.Interval = DefaultInterval
 	}
 	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 4
+		cfg.Concurrency = DefaultConcurrency
 	}
 	if cfg.MaxInFlight <= 0 {
-		cfg.MaxInFlight = 256
+		cfg.MaxInFlight = DefaultMaxInFlight
 	}
 	if cfg.Timeout <= 0 {
-		cfg.Timeout = 10 * time.Second
+		cfg.Timeout = DefaultTimeout
 	}
 	if cfg.Lease <= 0 {
-		cfg.Lease = cfg.Timeout + 5*time.Second
+		cfg.Lease = cfg.Timeout + DefaultLeaseMargin
 	}
 	if cfg.PurgeInterval <= 0 {
-		cfg.PurgeInterval = 2 * time.Second
+		cfg.PurgeInterval = DefaultPurgeInterval
 	}
 	if cfg.PurgeBatch <= 0 {
-		cfg.PurgeBatch = 2000
+		cfg.PurgeBatch = DefaultPurgeBatch
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -124,7 +122,9 @@ func New(store Store, cfg Config) *Deliverer {
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
-	return &Deliverer{store: store, cfg: cfg, log: cfg.Logger, client: newHTTPClient(cfg), inFlight: map[int64]int{}}
+	d := &Deliverer{store: store, cfg: cfg, log: cfg.Logger, client: newHTTPClient(cfg), inFlight: map[int64]int{}}
+	d.Init(d.run, nil)
+	return d
 }
 
 // newHTTPClient never follows redirects (a 3xx is a failed attempt like any non-2xx), never
@@ -148,37 +148,15 @@ func newHTTPClient(cfg Config) *http.Client {
 	}
 }
 
-// Start spawns the loops: one pass of each at once, then one per interval. A second Start is
-// a no-op.
-func (d *Deliverer) Start(ctx context.Context) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.started {
-		return
-	}
-	d.started = true
-	ctx, d.cancel = context.WithCancel(ctx)
-	d.done = make(chan struct{})
+// run is what Start (from startstop.Base) spawns: the delivery and purge loops, one pass of
+// each at once, then one per interval; a second Start while they run is a no-op. Stop ends
+// the loops and waits for them; attempts in flight are abandoned and made due again at once.
+// Stop is idempotent and safe before Start.
+func (d *Deliverer) run(ctx context.Context) {
 	var loops sync.WaitGroup
 	loops.Go(func() { d.loop(ctx) })
 	loops.Go(func() { d.purgeLoop(ctx) })
-	go func() {
-		loops.Wait()
-		close(d.done)
-	}()
-}
-
-// Stop ends the loops and waits for them; attempts in flight are abandoned and made due
-// again at once. It is idempotent and safe before Start.
-func (d *Deliverer) Stop() {
-	d.mu.Lock()
-	cancel, done := d.cancel, d.done
-	d.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
+	loops.Wait()
 }
 
 // InFlight is the number of this replica's attempts in flight to one webhook.

@@ -8,8 +8,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/backfillsvc/backfill/events"
 	"github.com/backfillsvc/backfill/handlers"
 	"github.com/backfillsvc/backfill/repo"
+	"github.com/backfillsvc/backfill/sweeper"
+	"github.com/backfillsvc/backfill/webhooks"
 )
 
 // config is everything the process reads from its environment; no other package reads it.
@@ -77,15 +80,16 @@ const admissionPoolReserve = 2
 // subcommand probes the same port.
 const defaultHTTPAddr = ":8080"
 
-// loadConfig reads the environment over the defaults below, the one place each service default
-// is written (the repository's two are its own documented fallbacks, reused here); the tables of
+// loadConfig reads the environment over the defaults below. A default a package applies itself
+// (the repository's, the sweeper's, the event hub's, webhook delivery's) is that package's
+// exported constant, so that each is written once; the rest are written here. The tables of
 // docs/OPERATIONS.md and README.md are checked against these values (defaults_test.go).
 func loadConfig(getenv func(string) string) (config, error) {
 	cfg := config{
 		DatabaseURL:       getenv("DATABASE_URL"),
 		DirectDatabaseURL: getenv("DIRECT_DATABASE_URL"),
 		HTTPAddr:          defaultHTTPAddr,
-		SweepInterval:     5 * time.Second,
+		SweepInterval:     sweeper.DefaultInterval,
 		MaxBackfillRuns:   repo.DefaultMaxBackfillRuns,
 		MaxAttempts:       repo.DefaultMaxAttempts,
 		DBMaxConns:        20,
@@ -94,9 +98,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 
 		DBReconnectWait:    5 * time.Second,
 		DBConnMaxLifetime:  time.Minute,
-		EventStreamsMax:    2000,
-		WebhookConcurrency: 4,
-		EventPollInterval:  2 * time.Second,
+		EventStreamsMax:    events.DefaultMaxStreams,
+		WebhookConcurrency: webhooks.DefaultConcurrency,
+		EventPollInterval:  events.DefaultPollInterval,
 		AdmissionWait:      100 * time.Millisecond,
 		AdmissionLongWait:  time.Second,
 		DBLeaseMaxConns:    handlers.DefaultLeaseMaxInFlight,

@@ -196,7 +196,9 @@ func serve(ctx context.Context, cfg config, db, leaseDB *sqlx.DB, direct dsn, lo
 		Logger:   logger.With("component", "sweeper"),
 		OnPass:   m.SweepPassed,
 	})
-	sweep.Start(context.WithoutCancel(ctx))
+	if err := sweep.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("start sweeper: %w", err)
+	}
 	defer sweep.Stop()
 
 	deliver := webhooks.New(store, webhooks.Config{
@@ -205,7 +207,9 @@ func serve(ctx context.Context, cfg config, db, leaseDB *sqlx.DB, direct dsn, lo
 		Logger:      logger.With("component", "webhooks"),
 		Observer:    m,
 	})
-	deliver.Start(context.WithoutCancel(ctx))
+	if err := deliver.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("start webhook delivery: %w", err)
+	}
 	defer deliver.Stop()
 
 	serveErr := make(chan error, 1)
