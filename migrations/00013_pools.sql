@@ -129,7 +129,203 @@ CREATE TRIGGER dag_runs_pool_counts_delete AFTER DELETE ON dag_runs
     FOR EACH ROW WHEN (OLD.pool IS NOT NULL AND OLD.backfill_id IS NULL AND OLD.state IN ('queued', 'running'))
     EXECUTE FUNCTION dag_runs_pool_counts();
 
+
+-- A backfill's pool is one of its settings: a PATCH that moves it writes backfill.updated like
+-- any other setting's change. The event writer (00011) is redefined with pool among the
+-- settings it compares, and its trigger fires on a change of pool.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION backfill_events_write() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    settings constant text[] := ARRAY['max_active_runs', 'description', 'max_failed_runs', 'pool'];
+    born_terminal constant boolean :=
+        current_setting('backfill.born_terminal', true) = NEW.id::text;
+    kinds text[] := ARRAY[]::text[];
+    kind text;
+    snap backfills;
+    rows jsonb[] := ARRAY[]::jsonb[];
+    extra jsonb;
+    k text;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        -- A backfill born terminal writes its creation with its final row, below.
+        IF born_terminal THEN
+            RETURN NULL;
+        END IF;
+        kinds := ARRAY['backfill.created'];
+    ELSIF born_terminal AND OLD.state = 'running' AND NEW.state = 'succeeded' THEN
+        kinds := ARRAY['backfill.created', 'backfill.succeeded'];
+    ELSE
+        FOREACH k IN ARRAY settings LOOP
+            IF (to_jsonb(OLD) -> k) IS DISTINCT FROM (to_jsonb(NEW) -> k) THEN
+                kinds := ARRAY['backfill.updated'];
+                EXIT;
+            END IF;
+        END LOOP;
+        IF NEW.state IS DISTINCT FROM OLD.state THEN
+            kind := CASE
+                WHEN NEW.state = 'paused' THEN 'backfill.paused'
+                WHEN NEW.state = 'running' AND OLD.state = 'paused' THEN 'backfill.unpaused'
+                WHEN NEW.state IN ('canceling', 'succeeded', 'failed', 'canceled') THEN 'backfill.' || NEW.state
+            END;
+            IF kind IS NOT NULL THEN
+                kinds := kinds || kind;
+            END IF;
+        END IF;
+    END IF;
+    IF cardinality(kinds) = 0 THEN
+        RETURN NULL;
+    END IF;
+
+    -- The snapshot is the backfill as GET answers it after the transaction: the row as it is
+    -- at commit, with the counter changes made later in the same transaction. A state that a
+    -- later statement of this transaction changed again was never seen by anyone: that
+    -- change's own firing reports it, and this one reports nothing. SERIALIZABLE transactions
+    -- (creation, retry) write the row last and use NEW: a read of backfills there would add
+    -- predicate locks on index pages that concurrent creations insert into.
+    snap := NEW;
+    IF TG_OP = 'UPDATE' AND current_setting('transaction_isolation') <> 'serializable' THEN
+        SELECT * INTO snap FROM backfills WHERE id = NEW.id;
+        IF NOT FOUND THEN
+            snap := NEW;
+        ELSIF snap.state IS DISTINCT FROM NEW.state THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+
+    -- Everything that reads is done before the lock.
+    FOREACH kind IN ARRAY kinds LOOP
+        extra := '{}';
+        IF kind = 'backfill.paused' THEN
+            extra := jsonb_build_object('reason', coalesce(to_jsonb(NEW) ->> 'pause_reason', 'user'));
+        END IF;
+        rows := rows || (jsonb_build_object('backfill', backfill_api_json(snap)) || extra);
+    END LOOP;
+
+    -- Commit order = id order (00007): event writers take their ids one at a time, and hold
+    -- the lock to the end of the commit. It is the last step: after it come only the
+    -- inserts of these events (fresh ids) and of their deliveries (no foreign key to a row
+    -- another transaction may hold), so no holder waits on anything but the commit itself.
+    PERFORM pg_advisory_xact_lock(111559182283891);
+    INSERT INTO events (type, backfill_id, dag_id, occurred_at, data)
+    SELECT kinds[i], NEW.id, NEW.dag_id, backfill_now(), rows[i]
+    FROM generate_subscripts(kinds, 1) AS i
+    ORDER BY i;
+    PERFORM pg_notify('backfill_events', '');
+    RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+DROP TRIGGER backfills_events_on_update ON backfills;
+CREATE CONSTRAINT TRIGGER backfills_events_on_update AFTER UPDATE ON backfills
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW
+    WHEN (OLD.state IS DISTINCT FROM NEW.state
+          OR OLD.updated_at IS DISTINCT FROM NEW.updated_at
+          OR OLD.max_active_runs IS DISTINCT FROM NEW.max_active_runs
+          OR OLD.max_failed_runs IS DISTINCT FROM NEW.max_failed_runs
+          OR OLD.description IS DISTINCT FROM NEW.description
+          OR OLD.pool IS DISTINCT FROM NEW.pool)
+    EXECUTE FUNCTION backfill_events_write();
+
 -- +goose Down
+-- The event writer and its trigger as 00011 left them.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION backfill_events_write() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    settings constant text[] := ARRAY['max_active_runs', 'description', 'max_failed_runs'];
+    born_terminal constant boolean :=
+        current_setting('backfill.born_terminal', true) = NEW.id::text;
+    kinds text[] := ARRAY[]::text[];
+    kind text;
+    snap backfills;
+    rows jsonb[] := ARRAY[]::jsonb[];
+    extra jsonb;
+    k text;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        -- A backfill born terminal writes its creation with its final row, below.
+        IF born_terminal THEN
+            RETURN NULL;
+        END IF;
+        kinds := ARRAY['backfill.created'];
+    ELSIF born_terminal AND OLD.state = 'running' AND NEW.state = 'succeeded' THEN
+        kinds := ARRAY['backfill.created', 'backfill.succeeded'];
+    ELSE
+        FOREACH k IN ARRAY settings LOOP
+            IF (to_jsonb(OLD) -> k) IS DISTINCT FROM (to_jsonb(NEW) -> k) THEN
+                kinds := ARRAY['backfill.updated'];
+                EXIT;
+            END IF;
+        END LOOP;
+        IF NEW.state IS DISTINCT FROM OLD.state THEN
+            kind := CASE
+                WHEN NEW.state = 'paused' THEN 'backfill.paused'
+                WHEN NEW.state = 'running' AND OLD.state = 'paused' THEN 'backfill.unpaused'
+                WHEN NEW.state IN ('canceling', 'succeeded', 'failed', 'canceled') THEN 'backfill.' || NEW.state
+            END;
+            IF kind IS NOT NULL THEN
+                kinds := kinds || kind;
+            END IF;
+        END IF;
+    END IF;
+    IF cardinality(kinds) = 0 THEN
+        RETURN NULL;
+    END IF;
+
+    -- The snapshot is the backfill as GET answers it after the transaction: the row as it is
+    -- at commit, with the counter changes made later in the same transaction. A state that a
+    -- later statement of this transaction changed again was never seen by anyone: that
+    -- change's own firing reports it, and this one reports nothing. SERIALIZABLE transactions
+    -- (creation, retry) write the row last and use NEW: a read of backfills there would add
+    -- predicate locks on index pages that concurrent creations insert into.
+    snap := NEW;
+    IF TG_OP = 'UPDATE' AND current_setting('transaction_isolation') <> 'serializable' THEN
+        SELECT * INTO snap FROM backfills WHERE id = NEW.id;
+        IF NOT FOUND THEN
+            snap := NEW;
+        ELSIF snap.state IS DISTINCT FROM NEW.state THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+
+    -- Everything that reads is done before the lock.
+    FOREACH kind IN ARRAY kinds LOOP
+        extra := '{}';
+        IF kind = 'backfill.paused' THEN
+            extra := jsonb_build_object('reason', coalesce(to_jsonb(NEW) ->> 'pause_reason', 'user'));
+        END IF;
+        rows := rows || (jsonb_build_object('backfill', backfill_api_json(snap)) || extra);
+    END LOOP;
+
+    -- Commit order = id order (00007): event writers take their ids one at a time, and hold
+    -- the lock to the end of the commit. It is the last step: after it come only the
+    -- inserts of these events (fresh ids) and of their deliveries (no foreign key to a row
+    -- another transaction may hold), so no holder waits on anything but the commit itself.
+    PERFORM pg_advisory_xact_lock(111559182283891);
+    INSERT INTO events (type, backfill_id, dag_id, occurred_at, data)
+    SELECT kinds[i], NEW.id, NEW.dag_id, backfill_now(), rows[i]
+    FROM generate_subscripts(kinds, 1) AS i
+    ORDER BY i;
+    PERFORM pg_notify('backfill_events', '');
+    RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+DROP TRIGGER backfills_events_on_update ON backfills;
+CREATE CONSTRAINT TRIGGER backfills_events_on_update AFTER UPDATE ON backfills
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW
+    WHEN (OLD.state IS DISTINCT FROM NEW.state
+          OR OLD.updated_at IS DISTINCT FROM NEW.updated_at
+          OR OLD.max_active_runs IS DISTINCT FROM NEW.max_active_runs
+          OR OLD.max_failed_runs IS DISTINCT FROM NEW.max_failed_runs
+          OR OLD.description IS DISTINCT FROM NEW.description)
+    EXECUTE FUNCTION backfill_events_write();
+
 DROP TRIGGER dag_runs_pool_counts_delete ON dag_runs;
 DROP TRIGGER dag_runs_pool_counts_update ON dag_runs;
 DROP TRIGGER dag_runs_pool_counts_insert ON dag_runs;

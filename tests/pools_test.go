@@ -169,3 +169,24 @@ func TestPoolInUseAndUnknownPools(t *testing.T) {
 	call[api.Problem](e, http.StatusNotFound, http.MethodGet, poolPath("busy"), nil)
 	checkInvariants(t, e.DB)
 }
+
+// A backfill's pool is one of its settings: moving it writes one backfill.updated whose
+// snapshot is GET's answer, and a PATCH to the pool it already has writes nothing.
+func TestPatchOfPoolWritesUpdatedEvent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.PutDag("pool_ev", "@daily", "UTC")
+	e.PutPool("ev_a", 2, http.StatusCreated)
+	e.PutPool("ev_b", 2, http.StatusCreated)
+	bf := e.DailyBackfill("pool_ev", day(3, 1), day(3, 2), "pool", "ev_a")
+	moved := e.PatchBackfill(bf.Id, map[string]any{"pool": "ev_b"})
+	require.NotNil(t, moved.Pool)
+	require.Equal(t, "ev_b", *moved.Pool)
+	evs := evOf(e, bf.Id)
+	require.Equal(t, []string{"backfill.created", "backfill.updated"}, evTypes(evs))
+	evRequireSnapshot(t, evs[1], evGetRaw(e, bf.Id))
+
+	e.PatchBackfill(bf.Id, map[string]any{"pool": "ev_b"})
+	require.Len(t, evOf(e, bf.Id), 2, "a PATCH that changes nothing writes no event")
+	checkInvariants(t, e.DB)
+}
