@@ -36,6 +36,8 @@ var operationClasses = map[string]handlers.AdmissionClass{
 	"createWebhook":     handlers.ClassDefault, "listWebhooks": handlers.ClassDefault,
 	"getWebhook": handlers.ClassDefault, "deleteWebhook": handlers.ClassDefault,
 	"listWebhookDeliveries": handlers.ClassDefault,
+	"listPools":             handlers.ClassDefault, "putPool": handlers.ClassDefault,
+	"getPool": handlers.ClassDefault, "deletePool": handlers.ClassDefault,
 
 	// Outside /api/v1: probes, metrics, the spec, its docs and the console are never shed.
 	"getRoot": handlers.ClassExempt, "getHealthz": handlers.ClassExempt, "getReadyz": handlers.ClassExempt,
