@@ -12,11 +12,12 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/backfill?sslmode=disable
 # (TEST_DATABASE_URL, else PostgreSQL on 127.0.0.1:5432, else Docker).
 TEST_TIMEOUT ?= 12m
 
-.PHONY: help run createdb test test-short test-faults chaos ha-test fuzz bench bench-smoke generate lint build
+.PHONY: help run createdb test test-short test-timing test-faults chaos ha-test fuzz bench bench-smoke generate lint build
 
 help:
 	@echo 'make run       run the API against $$DATABASE_URL (creates the database if missing)'
 	@echo 'make test      all tests, with the race detector'
+	@echo 'make test-timing  the tests whose assertions are wall-clock bounds, one at a time'
 	@echo 'make test-short  the same without the race detector and the 100,000-run scale tests'
 	@echo 'make test-faults  kill -9, outages, SIGTERM and two replicas against the real binary'
 	@echo 'make chaos     the history checker under cut connections, 8 seeds x 2 modes x 30 s (docs/RELIABILITY.md)'
@@ -55,6 +56,11 @@ test:
 # skips the 100,000-run scale tests (tests/scale_test.go) and the bench smoke run.
 test-short:
 	$(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# Tests whose assertions are wall-clock bounds (a DELETE within 100 ms at a million delivery
+# attempts, writers within 200 ms beside it), run one at a time on an otherwise quiet machine.
+test-timing:
+	BACKFILL_TIMING_TESTS=1 $(GO) test -count=1 -p 1 -parallel 1 -timeout 10m -run '^TestWebhookDeleteOfAMillionAttemptsHoldsNoWriterBack$$' ./tests/
 
 # Fault tests start the real cmd/api binary as a child process; they carry the build tag
 # `faults` so that `make test` stays fast.

@@ -461,7 +461,7 @@ type Backfill struct {
 	PlanHash *string `json:"plan_hash"`
 
 	// Pool The pool the backfill's runs are claimed in; null for none.
-	Pool *string `json:"pool,omitempty"`
+	Pool *string `json:"pool"`
 
 	// Progress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others.
 	Progress BackfillProgress `json:"progress"`

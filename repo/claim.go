@@ -3,6 +3,8 @@ package repo
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/backfillsvc/backfill/domain"
 	"github.com/jmoiron/sqlx"
@@ -113,19 +115,62 @@ func (s *Store) runClaimIdempotent(ctx context.Context, p RunClaimParams, scope 
 	})
 }
 
-// claimRuns runs the claim statement once, in tx when it is not nil. The statement is not
-// prepared on the pool: a named statement kept on a connection breaks behind a transaction
-// pooler.
+// claimRaceBudget bounds how long a claim that came back empty is tried again while a
+// claimable owner exists in its scope. Owners are locked SKIP LOCKED, so a claim that meets a
+// backfill another claim holds for the millisecond its own statement takes passes it over; with
+// every worker on one backfill, that would answer "nothing to do" while runs wait, and send
+// workers into their idle backoff (or make an --until-idle executor stop early). Claims of one
+// backfill take its row one after another, a few milliseconds each (tens on a loaded machine),
+// so the budget covers a burst of them; a claim that meets an owner held for longer still gets
+// its empty answer after the budget, well within LOCK_WAIT.
+const (
+	claimRaceBudget   = 500 * time.Millisecond
+	claimRaceMaxDelay = 25 * time.Millisecond
+)
+
+// claimRuns runs the claim statement, in tx when it is not nil, and again (within
+// claimRaceBudget, with a short jittered backoff) while it hands out nothing although an
+// owner in its scope is claimable. The statement is not prepared on the pool: a named
+// statement kept on a connection breaks behind a transaction pooler.
 func (s *Store) claimRuns(ctx context.Context, tx *sqlx.Tx, scope claimScope, args []any) ([]Run, error) {
 	var q sqlx.QueryerContext = s.db
 	if tx != nil {
 		q = tx
 	}
-	var claimed []Run
-	if err := sqlx.SelectContext(ctx, q, &claimed, claimStatement(scope), args...); err != nil {
-		return nil, fmt.Errorf("claim runs: %w", err)
+	var deadline time.Time
+	for attempt := 1; ; attempt++ {
+		var claimed []Run
+		if err := sqlx.SelectContext(ctx, q, &claimed, claimStatement(scope), args...); err != nil {
+			return nil, fmt.Errorf("claim runs: %w", err)
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(claimRaceBudget)
+		}
+		if len(claimed) > 0 || time.Now().After(deadline) {
+			return claimed, nil
+		}
+		var skipped bool
+		if err := sqlx.GetContext(ctx, q, &skipped, claimableStatement(scope), args[3:]...); err != nil {
+			return nil, fmt.Errorf("claim runs: look for claimable owners: %w", err)
+		}
+		if !skipped {
+			return claimed, nil
+		}
+		if err := sleepCtx(ctx, min(backoff(attempt), claimRaceMaxDelay, time.Until(deadline))); err != nil {
+			return nil, fmt.Errorf("claim runs: %w", err)
+		}
 	}
-	return claimed, nil
+}
+
+// claimableStatement answers whether an owner of the scope is claimable in the statement's
+// snapshot, without locking anything: after an empty claim, true means the claim passed it
+// over because another transaction held it. Its parameters are the claim's filters ($1 the
+// dag_id, else the pool).
+func claimableStatement(scope claimScope) string {
+	dagOwner, manualRun, backfillOwner := claimOwners(scope, 1)
+	return `SELECT EXISTS (SELECT 1 FROM backfills WHERE ` + backfillOwner + `)
+		OR EXISTS (SELECT 1 FROM dags o WHERE ` + dagOwner + ` AND EXISTS (
+			SELECT 1 FROM dag_runs WHERE ` + manualRun + `))`
 }
 
 // claimScope tells the forms of the claim statement apart: a bit set of filters.
@@ -140,6 +185,38 @@ const (
 
 // numClaimScopes is the number of forms: every combination of the two filters.
 const numClaimScopes = 4
+
+// textParam is the text of a query parameter of type text.
+func textParam(n int) string { return "$" + strconv.Itoa(n) + "::text" }
+
+// claimOwners is the conditions that make a DAG, a manual run and a backfill claimable in a
+// scope; first is the number of the first filter parameter (the dag_id, else the pool).
+func claimOwners(scope claimScope, first int) (dagOwner, manualRun, backfillOwner string) {
+	dagOwner, backfillOwner = `manual_claimable`, `claimable`
+	manualRun = `dag_id = o.dag_id AND backfill_id IS NULL AND state = 'queued'`
+	if scope&claimOneDag != 0 {
+		// The DAG itself and its one active backfill. The condition on the backfill spells out
+		// what `claimable` means so that the planner finds the backfill by dag_id instead of
+		// walking backfills_claimable (a plan made while few backfills were claimable would
+		// keep doing so when many are).
+		dagOwner = `dag_id = ` + textParam(first) + ` AND manual_claimable`
+		backfillOwner = `dag_id = ` + textParam(first) + ` AND state = 'running' AND num_queued > 0 AND num_running < max_active_runs`
+	}
+	// Pools: an owner or manual run whose pool is full in the statement's snapshot is passed
+	// over, so that a full pool is skipped rather than filling the claim with runs it would
+	// then drop. The snapshot may be stale either way; the exact check is poolRoom's, below.
+	backfillOwner += ` AND (pool IS NULL OR EXISTS (SELECT 1 FROM pools p WHERE p.name = backfills.pool AND p.num_running < p.slots))`
+	manualRun += ` AND (pool IS NULL OR EXISTS (SELECT 1 FROM pools p WHERE p.name = dag_runs.pool AND p.num_running < p.slots))`
+	if scope&claimInPool != 0 {
+		pool := textParam(first)
+		if scope&claimOneDag != 0 {
+			pool = textParam(first + 1)
+		}
+		backfillOwner += ` AND pool = ` + pool
+		manualRun += ` AND pool = ` + pool
+	}
+	return dagOwner, manualRun, backfillOwner
+}
 
 // claimStatement is the claim, in one statement, sent unprepared (lib/pq's unnamed statement):
 // a statement prepared on the pool would outlive its transaction, which a transaction pooler
@@ -181,29 +258,7 @@ const numClaimScopes = 4
 //   - The picked runs are updated by primary key (= ANY of an array), whatever the planner
 //     thinks of the table's size.
 func claimStatement(scope claimScope) string {
-	dagOwner, backfillOwner := `manual_claimable`, `claimable`
-	manualRun := `dag_id = o.dag_id AND backfill_id IS NULL AND state = 'queued'`
-	if scope&claimOneDag != 0 {
-		// The DAG itself and its one active backfill. The condition on the backfill spells out
-		// what `claimable` means so that the planner finds the backfill by dag_id instead of
-		// walking backfills_claimable (a plan made while few backfills were claimable would
-		// keep doing so when many are).
-		dagOwner = `dag_id = $4::text AND manual_claimable`
-		backfillOwner = `dag_id = $4::text AND state = 'running' AND num_queued > 0 AND num_running < max_active_runs`
-	}
-	// Pools: an owner or manual run whose pool is full in the statement's snapshot is passed
-	// over, so that a full pool is skipped rather than filling the claim with runs it would
-	// then drop. The snapshot may be stale either way; the exact check is poolRoom's, below.
-	backfillOwner += ` AND (pool IS NULL OR EXISTS (SELECT 1 FROM pools p WHERE p.name = backfills.pool AND p.num_running < p.slots))`
-	manualRun += ` AND (pool IS NULL OR EXISTS (SELECT 1 FROM pools p WHERE p.name = dag_runs.pool AND p.num_running < p.slots))`
-	if scope&claimInPool != 0 {
-		param := "$4::text"
-		if scope&claimOneDag != 0 {
-			param = "$5::text"
-		}
-		backfillOwner += ` AND pool = ` + param
-		manualRun += ` AND pool = ` + param
-	}
+	dagOwner, manualRun, backfillOwner := claimOwners(scope, 4)
 	return `
 		WITH RECURSIVE dag_owner (dag_id, room) AS (
 			SELECT * FROM (

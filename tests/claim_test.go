@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
@@ -293,5 +294,36 @@ func TestClaimHeartbeat(t *testing.T) {
 	// Nor a finished one.
 	e.Report(run, "success")
 	requireProblem(t, e.Heartbeat(run.Id, "w1"), http.StatusConflict, "lease_lost")
+	checkInvariants(t, e.DB)
+}
+
+// Claims skip a backfill another claim holds, so with every worker on one backfill some of
+// them meet it held; the claim then tries again while that backfill is claimable, and a worker
+// is never told "nothing to do" while runs of its only backfill wait.
+func TestConcurrentClaimsOnOneBackfillAreNeverEmptyWhileRunsWait(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const workers, rounds = 8, 10
+	e.PutDag("one_owner", "@daily", "UTC")
+	bf := e.DailyBackfill("one_owner", day(1, 1), day(6, 1), "max_active_runs", 1000)
+	require.Greater(t, int(bf.Progress.Total), workers*rounds)
+	for round := range rounds {
+		releaseTogether(t, workers, func(i int) error {
+			res, err := e.do(http.MethodPost, claimPath, map[string]any{
+				"worker_id": fmt.Sprintf("w%d_%d", round, i), "limit": 1})
+			if err != nil {
+				return err
+			}
+			var got api.ClaimResponse
+			if err := json.Unmarshal(res.Body, &got); err != nil || res.Status != http.StatusOK {
+				return fmt.Errorf("claim: %d %s", res.Status, res.Body)
+			}
+			if len(got.Runs) != 1 {
+				return fmt.Errorf("round %d worker %d: claim of limit 1 handed out %d runs while runs were queued", round, i, len(got.Runs))
+			}
+			return nil
+		})
+	}
+	require.Equal(t, workers*rounds, e.Count(`SELECT count(*) FROM dag_runs WHERE state = 'running'`))
 	checkInvariants(t, e.DB)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -53,8 +54,12 @@ func collect(lat <-chan time.Duration) <-chan []time.Duration {
 // A webhook with a million delivery attempts is deleted while 8 clients PATCH other
 // backfills: the DELETE answers within 100 ms, every PATCH within 200 ms, also while the
 // log is purged in the background, and the purge removes the whole log.
+//
+// Its bounds are wall-clock times, which the rest of the suite running beside it on a shared
+// machine stretches (a 9 ms write past 200 ms), so it runs only when asked for, alone:
+// `make test-timing` (BACKFILL_TIMING_TESTS=1).
 func TestWebhookDeleteOfAMillionAttemptsHoldsNoWriterBack(t *testing.T) {
-	t.Parallel()
+	requireTimingRun(t)
 	e := newEnv(t)
 	w := e.createWebhook("https://example.com/history")
 	const events, attemptsPerEvent = 100_000, 10
@@ -143,13 +148,20 @@ func TestEventWritersDoNotWaitOnAHeldWebhookOrBackfill(t *testing.T) {
 
 	holdUntil := time.Now().Add(5 * time.Second)
 	var lats []time.Duration
+	// Every write changes something, so that each writes one event: a description, or a
+	// pause and an unpause in turn.
+	paused := false
 	for i := 0; time.Now().Before(holdUntil.Add(-200 * time.Millisecond)); i++ {
 		start := time.Now()
-		action := []string{"pause", "unpause"}[i%2]
-		if i%3 == 0 {
-			e.PatchBackfill(b.Id, map[string]any{"max_active_runs": 100 + i})
-		} else {
-			e.ActionOK(b.Id, action)
+		switch {
+		case i%3 == 0:
+			e.PatchBackfill(b.Id, map[string]any{"description": fmt.Sprintf("write %d", i)})
+		case paused:
+			e.ActionOK(b.Id, "unpause")
+			paused = false
+		default:
+			e.ActionOK(b.Id, "pause")
+			paused = true
 		}
 		lats = append(lats, time.Since(start))
 	}
@@ -286,4 +298,13 @@ func TestPatchThatChangesNothingWritesNoEvent(t *testing.T) {
 	changed := e.PatchBackfill(b.Id, map[string]any{"description": "e"})
 	require.True(t, changed.UpdatedAt.After(b.UpdatedAt))
 	require.Equal(t, 1, e.Count(`SELECT count(*) FROM events WHERE backfill_id = $1 AND type = 'backfill.updated'`, b.Id))
+}
+
+// requireTimingRun skips a test whose assertions are wall-clock bounds unless
+// BACKFILL_TIMING_TESTS is set, as `make test-timing` sets it to run such tests one at a time.
+func requireTimingRun(t *testing.T) {
+	t.Helper()
+	if os.Getenv("BACKFILL_TIMING_TESTS") == "" {
+		t.Skip("a wall-clock bound: run alone with make test-timing")
+	}
 }

@@ -1292,7 +1292,7 @@ export interface components {
              */
             parent_backfill_id: number | null;
             /** @description The pool the backfill's runs are claimed in; null for none. */
-            pool?: string | null;
+            pool: string | null;
         };
         /** @description Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others. */
         BackfillProgress: {
