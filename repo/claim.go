@@ -183,9 +183,6 @@ const (
 	claimInPool claimScope = 2
 )
 
-// numClaimScopes is the number of forms: every combination of the two filters.
-const numClaimScopes = 4
-
 // textParam is the text of a query parameter of type text.
 func textParam(n int) string { return "$" + strconv.Itoa(n) + "::text" }
 

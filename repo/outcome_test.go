@@ -163,7 +163,7 @@ func TestCopyInRunsThroughConnector(t *testing.T) {
 	through, direct, _ := proxiedPool(t)
 	tx, err := through.Begin()
 	require.NoError(t, err)
-	st, err := tx.Prepare(pq.CopyIn("outcome_probe", "k"))
+	st, err := tx.Prepare(`COPY outcome_probe (k) FROM STDIN`)
 	require.NoError(t, err)
 	for k := range 3 {
 		_, err = st.Exec(k)
