@@ -42,13 +42,14 @@ func floorDag(ctx context.Context, db *sql.DB, dagID string) error {
 // insertTriggerCounts reports whether the schema counts a backfill's runs by a trigger on
 // INSERT into dag_runs; otherwise creation writes the counters on the backfill row itself,
 // and so does the floor. (The schema has had it both ways; the floor follows either.) The
-// insert trigger that counts a DAG's runs outside backfills (migration 00005) is not one.
+// insert triggers that count a DAG's runs outside backfills (migration 00005) and a pool's
+// manual runs (00013) are not one.
 func insertTriggerCounts(ctx context.Context, db *sql.DB) (bool, error) {
 	var ok bool
 	err := db.QueryRowContext(ctx, `
 		SELECT EXISTS (SELECT 1 FROM pg_trigger
 		               WHERE tgrelid = 'dag_runs'::regclass AND NOT tgisinternal AND tgtype & 4 <> 0
-		                 AND tgname <> 'dag_runs_manual_counts_insert')`).Scan(&ok)
+		                 AND tgname NOT IN ('dag_runs_manual_counts_insert', 'dag_runs_pool_counts_insert'))`).Scan(&ok)
 	if err != nil {
 		return false, fmt.Errorf("look for an insert trigger on dag_runs: %w", err)
 	}
