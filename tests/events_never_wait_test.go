@@ -175,12 +175,14 @@ func TestEventWritersDoNotWaitOnAHeldWebhookOrBackfill(t *testing.T) {
 	}
 	slices.Sort(lats)
 	t.Logf("%d writes while a webhook and a backfill were held: p50 %s, max %s", len(lats), lats[len(lats)/2], lats[len(lats)-1])
-	// A writer that waited on the held rows would take the whole 5 s hold. The bound of the
-	// contract (200 ms) is checked on the 99th percentile, and a full second on every write:
-	// this machine's two cores are shared with other test runs, whose scheduling alone has
-	// stretched a 9 ms write past 200 ms.
-	require.Less(t, lats[len(lats)*99/100], 200*time.Millisecond, "no event writer waited on the held rows")
+	// A writer that waited on the held rows would take what is left of the 5 s hold: no write
+	// may take a second. The contract's bound (200 ms, on the 99th percentile) is a wall-clock
+	// time that the rest of the suite stretches on shared cores (a 9 ms write past 260 ms), so
+	// it is checked when the test runs alone (make test-timing).
 	require.Less(t, lats[len(lats)-1], time.Second, "no event writer waited on the held rows")
+	if timingRun() {
+		require.Less(t, lats[len(lats)*99/100], 200*time.Millisecond, "event writers beside held rows")
+	}
 	written := e.Count(`SELECT count(*) FROM events WHERE backfill_id = $1 AND type <> 'backfill.created'`, b.Id)
 	require.Equal(t, len(lats), written)
 	// Both creations, every write here, and the held backfill's update once it committed.
@@ -304,7 +306,10 @@ func TestPatchThatChangesNothingWritesNoEvent(t *testing.T) {
 // BACKFILL_TIMING_TESTS is set, as `make test-timing` sets it to run such tests one at a time.
 func requireTimingRun(t *testing.T) {
 	t.Helper()
-	if os.Getenv("BACKFILL_TIMING_TESTS") == "" {
+	if !timingRun() {
 		t.Skip("a wall-clock bound: run alone with make test-timing")
 	}
 }
+
+// timingRun reports whether wall-clock bounds are checked in this run (make test-timing).
+func timingRun() bool { return os.Getenv("BACKFILL_TIMING_TESTS") != "" }
