@@ -22,17 +22,20 @@ import (
 // TestTwoReplicasUnderLoad runs two service processes on one database, both sweeping every
 // 100 ms, under ~8 s of creates, claims, heartbeats, reports, pauses, unpauses and cancels sent
 // to both. The lifecycle invariants are checked in one snapshot every 500 ms and at the end;
-// each process's pool stays within DB_MAX_CONNS; once every run is finished, every backfill
+// each process's pools stay within DB_MAX_CONNS + DB_LEASE_MAX_CONNS (the lease pool is its own,
+// beside the main one); once every run is finished, every backfill
 // is terminal within two sweep intervals.
 func TestTwoReplicasUnderLoad(t *testing.T) {
 	const (
-		loadFor  = 8 * time.Second
-		interval = 100 * time.Millisecond
-		maxConns = 6
-		nDags    = 6
+		loadFor    = 8 * time.Second
+		interval   = 100 * time.Millisecond
+		maxConns   = 6
+		leaseConns = 2
+		nDags      = 6
 	)
 	tdb := newTestDB(t)
-	env := []string{"SWEEP_INTERVAL=" + interval.String(), fmt.Sprintf("DB_MAX_CONNS=%d", maxConns)}
+	env := []string{"SWEEP_INTERVAL=" + interval.String(), fmt.Sprintf("DB_MAX_CONNS=%d", maxConns),
+		fmt.Sprintf("DB_LEASE_MAX_CONNS=%d", leaseConns)}
 	procs := []*proc{startProc(t, "bf_replica_a", tdb.DSN, env...), startProc(t, "bf_replica_b", tdb.DSN, env...)}
 	clients := []*client{newClient(procs[0].URL, true), newClient(procs[1].URL, true)}
 	pick := func(rng *rand.Rand) *client { return clients[rng.IntN(2)] }
@@ -187,8 +190,8 @@ func TestTwoReplicasUnderLoad(t *testing.T) {
 	go func() {
 		for !stop.Load() {
 			b := backends(t, tdb.Name)
-			if b["bf_replica_a"] > maxConns || b["bf_replica_b"] > maxConns {
-				fails.Add("a process holds more than DB_MAX_CONNS=%d sessions: %v", maxConns, b)
+			if b["bf_replica_a"] > maxConns+leaseConns || b["bf_replica_b"] > maxConns+leaseConns {
+				fails.Add("a process holds more than DB_MAX_CONNS=%d + DB_LEASE_MAX_CONNS=%d sessions: %v", maxConns, leaseConns, b)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -305,8 +308,8 @@ func TestTwoReplicasUnderLoad(t *testing.T) {
 	}
 	t.Logf("two replicas, %s of load: %d requests (%s); backfills created %d, runs claimed %d, reported %d, abandoned %d, pause/unpause/cancel ok %d",
 		loadFor, tally.total(), tally.String(), created.Load(), claimed.Load(), reported.Load(), len(abandoned.runs), actions.Load())
-	t.Logf("invariants held at %d checkpoints and at the end; peak running/max_active_runs %s; peak sessions per process %d and %d (DB_MAX_CONNS=%d)",
-		checkpoints, peakRun, peakA, peakB, maxConns)
+	t.Logf("invariants held at %d checkpoints and at the end; peak running/max_active_runs %s; peak sessions per process %d and %d (DB_MAX_CONNS=%d + DB_LEASE_MAX_CONNS=%d)",
+		checkpoints, peakRun, peakA, peakB, maxConns, leaseConns)
 	t.Logf("drain: %d runs finished; every backfill terminal %s after the last run finished (limit %s); final %s",
 		drained, allTerminal.Round(time.Millisecond), 2*interval, strings.Join(states, ", "))
 }
