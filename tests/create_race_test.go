@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -95,8 +96,12 @@ func TestCreateRacingDagDeleteAndRecreateNeverAnswers500(t *testing.T) {
 		})
 		for _, res := range answers {
 			total[fmt.Sprint(res.Status)]++
-			switch res.Status {
-			case http.StatusCreated, http.StatusNotFound, http.StatusConflict:
+			switch {
+			case res.Status == http.StatusCreated, res.Status == http.StatusNotFound, res.Status == http.StatusConflict:
+			case res.Status == http.StatusServiceUnavailable && bytes.Contains(res.Body, []byte(`"code":"busy"`)) &&
+				bytes.Contains(res.Body, []byte("nothing was written")):
+				// The contract's honest refusal: a lock held past LOCK_WAIT (on a machine loaded
+				// enough), nothing written. A 500 is what this test is for.
 			default:
 				t.Fatalf("round %d: a creation racing the DAG's delete answered %d: %s", i, res.Status, res.Body)
 			}
