@@ -2,14 +2,11 @@ package handlers
 
 import (
 	"context"
-	"errors"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
 	"github.com/backfillsvc/backfill/domain"
-	"github.com/backfillsvc/backfill/events"
 	"github.com/backfillsvc/backfill/repo"
 )
 
@@ -78,14 +75,8 @@ func (s *Server) streamAllEvents(w http.ResponseWriter, r *http.Request, after i
 		subID = *f.backfillID
 	}
 	sub, err := s.streams.Subscribe(subID)
-	switch {
-	case errors.Is(err, events.ErrTooManyStreams):
-		w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
-		writeProblem(w, problem(http.StatusServiceUnavailable, "busy", "this server has as many event streams open as it allows; retry shortly"))
-		return
-	case err != nil:
-		w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
-		writeProblem(w, problem(http.StatusServiceUnavailable, "unavailable", "this server is shutting down; retry on another"))
+	if err != nil {
+		writeSubscribeRefused(w, err)
 		return
 	}
 	defer sub.Close()

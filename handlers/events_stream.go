@@ -53,14 +53,8 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, id, after 
 	// Subscribe before reading anything: what the hub reads from now on reaches us, and what
 	// it read before is in the outbox for the replay (events.Hub.Subscribe).
 	sub, err := s.streams.Subscribe(id)
-	switch {
-	case errors.Is(err, events.ErrTooManyStreams):
-		w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
-		writeProblem(w, problem(http.StatusServiceUnavailable, "busy", "this server has as many event streams open as it allows; retry shortly"))
-		return
-	case err != nil:
-		w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
-		writeProblem(w, problem(http.StatusServiceUnavailable, "unavailable", "this server is shutting down; retry on another"))
+	if err != nil {
+		writeSubscribeRefused(w, err)
 		return
 	}
 	defer sub.Close()
@@ -214,4 +208,15 @@ func (sw *sseWriter) flush() error {
 		sw.err = sw.rc.Flush()
 	}
 	return sw.err
+}
+
+// writeSubscribeRefused answers a stream that could not subscribe: 503 busy at the stream limit,
+// 503 unavailable while the server shuts down; both with Retry-After.
+func writeSubscribeRefused(w http.ResponseWriter, err error) {
+	w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
+	if errors.Is(err, events.ErrTooManyStreams) {
+		writeProblem(w, problem(http.StatusServiceUnavailable, "busy", "this server has as many event streams open as it allows; retry shortly"))
+		return
+	}
+	writeProblem(w, problem(http.StatusServiceUnavailable, "unavailable", "this server is shutting down; retry on another"))
 }
