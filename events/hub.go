@@ -20,7 +20,8 @@ import (
 	"github.com/lib/pq"
 )
 
-// Channel is the NOTIFY channel the outbox writer signals (migrations/00007_events_writer.sql).
+// Channel is the NOTIFY channel on which Notifier wakes every replica's hub after a change
+// that may have written events.
 const Channel = "backfill_events"
 
 // ErrTooManyStreams is Subscribe's answer beyond Config.MaxStreams.
@@ -337,11 +338,18 @@ func (h *Hub) following() bool {
 	return h.count > 0
 }
 
+// heldWait is how long one read of the outbox waits for committed events that an older
+// transaction holds back (repo.EventListParams.Wait). A notification comes right after a
+// commit, often before the horizon has passed it; without the wait those events would wait
+// for the next notification or poll. Longer holds are left to them, so that the loop keeps
+// serving progress.
+const heldWait = 250 * time.Millisecond
+
 // readOutbox reads every event after the cursor and hands each to its backfill's streams.
 func (h *Hub) readOutbox(ctx context.Context) {
 	for ctx.Err() == nil {
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		evs, err := h.store.EventList(qctx, repo.EventListParams{After: h.cursor, Limit: h.cfg.Batch})
+		evs, err := h.store.EventList(qctx, repo.EventListParams{After: h.cursor, Limit: h.cfg.Batch, Wait: heldWait})
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {

@@ -2,11 +2,17 @@ package handlers
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/backfillsvc/backfill/api"
 	"github.com/backfillsvc/backfill/events"
 	"github.com/backfillsvc/backfill/repo"
 )
+
+// eventReadWait is how long a JSON read of events waits for committed events that an older
+// transaction still holds back (repo.EventListParams.Wait): a client that reads right after
+// its own change sees it. Streams do not wait: the hub hands held events on when they clear.
+const eventReadWait = time.Second
 
 // eventCollectionOut is a page of events; each is the one event document (events.Document)
 // that the streams and the webhooks send too.
@@ -44,7 +50,7 @@ func (s *Server) ListEvents(w http.ResponseWriter, r *http.Request, params api.L
 		return
 	}
 	limit, _ := s.page(params.Limit, nil)
-	evs, next, err := s.readEvents(r.Context(), after, limit, f)
+	evs, next, err := s.readEvents(r.Context(), after, limit, f, eventReadWait)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -71,7 +77,7 @@ func (s *Server) GetBackfillEvents(w http.ResponseWriter, r *http.Request, id in
 		return
 	}
 	limit, _ := s.page(params.Limit, nil)
-	evs, err := s.store.EventList(r.Context(), repo.EventListParams{After: after, Limit: limit, BackfillID: &id})
+	evs, err := s.store.EventList(r.Context(), repo.EventListParams{After: after, Limit: limit, BackfillID: &id, Wait: eventReadWait})
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -34,11 +34,11 @@ func eventFilterOf(params api.ListEventsParams) eventFilter {
 // readEvents reads up to limit events after `after` that f keeps, and the last id it looked
 // at (the next `after`: past the events the DAG filter dropped, so a reader moves on). The
 // backfill and type filters are the query's; the DAG's is applied here, over the outbox's id
-// order, so that the outbox's own query keeps its one shape.
-func (s *Server) readEvents(ctx context.Context, after int64, limit int, f eventFilter) ([]repo.Event, int64, error) {
+// order, so that the outbox's own query keeps its one shape. wait is EventListParams.Wait.
+func (s *Server) readEvents(ctx context.Context, after int64, limit int, f eventFilter, wait time.Duration) ([]repo.Event, int64, error) {
 	out := []repo.Event{}
 	for {
-		evs, err := s.store.EventList(ctx, repo.EventListParams{After: after, Limit: max(limit, replayBatch), BackfillID: f.backfillID, Type: f.typ})
+		evs, err := s.store.EventList(ctx, repo.EventListParams{After: after, Limit: max(limit, replayBatch), BackfillID: f.backfillID, Type: f.typ, Wait: wait})
 		if err != nil {
 			return nil, after, err
 		}
@@ -94,7 +94,7 @@ func (s *Server) streamAllEvents(w http.ResponseWriter, r *http.Request, after i
 	// catchUp writes everything stored after the last id sent, in id order.
 	catchUp := func() bool {
 		for sw.err == nil {
-			evs, next, err := s.readEvents(ctx, sw.lastID, replayBatch, f)
+			evs, next, err := s.readEvents(ctx, sw.lastID, replayBatch, f, 0)
 			if err != nil {
 				if ctx.Err() == nil {
 					s.logger.Error("global event stream: read events", "err", err)

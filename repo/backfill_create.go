@@ -17,6 +17,7 @@ import (
 // BackfillCreate creates a backfill, its slots and its runs in one SERIALIZABLE transaction.
 // It reports replayed = true when an earlier request with the same idempotency key created it.
 func (s *Store) BackfillCreate(ctx context.Context, p BackfillCreateParams) (Backfill, bool, error) {
+	defer s.eventsMayBeWritten()
 	hash, err := domain.RequestHash(p)
 	if err != nil {
 		return Backfill{}, false, err

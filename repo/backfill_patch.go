@@ -29,6 +29,7 @@ type BackfillPatchParams struct {
 // Lowering max_failed_runs to at or below the failed count does not pause by itself: the
 // budget is checked when a run fails (migrations/00006).
 func (s *Store) BackfillPatch(ctx context.Context, p BackfillPatchParams) (Backfill, error) {
+	defer s.eventsMayBeWritten()
 	var b Backfill
 	err := s.withRetry(ctx, func() error {
 		return sqlx.GetContext(ctx, s.db, &b, backfillPatchSQL,

@@ -37,6 +37,7 @@ type BackfillRetryParams struct {
 // Idempotency-Key, If-Match). A terminal backfill's record never changes again, so the
 // slots read here outside the transaction stay true.
 func (s *Store) BackfillRetry(ctx context.Context, rp BackfillRetryParams) (Backfill, bool, error) {
+	defer s.eventsMayBeWritten()
 	parent, err := s.BackfillGet(ctx, rp.ParentID)
 	if err != nil {
 		return Backfill{}, false, err

@@ -18,6 +18,7 @@ func (s *Store) BackfillUnpause(ctx context.Context, id int64) (Backfill, error)
 }
 
 func (s *Store) backfillToggle(ctx context.Context, id int64, from, to BackfillState) (Backfill, error) {
+	defer s.eventsMayBeWritten()
 	var b Backfill
 	err := sqlx.GetContext(ctx, s.db, &b, `
 		UPDATE backfills SET state = $3, updated_at = backfill_now(),
@@ -43,6 +44,7 @@ func (s *Store) backfillToggle(ctx context.Context, id int64, from, to BackfillS
 // BackfillCancel cancels the backfill's queued runs and lets running ones finish: the backfill
 // is canceling until the sweep sees no run left running, or canceled at once if none runs.
 func (s *Store) BackfillCancel(ctx context.Context, id int64) (Backfill, error) {
+	defer s.eventsMayBeWritten()
 	var b Backfill
 	var finished bool
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {

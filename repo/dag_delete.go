@@ -23,6 +23,7 @@ var ErrRunsInFlight = errors.New("runs in flight")
 // below (each statement a fresh snapshot) see it, or it waits for this transaction and then
 // finds no DAG (404, or a serialization failure that its retry turns into 404).
 func (s *Store) DagDelete(ctx context.Context, dagID string) error {
+	defer s.eventsMayBeWritten()
 	return s.inTx(ctx, func(tx *sqlx.Tx) error {
 		if _, err := dagGet(ctx, tx, dagID, "FOR UPDATE"); err != nil {
 			return err

@@ -37,36 +37,89 @@ type EventListParams struct {
 	Limit      int
 	BackfillID *int64
 	Type       *domain.EventType
+	// Wait is how long the read may wait for events that have committed but are not yet
+	// servable (an older transaction of the database is still in flight): a reader that asks
+	// right after its own change sees it, unless that transaction outlasts Wait. Zero answers
+	// at once; the reader gets them on its next read.
+	Wait time.Duration
 }
 
-// EventList answers events with id > After in id order. Paging by id never skips an event:
-// ids are taken in commit order (see the migration), so one statement's snapshot holds every
-// committed event below the largest id it sees.
+// EventList answers events with id > After in id order, only below the horizon (see
+// migrations/00014_events_without_lock.sql): every event still to come has a larger id than
+// any it answers, so paging by id never skips one.
 func (s *Store) EventList(ctx context.Context, p EventListParams) ([]Event, error) {
-	return eventList(ctx, s.db, p)
+	deadline := time.Now().Add(p.Wait)
+	for attempt := 0; ; attempt++ {
+		events, held, err := eventList(ctx, s.db, p)
+		if err != nil || !held || len(events) == p.Limit || !time.Now().Before(deadline) {
+			return events, err
+		}
+		if err := sleepCtx(ctx, min(time.Until(deadline), eventHeldBackoff(attempt))); err != nil {
+			return events, nil
+		}
+	}
 }
 
-func eventList(ctx context.Context, q sqlx.QueryerContext, p EventListParams) ([]Event, error) {
-	events := []Event{}
-	err := sqlx.SelectContext(ctx, q, &events, `
-		SELECT `+eventColumns+` FROM events
-		WHERE id > $1 AND ($2::bigint IS NULL OR backfill_id = $2) AND ($3::text IS NULL OR type = $3)
-		ORDER BY id LIMIT $4`,
+// eventHeldBackoff paces the reads that wait for held events: a transaction that writes
+// events usually ends within milliseconds, and one that does not should cost few reads.
+func eventHeldBackoff(attempt int) time.Duration {
+	return min(2*time.Millisecond<<min(attempt, 6), 100*time.Millisecond)
+}
+
+// eventList reads one page and cuts it at the horizon of the same snapshot. held says that the
+// page went on past the horizon: committed events are waiting for an older transaction. The
+// exact horizon reads pg_stat_activity, so it is computed only then; otherwise the snapshot's
+// xmin (which is at most the horizon) already admits the whole page.
+func eventList(ctx context.Context, q sqlx.QueryerContext, p EventListParams) (events []Event, held bool, err error) {
+	var rows []struct {
+		Event
+		Horizon int64 `db:"horizon"`
+	}
+	err = sqlx.SelectContext(ctx, q, &rows, `
+		WITH snap AS (SELECT pg_current_snapshot() AS s),
+		page AS (
+			SELECT `+eventColumns+` FROM events
+			WHERE id > $1 AND ($2::bigint IS NULL OR backfill_id = $2) AND ($3::text IS NULL OR type = $3)
+			ORDER BY id LIMIT $4)
+		SELECT page.*, CASE
+			WHEN (SELECT max(id) FROM page) < (pg_snapshot_xmin(snap.s)::text::bigint << 12)
+			THEN pg_snapshot_xmin(snap.s)::text::bigint << 12
+			ELSE event_horizon(snap.s) END AS horizon
+		FROM page, snap
+		ORDER BY page.id`,
 		p.After, p.BackfillID, p.Type, p.Limit)
 	if err != nil {
-		return nil, fmt.Errorf("list events: %w", err)
+		return nil, false, fmt.Errorf("list events: %w", err)
 	}
-	return events, nil
+	events = make([]Event, 0, len(rows))
+	for _, r := range rows {
+		if r.ID >= r.Horizon {
+			return events, true, nil
+		}
+		events = append(events, r.Event)
+	}
+	return events, false, nil
 }
 
-// EventLastID is the largest event id committed so far (0 when none): where a listener that
-// starts now begins.
+// EventLastID is the largest servable event id so far (0 when none): where a listener that
+// starts now begins. Below the snapshot's xmin is below the horizon.
 func (s *Store) EventLastID(ctx context.Context) (int64, error) {
 	var id int64
-	if err := sqlx.GetContext(ctx, s.db, &id, `SELECT coalesce(max(id), 0) FROM events`); err != nil {
+	if err := sqlx.GetContext(ctx, s.db, &id, `
+		SELECT coalesce(max(id), 0) FROM events
+		WHERE id < pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 12`); err != nil {
 		return 0, fmt.Errorf("last event id: %w", err)
 	}
 	return id, nil
+}
+
+// eventsMayBeWritten tells Config.OnEvents that a change that may have written events is over
+// (committed or not: a needless wake-up costs one read of the outbox). The methods that can
+// change a backfill's state or settings call it; the others never write events.
+func (s *Store) eventsMayBeWritten() {
+	if s.onEvents != nil {
+		s.onEvents()
+	}
 }
 
 // SweepPruneEvents deletes up to batch events older than maxAge (the contract keeps them at

@@ -169,6 +169,10 @@ type RunReportParams struct {
 
 // RunReport moves a queued or running run to a terminal state.
 func (s *Store) RunReport(ctx context.Context, p RunReportParams) (Run, error) {
+	if p.State != domain.RunSuccess {
+		// A failure may spend the last of the failure budget and pause the backfill.
+		defer s.eventsMayBeWritten()
+	}
 	switch p.State {
 	case RunSuccess, RunFailed, RunCanceled:
 	default:

@@ -49,6 +49,10 @@ type Config struct {
 	// LockWait bounds how long a transaction's statement waits for a row lock before the
 	// transaction fails with ErrLockWait (default DefaultLockWait).
 	LockWait time.Duration
+	// OnEvents is called, without blocking, after a change that may have written events
+	// (the outbox's writers take no lock and send no NOTIFY: the service wakes the event
+	// streams itself, events.Notifier). nil calls nothing.
+	OnEvents func()
 	// LeaseDB is a small pool of its own for heartbeats, reports and releases, so that they
 	// never queue for a connection behind claims or reads; nil uses the main pool.
 	LeaseDB *sqlx.DB
@@ -63,6 +67,7 @@ type Store struct {
 	maxBackfillRuns int
 	maxAttempts     int
 	reconnectWait   time.Duration
+	onEvents        func()
 }
 
 // New returns a Store over db.
@@ -73,6 +78,7 @@ func New(db *sqlx.DB, cfg Config) *Store {
 		maxBackfillRuns: cfg.MaxBackfillRuns,
 		maxAttempts:     cfg.MaxAttempts,
 		reconnectWait:   cfg.ReconnectWait,
+		onEvents:        cfg.OnEvents,
 	}
 	if s.observer == nil {
 		s.observer = nopObserver{}

@@ -69,6 +69,10 @@ func (s *Store) SweepExpireLeases(ctx context.Context, batch int) (int, error) {
 		return 0, err
 	}
 	s.observer.LeasesExpired(n)
+	if n > 0 {
+		// A run failed by its last attempt may spend the failure budget and pause a backfill.
+		s.eventsMayBeWritten()
+	}
 	return n, nil
 }
 
@@ -88,6 +92,9 @@ func (s *Store) SweepFinalize(ctx context.Context, batch int) (int, error) {
 	}
 	for _, state := range finished {
 		s.observer.BackfillFinalized(string(state))
+	}
+	if len(finished) > 0 {
+		s.eventsMayBeWritten()
 	}
 	return len(finished), nil
 }

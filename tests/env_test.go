@@ -157,10 +157,22 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		storeDB = openStoreDB(t, hubDSN)
 	}
 	m := metrics.New()
+	logger := slog.New(slog.DiscardHandler)
+	if os.Getenv("TEST_LOG") != "" {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	// As cmd/api wires it: the store's event-writing changes wake the hubs through NOTIFY.
+	notifier := events.NewNotifier(func(ctx context.Context, statement string) error {
+		_, err := storeDB.ExecContext(ctx, statement)
+		return err
+	}, 0, logger)
+	require.NoError(t, notifier.Start(context.Background()))
+	t.Cleanup(notifier.Stop)
 	store := repo.New(storeDB, repo.Config{
 		MaxBackfillRuns: o.maxBackfillRuns,
 		MaxAttempts:     o.maxAttempts,
 		Observer:        m,
+		OnEvents:        notifier.Kick,
 	})
 	m.WatchStates(store.StateCounts)
 	m.WatchPools(func(ctx context.Context) (map[string]metrics.PoolFigures, error) {
@@ -171,10 +183,6 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		}
 		return out, err
 	})
-	logger := slog.New(slog.DiscardHandler)
-	if os.Getenv("TEST_LOG") != "" {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
 	if o.listenDSN != nil {
 		hubDSN = o.listenDSN(t, dsn)
 	}

@@ -12,13 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The outbox writer's ordering lock (migrations/00007_events_writer.sql), as pg_locks shows a
-// bigint advisory key: high and low 32 bits.
-const (
-	evOrderKeyHigh = 111559182283891 >> 32
-	evOrderKeyLow  = 111559182283891 & 0xFFFFFFFF
-)
-
 // evWaitForLockWaiters waits until n sessions wait for the advisory lock (classid, objid).
 // It polls the database's own lock table: the condition is the state under test, not a
 // duration.
@@ -35,11 +28,12 @@ func evWaitForLockWaiters(t *testing.T, e *env, classid, objid int64, n int) {
 	}, 30*time.Second, 5*time.Millisecond)
 }
 
-// A writer that has taken its event id but not committed holds back every later event:
-// a second writer cannot even take an id until the first commits, so a reader paging by id
-// never serves a larger id before a smaller one becomes visible. Transactions that write no
-// event are not held back.
-func TestEventIdsAreTakenInCommitOrder(t *testing.T) {
+// Event writers never wait for each other (migrations/00014_events_without_lock.sql): while
+// A's change is held inside its commit, after its event was written, B's change of another
+// backfill commits. A reader is served nothing past A's in-flight transaction, not even B's
+// committed event, because A's event will have the smaller id; once A commits, both are
+// served, A's first.
+func TestEventWritersDoNotWaitAndReadersServeNothingPastAnInFlightWriter(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	for _, d := range []string{"oa", "ob", "oc"} {
@@ -50,7 +44,7 @@ func TestEventIdsAreTakenInCommitOrder(t *testing.T) {
 	e.CreateBackfill(backfillBody("oc", day(1, 1), day(1, 3)))
 	start := evList(e, "").NextAfter
 
-	// A's pause stops inside its commit, after its event took its id: a test trigger on
+	// A's pause stops inside its commit, after its event was inserted: a test trigger on
 	// events waits for an advisory lock that this test holds.
 	ctx := context.Background()
 	hold, err := e.DB.Conn(ctx)
@@ -70,48 +64,42 @@ func TestEventIdsAreTakenInCommitOrder(t *testing.T) {
 
 	aDone := e.doAsync(http.MethodPut, backfillPath(a.Id)+"/pause", nil)
 	evWaitForLockWaiters(t, e, 0, 4242, 1)
-	var taken int64
-	require.NoError(t, e.DB.Get(&taken, `SELECT last_value FROM events_id_seq`))
-	require.Greater(t, taken, start, "A took its id and is still in flight")
+	var aXid int64
+	require.NoError(t, e.DB.Get(&aXid, `
+		SELECT a.backend_xid::text::bigint FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid
+		WHERE l.locktype = 'advisory' AND l.classid = 0 AND l.objid = 4242 AND NOT l.granted`))
 
+	// B changes another backfill and commits while A is held: no writer waits for another.
 	bDone := e.doAsync(http.MethodPut, backfillPath(b.Id)+"/cancel", nil)
-	// B, which changes another backfill, either commits (were ids not taken in commit order)
-	// or waits for A; either way the reader must not be served B's later ids now.
 	var bRes *response
-	require.Eventually(t, func() bool {
-		select {
-		case bRes = <-bDone:
-			return true
-		default:
-		}
-		var waiting int
-		require.NoError(t, e.DB.Get(&waiting, `
-			SELECT count(*) FROM pg_locks
-			WHERE NOT granted AND NOT (locktype = 'advisory' AND classid = 0 AND objid = 4242)
-			  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`))
-		return waiting > 0
-	}, 30*time.Second, 5*time.Millisecond)
-	require.Empty(t, evTypes(evList(e, fmt.Sprintf("after=%d", start)).Events), "nothing is served past an in-flight id")
-	require.Nil(t, bRes, "B waits for A's commit")
-	evWaitForLockWaiters(t, e, evOrderKeyHigh, evOrderKeyLow, 1)
-	var last int64
-	require.NoError(t, e.DB.Get(&last, `SELECT last_value FROM events_id_seq`))
-	require.Equal(t, taken, last, "B takes no id while A, which took one, has not committed")
+	select {
+	case bRes = <-bDone:
+	case <-time.After(20 * time.Second):
+		t.Fatal("B's cancel waited for A's commit")
+	}
+	require.Equal(t, http.StatusOK, bRes.Status, "body: %s", bRes.Body)
+	var bCommitted int
+	require.NoError(t, e.DB.Get(&bCommitted, `SELECT count(*) FROM events WHERE backfill_id = $1 AND id > $2`, b.Id, start))
+	require.Equal(t, 1, bCommitted, "B's event is committed")
+	require.Empty(t, evTypes(evList(e, fmt.Sprintf("after=%d", start)).Events),
+		"nothing is served past A's in-flight transaction, whose event will have the smaller id")
+	require.Empty(t, evTypes(evList(e, fmt.Sprintf("after=%d&backfill_id=%d", start, b.Id)).Events),
+		"nor in B's own listing")
 
-	// A transaction that writes no event does not wait for the ordering lock.
+	// A transaction that writes no event does not wait either.
 	require.Len(t, e.ClaimWith(map[string]any{"worker_id": "w", "dag_id": "oc", "limit": 1}), 1)
 
 	_, err = hold.ExecContext(ctx, `SELECT pg_advisory_unlock(4242)`)
 	require.NoError(t, err)
-	for _, res := range []*response{<-aDone, <-bDone} {
-		require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
-	}
+	aRes := <-aDone
+	require.Equal(t, http.StatusOK, aRes.Status, "body: %s", aRes.Body)
 	evs := evList(e, fmt.Sprintf("after=%d", start)).Events
 	// B's cancel found nothing running: it writes backfill.canceled alone.
 	require.Equal(t, []string{"backfill.paused", "backfill.canceled"}, evTypes(evs))
-	require.Equal(t, taken, evs[0].ID, "A's event keeps the id it took first")
 	require.Equal(t, a.Id, evs[0].BackfillID)
 	require.Equal(t, b.Id, evs[1].BackfillID)
+	require.Equal(t, aXid&0xFFFFFFFF, (evs[0].ID>>12)&0xFFFFFFFF, "A's event id is its transaction's id, shifted")
+	require.Less(t, evs[0].ID, evs[1].ID)
 }
 
 // 16 writers create, pause, unpause and cancel concurrently while a reader pages GET /events

@@ -124,6 +124,16 @@ func serve(ctx context.Context, cfg config, db, leaseDB *sqlx.DB, direct dsn, lo
 		return err
 	}
 	m := metrics.New()
+	// The wake-up of every replica's event streams after this replica's changes (the outbox's
+	// writers send none: it would make them commit one at a time).
+	notifier := events.NewNotifier(func(ctx context.Context, statement string) error {
+		_, err := db.ExecContext(ctx, statement)
+		return err
+	}, 0, logger.With("component", "events"))
+	if err := notifier.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("start event notifier: %w", err)
+	}
+	defer notifier.Stop()
 	store := repo.New(db, repo.Config{
 		MaxBackfillRuns: cfg.MaxBackfillRuns,
 		MaxAttempts:     cfg.MaxAttempts,
@@ -131,6 +141,7 @@ func serve(ctx context.Context, cfg config, db, leaseDB *sqlx.DB, direct dsn, lo
 		ReconnectWait:   cfg.DBReconnectWait,
 		LockWait:        cfg.LockWait,
 		LeaseDB:         leaseDB,
+		OnEvents:        notifier.Kick,
 	})
 	m.WatchStates(store.StateCounts)
 	m.WatchPools(poolCounter(store))

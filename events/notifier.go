@@ -1,0 +1,76 @@
+package events
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/backfillsvc/backfill/internal/startstop"
+)
+
+// notifyStatement wakes the hubs. PostgreSQL serialises the commits of notifying
+// transactions (a lock held through the commit's WAL flush), which is why the outbox's
+// writers no longer notify themselves (migrations/00014_events_without_lock.sql): here one
+// small transaction per replica at a time pays for it, without waiting for the flush, since a
+// notification lost in a crash costs only a poll.
+const notifyStatement = `BEGIN; SET LOCAL synchronous_commit TO off; SELECT pg_notify('` + Channel + `', ''); COMMIT`
+
+// DefaultNotifyGap is the least time between two notifications of one replica: kicks within
+// it are folded into one, so that a burst of changes costs one NOTIFY.
+const DefaultNotifyGap = 10 * time.Millisecond
+
+// Notifier sends the NOTIFY that wakes the hubs of every replica after this replica changed
+// something that may have written events. Kick never blocks: kicks while a notification is
+// pending are folded into it.
+type Notifier struct {
+	startstop.Base
+	exec func(ctx context.Context) error
+	gap  time.Duration
+	log  *slog.Logger
+	kick chan struct{}
+}
+
+// NewNotifier returns a Notifier that sends with exec (one call: notifyStatement on a pooled
+// connection) at most once every gap (DefaultNotifyGap when zero).
+func NewNotifier(exec func(ctx context.Context, statement string) error, gap time.Duration, log *slog.Logger) *Notifier {
+	if gap <= 0 {
+		gap = DefaultNotifyGap
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	n := &Notifier{gap: gap, log: log, kick: make(chan struct{}, 1)}
+	n.exec = func(ctx context.Context) error { return exec(ctx, notifyStatement) }
+	n.Init(n.loop, nil)
+	return n
+}
+
+// Kick asks for a notification soon. Safe before Start and after Stop (it is then dropped
+// or sent by the next Start).
+func (n *Notifier) Kick() {
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (n *Notifier) loop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.kick:
+		}
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := n.exec(sctx); err != nil && ctx.Err() == nil {
+			// The hubs' polls deliver the events anyway, a little later.
+			n.log.Warn("event notification not sent", "err", err)
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(n.gap):
+		}
+	}
+}
