@@ -61,11 +61,48 @@ LANGUAGE sql STABLE AS $$
 $$;
 -- +goose StatementEnd
 
+-- The API's timestamp (RFC 3339 in UTC, trailing zeros of the fraction trimmed) from
+-- PostgreSQL's JSON form of a timestamp, which is that already (ISO 8601 with "T", trailing
+-- zeros trimmed, whatever DateStyle says): 00007's to_char took ~27 µs a call, five calls an
+-- event; this takes ~1.5 µs, and the same text for every instant.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION api_timestamp(t timestamptz) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT (to_jsonb(t AT TIME ZONE 'UTC') #>> '{}') || 'Z'
+$$;
+-- +goose StatementEnd
+
+-- The backfill's API form, field by field. 00007 built it generically from the row's columns
+-- (jsonb_each over to_jsonb(row), a catalog join per key to find the timestamps): measured
+-- at 0.26 ms a call against 0.15 ms spelled out (both with 00007's timestamps). Spelled out, a column added to backfills reaches
+-- the API's events only through a migration that adds it here, as it reaches GET only through
+-- the code; TestEventSnapshotEqualsGet compares the two on every path.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION backfill_api_json(b backfills) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT jsonb_build_object(
+        'id', b.id, 'dag_id', b.dag_id,
+        'from_date', api_timestamp(b.from_date), 'to_date', api_timestamp(b.to_date),
+        'run_backwards', b.run_backwards, 'dag_run_conf', b.dag_run_conf,
+        'reprocess_behavior', b.reprocess_behavior, 'max_active_runs', b.max_active_runs,
+        'description', b.description, 'state', b.state,
+        'created_at', api_timestamp(b.created_at), 'updated_at', api_timestamp(b.updated_at),
+        'completed_at', api_timestamp(b.completed_at),
+        'max_failed_runs', b.max_failed_runs, 'pause_reason', b.pause_reason,
+        'plan_hash', b.plan_hash, 'parent_backfill_id', b.parent_backfill_id, 'pool', b.pool,
+        'is_paused', b.state = 'paused',
+        'progress', jsonb_build_object(
+            'total', b.num_queued + b.num_running + b.num_success + b.num_failed
+                     + b.num_canceled + b.num_skipped,
+            'queued', b.num_queued, 'running', b.num_running, 'success', b.num_success,
+            'failed', b.num_failed, 'canceled', b.num_canceled, 'skipped', b.num_skipped))
+$$;
+-- +goose StatementEnd
+
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION backfill_events_write() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-    settings constant text[] := ARRAY['max_active_runs', 'description', 'max_failed_runs', 'pool'];
     born_terminal constant boolean :=
         current_setting('backfill.born_terminal', true) = NEW.id::text;
     kinds text[] := ARRAY[]::text[];
@@ -73,7 +110,6 @@ DECLARE
     snap backfills;
     rows jsonb[] := ARRAY[]::jsonb[];
     extra jsonb;
-    k text;
 BEGIN
     IF TG_OP = 'INSERT' THEN
         -- A backfill born terminal writes its creation with its final row, below.
@@ -84,12 +120,10 @@ BEGIN
     ELSIF born_terminal AND OLD.state = 'running' AND NEW.state = 'succeeded' THEN
         kinds := ARRAY['backfill.created', 'backfill.succeeded'];
     ELSE
-        FOREACH k IN ARRAY settings LOOP
-            IF (to_jsonb(OLD) -> k) IS DISTINCT FROM (to_jsonb(NEW) -> k) THEN
-                kinds := ARRAY['backfill.updated'];
-                EXIT;
-            END IF;
-        END LOOP;
+        IF (OLD.max_active_runs, OLD.description, OLD.max_failed_runs, OLD.pool)
+           IS DISTINCT FROM (NEW.max_active_runs, NEW.description, NEW.max_failed_runs, NEW.pool) THEN
+            kinds := ARRAY['backfill.updated'];
+        END IF;
         IF NEW.state IS DISTINCT FROM OLD.state THEN
             kind := CASE
                 WHEN NEW.state = 'paused' THEN 'backfill.paused'
@@ -124,7 +158,7 @@ BEGIN
     FOREACH kind IN ARRAY kinds LOOP
         extra := '{}';
         IF kind = 'backfill.paused' THEN
-            extra := jsonb_build_object('reason', coalesce(to_jsonb(NEW) ->> 'pause_reason', 'user'));
+            extra := jsonb_build_object('reason', coalesce(NEW.pause_reason, 'user'));
         END IF;
         rows := rows || (jsonb_build_object('backfill', backfill_api_json(snap)) || extra);
     END LOOP;
@@ -226,6 +260,39 @@ BEGIN
     PERFORM pg_notify('backfill_events', '');
     RETURN NULL;
 END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION backfill_api_json(b backfills) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT jsonb_object_agg(
+               e.key,
+               CASE WHEN a.atttypid = 'timestamptz'::regtype AND jsonb_typeof(e.value) = 'string'
+                    THEN to_jsonb(api_timestamp((e.value #>> '{}')::timestamptz))
+                    ELSE e.value END)
+        || jsonb_build_object(
+               'is_paused', b.state = 'paused',
+               'progress', jsonb_build_object(
+                   'total', b.num_queued + b.num_running + b.num_success + b.num_failed
+                            + b.num_canceled + b.num_skipped,
+                   'queued', b.num_queued, 'running', b.num_running, 'success', b.num_success,
+                   'failed', b.num_failed, 'canceled', b.num_canceled, 'skipped', b.num_skipped))
+    -- Internal columns are not part of the API's backfill: the counters (answered as
+    -- progress) and the claim index's flag (migrations/00005_fair_claims.sql).
+    FROM jsonb_each(to_jsonb(b) - ARRAY['num_queued', 'num_running', 'num_success', 'num_failed',
+                                        'num_canceled', 'num_skipped', 'claimable']) e
+    LEFT JOIN pg_attribute a
+        ON a.attrelid = 'backfills'::regclass AND a.attname = e.key AND NOT a.attisdropped
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION api_timestamp(t timestamptz) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
+        || coalesce('.' || nullif(rtrim(to_char(t AT TIME ZONE 'UTC', 'US'), '0'), ''), '')
+        || 'Z'
 $$;
 -- +goose StatementEnd
 
