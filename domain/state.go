@@ -5,10 +5,7 @@
 // unit tests of its own.
 package domain
 
-import (
-	"slices"
-	"strings"
-)
+import "slices"
 
 // BackfillState is a backfill's state, as the backfills_state_valid constraint lists them.
 type BackfillState string
@@ -26,7 +23,7 @@ const (
 // ActiveBackfillStates are the states in which a backfill holds its DAG's one active slot.
 // The schema's partial indexes (backfills_one_active_per_dag, backfills_active_by_id) say
 // the same; repo's tests compare the two, and repo builds every SQL predicate on active
-// backfills from this list (ActiveStatesSQL). Do not change the slice.
+// backfills from this list. Do not change the slice.
 var ActiveBackfillStates = []BackfillState{BackfillRunning, BackfillPaused, BackfillCanceling}
 
 // TerminalBackfillStates are the states a backfill never leaves.
@@ -37,18 +34,6 @@ func (s BackfillState) Active() bool { return slices.Contains(ActiveBackfillStat
 
 // Terminal reports whether a backfill in this state is finished for good.
 func (s BackfillState) Terminal() bool { return slices.Contains(TerminalBackfillStates, s) }
-
-// ActiveStatesSQL is ActiveBackfillStates as an SQL list literal, ('running', 'paused',
-// 'canceling'), for `state IN ` predicates. A literal rather than an array parameter, so that
-// the planner can match the predicate to the partial indexes whatever the plan cache does.
-// The states are constants of this package, never input, so quoting them is safe.
-func ActiveStatesSQL() string {
-	quoted := make([]string, len(ActiveBackfillStates))
-	for i, s := range ActiveBackfillStates {
-		quoted[i] = "'" + string(s) + "'"
-	}
-	return "(" + strings.Join(quoted, ", ") + ")"
-}
 
 // RunState is a DAG run's state, as the dag_runs_state_valid constraint lists them.
 type RunState string

@@ -16,10 +16,6 @@ func TestBackfillStatesPartition(t *testing.T) {
 	require.False(t, BackfillState("nonsense").Terminal())
 }
 
-func TestActiveStatesSQL(t *testing.T) {
-	require.Equal(t, "('running', 'paused', 'canceling')", ActiveStatesSQL())
-}
-
 func TestRunStateInFlight(t *testing.T) {
 	for s, want := range map[RunState]bool{
 		RunQueued: true, RunRunning: true, RunSuccess: false, RunFailed: false, RunCanceled: false,

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/repo"
 )
 
@@ -78,7 +79,7 @@ func (s *Subscription) signal() {
 
 // Progress is what a stream's `progress` message says.
 type Progress struct {
-	State  repo.BackfillState
+	State  domain.BackfillState
 	Counts repo.Progress
 	ETA    *float64
 }
@@ -99,7 +100,7 @@ func ProgressOf(b repo.Backfill, now time.Time) Progress {
 	case left == 0:
 		zero := 0.0
 		p.ETA = &zero
-	case b.State != repo.BackfillRunning || done == 0 || elapsed <= 0:
+	case b.State != domain.BackfillRunning || done == 0 || elapsed <= 0:
 	default:
 		eta := float64(left) * elapsed / float64(done)
 		eta = float64(int64(eta*10+0.5)) / 10

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/repo"
 )
 
@@ -52,17 +53,17 @@ func TestSubscriptionLagsInsteadOfGrowing(t *testing.T) {
 
 func TestProgressEstimate(t *testing.T) {
 	created := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
-	b := repo.Backfill{State: repo.BackfillRunning, CreatedAt: created,
+	b := repo.Backfill{State: domain.BackfillRunning, CreatedAt: created,
 		Progress: repo.Progress{Queued: 5, Running: 1, Success: 3, Failed: 1, Skipped: 2}}
 	p := ProgressOf(b, created.Add(100*time.Second))
 	if p.ETA == nil || *p.ETA != 150 {
 		t.Fatalf("eta %v, want 150 (6 left at 25 s each)", p.ETA)
 	}
-	b.State = repo.BackfillPaused
+	b.State = domain.BackfillPaused
 	if p := ProgressOf(b, created.Add(time.Second)); p.ETA != nil {
 		t.Fatalf("paused: eta %v, want none", *p.ETA)
 	}
-	b.State, b.Success, b.Failed = repo.BackfillRunning, 0, 0
+	b.State, b.Success, b.Failed = domain.BackfillRunning, 0, 0
 	if p := ProgressOf(b, created.Add(time.Second)); p.ETA != nil {
 		t.Fatalf("nothing finished: eta %v, want none", *p.ETA)
 	}

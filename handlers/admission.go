@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -43,29 +42,6 @@ func (c AdmissionClass) String() string {
 	default:
 		return "default"
 	}
-}
-
-// ClassifyRequest is the one place that decides a request's class, from its method and path
-// alone: admission runs before routing and validation, so that shedding stays cheap.
-func ClassifyRequest(r *http.Request) AdmissionClass {
-	rest, ok := strings.CutPrefix(r.URL.Path, "/api/v1/")
-	if !ok {
-		return ClassExempt
-	}
-	if IsEventStream(r) {
-		return ClassStream
-	}
-	parts := strings.Split(strings.TrimSuffix(rest, "/"), "/")
-	switch {
-	case r.Method == http.MethodPost && len(parts) == 2 && parts[0] == "runs" && parts[1] == "claim":
-		return ClassClaim
-	case r.Method == http.MethodPost && len(parts) == 3 && parts[0] == "runs" &&
-		(parts[2] == "heartbeat" || parts[2] == "release"):
-		return ClassLease
-	case r.Method == http.MethodPatch && len(parts) == 4 && parts[0] == "dags" && parts[2] == "runs":
-		return ClassLease // an executor's report
-	}
-	return ClassDefault
 }
 
 // AdmissionObserver is told what admission does, for metrics.
@@ -134,8 +110,9 @@ func (a Admission) Limits() AdmissionLimits {
 // pool), claim (the main pool), default (the main pool and the default pool, which keeps the
 // claims' reserve out of its reach).
 type admitter struct {
-	obs   AdmissionObserver
-	queue *slotQueue
+	obs     AdmissionObserver
+	queue   *slotQueue
+	classes classTable
 }
 
 // Queue indexes of the classes that are admitted.
@@ -156,7 +133,7 @@ func queueOf(c AdmissionClass) int {
 	}
 }
 
-func newAdmitter(a Admission) *admitter {
+func newAdmitter(a Admission, classes classTable) *admitter {
 	l := a.Limits()
 	wait, long := a.Wait, a.LongWait
 	if wait <= 0 {
@@ -179,7 +156,8 @@ func newAdmitter(a Admission) *admitter {
 	mainPool := &slotPool{capacity: l.Claim}
 	defaultPool := &slotPool{capacity: l.Default}
 	return &admitter{
-		obs: a.Observer,
+		obs:     a.Observer,
+		classes: classes,
 		queue: &slotQueue{
 			clock: clock, interval: wait, short: wait, long: long, onWait: onWait,
 			classes: []*classQueue{
@@ -209,7 +187,7 @@ func (a *admitter) afterBody(next http.Handler) http.Handler {
 // wait is over; other requests pass through.
 func (a *admitter) admit(next http.Handler, mine func(*http.Request) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		class := ClassifyRequest(r)
+		class := a.classes.classify(r)
 		if class == ClassExempt || class == ClassStream || !mine(r) {
 			next.ServeHTTP(w, r)
 			return

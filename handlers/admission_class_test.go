@@ -12,43 +12,27 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// operationClasses is the admission class of every operation of api/openapi.yaml, by
-// operationId. It must name each operation: a new one fails TestEveryOperationHasItsClass
-// until someone decides its class here (and, for a lease-type operation, in ClassifyRequest),
-// so that nothing that keeps a lease alive can silently fall into the default class.
-var operationClasses = map[string]handlers.AdmissionClass{
-	// Keeping or ending a lease: shed last, on slots and a pool of their own.
+// classOf maps the values of x-admission-class to the classes they declare.
+var classOf = map[string]handlers.AdmissionClass{
+	"exempt": handlers.ClassExempt, "lease": handlers.ClassLease,
+	"claim": handlers.ClassClaim, "default": handlers.ClassDefault,
+}
+
+// executorOperations are the operations of an executor that holds or seeks a lease, pinned
+// here besides their declaration in the spec: shedding one of them as default can cost a run
+// its lease, so a change of their class must be a decision seen in two places.
+var executorOperations = map[string]handlers.AdmissionClass{
 	"heartbeatRun": handlers.ClassLease,
 	"patchDagRun":  handlers.ClassLease, // an executor's report
 	"releaseRun":   handlers.ClassLease,
-
-	"claimRuns": handlers.ClassClaim,
-
-	"listDags": handlers.ClassDefault, "putDag": handlers.ClassDefault, "getDag": handlers.ClassDefault,
-	"deleteDag": handlers.ClassDefault, "createDagRun": handlers.ClassDefault, "listDagRuns": handlers.ClassDefault,
-	"getDagRun": handlers.ClassDefault, "createBackfill": handlers.ClassDefault, "listBackfills": handlers.ClassDefault,
-	"dryRunBackfill": handlers.ClassDefault, "getBackfill": handlers.ClassDefault, "patchBackfill": handlers.ClassDefault,
-	"retryBackfill": handlers.ClassDefault, "listBackfillDagRuns": handlers.ClassDefault,
-	"pauseBackfill": handlers.ClassDefault, "unpauseBackfill": handlers.ClassDefault,
-	"cancelBackfill": handlers.ClassDefault, "listEvents": handlers.ClassDefault,
-	// As JSON it is a read; as text/event-stream a stream (checked below).
-	"getBackfillEvents": handlers.ClassDefault,
-	"createWebhook":     handlers.ClassDefault, "listWebhooks": handlers.ClassDefault,
-	"getWebhook": handlers.ClassDefault, "deleteWebhook": handlers.ClassDefault,
-	"listWebhookDeliveries": handlers.ClassDefault,
-	"listPools":             handlers.ClassDefault, "putPool": handlers.ClassDefault,
-	"getPool": handlers.ClassDefault, "deletePool": handlers.ClassDefault,
-
-	// Outside /api/v1: probes, metrics, the spec, its docs and the console are never shed.
-	"getRoot": handlers.ClassExempt, "getHealthz": handlers.ClassExempt, "getReadyz": handlers.ClassExempt,
-	"getMetrics": handlers.ClassExempt, "getOpenAPISpec": handlers.ClassExempt, "getDocs": handlers.ClassExempt,
-	"getUI": handlers.ClassExempt, "getUIAsset": handlers.ClassExempt, "getDocsSlash": handlers.ClassExempt,
-	"getDocsAsset": handlers.ClassExempt,
+	"claimRuns":    handlers.ClassClaim,
 }
 
-// TestEveryOperationHasItsClass walks every operation of the spec, builds a request to it (each
-// path parameter filled in) and checks that ClassifyRequest gives it the class decided in
-// operationClasses; and that the table names no operation the spec lacks.
+// TestEveryOperationHasItsClass walks every operation of the spec and checks that it declares
+// its class (x-admission-class) explicitly, that ClassifyRequest gives a request to it (each
+// path parameter filled in) that class, and that the declarations follow the rules: an
+// operation whose body names a worker_id is an executor's and is lease or claim, as are only
+// those; /api/v1 operations are counted, the others exempt.
 func TestEveryOperationHasItsClass(t *testing.T) {
 	t.Parallel()
 	doc, err := openapi3.NewLoader().LoadFromData(api.SpecYAML)
@@ -59,19 +43,43 @@ func TestEveryOperationHasItsClass(t *testing.T) {
 	for _, path := range paths {
 		for method, op := range doc.Paths.Value(path).Operations() {
 			require.NotEmpty(t, op.OperationID, "%s %s has no operationId", method, path)
-			want, ok := operationClasses[op.OperationID]
-			require.True(t, ok, "%s (%s %s) has no admission class: decide it in operationClasses", op.OperationID, method, path)
+			declared, _ := op.Extensions["x-admission-class"].(string)
+			want, ok := classOf[declared]
+			require.True(t, ok, "%s (%s %s) declares no admission class: add x-admission-class to it", op.OperationID, method, path)
 			seen[op.OperationID] = true
 			r := httptest.NewRequest(method, fillPath(path), nil)
 			require.Equal(t, want, handlers.ClassifyRequest(r), "%s %s (%s)", method, path, op.OperationID)
+
+			executor := takesWorkerID(op)
+			leaseOrClaim := want == handlers.ClassLease || want == handlers.ClassClaim
+			require.Equal(t, executor, leaseOrClaim, "%s (%s %s): class %s, a worker_id in its body: %v", op.OperationID, method, path, declared, executor)
+			if pinned, ok := executorOperations[op.OperationID]; ok {
+				require.Equal(t, pinned, want, "%s is an executor's operation", op.OperationID)
+			}
+			require.Equal(t, strings.HasPrefix(path, "/api/v1/"), want != handlers.ClassExempt,
+				"%s (%s %s): only operations outside /api/v1 are exempt", op.OperationID, method, path)
 		}
 	}
-	for id := range operationClasses {
-		require.True(t, seen[id], "operationClasses names %s, which the spec does not have", id)
+	for id := range executorOperations {
+		require.True(t, seen[id], "executorOperations names %s, which the spec does not have", id)
 	}
 	stream := httptest.NewRequest("GET", "/api/v1/backfills/1/events", nil)
 	stream.Header.Set("Accept", "text/event-stream")
 	require.Equal(t, handlers.ClassStream, handlers.ClassifyRequest(stream))
+}
+
+// takesWorkerID reports whether op's JSON body has a worker_id: the mark of a request an
+// executor sends about its lease.
+func takesWorkerID(op *openapi3.Operation) bool {
+	if op.RequestBody == nil || op.RequestBody.Value == nil {
+		return false
+	}
+	media := op.RequestBody.Value.Content.Get("application/json")
+	if media == nil || media.Schema == nil || media.Schema.Value == nil {
+		return false
+	}
+	_, ok := media.Schema.Value.Properties["worker_id"]
+	return ok
 }
 
 // fillPath gives every {parameter} of a path template a value: a number for ids, a name that

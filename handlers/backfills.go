@@ -7,19 +7,20 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/repo"
 )
 
 // backfillParams reads a creation body, with the spec's defaults filled in.
-func (s *Server) backfillParams(r *http.Request) (repo.BackfillCreateParams, *api.Problem) {
+func (s *Server) backfillParams(r *http.Request) (domain.BackfillRequest, *api.Problem) {
 	var body api.BackfillCreate
 	if p := decodeBody(r, &body); p != nil {
-		return repo.BackfillCreateParams{}, p
+		return domain.BackfillRequest{}, p
 	}
 	if p := checkTimestamps(map[string]time.Time{"from_date": body.FromDate, "to_date": body.ToDate}); p != nil {
-		return repo.BackfillCreateParams{}, p
+		return domain.BackfillRequest{}, p
 	}
-	p := repo.BackfillCreateParams{
+	p := domain.BackfillRequest{
 		DagID:             body.DagId,
 		FromDate:          body.FromDate.UTC(),
 		ToDate:            body.ToDate.UTC(),

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/repo"
 )
 
@@ -92,7 +93,7 @@ func backfillOut(b repo.Backfill) api.Backfill {
 		MaxActiveRuns:     int32(b.MaxActiveRuns),
 		Description:       b.Description,
 		State:             api.BackfillState(b.State),
-		IsPaused:          b.State == repo.BackfillPaused,
+		IsPaused:          b.State == domain.BackfillPaused,
 		CreatedAt:         utc(b.CreatedAt),
 		UpdatedAt:         utc(b.UpdatedAt),
 		CompletedAt:       utcPtr(b.CompletedAt),
@@ -139,7 +140,7 @@ func slotOut(s repo.BackfillSlot) api.BackfillDagRun {
 	}
 }
 
-func plannedOut(p repo.PlannedSlot) api.DryRunEntry {
+func plannedOut(p domain.PlannedSlot) api.DryRunEntry {
 	return api.DryRunEntry{
 		LogicalDate:     utc(p.LogicalDate),
 		SortOrdinal:     int32(p.SortOrdinal),

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/repo"
 )
 
@@ -75,7 +76,7 @@ func (s *Server) PatchDagRun(w http.ResponseWriter, r *http.Request, dagID, runI
 		return
 	}
 	run, err := s.store.RunReport(r.Context(), repo.RunReportParams{
-		DagID: dagID, RunID: runID, State: repo.RunState(body.State), WorkerID: body.WorkerId, Note: body.Note,
+		DagID: dagID, RunID: runID, State: domain.RunState(body.State), WorkerID: body.WorkerId, Note: body.Note,
 	})
 	if err != nil {
 		s.writeError(w, r, err)

@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/handlers"
 	"github.com/backfillsvc/backfill/repo"
 )
@@ -223,7 +224,7 @@ func (f *fakeStore) RunHeartbeat(ctx context.Context, runPK int64, workerID stri
 	return repo.Heartbeat{LeaseExpiresAt: fakeTime}, err
 }
 
-func (f *fakeStore) checkCreate(p repo.BackfillCreateParams) []string {
+func (f *fakeStore) checkCreate(p domain.BackfillRequest) []string {
 	problems := []string{checkDagID(p.DagID), checkTime("from_date", p.FromDate), checkTime("to_date", p.ToDate),
 		checkEnum("reprocess_behavior", p.ReprocessBehavior, "none", "failed", "completed"),
 		checkRange("max_active_runs", p.MaxActiveRuns, 1, 1000), checkConf("dag_run_conf", p.DagRunConf)}
@@ -239,15 +240,15 @@ func (f *fakeStore) checkCreate(p repo.BackfillCreateParams) []string {
 	return problems
 }
 
-func (f *fakeStore) BackfillCreate(ctx context.Context, p repo.BackfillCreateParams) (repo.Backfill, bool, error) {
+func (f *fakeStore) BackfillCreate(ctx context.Context, p domain.BackfillRequest) (repo.Backfill, bool, error) {
 	err := f.call("BackfillCreate", true, f.checkCreate(p)...)
 	return fakeBackfill(1, p.DagID), false, err
 }
 
-func (f *fakeStore) BackfillDryRun(ctx context.Context, p repo.BackfillCreateParams) (repo.DryRun, error) {
+func (f *fakeStore) BackfillDryRun(ctx context.Context, p domain.BackfillRequest) (repo.DryRun, error) {
 	err := f.call("BackfillDryRun", false, f.checkCreate(p)...)
-	slots := []repo.PlannedSlot{{SortOrdinal: 1, LogicalDate: fakeTime, IntervalEnd: fakeTime.Add(time.Hour), Action: "create"}}
-	return repo.DryRun{Slots: slots, PlanHash: repo.PlanHash("@daily", "UTC", slots)}, err
+	slots := []domain.PlannedSlot{{SortOrdinal: 1, LogicalDate: fakeTime, IntervalEnd: fakeTime.Add(time.Hour), Action: "create"}}
+	return repo.DryRun{Slots: slots, PlanHash: domain.PlanHash("@daily", "UTC", slots)}, err
 }
 
 func (f *fakeStore) BackfillPatch(ctx context.Context, p repo.BackfillPatchParams) (repo.Backfill, error) {
@@ -380,9 +381,9 @@ var storeErrors = []error{
 	nil,
 	repo.ErrDagNotFound, repo.ErrBackfillNotFound, repo.ErrRunNotFound,
 	&repo.BackfillAlreadyRunningError{ActiveBackfillID: 7}, repo.ErrRunAlreadyExists, repo.ErrBackfillNotActive,
-	repo.ErrInvalidTransition, repo.ErrLeaseLost, repo.ErrInvalidDag, repo.ErrInvalidBackfill,
-	repo.ErrNoRunsToCreate, repo.ErrTooManyRuns, repo.ErrIdempotencyKeyReused,
-	&repo.PlanChangedError{CurrentPlanHash: "abc"}, repo.ErrBackfillNotTerminal, repo.ErrRunsInFlight,
+	repo.ErrInvalidTransition, repo.ErrLeaseLost, domain.ErrInvalidDag, domain.ErrInvalidBackfill,
+	repo.ErrNoRunsToCreate, domain.ErrTooManyRuns, repo.ErrIdempotencyKeyReused,
+	&domain.PlanChangedError{CurrentPlanHash: "abc"}, repo.ErrBackfillNotTerminal, repo.ErrRunsInFlight,
 }
 
 // validHeaderValue mirrors what net/http's server accepts in a header value.

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/repo"
 	"github.com/go-chi/chi/v5/middleware"
 )
@@ -52,7 +53,7 @@ func writeProblem(w http.ResponseWriter, p api.Problem) {
 // meet HTTP. Unknown errors are logged once here and answered without their text.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var running *repo.BackfillAlreadyRunningError
-	var planChanged *repo.PlanChangedError
+	var planChanged *domain.PlanChangedError
 	switch {
 	case errors.As(err, &planChanged):
 		p := problem(http.StatusPreconditionFailed, "plan_changed",
@@ -94,13 +95,13 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			"a report moves a queued or running run to success, failed or canceled; only a claim starts a run"))
 	case errors.Is(err, repo.ErrLeaseLost):
 		writeProblem(w, problem(http.StatusConflict, "lease_lost", "the run is not running under a live lease of this worker"))
-	case errors.Is(err, repo.ErrInvalidDag):
+	case errors.Is(err, domain.ErrInvalidDag):
 		writeProblem(w, problem(http.StatusUnprocessableEntity, "invalid_dag", err.Error()))
-	case errors.Is(err, repo.ErrInvalidBackfill):
+	case errors.Is(err, domain.ErrInvalidBackfill):
 		writeProblem(w, problem(http.StatusUnprocessableEntity, "invalid_backfill", err.Error()))
 	case errors.Is(err, repo.ErrNoRunsToCreate):
 		writeProblem(w, problem(http.StatusUnprocessableEntity, "no_runs_to_create", err.Error()))
-	case errors.Is(err, repo.ErrTooManyRuns):
+	case errors.Is(err, domain.ErrTooManyRuns):
 		writeProblem(w, problem(http.StatusUnprocessableEntity, "too_many_runs", err.Error()))
 	case errors.Is(err, repo.ErrIdempotencyKeyReused):
 		writeProblem(w, problem(http.StatusUnprocessableEntity, "idempotency_key_reused",

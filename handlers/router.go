@@ -37,11 +37,17 @@ func New(opts Options) (http.Handler, error) {
 		return nil, fmt.Errorf("handlers: %w", err)
 	}
 	s.defaults = validator.defaults
+	// Every operation declares its admission class in the spec (admission_class.go); a spec
+	// in which one does not is refused here, before anything is served.
+	classes, err := admissionClasses()
+	if err != nil {
+		return nil, fmt.Errorf("handlers: %w", err)
+	}
 	r := chi.NewRouter()
 	// Admission (admission.go) takes reads first of all, and writes once their body is read.
 	admit, admitWrites := passThrough, passThrough
 	if opts.Admission != nil && opts.Admission.MaxInFlight > 0 {
-		a := newAdmitter(*opts.Admission)
+		a := newAdmitter(*opts.Admission, classes)
 		admit, admitWrites = a.beforeAll, a.afterBody
 	}
 	r.Use(admit)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/repo"
 )
 
@@ -27,8 +28,8 @@ type Store interface {
 	RunHeartbeat(ctx context.Context, runPK int64, workerID string) (repo.Heartbeat, error)
 	RunRelease(ctx context.Context, runPK int64, workerID string) (repo.Run, error)
 
-	BackfillCreate(ctx context.Context, p repo.BackfillCreateParams) (repo.Backfill, bool, error)
-	BackfillDryRun(ctx context.Context, p repo.BackfillCreateParams) (repo.DryRun, error)
+	BackfillCreate(ctx context.Context, p domain.BackfillRequest) (repo.Backfill, bool, error)
+	BackfillDryRun(ctx context.Context, p domain.BackfillRequest) (repo.DryRun, error)
 	BackfillGet(ctx context.Context, id int64) (repo.Backfill, error)
 	BackfillList(ctx context.Context, p repo.BackfillListParams) ([]repo.Backfill, int, error)
 	BackfillSlots(ctx context.Context, p repo.BackfillSlotsParams) ([]repo.BackfillSlot, int64, error)

@@ -64,6 +64,10 @@ func TestActiveStatesMatchSchema(t *testing.T) {
 	require.ElementsMatch(t, domain.TerminalBackfillStates, check("backfills_terminal_has_no_unfinished_runs"))
 }
 
+func TestActiveStatesSQLLiteral(t *testing.T) {
+	require.Equal(t, "('running', 'paused', 'canceling')", activeStatesSQL)
+}
+
 // The SQL built from the Go list still reads the partial indexes: the planner uses a partial
 // index only when it can prove the query's predicate implies the index's, so this fails if
 // the two spell the states differently. Sequential scans are priced out so that an empty

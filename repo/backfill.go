@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/jmoiron/sqlx"
 )
 
@@ -109,16 +110,16 @@ func slotTotal(p Progress, state *string) int64 {
 	if state == nil {
 		return p.Total()
 	}
-	switch RunState(*state) {
-	case RunQueued:
+	switch domain.RunState(*state) {
+	case domain.RunQueued:
 		return p.Queued
-	case RunRunning:
+	case domain.RunRunning:
 		return p.Running
-	case RunSuccess:
+	case domain.RunSuccess:
 		return p.Success
-	case RunFailed:
+	case domain.RunFailed:
 		return p.Failed
-	case RunCanceled:
+	case domain.RunCanceled:
 		return p.Canceled
 	}
 	return 0

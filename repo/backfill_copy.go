@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 )
@@ -24,7 +25,7 @@ const copyAbove = 5000
 // reports false so that the caller takes the insert path, which settles such dates. Either key
 // of a run can be the one that refuses it (the date's or the run_id's, in whichever order the
 // indexes are checked).
-func copyNewRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p BackfillCreateParams, slots []PlannedSlot, now time.Time) (bool, error) {
+func copyNewRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p domain.BackfillRequest, slots []domain.PlannedSlot, now time.Time) (bool, error) {
 	if _, err := tx.ExecContext(ctx, `SAVEPOINT copy_new_runs`); err != nil {
 		return false, fmt.Errorf("savepoint: %w", err)
 	}
@@ -44,7 +45,7 @@ func copyNewRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p BackfillC
 	return false, nil
 }
 
-func copyRunsAndSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p BackfillCreateParams, slots []PlannedSlot, now time.Time) error {
+func copyRunsAndSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p domain.BackfillRequest, slots []domain.PlannedSlot, now time.Time) error {
 	// COPY has no RETURNING: take the run ids from the identity's sequence first, so that
 	// each slot can name its run without reading dag_runs back (a read that, under
 	// SERIALIZABLE, would take predicate locks where every creation inserts). The sequence
@@ -67,7 +68,7 @@ func copyRunsAndSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p Back
 		func(i int) []any {
 			sl := slots[i]
 			return []any{ids[i], p.DagID, RunIDFor(RunTypeBackfill, sl.LogicalDate), sl.LogicalDate, sl.LogicalDate,
-				sl.IntervalEnd, RunQueued, RunTypeBackfill, backfillID, sl.SortOrdinal, conf, 1, now}
+				sl.IntervalEnd, domain.RunQueued, RunTypeBackfill, backfillID, sl.SortOrdinal, conf, 1, now}
 		})
 	if err != nil {
 		return fmt.Errorf("copy runs: %w", err)

@@ -8,15 +8,16 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/internal/pgtest"
 )
 
 // copyTestSlots plans n daily slots from 2024-01-01.
-func copyTestSlots(n int) []PlannedSlot {
-	slots := make([]PlannedSlot, n)
+func copyTestSlots(n int) []domain.PlannedSlot {
+	slots := make([]domain.PlannedSlot, n)
 	for i := range slots {
 		d := time.Date(2024, 1, 1+i, 0, 0, 0, 0, time.UTC)
-		slots[i] = PlannedSlot{SortOrdinal: i + 1, LogicalDate: d, IntervalEnd: d.AddDate(0, 0, 1), Action: ActionCreate}
+		slots[i] = domain.PlannedSlot{SortOrdinal: i + 1, LogicalDate: d, IntervalEnd: d.AddDate(0, 0, 1), Action: domain.ActionCreate}
 	}
 	return slots
 }
@@ -31,7 +32,7 @@ func TestCopyNewRunsGivesWayToARunThatAppeared(t *testing.T) {
 	_, err := db.Exec(`INSERT INTO dags (dag_id, schedule, timezone, max_active_runs, is_paused, created_at, updated_at)
 		VALUES ('copy', '@daily', 'UTC', 16, false, now(), now())`)
 	require.NoError(t, err)
-	p := BackfillCreateParams{DagID: "copy"}
+	p := domain.BackfillRequest{DagID: "copy"}
 	slots := copyTestSlots(5)
 	runs := func(q sqlx.QueryerContext, backfillID int64) (n, linked int) {
 		require.NoError(t, sqlx.GetContext(ctx, q, &n, `SELECT count(*) FROM dag_runs WHERE backfill_id = $1`, backfillID))

@@ -16,7 +16,7 @@ import (
 
 // BackfillCreate creates a backfill, its slots and its runs in one SERIALIZABLE transaction.
 // It reports replayed = true when an earlier request with the same idempotency key created it.
-func (s *Store) BackfillCreate(ctx context.Context, p BackfillCreateParams) (Backfill, bool, error) {
+func (s *Store) BackfillCreate(ctx context.Context, p domain.BackfillRequest) (Backfill, bool, error) {
 	defer s.eventsMayBeWritten()
 	hash, err := domain.RequestHash(p)
 	if err != nil {
@@ -115,7 +115,7 @@ const maxCreatePasses = 5
 // it disagrees with the snapshot (a run committed or deleted in between), or where a
 // concurrent creation inserts the same run first, the attempt fails with
 // errConcurrentRunForDate and is run again from a fresh look, which then sees the winner.
-func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCreateParams, hash domain.Fingerprint, planDag Dag, planned []PlannedSlot, known runDates) (Backfill, error) {
+func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p domain.BackfillRequest, hash domain.Fingerprint, planDag Dag, planned []domain.PlannedSlot, known runDates) (Backfill, error) {
 	// The transaction's own "now" (backfill_now() is now(), the transaction's start), read
 	// once: it stamps every row this transaction writes.
 	now, err := dbNow(ctx, tx)
@@ -182,7 +182,7 @@ func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p BackfillCr
 	}
 	var queued, skipped int
 	for _, sl := range slots {
-		if sl.Action == ActionSkip {
+		if sl.Action == domain.ActionSkip {
 			skipped++
 		} else {
 			queued++
@@ -240,8 +240,8 @@ type takenRun struct {
 // with a reason. It then writes those slots' rows; a reprocessed slot's row records the
 // backfill it took the run from and the state, attempt and note the run had there, which is
 // what that backfill's record goes on showing (the view backfill_slot_records).
-func settleTakenSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p BackfillCreateParams, slots []PlannedSlot, taken []int, now time.Time) error {
-	takenSlots := make([]PlannedSlot, len(taken))
+func settleTakenSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p domain.BackfillRequest, slots []domain.PlannedSlot, taken []int, now time.Time) error {
+	takenSlots := make([]domain.PlannedSlot, len(taken))
 	for i, idx := range taken {
 		takenSlots[i] = slots[idx]
 	}
@@ -262,7 +262,7 @@ func settleTakenSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p Back
 		}
 		r := &runs[at]
 		domain.Decide(&slots[idx], p.ReprocessBehavior, r.ID, r.State)
-		if slots[idx].Action == ActionReprocess {
+		if slots[idx].Action == domain.ActionReprocess {
 			over = append(over, takeover{id: r.ID, logicalDate: r.LogicalDate, ordinal: slots[idx].SortOrdinal})
 			if r.BackfillID != nil {
 				priors[i] = r
@@ -346,7 +346,7 @@ func readTakenRuns(ctx context.Context, tx *sqlx.Tx, dagID string, first, last t
 // hashed the whole table when the arrays were a few percent of it (a 10,000-run reprocess
 // read every one of 825,000 runs), a cost that grew with history instead of with the runs
 // taken over.
-func reprocessRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p BackfillCreateParams, over []takeover, now time.Time) error {
+func reprocessRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p domain.BackfillRequest, over []takeover, now time.Time) error {
 	if len(over) == 0 {
 		return nil
 	}

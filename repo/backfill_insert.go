@@ -23,7 +23,7 @@ const largeBackfill = 10000
 // would otherwise pay for 100,000 conflicts); the others are inserted blindly, and a run that
 // appeared since known was read shows as a conflict. It returns the indexes (into slots) of
 // the slots whose date already had a run.
-func insertNewRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p BackfillCreateParams, slots []PlannedSlot, known runDates, now time.Time) ([]int, error) {
+func insertNewRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p domain.BackfillRequest, slots []domain.PlannedSlot, known runDates, now time.Time) ([]int, error) {
 	var try []int
 	for i, sl := range slots {
 		if !known[sl.LogicalDate.UnixMicro()] {
@@ -56,7 +56,7 @@ func insertNewRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p Backfil
 
 // insertRunsAndSlots is the statement of insertNewRuns for the slots at indexes try. It
 // returns nil when every one got a run, else the ordinals of those that did.
-func insertRunsAndSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p BackfillCreateParams, slots []PlannedSlot, try []int, now time.Time) (pq.Int64Array, error) {
+func insertRunsAndSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p domain.BackfillRequest, slots []domain.PlannedSlot, try []int, now time.Time) (pq.Int64Array, error) {
 	n := len(try)
 	ordinals := make(pq.Int64Array, n)
 	dates := make(pq.StringArray, n)
@@ -136,7 +136,7 @@ type runDates map[int64]bool
 // of the DAG's key range would take predicate locks that make creations for neighbouring DAGs
 // abort each other. It is only a hint (see insertNewRuns); a range scan of one index, it costs
 // little when the window is empty, the common case.
-func (s *Store) existingRunDates(ctx context.Context, dagID string, plan []PlannedSlot) (runDates, error) {
+func (s *Store) existingRunDates(ctx context.Context, dagID string, plan []domain.PlannedSlot) (runDates, error) {
 	first, last := domain.Window(plan)
 	var dates []time.Time
 	err := sqlx.SelectContext(ctx, s.db, &dates, `

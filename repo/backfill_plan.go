@@ -10,21 +10,21 @@ import (
 )
 
 // planSlots plans a request against its DAG (see domain.PlanSlots) under this store's cap.
-func (s *Store) planSlots(dag Dag, p BackfillCreateParams, now time.Time) ([]PlannedSlot, error) {
+func (s *Store) planSlots(dag Dag, p domain.BackfillRequest, now time.Time) ([]domain.PlannedSlot, error) {
 	return domain.PlanSlots(dag.Schedule, dag.Timezone, p, now, s.maxBackfillRuns)
 }
 
 // existingRun is a run that holds a slot's date, as read to decide the slot.
 type existingRun struct {
-	ID          int64     `db:"id"`
-	LogicalDate time.Time `db:"logical_date"`
-	State       RunState  `db:"state"`
+	ID          int64           `db:"id"`
+	LogicalDate time.Time       `db:"logical_date"`
+	State       domain.RunState `db:"state"`
 }
 
 // decideSlots reads the runs that already exist in the window, in one query, and decides each
 // slot: create, reprocess (taking the run over) or skip with a reason. The dry run uses it;
 // creation reads only the dates whose insert conflicted (see backfillInsertAll).
-func decideSlots(ctx context.Context, q sqlx.QueryerContext, dagID, behavior string, slots []PlannedSlot) error {
+func decideSlots(ctx context.Context, q sqlx.QueryerContext, dagID, behavior string, slots []domain.PlannedSlot) error {
 	if len(slots) == 0 {
 		return nil
 	}
@@ -46,12 +46,12 @@ func decideSlots(ctx context.Context, q sqlx.QueryerContext, dagID, behavior str
 
 // DryRun is what a creation would do: its slots and the digest of that plan.
 type DryRun struct {
-	Slots    []PlannedSlot
+	Slots    []domain.PlannedSlot
 	PlanHash string
 }
 
 // BackfillDryRun answers what a creation would do, writing nothing.
-func (s *Store) BackfillDryRun(ctx context.Context, p BackfillCreateParams) (DryRun, error) {
+func (s *Store) BackfillDryRun(ctx context.Context, p domain.BackfillRequest) (DryRun, error) {
 	dag, err := dagGet(ctx, s.db, p.DagID, "")
 	if err != nil {
 		return DryRun{}, err
@@ -67,5 +67,5 @@ func (s *Store) BackfillDryRun(ctx context.Context, p BackfillCreateParams) (Dry
 	if err := decideSlots(ctx, s.db, p.DagID, p.ReprocessBehavior, slots); err != nil {
 		return DryRun{}, err
 	}
-	return DryRun{Slots: slots, PlanHash: PlanHash(dag.Schedule, dag.Timezone, slots)}, nil
+	return DryRun{Slots: slots, PlanHash: domain.PlanHash(dag.Schedule, dag.Timezone, slots)}, nil
 }

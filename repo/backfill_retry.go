@@ -2,15 +2,12 @@ package repo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/jmoiron/sqlx"
 )
-
-// ErrBackfillNotTerminal means a retry was asked of a backfill that is still active.
-var ErrBackfillNotTerminal = errors.New("backfill not terminal")
 
 // BackfillRetryParams asks for a new backfill of a terminal backfill's failed and canceled
 // slots. Nil fields default to the parent's.
@@ -43,7 +40,7 @@ func (s *Store) BackfillRetry(ctx context.Context, rp BackfillRetryParams) (Back
 		return Backfill{}, false, err
 	}
 	switch parent.State {
-	case BackfillSucceeded, BackfillFailed, BackfillCanceled:
+	case domain.BackfillSucceeded, domain.BackfillFailed, domain.BackfillCanceled:
 	default:
 		return Backfill{}, false, fmt.Errorf("%w: backfill %d is %s", ErrBackfillNotTerminal, parent.ID, parent.State)
 	}
@@ -58,13 +55,13 @@ func (s *Store) BackfillRetry(ctx context.Context, rp BackfillRetryParams) (Back
 	if len(dates) == 0 {
 		return Backfill{}, false, fmt.Errorf("%w: no slot of backfill %d failed or was canceled", ErrNoRunsToCreate, parent.ID)
 	}
-	p := BackfillCreateParams{
+	p := domain.BackfillRequest{
 		DagID:             parent.DagID,
 		FromDate:          parent.FromDate,
 		ToDate:            parent.ToDate,
 		RunBackwards:      parent.RunBackwards,
 		DagRunConf:        parent.DagRunConf,
-		ReprocessBehavior: ReprocessFailed,
+		ReprocessBehavior: domain.ReprocessFailed,
 		MaxActiveRuns:     parent.MaxActiveRuns,
 		Description:       parent.Description,
 		MaxFailedRuns:     parent.MaxFailedRuns,

@@ -4,20 +4,21 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/jmoiron/sqlx"
 )
 
 // BackfillPause stops handing out the backfill's runs. Pausing a paused backfill is a no-op.
 func (s *Store) BackfillPause(ctx context.Context, id int64) (Backfill, error) {
-	return s.backfillToggle(ctx, id, BackfillRunning, BackfillPaused)
+	return s.backfillToggle(ctx, id, domain.BackfillRunning, domain.BackfillPaused)
 }
 
 // BackfillUnpause resumes a paused backfill. Unpausing a running backfill is a no-op.
 func (s *Store) BackfillUnpause(ctx context.Context, id int64) (Backfill, error) {
-	return s.backfillToggle(ctx, id, BackfillPaused, BackfillRunning)
+	return s.backfillToggle(ctx, id, domain.BackfillPaused, domain.BackfillRunning)
 }
 
-func (s *Store) backfillToggle(ctx context.Context, id int64, from, to BackfillState) (Backfill, error) {
+func (s *Store) backfillToggle(ctx context.Context, id int64, from, to domain.BackfillState) (Backfill, error) {
 	defer s.eventsMayBeWritten()
 	var b Backfill
 	err := sqlx.GetContext(ctx, s.db, &b, `
@@ -61,7 +62,7 @@ func (s *Store) BackfillCancel(ctx context.Context, id int64) (Backfill, error) 
 			if err != nil {
 				return err
 			}
-			if b.State != BackfillCanceling {
+			if b.State != domain.BackfillCanceling {
 				return fmt.Errorf("%w: backfill %d is %s", ErrBackfillNotActive, id, b.State)
 			}
 			return nil
@@ -84,7 +85,7 @@ func (s *Store) BackfillCancel(ctx context.Context, id int64) (Backfill, error) 
 		return err
 	})
 	if err == nil && finished {
-		s.observer.BackfillFinalized(string(BackfillCanceled))
+		s.observer.BackfillFinalized(string(domain.BackfillCanceled))
 	}
 	return b, err
 }

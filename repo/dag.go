@@ -8,9 +8,6 @@ import (
 	"github.com/jmoiron/sqlx"
 )
 
-// ErrInvalidDag means the schedule or timezone cannot be used.
-var ErrInvalidDag = domain.ErrInvalidDag
-
 // DagPutParams creates or replaces a DAG. Defaults are filled in by the caller.
 type DagPutParams struct {
 	DagID         string

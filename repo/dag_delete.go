@@ -2,15 +2,10 @@ package repo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jmoiron/sqlx"
 )
-
-// ErrRunsInFlight means a DAG cannot be deleted while a run outside backfills is queued or
-// running.
-var ErrRunsInFlight = errors.New("runs in flight")
 
 // DagDelete removes a DAG with its runs and its backfills' history. It refuses while the DAG
 // has an active backfill (BackfillAlreadyRunningError) or a queued or running run outside

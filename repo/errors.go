@@ -4,17 +4,17 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"github.com/lib/pq"
+	"github.com/lib/pq/pqerror"
 	"io"
 	"net"
 	"syscall"
-
-	"github.com/backfillsvc/backfill/domain"
-	"github.com/lib/pq"
-	"github.com/lib/pq/pqerror"
 )
 
-// Domain errors. Handlers map them to HTTP answers in one place; nothing above this package
-// inspects SQLSTATEs.
+// The errors repo returns. Handlers map them to HTTP answers in one place; nothing above
+// this package inspects SQLSTATEs. Errors about a request's content that need no database
+// (an invalid schedule or window, too many runs, a changed plan) are package domain's, and
+// repo returns them under their domain names.
 var (
 	ErrDagNotFound            = errors.New("dag not found")
 	ErrBackfillNotFound       = errors.New("backfill not found")
@@ -22,13 +22,14 @@ var (
 	ErrRunAlreadyExists       = errors.New("run already exists")
 	ErrBackfillAlreadyRunning = errors.New("backfill already running")
 	ErrBackfillNotActive      = errors.New("backfill not active")
-	ErrInvalidTransition      = errors.New("invalid transition")
-	ErrLeaseLost              = errors.New("lease lost")
-	ErrInvalidBackfill        = domain.ErrInvalidBackfill
-	ErrNoRunsToCreate         = errors.New("no runs to create")
-	ErrTooManyRuns            = domain.ErrTooManyRuns
-	// ErrPlanChanged: If-Match named no digest of the plan as settled (*PlanChangedError).
-	ErrPlanChanged          = domain.ErrPlanChanged
+	// ErrBackfillNotTerminal means a retry was asked of a backfill that is still active.
+	ErrBackfillNotTerminal = errors.New("backfill not terminal")
+	ErrInvalidTransition   = errors.New("invalid transition")
+	ErrLeaseLost           = errors.New("lease lost")
+	ErrNoRunsToCreate      = errors.New("no runs to create")
+	// ErrRunsInFlight means a DAG cannot be deleted while a run outside backfills is queued
+	// or running.
+	ErrRunsInFlight         = errors.New("runs in flight")
 	ErrIdempotencyKeyReused = errors.New("idempotency key reused")
 	ErrRetriesExhausted     = errors.New("serialization retries exhausted")
 	// ErrStatementTimeout: a statement ran into its time limit (statement_timeout) and was
@@ -39,7 +40,26 @@ var (
 	ErrLockWait = errors.New("lock wait exceeded")
 	// ErrUnavailable: no usable database session within the reconnect wait (no host
 	// answered, or none accepts writes).
-	ErrUnavailable             = errors.New("database unavailable")
+	ErrUnavailable = errors.New("database unavailable")
+	// ErrOutcomeUnknown: the session died after a change was sent and before its answer came
+	// back, so the change may or may not have been applied. It is never retried inside the
+	// server, by this package or by database/sql: a retry could apply the change twice. It is
+	// the outcome of a COMMIT that got no answer, and of an autocommit write that got none.
+	ErrOutcomeUnknown = errors.New("connection lost after a change was sent; outcome unknown")
+
+	ErrPoolNotFound = errors.New("pool not found")
+	// ErrUnknownPool: a write named a pool that does not exist (422, where ErrPoolNotFound is
+	// the 404 of the pool's own path).
+	ErrUnknownPool = errors.New("unknown pool")
+	// ErrPoolInUse: an active backfill or an unfinished run names the pool.
+	ErrPoolInUse = errors.New("pool in use")
+
+	ErrWebhookNotFound = errors.New("webhook not found")
+	ErrInvalidWebhook  = errors.New("invalid webhook")
+)
+
+// Errors that stay inside repo: each is turned into one of the above, or retried.
+var (
 	errIdempotencyKeyTaken     = errors.New("idempotency key taken")
 	errConcurrentRunForDate    = errors.New("a concurrent run took a slot's date")
 	errBackfillUniqueViolation = errors.New("active backfill index violated")

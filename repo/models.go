@@ -8,58 +8,6 @@ import (
 	"github.com/backfillsvc/backfill/domain"
 )
 
-// The domain's names, under which repo's callers know them. Each is defined once, in
-// package domain; these are aliases, not copies.
-type (
-	BackfillState = domain.BackfillState
-	RunState      = domain.RunState
-	// BackfillCreateParams describes a backfill. Defaults are filled in by the caller.
-	BackfillCreateParams = domain.BackfillRequest
-	// PlannedSlot is what creation would do with one slot.
-	PlannedSlot = domain.PlannedSlot
-	// PlanChangedError carries the digest of the plan as it is now.
-	PlanChangedError = domain.PlanChangedError
-)
-
-// Backfill states. Active ones hold the DAG's single active slot.
-const (
-	BackfillRunning   = domain.BackfillRunning
-	BackfillPaused    = domain.BackfillPaused
-	BackfillCanceling = domain.BackfillCanceling
-	BackfillSucceeded = domain.BackfillSucceeded
-	BackfillFailed    = domain.BackfillFailed
-	BackfillCanceled  = domain.BackfillCanceled
-)
-
-// Run states.
-const (
-	RunQueued   = domain.RunQueued
-	RunRunning  = domain.RunRunning
-	RunSuccess  = domain.RunSuccess
-	RunFailed   = domain.RunFailed
-	RunCanceled = domain.RunCanceled
-)
-
-// Slot actions of a dry run, and the reprocess behaviour of a retry.
-const (
-	ActionCreate    = domain.ActionCreate
-	ActionReprocess = domain.ActionReprocess
-	ActionSkip      = domain.ActionSkip
-	ReprocessFailed = domain.ReprocessFailed
-)
-
-// PlanHash digests a plan (see domain.PlanHash).
-func PlanHash(sched, timezone string, slots []PlannedSlot) string {
-	return domain.PlanHash(sched, timezone, slots)
-}
-
-// activeStatesSQL is the list of active backfill states as SQL, ('running', 'paused',
-// 'canceling'), built once from domain.ActiveBackfillStates: every statement about active
-// backfills says `state IN `+activeStatesSQL, so that Go and SQL cannot disagree, and the
-// planner still sees a literal that implies the partial indexes' predicate
-// (TestActiveStatesMatchSchema and TestActiveStatesSQLUsesPartialIndexes check both).
-var activeStatesSQL = domain.ActiveStatesSQL()
-
 // Dag is a schedule that runs are made for.
 type Dag struct {
 	DagID         string    `db:"dag_id"`
@@ -77,22 +25,22 @@ const dagColumns = `dag_id, schedule, timezone, max_active_runs, is_paused, desc
 
 // Run is one execution of a DAG for one logical date.
 type Run struct {
-	ID                int64      `db:"id"`
-	DagID             string     `db:"dag_id"`
-	RunID             string     `db:"run_id"`
-	LogicalDate       time.Time  `db:"logical_date"`
-	DataIntervalStart time.Time  `db:"data_interval_start"`
-	DataIntervalEnd   time.Time  `db:"data_interval_end"`
-	State             RunState   `db:"state"`
-	RunType           string     `db:"run_type"`
-	BackfillID        *int64     `db:"backfill_id"`
-	Conf              JSON       `db:"conf"`
-	Attempt           int        `db:"attempt"`
-	WorkerID          *string    `db:"worker_id"`
-	QueuedAt          *time.Time `db:"queued_at"`
-	StartDate         *time.Time `db:"start_date"`
-	EndDate           *time.Time `db:"end_date"`
-	LeaseExpiresAt    *time.Time `db:"lease_expires_at"`
+	ID                int64           `db:"id"`
+	DagID             string          `db:"dag_id"`
+	RunID             string          `db:"run_id"`
+	LogicalDate       time.Time       `db:"logical_date"`
+	DataIntervalStart time.Time       `db:"data_interval_start"`
+	DataIntervalEnd   time.Time       `db:"data_interval_end"`
+	State             domain.RunState `db:"state"`
+	RunType           string          `db:"run_type"`
+	BackfillID        *int64          `db:"backfill_id"`
+	Conf              JSON            `db:"conf"`
+	Attempt           int             `db:"attempt"`
+	WorkerID          *string         `db:"worker_id"`
+	QueuedAt          *time.Time      `db:"queued_at"`
+	StartDate         *time.Time      `db:"start_date"`
+	EndDate           *time.Time      `db:"end_date"`
+	LeaseExpiresAt    *time.Time      `db:"lease_expires_at"`
 	// Note is what the last report said about the run; a new claim clears it.
 	Note *string `db:"note"`
 }
@@ -127,24 +75,24 @@ func (p Progress) Total() int64 {
 
 // Backfill is a request to run a DAG over a window of past dates.
 type Backfill struct {
-	ID                int64         `db:"id"`
-	DagID             string        `db:"dag_id"`
-	FromDate          time.Time     `db:"from_date"`
-	ToDate            time.Time     `db:"to_date"`
-	RunBackwards      bool          `db:"run_backwards"`
-	DagRunConf        JSON          `db:"dag_run_conf"`
-	ReprocessBehavior string        `db:"reprocess_behavior"`
-	MaxActiveRuns     int           `db:"max_active_runs"`
-	Description       *string       `db:"description"`
-	State             BackfillState `db:"state"`
-	CreatedAt         time.Time     `db:"created_at"`
-	UpdatedAt         time.Time     `db:"updated_at"`
-	CompletedAt       *time.Time    `db:"completed_at"`
+	ID                int64                `db:"id"`
+	DagID             string               `db:"dag_id"`
+	FromDate          time.Time            `db:"from_date"`
+	ToDate            time.Time            `db:"to_date"`
+	RunBackwards      bool                 `db:"run_backwards"`
+	DagRunConf        JSON                 `db:"dag_run_conf"`
+	ReprocessBehavior string               `db:"reprocess_behavior"`
+	MaxActiveRuns     int                  `db:"max_active_runs"`
+	Description       *string              `db:"description"`
+	State             domain.BackfillState `db:"state"`
+	CreatedAt         time.Time            `db:"created_at"`
+	UpdatedAt         time.Time            `db:"updated_at"`
+	CompletedAt       *time.Time           `db:"completed_at"`
 	// MaxFailedRuns is the failure budget: nil for none.
 	MaxFailedRuns *int `db:"max_failed_runs"`
 	// PauseReason is PauseReasonUser or PauseReasonFailureBudget while paused, nil otherwise.
 	PauseReason *string `db:"pause_reason"`
-	// PlanHash digests the plan the backfill was created from (see PlanHash).
+	// PlanHash digests the plan the backfill was created from (see domain.PlanHash).
 	PlanHash *string `db:"plan_hash"`
 	// ParentBackfillID is the backfill a retry was made from.
 	ParentBackfillID *int64 `db:"parent_backfill_id"`
@@ -175,12 +123,12 @@ func (b *Backfill) scanDest() []any {
 
 // BackfillSlot is one slot of a backfill as its listing shows it.
 type BackfillSlot struct {
-	SortOrdinal     int       `db:"sort_ordinal"`
-	LogicalDate     time.Time `db:"logical_date"`
-	DagRunID        *int64    `db:"dag_run_id"`
-	RunID           *string   `db:"run_id"`
-	State           *RunState `db:"state"`
-	ExceptionReason *string   `db:"exception_reason"`
+	SortOrdinal     int              `db:"sort_ordinal"`
+	LogicalDate     time.Time        `db:"logical_date"`
+	DagRunID        *int64           `db:"dag_run_id"`
+	RunID           *string          `db:"run_id"`
+	State           *domain.RunState `db:"state"`
+	ExceptionReason *string          `db:"exception_reason"`
 	// Attempt and Note are the run's, while this backfill still owns it.
 	Attempt *int    `db:"attempt"`
 	Note    *string `db:"note"`

@@ -14,12 +14,6 @@ import (
 	"github.com/lib/pq"
 )
 
-// ErrOutcomeUnknown: the session died after a change was sent and before its answer came
-// back, so the change may or may not have been applied. It is never retried inside the
-// server, by this package or by database/sql: a retry could apply the change twice. It is
-// the outcome of a COMMIT that got no answer, and of an autocommit write that got none.
-var ErrOutcomeUnknown = errors.New("connection lost after a change was sent; outcome unknown")
-
 // outcomeUnknownError is what a statement or COMMIT that may have reached the server returns
 // in place of driver.ErrBadConn. It must not match driver.ErrBadConn: database/sql runs a
 // statement again on another session whenever the driver's error matches it, and that is the

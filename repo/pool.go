@@ -2,23 +2,12 @@ package repo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 	"github.com/lib/pq/pqerror"
-)
-
-// Pool errors.
-var (
-	ErrPoolNotFound = errors.New("pool not found")
-	// ErrUnknownPool: a write named a pool that does not exist (422, where ErrPoolNotFound is
-	// the 404 of the pool's own path).
-	ErrUnknownPool = errors.New("unknown pool")
-	// ErrPoolInUse: an active backfill or an unfinished run names the pool.
-	ErrPoolInUse = errors.New("pool in use")
 )
 
 // Pool is a limit on running runs shared by the backfills and manual runs that name it.

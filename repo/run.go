@@ -82,7 +82,7 @@ func runInsertManual(ctx context.Context, tx *sqlx.Tx, p RunCreateParams) (Run, 
 	}
 	sched, err := schedule.Parse(dag.Schedule, dag.Timezone)
 	if err != nil {
-		return Run{}, fmt.Errorf("%w: %w", ErrInvalidDag, err)
+		return Run{}, fmt.Errorf("%w: %w", domain.ErrInvalidDag, err)
 	}
 	var run Run
 	err = sqlx.GetContext(ctx, tx, &run, `
@@ -160,7 +160,7 @@ func (s *Store) RunList(ctx context.Context, p RunListParams) ([]Run, int, error
 type RunReportParams struct {
 	DagID string
 	RunID string
-	State RunState
+	State domain.RunState
 	// WorkerID, when set, requires the run to be running under this worker's live lease.
 	WorkerID *string
 	// Note is what the reporter says about the outcome (why a run failed); nil for none.
@@ -174,7 +174,7 @@ func (s *Store) RunReport(ctx context.Context, p RunReportParams) (Run, error) {
 		defer s.eventsMayBeWritten()
 	}
 	switch p.State {
-	case RunSuccess, RunFailed, RunCanceled:
+	case domain.RunSuccess, domain.RunFailed, domain.RunCanceled:
 	default:
 		// Only a claim starts a run, and nothing leaves a terminal state through a report.
 		return Run{}, ErrInvalidTransition

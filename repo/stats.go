@@ -28,7 +28,7 @@ func (s *Store) StateCounts(ctx context.Context) (backfills, runs map[string]int
 	for _, st := range domain.ActiveBackfillStates {
 		backfills[string(st)] = 0
 	}
-	runs = map[string]int64{string(RunQueued): 0, string(RunRunning): 0}
+	runs = map[string]int64{string(domain.RunQueued): 0, string(domain.RunRunning): 0}
 	for _, r := range rows {
 		if r.Kind == "backfill" {
 			backfills[r.State] += r.N

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 )
@@ -82,7 +83,7 @@ func (s *Store) SweepExpireLeases(ctx context.Context, batch int) (int, error) {
 // backfill row itself, which every run change updates under the row's lock; so a concurrent
 // claim, report or requeue either commits first (and is seen) or waits for this one.
 func (s *Store) SweepFinalize(ctx context.Context, batch int) (int, error) {
-	var finished []BackfillState
+	var finished []domain.BackfillState
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		finished = finished[:0]
 		return sqlx.SelectContext(ctx, tx, &finished, sweepFinalizeSQL, batch)

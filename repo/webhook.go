@@ -2,19 +2,12 @@ package repo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/backfillsvc/backfill/domain"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
-)
-
-// Webhook errors.
-var (
-	ErrWebhookNotFound = errors.New("webhook not found")
-	ErrInvalidWebhook  = errors.New("invalid webhook")
 )
 
 // Webhook is an endpoint that receives events. Secret is read only by creation and delivery.

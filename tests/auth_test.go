@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -18,49 +19,85 @@ const (
 	authTokenB = "s3cret-token-beta-0002"
 )
 
-// authRoute is one /api/v1 operation with a request that succeeds with a valid token.
+// authRoute is one /api/v1 operation with a request that succeeds with a valid token. Its
+// path may hold {backfill}, {run} and {webhook}: the ids that earlier routes' answers gave
+// (saves), so that no route assumes what id the database hands out.
 type authRoute struct {
 	method, path string
 	body         any
 	want         int
+	saves        string // the placeholder this route's answer fills, "" for none
+}
+
+// authIDs maps a placeholder of authRoute.path to the id an earlier answer carried.
+type authIDs map[string]int64
+
+// resolve fills the placeholders of path. An unfilled placeholder stays, and the request
+// then fails with a message that names it.
+func (ids authIDs) resolve(path string) string {
+	for name, id := range ids {
+		path = strings.ReplaceAll(path, name, strconv.FormatInt(id, 10))
+	}
+	return path
+}
+
+// save reads the id of an answer: an object with an id (a backfill, a webhook), or a claim's
+// first run.
+func (ids authIDs) save(t *testing.T, name string, res *response) {
+	t.Helper()
+	var answer struct {
+		ID   *int64 `json:"id"`
+		Runs []struct {
+			ID int64 `json:"id"`
+		} `json:"runs"`
+	}
+	res.Decode(t, &answer)
+	switch {
+	case answer.ID != nil:
+		ids[name] = *answer.ID
+	case len(answer.Runs) > 0:
+		ids[name] = answer.Runs[0].ID
+	default:
+		t.Fatalf("the answer that fills %s carries no id: %s", name, res.Body)
+	}
 }
 
 // authRoutes returns a request for every /api/v1 operation of the spec, in an order in which
 // each one succeeds against e: the DAG, a manual run, a backfill, then actions on them.
 func authRoutes(e *env) []authRoute {
 	return []authRoute{
-		{http.MethodPut, "/api/v1/dags/auth_dag", map[string]any{"schedule": "@daily"}, http.StatusCreated},
-		{http.MethodGet, "/api/v1/dags", nil, http.StatusOK},
-		{http.MethodGet, "/api/v1/dags/auth_dag", nil, http.StatusOK},
-		{http.MethodPost, "/api/v1/dags/auth_dag/runs", map[string]any{"logical_date": "2024-02-01T00:00:00Z"}, http.StatusCreated},
-		{http.MethodGet, "/api/v1/dags/auth_dag/runs", nil, http.StatusOK},
-		{http.MethodGet, "/api/v1/dags/auth_dag/runs/manual__2024-02-01T00:00:00Z", nil, http.StatusOK},
-		{http.MethodPatch, "/api/v1/dags/auth_dag/runs/manual__2024-02-01T00:00:00Z", map[string]any{"state": "success"}, http.StatusOK},
-		{http.MethodPost, "/api/v1/backfills/dry_run", backfillBody("auth_dag", day(1, 1), day(1, 5)), http.StatusOK},
-		{http.MethodPost, "/api/v1/backfills", backfillBody("auth_dag", day(1, 1), day(1, 5)), http.StatusCreated},
-		{http.MethodGet, "/api/v1/backfills", nil, http.StatusOK},
-		{http.MethodGet, "/api/v1/backfills/1", nil, http.StatusOK},
-		{http.MethodGet, "/api/v1/backfills/1/dag_runs", nil, http.StatusOK},
-		{http.MethodPut, "/api/v1/backfills/1/pause", nil, http.StatusOK},
-		{http.MethodPut, "/api/v1/backfills/1/unpause", nil, http.StatusOK},
-		{http.MethodPost, "/api/v1/runs/claim", map[string]any{"worker_id": "auth_worker"}, http.StatusOK},
-		{http.MethodPost, "/api/v1/runs/2/heartbeat", map[string]any{"worker_id": "auth_worker"}, http.StatusOK},
-		{http.MethodPatch, "/api/v1/backfills/1", map[string]any{"max_active_runs": 3}, http.StatusOK},
-		{http.MethodPost, "/api/v1/runs/2/release", map[string]any{"worker_id": "auth_worker"}, http.StatusOK},
-		{http.MethodPut, "/api/v1/backfills/1/cancel", nil, http.StatusOK},
-		{http.MethodPut, "/api/v1/pools/auth_pool", map[string]any{"slots": 2}, http.StatusCreated},
-		{http.MethodGet, "/api/v1/pools", nil, http.StatusOK},
-		{http.MethodGet, "/api/v1/pools/auth_pool", nil, http.StatusOK},
-		{http.MethodDelete, "/api/v1/pools/auth_pool", nil, http.StatusNoContent},
-		{http.MethodPost, "/api/v1/webhooks", map[string]any{"url": "https://example.com/hook"}, http.StatusCreated},
-		{http.MethodGet, "/api/v1/webhooks", nil, http.StatusOK},
-		{http.MethodGet, "/api/v1/webhooks/1", nil, http.StatusOK},
-		{http.MethodGet, "/api/v1/webhooks/1/deliveries", nil, http.StatusOK},
-		{http.MethodDelete, "/api/v1/webhooks/1", nil, http.StatusNoContent},
-		{http.MethodPost, "/api/v1/backfills/1/retry", nil, http.StatusCreated},
-		{http.MethodDelete, "/api/v1/dags/auth_dag", nil, http.StatusConflict},
-		{http.MethodGet, "/api/v1/events", nil, http.StatusOK},
-		{http.MethodGet, "/api/v1/backfills/1/events", nil, http.StatusOK},
+		{http.MethodPut, "/api/v1/dags/auth_dag", map[string]any{"schedule": "@daily"}, http.StatusCreated, ""},
+		{http.MethodGet, "/api/v1/dags", nil, http.StatusOK, ""},
+		{http.MethodGet, "/api/v1/dags/auth_dag", nil, http.StatusOK, ""},
+		{http.MethodPost, "/api/v1/dags/auth_dag/runs", map[string]any{"logical_date": "2024-02-01T00:00:00Z"}, http.StatusCreated, ""},
+		{http.MethodGet, "/api/v1/dags/auth_dag/runs", nil, http.StatusOK, ""},
+		{http.MethodGet, "/api/v1/dags/auth_dag/runs/manual__2024-02-01T00:00:00Z", nil, http.StatusOK, ""},
+		{http.MethodPatch, "/api/v1/dags/auth_dag/runs/manual__2024-02-01T00:00:00Z", map[string]any{"state": "success"}, http.StatusOK, ""},
+		{http.MethodPost, "/api/v1/backfills/dry_run", backfillBody("auth_dag", day(1, 1), day(1, 5)), http.StatusOK, ""},
+		{http.MethodPost, "/api/v1/backfills", backfillBody("auth_dag", day(1, 1), day(1, 5)), http.StatusCreated, "{backfill}"},
+		{http.MethodGet, "/api/v1/backfills", nil, http.StatusOK, ""},
+		{http.MethodGet, "/api/v1/backfills/{backfill}", nil, http.StatusOK, ""},
+		{http.MethodGet, "/api/v1/backfills/{backfill}/dag_runs", nil, http.StatusOK, ""},
+		{http.MethodPut, "/api/v1/backfills/{backfill}/pause", nil, http.StatusOK, ""},
+		{http.MethodPut, "/api/v1/backfills/{backfill}/unpause", nil, http.StatusOK, ""},
+		{http.MethodPost, "/api/v1/runs/claim", map[string]any{"worker_id": "auth_worker"}, http.StatusOK, "{run}"},
+		{http.MethodPost, "/api/v1/runs/{run}/heartbeat", map[string]any{"worker_id": "auth_worker"}, http.StatusOK, ""},
+		{http.MethodPatch, "/api/v1/backfills/{backfill}", map[string]any{"max_active_runs": 3}, http.StatusOK, ""},
+		{http.MethodPost, "/api/v1/runs/{run}/release", map[string]any{"worker_id": "auth_worker"}, http.StatusOK, ""},
+		{http.MethodPut, "/api/v1/backfills/{backfill}/cancel", nil, http.StatusOK, ""},
+		{http.MethodPut, "/api/v1/pools/auth_pool", map[string]any{"slots": 2}, http.StatusCreated, ""},
+		{http.MethodGet, "/api/v1/pools", nil, http.StatusOK, ""},
+		{http.MethodGet, "/api/v1/pools/auth_pool", nil, http.StatusOK, ""},
+		{http.MethodDelete, "/api/v1/pools/auth_pool", nil, http.StatusNoContent, ""},
+		{http.MethodPost, "/api/v1/webhooks", map[string]any{"url": "https://example.com/hook"}, http.StatusCreated, "{webhook}"},
+		{http.MethodGet, "/api/v1/webhooks", nil, http.StatusOK, ""},
+		{http.MethodGet, "/api/v1/webhooks/{webhook}", nil, http.StatusOK, ""},
+		{http.MethodGet, "/api/v1/webhooks/{webhook}/deliveries", nil, http.StatusOK, ""},
+		{http.MethodDelete, "/api/v1/webhooks/{webhook}", nil, http.StatusNoContent, ""},
+		{http.MethodPost, "/api/v1/backfills/{backfill}/retry", nil, http.StatusCreated, ""},
+		{http.MethodDelete, "/api/v1/dags/auth_dag", nil, http.StatusConflict, ""},
+		{http.MethodGet, "/api/v1/events", nil, http.StatusOK, ""},
+		{http.MethodGet, "/api/v1/backfills/{backfill}/events", nil, http.StatusOK, ""},
 	}
 }
 
@@ -76,8 +113,9 @@ func TestAuthEveryAPIRouteNeedsAValidBearerToken(t *testing.T) {
 	doc, err := openapi3.NewLoader().LoadFromData(api.SpecYAML)
 	require.NoError(t, err)
 	covered := map[string]bool{}
+	unresolved := authIDs{"{backfill}": 0, "{run}": 0, "{webhook}": 0}
 	for _, r := range routes {
-		covered[r.method+" "+authTemplate(doc, r.path)] = true
+		covered[r.method+" "+authTemplate(doc, unresolved.resolve(r.path))] = true
 	}
 	for path, item := range doc.Paths.Map() {
 		if !strings.HasPrefix(path, "/api/v1/") {
@@ -106,7 +144,9 @@ func TestAuthEveryAPIRouteNeedsAValidBearerToken(t *testing.T) {
 	}
 	rows := func() map[string]int { return e.countRows(e.publicTables()...) }
 
+	ids := authIDs{}
 	for i, r := range routes {
+		path := ids.resolve(r.path)
 		for _, bad := range badAuth {
 			before := rows()
 			e.Token = ""
@@ -114,17 +154,20 @@ func TestAuthEveryAPIRouteNeedsAValidBearerToken(t *testing.T) {
 			if bad.header != "" {
 				headers = []string{"Authorization", bad.header}
 			}
-			res := e.Do(r.method, r.path, r.body, headers...)
-			requireProblem(t, res, http.StatusUnauthorized, "unauthorized", r.method, " ", r.path, " with ", bad.name)
+			res := e.Do(r.method, path, r.body, headers...)
+			requireProblem(t, res, http.StatusUnauthorized, "unauthorized", r.method, " ", path, " with ", bad.name)
 			require.True(t, strings.HasPrefix(res.Header.Get("WWW-Authenticate"), "Bearer"),
-				"%s %s: WWW-Authenticate %q", r.method, r.path, res.Header.Get("WWW-Authenticate"))
-			require.Equal(t, before, rows(), "%s %s with %s wrote something", r.method, r.path, bad.name)
+				"%s %s: WWW-Authenticate %q", r.method, path, res.Header.Get("WWW-Authenticate"))
+			require.Equal(t, before, rows(), "%s %s with %s wrote something", r.method, path, bad.name)
 		}
 		// Rotation: both tokens are accepted; alternate them.
 		e.Token = []string{authTokenA, authTokenB}[i%2]
-		res := e.Do(r.method, r.path, r.body)
-		require.Equal(t, r.want, res.Status, "%s %s with a valid token: %s", r.method, r.path, res.Body)
+		res := e.Do(r.method, path, r.body)
+		require.Equal(t, r.want, res.Status, "%s %s with a valid token: %s", r.method, path, res.Body)
 		require.Empty(t, res.Header.Get("WWW-Authenticate"))
+		if r.saves != "" {
+			ids.save(t, r.saves, res)
+		}
 	}
 
 	// The operations routes need no token. (Raw requests: the harness's response check
@@ -170,13 +213,14 @@ func TestAuthPathSpellingsDoNotBypassTheToken(t *testing.T) {
 	e := newEnv(t, withTokens(authTokenA))
 	e.Token = authTokenA
 	e.PutDag("auth_dag", "@daily", "")
-	e.CreateBackfill(backfillBody("auth_dag", day(1, 1), day(1, 3)))
+	b := e.CreateBackfill(backfillBody("auth_dag", day(1, 1), day(1, 3)))
+	backfill := "/api/v1/backfills/" + strconv.FormatInt(b.Id, 10)
 
 	paths := []string{
 		"/api/v1", "/api/v1/", "/api/v1/dags/", "/api//v1/dags", "/api/v1//dags", "//api/v1/dags",
 		"/api/v1/./dags", "/api/v1/dags/../dags", "/api/v1/%64ags", "/%61pi/v1/dags", "/API/v1/dags",
-		"/api/V1/dags", "/api/v1/dags%2Fauth_dag", "/api/v1/backfills/1?x=/healthz", "/healthz/../api/v1/dags",
-		"/api/v1/dags;/healthz", "/api/v1/backfills/1/pause/", "/api/v1/dags/auth_dag#x",
+		"/api/V1/dags", "/api/v1/dags%2Fauth_dag", backfill + "?x=/healthz", "/healthz/../api/v1/dags",
+		"/api/v1/dags;/healthz", backfill + "/pause/", "/api/v1/dags/auth_dag#x",
 	}
 	for _, p := range paths {
 		for _, method := range []string{http.MethodGet, http.MethodPut, http.MethodPost} {
@@ -192,7 +236,7 @@ func TestAuthPathSpellingsDoNotBypassTheToken(t *testing.T) {
 		}
 	}
 	// Nothing was paused or created by any of them.
-	require.Equal(t, "running", string(e.GetBackfill(1).State))
+	require.Equal(t, "running", string(e.GetBackfill(b.Id).State))
 }
 
 // The spec declares the bearer scheme, requires it by default, and lifts it only on the

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/backfillsvc/backfill/api"
-	"github.com/backfillsvc/backfill/repo"
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/stretchr/testify/require"
 )
 
@@ -15,15 +15,15 @@ import (
 // reprocess).
 func slotsHash(e *env, dag api.Dag, id int64) string {
 	e.t.Helper()
-	var slots []repo.PlannedSlot
+	var slots []domain.PlannedSlot
 	for _, s := range e.Slots(id) {
-		ps := repo.PlannedSlot{SortOrdinal: int(s.SortOrdinal), LogicalDate: s.LogicalDate, Action: repo.ActionCreate}
+		ps := domain.PlannedSlot{SortOrdinal: int(s.SortOrdinal), LogicalDate: s.LogicalDate, Action: domain.ActionCreate}
 		if s.ExceptionReason != nil {
-			ps.Action, ps.ExceptionReason = repo.ActionSkip, s.ExceptionReason
+			ps.Action, ps.ExceptionReason = domain.ActionSkip, s.ExceptionReason
 		}
 		slots = append(slots, ps)
 	}
-	return repo.PlanHash(dag.Schedule, dag.Timezone, slots)
+	return domain.PlanHash(dag.Schedule, dag.Timezone, slots)
 }
 
 // The dry run's plan_hash (and ETag) binds a creation: the same plan creates, a changed plan
