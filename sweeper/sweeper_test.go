@@ -1,6 +1,7 @@
 package sweeper
 
 import (
+	"errors"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -90,6 +91,9 @@ func TestPassRunsAtStartThenOnItsInterval(t *testing.T) {
 	s.Stop()
 	starts, errs := log.snapshot()
 	for i, err := range errs {
+		if i == len(errs)-1 && errors.Is(err, context.Canceled) {
+			continue // the pass that Stop cut short
+		}
 		require.NoError(t, err, "pass %d", i)
 	}
 	// Passes after the first start on the ticker, which never delivers a tick early (a slow
