@@ -1,8 +1,8 @@
 package sweeper
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
