@@ -324,7 +324,7 @@ const reportAttempts = 5
 func (c *Client) report(ctx context.Context, run DagRun, state DagRunState, workerID, note string) error {
 	wait := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		_, err := c.ReportRunWithNote(ctx, run.DagId, run.RunId, state, workerID, note)
+		_, err := c.ReportRun(ctx, run.DagId, run.RunId, RunReport{State: state, WorkerID: workerID, Note: note})
 		var p *ProblemError
 		if err == nil || attempt == reportAttempts || (errors.As(err, &p) && !p.Temporary()) {
 			return err

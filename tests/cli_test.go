@@ -186,7 +186,7 @@ func completeRuns(t *testing.T, e *env, c *client.Client, dagID string, fail fun
 			if fail != nil && fail(run) {
 				state = client.DagRunStateFailed
 			}
-			if _, err = c.ReportRun(ctx, run.DagId, run.RunId, state, "test-worker"); err != nil {
+			if _, err = c.ReportRun(ctx, run.DagId, run.RunId, client.RunReport{State: state, WorkerID: "test-worker"}); err != nil {
 				return err
 			}
 		}
