@@ -99,19 +99,14 @@ func (c *Client) CancelBackfill(ctx context.Context, id int64) (Backfill, error)
 	return b, err
 }
 
-// ClaimRuns leases up to req.Limit queued runs to req.WorkerId; possibly none. It is
-// ClaimRunsWithKey with a fresh key.
-func (c *Client) ClaimRuns(ctx context.Context, req ClaimRequest) ([]DagRun, error) {
-	return c.ClaimRunsWithKey(ctx, req, NewIdempotencyKey())
-}
-
-// ClaimRunsWithKey claims under idempotencyKey, retried with it as Client.Retry says: a
-// claim that was applied but whose answer was lost is answered again (the runs it handed out
-// that are still leased to the worker), so no run is leased to the worker unseen. A caller
-// whose call still failed and that wants to be sure sends the same request with the same key
-// again later.
-func (c *Client) ClaimRunsWithKey(ctx context.Context, req ClaimRequest, idempotencyKey string) ([]DagRun, error) {
-	key := keyOr(idempotencyKey)
+// ClaimRuns leases up to req.Limit queued runs to req.WorkerId; possibly none. It sends
+// opts.IdempotencyKey (a random one when empty) and is retried with it as Client.Retry says:
+// a claim that was applied but whose answer was lost is answered again (the runs it handed
+// out that are still leased to the worker), so no run is leased to the worker unseen. A
+// caller whose call still failed and that wants to be sure sends the same request with the
+// same key again later.
+func (c *Client) ClaimRuns(ctx context.Context, req ClaimRequest, opts KeyOptions) ([]DagRun, error) {
+	key := keyOr(opts.IdempotencyKey)
 	params := ClaimRunsParams{IdempotencyKey: &key}
 	return withRetry(ctx, c, func() ([]DagRun, error) {
 		resp, err := c.raw().ClaimRuns(ctx, &params, req)
@@ -121,10 +116,10 @@ func (c *Client) ClaimRunsWithKey(ctx context.Context, req ClaimRequest, idempot
 }
 
 // CreateDagRun creates a queued manual run of the DAG at req.LogicalDate (codes
-// run_already_exists, dag_not_found), under idempotencyKey (a random one when empty) and
-// retried with it as Client.Retry says.
-func (c *Client) CreateDagRun(ctx context.Context, dagID string, req DagRunCreate, idempotencyKey string) (DagRun, error) {
-	key := keyOr(idempotencyKey)
+// run_already_exists, dag_not_found), under opts.IdempotencyKey (a random one when empty)
+// and retried with it as Client.Retry says.
+func (c *Client) CreateDagRun(ctx context.Context, dagID string, req DagRunCreate, opts KeyOptions) (DagRun, error) {
+	key := keyOr(opts.IdempotencyKey)
 	params := CreateDagRunParams{IdempotencyKey: &key}
 	return withRetry(ctx, c, func() (DagRun, error) {
 		resp, err := c.raw().CreateDagRun(ctx, dagID, &params, req)

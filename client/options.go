@@ -5,6 +5,14 @@ import (
 	"strings"
 )
 
+// KeyOptions are how a call that creates or claims something (ClaimRuns, CreateDagRun,
+// CreateWebhook) sends its request.
+type KeyOptions struct {
+	// IdempotencyKey makes the call safe to retry; a random one is sent when it is empty.
+	// The same key with the same request answers what the first call did.
+	IdempotencyKey string
+}
+
 // CreateOptions are how CreateBackfill sends its request.
 type CreateOptions struct {
 	// IdempotencyKey makes the call safe to retry; a random one is sent when it is empty.

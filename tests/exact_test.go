@@ -406,7 +406,7 @@ func TestSDKKeepsConfExactThroughCreateGetAndClaim(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want, exactJSON(t, *got.DagRunConf), "get")
 
-	runs, err := c.ClaimRuns(ctx, client.ClaimRequest{WorkerId: "w"})
+	runs, err := c.ClaimRuns(ctx, client.ClaimRequest{WorkerId: "w"}, client.KeyOptions{})
 	require.NoError(t, err)
 	require.Len(t, runs, 1)
 	require.NotNil(t, runs[0].Conf)

@@ -229,10 +229,10 @@ func createLoop(t *testing.T, e *env, c *client.Client, hp historyParams, i int,
 			conf := client.Conf(`{"k":"` + key + `"}`)
 			_, _ = c.CreateDagRun(ctx, fmt.Sprintf("m%d", i), client.DagRunCreate{
 				LogicalDate: day(1, 1).AddDate(0, 0, n), Conf: &conf,
-			}, key)
+			}, client.KeyOptions{IdempotencyKey: key})
 		case op < 7:
 			url := "https://example.com/" + key
-			_, _ = c.CreateWebhookWithKey(ctx, client.WebhookCreate{Url: url, Description: &key}, key)
+			_, _ = c.CreateWebhook(ctx, client.WebhookCreate{Url: url, Description: &key}, client.KeyOptions{IdempotencyKey: key})
 		case len(backfills) > 0:
 			id := backfills[rng.IntN(len(backfills))]
 			_, _, _ = retry503(ctx, func() (client.Backfill, bool, error) {

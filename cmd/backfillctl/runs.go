@@ -72,7 +72,7 @@ var runsClaim = do(none, func(fs *flag.FlagSet) action[struct{}] {
 		req := client.ClaimRequest{WorkerId: *worker, Limit: limit}
 		setIf(fs, "dag-id", &req.DagId, *dag)
 		setIf(fs, "lease-seconds", &req.LeaseSeconds, *lease)
-		runs, err := api.ClaimRuns(ctx, req)
+		runs, err := api.ClaimRuns(ctx, req, client.KeyOptions{})
 		if err != nil {
 			return err
 		}

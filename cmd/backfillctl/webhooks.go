@@ -42,7 +42,7 @@ var webhooksAdd = do(word("URL"), func(fs *flag.FlagSet) action[string] {
 			}
 			body.EventTypes = &ts
 		}
-		w, err := api.CreateWebhook(ctx, body)
+		w, err := api.CreateWebhook(ctx, body, client.KeyOptions{})
 		if err != nil {
 			return err
 		}
