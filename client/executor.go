@@ -195,19 +195,19 @@ func (c *Client) RunExecutor(ctx context.Context, cfg ExecutorConfig, work func(
 // the caller releases whatever the claim leased.
 func (c *Client) claim(ctx context.Context, cfg ExecutorConfig, log *slog.Logger, free int, idle *time.Duration) ([]DagRun, error) {
 	key, req := NewIdempotencyKey(), claimRequest(cfg, free)
-	runs, err := c.ClaimRunsWithKey(ctx, req, key)
+	runs, err := c.ClaimRuns(ctx, req, KeyOptions{IdempotencyKey: key})
 	for err != nil && Retryable(err) && ctx.Err() == nil {
 		log.Warn("claim failed; sending it again with its key", "err", err)
 		if !sleep(ctx, jitter(*idle)) {
 			break
 		}
 		*idle = min(*idle*2, cfg.MaxIdleBackoff)
-		runs, err = c.ClaimRunsWithKey(ctx, req, key)
+		runs, err = c.ClaimRuns(ctx, req, KeyOptions{IdempotencyKey: key})
 	}
 	if err != nil && ctx.Err() != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer cancel()
-		runs, err = c.ClaimRunsWithKey(rctx, req, key)
+		runs, err = c.ClaimRuns(rctx, req, KeyOptions{IdempotencyKey: key})
 	}
 	return runs, err
 }
@@ -324,7 +324,7 @@ const reportAttempts = 5
 func (c *Client) report(ctx context.Context, run DagRun, state DagRunState, workerID, note string) error {
 	wait := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		_, err := c.ReportRunWithNote(ctx, run.DagId, run.RunId, state, workerID, note)
+		_, err := c.ReportRun(ctx, run.DagId, run.RunId, RunReport{State: state, WorkerID: workerID, Note: note})
 		var p *ProblemError
 		if err == nil || attempt == reportAttempts || (errors.As(err, &p) && !p.Temporary()) {
 			return err

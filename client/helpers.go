@@ -5,7 +5,8 @@
 // hand-written files around it are a thin layer for the common flows:
 //
 //	c, err := client.New("http://localhost:8080", os.Getenv("BACKFILL_TOKEN"))
-//	b, err := c.CreateBackfill(ctx, client.BackfillCreate{DagId: "sales", FromDate: from, ToDate: to}, "march-2024")
+//	b, err := c.CreateBackfill(ctx, client.BackfillCreate{DagId: "sales", FromDate: from, ToDate: to},
+//		client.CreateOptions{IdempotencyKey: "march-2024"})
 //	b, err = c.WaitBackfill(ctx, b.Id, time.Second, func(b client.Backfill) { fmt.Println(b.Progress) })
 //
 // and, for an executor, RunExecutor (claim, heartbeat, report). Every helper answers a

@@ -47,7 +47,7 @@ func TestCreateBackfillMapsProblemJSONToProblemError(t *testing.T) {
 			ActiveBackfillId: &active})
 	}), "s3cret")
 
-	_, err := c.CreateBackfill(context.Background(), BackfillCreate{DagId: "sales"}, "k-1")
+	_, err := c.CreateBackfill(context.Background(), BackfillCreate{DagId: "sales"}, CreateOptions{IdempotencyKey: "k-1"})
 	var p *ProblemError
 	require.ErrorAs(t, err, &p)
 	require.Equal(t, http.StatusConflict, p.Status)

@@ -29,15 +29,16 @@ func (c *Client) ListDags(ctx context.Context, params *ListDagsParams) (DagColle
 	return l, err
 }
 
-// CreateBackfill creates a backfill with all its runs in one transaction. idempotencyKey
-// makes the call safe to retry (a random one is sent when it is empty), and the call is
-// retried with it as Client.Retry says: the same key with the same request answers the
-// backfill it created the first time (as it is now) and creates nothing; with a different
-// request it is a *ProblemError with code idempotency_key_reused. A DAG that already has an
-// active backfill is code backfill_already_running with ActiveBackfillID.
-func (c *Client) CreateBackfill(ctx context.Context, req BackfillCreate, idempotencyKey string) (Backfill, error) {
-	key := keyOr(idempotencyKey)
-	params := CreateBackfillParams{IdempotencyKey: &key}
+// CreateBackfill creates a backfill with all its runs in one transaction. It sends
+// opts.IdempotencyKey (a random one when empty) and is retried with it as Client.Retry says:
+// the same key with the same request answers the backfill it created the first time (as it
+// is now) and creates nothing; with a different request it is a *ProblemError with code
+// idempotency_key_reused. With opts.IfPlan it creates only that plan (code plan_changed
+// otherwise). A DAG that already has an active backfill is code backfill_already_running
+// with ActiveBackfillID.
+func (c *Client) CreateBackfill(ctx context.Context, req BackfillCreate, opts CreateOptions) (Backfill, error) {
+	key := keyOr(opts.IdempotencyKey)
+	params := CreateBackfillParams{IdempotencyKey: &key, IfMatch: ifMatch(opts.IfPlan)}
 	return withRetry(ctx, c, func() (Backfill, error) {
 		resp, err := c.raw().CreateBackfill(ctx, &params, req)
 		b, _, err := decode[Backfill](resp, err, http.StatusCreated)
@@ -98,19 +99,14 @@ func (c *Client) CancelBackfill(ctx context.Context, id int64) (Backfill, error)
 	return b, err
 }
 
-// ClaimRuns leases up to req.Limit queued runs to req.WorkerId; possibly none. It is
-// ClaimRunsWithKey with a fresh key.
-func (c *Client) ClaimRuns(ctx context.Context, req ClaimRequest) ([]DagRun, error) {
-	return c.ClaimRunsWithKey(ctx, req, NewIdempotencyKey())
-}
-
-// ClaimRunsWithKey claims under idempotencyKey, retried with it as Client.Retry says: a
-// claim that was applied but whose answer was lost is answered again (the runs it handed out
-// that are still leased to the worker), so no run is leased to the worker unseen. A caller
-// whose call still failed and that wants to be sure sends the same request with the same key
-// again later.
-func (c *Client) ClaimRunsWithKey(ctx context.Context, req ClaimRequest, idempotencyKey string) ([]DagRun, error) {
-	key := keyOr(idempotencyKey)
+// ClaimRuns leases up to req.Limit queued runs to req.WorkerId; possibly none. It sends
+// opts.IdempotencyKey (a random one when empty) and is retried with it as Client.Retry says:
+// a claim that was applied but whose answer was lost is answered again (the runs it handed
+// out that are still leased to the worker), so no run is leased to the worker unseen. A
+// caller whose call still failed and that wants to be sure sends the same request with the
+// same key again later.
+func (c *Client) ClaimRuns(ctx context.Context, req ClaimRequest, opts KeyOptions) ([]DagRun, error) {
+	key := keyOr(opts.IdempotencyKey)
 	params := ClaimRunsParams{IdempotencyKey: &key}
 	return withRetry(ctx, c, func() ([]DagRun, error) {
 		resp, err := c.raw().ClaimRuns(ctx, &params, req)
@@ -120,10 +116,10 @@ func (c *Client) ClaimRunsWithKey(ctx context.Context, req ClaimRequest, idempot
 }
 
 // CreateDagRun creates a queued manual run of the DAG at req.LogicalDate (codes
-// run_already_exists, dag_not_found), under idempotencyKey (a random one when empty) and
-// retried with it as Client.Retry says.
-func (c *Client) CreateDagRun(ctx context.Context, dagID string, req DagRunCreate, idempotencyKey string) (DagRun, error) {
-	key := keyOr(idempotencyKey)
+// run_already_exists, dag_not_found), under opts.IdempotencyKey (a random one when empty)
+// and retried with it as Client.Retry says.
+func (c *Client) CreateDagRun(ctx context.Context, dagID string, req DagRunCreate, opts KeyOptions) (DagRun, error) {
+	key := keyOr(opts.IdempotencyKey)
 	params := CreateDagRunParams{IdempotencyKey: &key}
 	return withRetry(ctx, c, func() (DagRun, error) {
 		resp, err := c.raw().CreateDagRun(ctx, dagID, &params, req)
@@ -140,30 +136,10 @@ func (c *Client) HeartbeatRun(ctx context.Context, id int64, workerID string) (H
 	return h, err
 }
 
-// ReportRun reports a run's outcome (success, failed or canceled). With a workerID the run
-// must still be leased to that worker (else lease_lost); an empty workerID marks the run as
-// an operator would.
-func (c *Client) ReportRun(ctx context.Context, dagID, runID string, state DagRunState, workerID string) (DagRun, error) {
-	body := DagRunPatch{State: state}
-	if workerID != "" {
-		body.WorkerId = &workerID
-	}
-	resp, err := c.raw().PatchDagRun(ctx, dagID, runID, body)
-	r, _, err := decode[DagRun](resp, err, http.StatusOK)
-	return r, err
-}
-
-// ReportRunWithNote is ReportRun with a note on the outcome (why the run failed, at most
-// 4,096 characters); an empty note sends none.
-func (c *Client) ReportRunWithNote(ctx context.Context, dagID, runID string, state DagRunState, workerID, note string) (DagRun, error) {
-	body := DagRunPatch{State: state}
-	if workerID != "" {
-		body.WorkerId = &workerID
-	}
-	if note != "" {
-		body.Note = &note
-	}
-	resp, err := c.raw().PatchDagRun(ctx, dagID, runID, body)
+// ReportRun reports a run's outcome (success, failed or canceled), with the worker that
+// holds it and a note as RunReport says.
+func (c *Client) ReportRun(ctx context.Context, dagID, runID string, report RunReport) (DagRun, error) {
+	resp, err := c.raw().PatchDagRun(ctx, dagID, runID, report.patch())
 	r, _, err := decode[DagRun](resp, err, http.StatusOK)
 	return r, err
 }
@@ -176,11 +152,10 @@ func (c *Client) ReleaseRun(ctx context.Context, id int64, workerID string) (Dag
 	return r, err
 }
 
-// PatchBackfill changes settings of an active backfill with a JSON merge patch: keys
-// max_active_runs, max_failed_runs and description; a nil value clears max_failed_runs (no
-// limit) or description. A terminal backfill is code backfill_not_active.
-func (c *Client) PatchBackfill(ctx context.Context, id int64, patch map[string]any) (Backfill, error) {
-	body, err := json.Marshal(patch)
+// PatchBackfill changes settings of an active backfill (a JSON merge patch of the fields
+// that changes sets). A terminal backfill is code backfill_not_active.
+func (c *Client) PatchBackfill(ctx context.Context, id int64, changes BackfillChanges) (Backfill, error) {
+	body, err := json.Marshal(changes)
 	if err != nil {
 		return Backfill{}, fmt.Errorf("client: encode patch: %w", err)
 	}
@@ -189,40 +164,18 @@ func (c *Client) PatchBackfill(ctx context.Context, id int64, patch map[string]a
 	return b, err
 }
 
-// RetryBackfill creates a backfill of a terminal backfill's failed and canceled slots.
-// overrides sets max_active_runs, max_failed_runs (nil: no limit), dag_run_conf or
-// description of the new backfill; keys left out keep the parent's (nil map: all).
-// idempotencyKey and ifMatch (a plan hash, or "" for none) work as for CreateBackfill. Codes:
+// RetryBackfill creates a backfill of a terminal backfill's failed and canceled slots, with
+// req's settings (each left out is the parent's); opts work as for CreateBackfill. Codes:
 // backfill_not_terminal, no_runs_to_create, backfill_already_running, plan_changed.
-func (c *Client) RetryBackfill(ctx context.Context, id int64, overrides map[string]any, idempotencyKey, ifMatch string) (Backfill, error) {
-	if overrides == nil {
-		overrides = map[string]any{}
-	}
-	body, err := json.Marshal(overrides)
+func (c *Client) RetryBackfill(ctx context.Context, id int64, req RetryRequest, opts RetryOptions) (Backfill, error) {
+	body, err := json.Marshal(req)
 	if err != nil {
 		return Backfill{}, fmt.Errorf("client: encode retry: %w", err)
 	}
-	key := keyOr(idempotencyKey)
-	params := RetryBackfillParams{IdempotencyKey: &key}
-	if ifMatch != "" {
-		quoted := `"` + ifMatch + `"`
-		params.IfMatch = &quoted
-	}
+	key := keyOr(opts.IdempotencyKey)
+	params := RetryBackfillParams{IdempotencyKey: &key, IfMatch: ifMatch(opts.IfPlan)}
 	return withRetry(ctx, c, func() (Backfill, error) {
 		resp, err := c.raw().RetryBackfillWithBody(ctx, id, &params, "application/json", bytes.NewReader(body))
-		b, _, err := decode[Backfill](resp, err, http.StatusCreated)
-		return b, err
-	})
-}
-
-// CreateBackfillIfPlan creates a backfill only if its plan still has planHash (the
-// PlanHash of a DryRunBackfill); otherwise it is code plan_changed, with CurrentPlanHash.
-func (c *Client) CreateBackfillIfPlan(ctx context.Context, req BackfillCreate, idempotencyKey, planHash string) (Backfill, error) {
-	key := keyOr(idempotencyKey)
-	quoted := `"` + planHash + `"`
-	params := CreateBackfillParams{IdempotencyKey: &key, IfMatch: &quoted}
-	return withRetry(ctx, c, func() (Backfill, error) {
-		resp, err := c.raw().CreateBackfill(ctx, &params, req)
 		b, _, err := decode[Backfill](resp, err, http.StatusCreated)
 		return b, err
 	})

@@ -9,17 +9,12 @@ import (
 
 // CreateWebhook registers an endpoint for events. The answer's Secret (whsec_...) is shown
 // only here: keep it for NewWebhookVerifier on the receiving side. A URL that is not an
-// absolute http(s) URL is a *ProblemError with code invalid_webhook. It is
-// CreateWebhookWithKey with a fresh key.
-func (c *Client) CreateWebhook(ctx context.Context, req WebhookCreate) (WebhookWithSecret, error) {
-	return c.CreateWebhookWithKey(ctx, req, NewIdempotencyKey())
-}
-
-// CreateWebhookWithKey registers a webhook under idempotencyKey (a random one when empty),
-// retried with it as Client.Retry says: a registration that was applied but whose answer was
-// lost is answered again with the same webhook and secret, so no second webhook is made.
-func (c *Client) CreateWebhookWithKey(ctx context.Context, req WebhookCreate, idempotencyKey string) (WebhookWithSecret, error) {
-	key := keyOr(idempotencyKey)
+// absolute http(s) URL is a *ProblemError with code invalid_webhook. It sends
+// opts.IdempotencyKey (a random one when empty) and is retried with it as Client.Retry says:
+// a registration that was applied but whose answer was lost is answered again with the same
+// webhook and secret, so no second webhook is made.
+func (c *Client) CreateWebhook(ctx context.Context, req WebhookCreate, opts KeyOptions) (WebhookWithSecret, error) {
+	key := keyOr(opts.IdempotencyKey)
 	params := CreateWebhookParams{IdempotencyKey: &key}
 	return withRetry(ctx, c, func() (WebhookWithSecret, error) {
 		resp, err := c.raw().CreateWebhook(ctx, &params, req)

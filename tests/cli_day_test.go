@@ -34,7 +34,7 @@ func testCLIWatchRate(t *testing.T, bin string) {
 	c := e.sdk(t)
 	_, _, err := c.PutDag(context.Background(), "rate_dag", client.DagPut{Schedule: "@daily"})
 	require.NoError(t, err)
-	b, err := c.CreateBackfill(context.Background(), client.BackfillCreate{DagId: "rate_dag", FromDate: day(1, 1), ToDate: day(12, 31)}, "")
+	b, err := c.CreateBackfill(context.Background(), client.BackfillCreate{DagId: "rate_dag", FromDate: day(1, 1), ToDate: day(12, 31)}, client.CreateOptions{})
 	require.NoError(t, err)
 	completeRuns(t, e, c, "rate_dag", nil) // one run per 20 ms tick at most
 	time.Sleep(3 * time.Second)            // the backfill has been running a while when the watch starts

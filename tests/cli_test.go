@@ -177,7 +177,7 @@ func testCLIToken(t *testing.T, bin string) {
 // at a pace the progress bar can be seen to follow.
 func completeRuns(t *testing.T, e *env, c *client.Client, dagID string, fail func(client.DagRun) bool) {
 	e.everyTick(t, 20*time.Millisecond, "completing runs", func(ctx context.Context) error {
-		runs, err := c.ClaimRuns(ctx, client.ClaimRequest{WorkerId: "test-worker", Limit: sdkPtr(1), DagId: &dagID})
+		runs, err := c.ClaimRuns(ctx, client.ClaimRequest{WorkerId: "test-worker", Limit: sdkPtr(1), DagId: &dagID}, client.KeyOptions{})
 		if err != nil {
 			return err
 		}
@@ -186,7 +186,7 @@ func completeRuns(t *testing.T, e *env, c *client.Client, dagID string, fail fun
 			if fail != nil && fail(run) {
 				state = client.DagRunStateFailed
 			}
-			if _, err = c.ReportRun(ctx, run.DagId, run.RunId, state, "test-worker"); err != nil {
+			if _, err = c.ReportRun(ctx, run.DagId, run.RunId, client.RunReport{State: state, WorkerID: "test-worker"}); err != nil {
 				return err
 			}
 		}

@@ -396,7 +396,7 @@ func TestSDKKeepsConfExactThroughCreateGetAndClaim(t *testing.T) {
 	require.Equal(t, json.Number("9007199254740993"), want.(map[string]any)["n"])
 
 	conf := client.Conf(sdkConf)
-	b, err := c.CreateBackfill(ctx, client.BackfillCreate{DagId: "sdk_exact", FromDate: day(1, 1), ToDate: day(1, 1), DagRunConf: &conf}, "sdk-exact")
+	b, err := c.CreateBackfill(ctx, client.BackfillCreate{DagId: "sdk_exact", FromDate: day(1, 1), ToDate: day(1, 1), DagRunConf: &conf}, client.CreateOptions{IdempotencyKey: "sdk-exact"})
 	require.NoError(t, err)
 	require.Equal(t, want, storedConf(t, e, b.Id), "the SDK sent the conf exactly")
 	require.NotNil(t, b.DagRunConf)
@@ -406,7 +406,7 @@ func TestSDKKeepsConfExactThroughCreateGetAndClaim(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want, exactJSON(t, *got.DagRunConf), "get")
 
-	runs, err := c.ClaimRuns(ctx, client.ClaimRequest{WorkerId: "w"})
+	runs, err := c.ClaimRuns(ctx, client.ClaimRequest{WorkerId: "w"}, client.KeyOptions{})
 	require.NoError(t, err)
 	require.Len(t, runs, 1)
 	require.NotNil(t, runs[0].Conf)

@@ -221,7 +221,7 @@ func createLoop(t *testing.T, e *env, c *client.Client, hp historyParams, i int,
 			mar := int32(1 + rng.IntN(3))
 			b, err := c.CreateBackfill(ctx, client.BackfillCreate{
 				DagId: dag, FromDate: day(1, 1), ToDate: day(1, 4), MaxActiveRuns: &mar, Description: &key,
-			}, key)
+			}, client.CreateOptions{IdempotencyKey: key})
 			if err == nil {
 				backfills = append(backfills, b.Id)
 			}
@@ -229,14 +229,14 @@ func createLoop(t *testing.T, e *env, c *client.Client, hp historyParams, i int,
 			conf := client.Conf(`{"k":"` + key + `"}`)
 			_, _ = c.CreateDagRun(ctx, fmt.Sprintf("m%d", i), client.DagRunCreate{
 				LogicalDate: day(1, 1).AddDate(0, 0, n), Conf: &conf,
-			}, key)
+			}, client.KeyOptions{IdempotencyKey: key})
 		case op < 7:
 			url := "https://example.com/" + key
-			_, _ = c.CreateWebhookWithKey(ctx, client.WebhookCreate{Url: url, Description: &key}, key)
+			_, _ = c.CreateWebhook(ctx, client.WebhookCreate{Url: url, Description: &key}, client.KeyOptions{IdempotencyKey: key})
 		case len(backfills) > 0:
 			id := backfills[rng.IntN(len(backfills))]
 			_, _, _ = retry503(ctx, func() (client.Backfill, bool, error) {
-				b, err := c.PatchBackfill(ctx, id, map[string]any{"max_active_runs": 1 + rng.IntN(4)})
+				b, err := c.PatchBackfill(ctx, id, client.BackfillChanges{MaxActiveRuns: client.Set(int32(1 + rng.IntN(4)))})
 				return b, false, err
 			})
 		}

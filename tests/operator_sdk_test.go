@@ -22,8 +22,8 @@ func TestSDKExecutorReleasesOnStopAndNotesFailures(t *testing.T) {
 	sdkDailyDag(t, c, "sdk_release")
 	d, err := c.DryRunBackfill(ctx, client.BackfillCreate{DagId: "sdk_release", FromDate: day(1, 1), ToDate: day(1, 4)})
 	require.NoError(t, err)
-	b, err := c.CreateBackfillIfPlan(ctx, client.BackfillCreate{DagId: "sdk_release", FromDate: day(1, 1), ToDate: day(1, 4),
-		MaxActiveRuns: sdkPtr[int32](2)}, "", d.PlanHash)
+	b, err := c.CreateBackfill(ctx, client.BackfillCreate{DagId: "sdk_release", FromDate: day(1, 1), ToDate: day(1, 4),
+		MaxActiveRuns: sdkPtr[int32](2)}, client.CreateOptions{IfPlan: d.PlanHash})
 	require.NoError(t, err)
 	require.Equal(t, d.PlanHash, *b.PlanHash)
 
@@ -48,7 +48,7 @@ func TestSDKExecutorReleasesOnStopAndNotesFailures(t *testing.T) {
 	require.EqualValues(t, 4, got.Progress.Queued)
 
 	// The next executor gets them at once, attempt 1, and fails them with a reason.
-	_, err = c.PatchBackfill(ctx, b.Id, map[string]any{"max_failed_runs": 1, "description": "stop at the first failure"})
+	_, err = c.PatchBackfill(ctx, b.Id, client.BackfillChanges{MaxFailedRuns: client.Set[int32](1), Description: client.Set("stop at the first failure")})
 	require.NoError(t, err)
 	runSDKExecutors(t, c, 1, sdkFastExecutor, func(ctx context.Context, run client.DagRun) error {
 		if run.Attempt != 1 {

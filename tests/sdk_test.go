@@ -74,7 +74,7 @@ func sdkDailyDag(t testing.TB, c *client.Client, dagID string) {
 func sdkBackfill(t testing.TB, c *client.Client, req client.BackfillCreate) client.Backfill {
 	t.Helper()
 	sdkDailyDag(t, c, req.DagId)
-	b, err := c.CreateBackfill(context.Background(), req, "")
+	b, err := c.CreateBackfill(context.Background(), req, client.CreateOptions{})
 	require.NoError(t, err)
 	return b
 }
@@ -132,18 +132,18 @@ func TestSDKDagsDryRunCreateIdempotencyAndConflicts(t *testing.T) {
 		require.Equal(t, client.DryRunActionCreate, slot.Action)
 	}
 
-	b, err := c.CreateBackfill(ctx, req, "sdk-jan")
+	b, err := c.CreateBackfill(ctx, req, client.CreateOptions{IdempotencyKey: "sdk-jan"})
 	require.NoError(t, err)
 	require.Equal(t, client.BackfillStateRunning, b.State)
 	require.EqualValues(t, 5, b.Progress.Total)
-	again, err := c.CreateBackfill(ctx, req, "sdk-jan")
+	again, err := c.CreateBackfill(ctx, req, client.CreateOptions{IdempotencyKey: "sdk-jan"})
 	require.NoError(t, err, "a replay of the same key and request")
 	require.Equal(t, b.Id, again.Id)
 
 	other := client.BackfillCreate{DagId: "sdk", FromDate: day(2, 1), ToDate: day(2, 3)}
-	_, err = c.CreateBackfill(ctx, other, "sdk-jan")
+	_, err = c.CreateBackfill(ctx, other, client.CreateOptions{IdempotencyKey: "sdk-jan"})
 	require.True(t, client.IsCode(err, client.ProblemCodeIdempotencyKeyReused), "err: %v", err)
-	_, err = c.CreateBackfill(ctx, other, "")
+	_, err = c.CreateBackfill(ctx, other, client.CreateOptions{})
 	var p *client.ProblemError
 	require.ErrorAs(t, err, &p)
 	require.Equal(t, http.StatusConflict, p.Status)
@@ -151,7 +151,7 @@ func TestSDKDagsDryRunCreateIdempotencyAndConflicts(t *testing.T) {
 	require.NotNil(t, p.ActiveBackfillID)
 	require.Equal(t, b.Id, *p.ActiveBackfillID)
 
-	_, err = c.CreateBackfill(ctx, client.BackfillCreate{DagId: "sdk", FromDate: day(1, 5), ToDate: day(1, 1)}, "")
+	_, err = c.CreateBackfill(ctx, client.BackfillCreate{DagId: "sdk", FromDate: day(1, 5), ToDate: day(1, 1)}, client.CreateOptions{})
 	require.ErrorAs(t, err, &p)
 	require.Equal(t, http.StatusUnprocessableEntity, p.Status)
 

@@ -100,18 +100,6 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// oneID reads the single numeric backfill id a command takes.
-func oneID(args []string, what string) (int64, error) {
-	if len(args) != 1 {
-		return 0, usageErrorf("expected one %s, got %d arguments", what, len(args))
-	}
-	id, err := strconv.ParseInt(args[0], 10, 64)
-	if err != nil || id < 1 {
-		return 0, usageErrorf("%s must be a positive integer, not %q", what, args[0])
-	}
-	return id, nil
-}
-
 // dateValue is a --from-date/--to-date: an RFC 3339 timestamp, or a date (UTC midnight).
 type dateValue struct {
 	t   time.Time
@@ -181,16 +169,6 @@ func (c *confValue) Set(s string) error {
 	conf := client.Conf(buf.Bytes())
 	c.conf = &conf
 	return nil
-}
-
-// oneOf checks an enumerated flag value.
-func oneOf(flagName, v string, allowed ...string) error {
-	for _, a := range allowed {
-		if v == a {
-			return nil
-		}
-	}
-	return usageErrorf("--%s must be one of %s, not %q", flagName, strings.Join(allowed, ", "), v)
 }
 
 // parseQuietly parses flags without the flag package's habit of printing the error and then

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -16,11 +17,10 @@ import (
 // executor is a demo worker on the SDK's RunExecutor: each run "works" for --sleep and
 // succeeds, or fails at random with --fail-rate. It lets a newcomer watch a backfill finish
 // without writing an executor; a real one calls RunExecutor with its own work function.
-func executor(ctx context.Context, c *cli, args []string) error {
+func executor(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error {
 	if i := slices.Index(args, "--"); i >= 0 {
 		return executorCommand(ctx, c, args[:i], args[i+1:])
 	}
-	fs := newFlagSet("executor", "executor [--worker-id ID] [--dag-id ID] [--limit N] [--sleep 1s] [--fail-rate 0]", &c.g, c.stderr)
 	host, _ := os.Hostname()
 	workerID := fs.String("worker-id", fmt.Sprintf("%s-%d", host, os.Getpid()), "this worker's id in claims, heartbeats and reports")
 	dagID := fs.String("dag-id", "", "claim only runs of this DAG (default: any)")

@@ -49,45 +49,6 @@ type cli struct {
 	getenv func(string) string
 }
 
-// command is one subcommand; name is how it is typed ("backfills create").
-type command struct {
-	name string
-	run  func(ctx context.Context, c *cli, args []string) error
-}
-
-var commands = []command{
-	{"dags put", dagsPut},
-	{"dags get", dagsGet},
-	{"dags list", dagsList},
-	{"dags delete", dagsDelete},
-	{"backfills create", backfillsCreate},
-	{"backfills dry-run", backfillsDryRun},
-	{"backfills get", backfillsGet},
-	{"backfills list", backfillsList},
-	{"backfills runs", backfillsRuns},
-	{"backfills pause", backfillsPause},
-	{"backfills unpause", backfillsUnpause},
-	{"backfills cancel", backfillsCancel},
-	{"webhooks add", webhooksAdd},
-	{"webhooks list", webhooksList},
-	{"webhooks rm", webhooksRm},
-	{"webhooks deliveries", webhooksDeliveries},
-	{"backfills patch", backfillsPatch},
-	{"backfills retry", backfillsRetry},
-	{"runs list", runsList},
-	{"runs get", runsGet},
-	{"runs claim", runsClaim},
-	{"runs heartbeat", runsHeartbeat},
-	{"runs report", runsReport},
-	{"runs release", runsRelease},
-	{"watch", watch},
-	{"pools put", poolsPut},
-	{"pools get", poolsGet},
-	{"pools list", poolsList},
-	{"pools delete", poolsDelete},
-	{"executor", executor},
-}
-
 // run is the whole program; it answers the exit code.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	c := &cli{g: defaultGlobals(getenv), stdout: stdout, stderr: stderr, getenv: getenv}
@@ -124,7 +85,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "backfillctl: unknown command %q\nRun 'backfillctl help' for usage.\n", joinWords(args, 2))
 		return exitError
 	}
-	return c.exitCode(ctx, cmd.name, cmd.run(ctx, c, rest))
+	fs := newFlagSet(cmd.name, strings.TrimSpace(cmd.name+" "+cmd.synopsis), &c.g, c.stderr)
+	return c.exitCode(ctx, cmd.name, cmd.run(ctx, c, fs, rest))
 }
 
 // lookup finds the command named by the first one or two words of args.

@@ -39,59 +39,54 @@ func (b *budgetValue) Set(s string) error {
 	return nil
 }
 
-// value is the JSON value of the flag: a count, or nil for "none".
-func (b *budgetValue) value() any {
-	if b.n == nil {
-		return nil
+// field is the flag as a field of a patch or retry: left out when not given, null for
+// "none".
+func (b *budgetValue) field(fs *flag.FlagSet, name string) client.Field[int32] {
+	switch {
+	case !isSet(fs, name):
+		return client.Field[int32]{}
+	case b.n == nil:
+		return client.Null[int32]()
 	}
-	return *b.n
+	return client.Set(*b.n)
+}
+
+// given is v as a field when the flag was given, else left out.
+func given[T any](fs *flag.FlagSet, name string, v T) client.Field[T] {
+	if !isSet(fs, name) {
+		return client.Field[T]{}
+	}
+	return client.Set(v)
 }
 
 const budgetUsage = "pause the backfill when a run fails while `N` runs have failed (none: no limit)"
 
-func backfillsPatch(ctx context.Context, c *cli, args []string) error {
-	fs := newFlagSet("backfills patch", "backfills patch ID [--max-active-runs N] [--max-failed-runs N|none] [--description TEXT]", &c.g, c.stderr)
+var backfillsPatch = do(backfillID, func(fs *flag.FlagSet) action[int64] {
 	maxActive := fs.Int("max-active-runs", 0, "most runs of the backfill at once, 1..1000; the next claim obeys it")
 	var budget budgetValue
 	fs.Var(&budget, "max-failed-runs", budgetUsage)
 	description := fs.String("description", "", "free text (an empty one clears it)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	id, err := oneID(pos, "backfill ID")
-	if err != nil {
-		return err
-	}
-	patch := map[string]any{}
-	if isSet(fs, "max-active-runs") {
-		patch["max_active_runs"] = *maxActive
-	}
-	if isSet(fs, "max-failed-runs") {
-		patch["max_failed_runs"] = budget.value()
-	}
-	if isSet(fs, "description") {
-		patch["description"] = nil
-		if *description != "" {
-			patch["description"] = *description
+	return func(ctx context.Context, c *cli, api *client.Client, id int64) error {
+		changes := client.BackfillChanges{
+			MaxActiveRuns: given(fs, "max-active-runs", int32(*maxActive)),
+			MaxFailedRuns: budget.field(fs, "max-failed-runs"),
+			Description:   given(fs, "description", *description),
 		}
+		if *description == "" && changes.Description.IsSet() {
+			changes.Description = client.Null[string]()
+		}
+		if !changes.MaxActiveRuns.IsSet() && !changes.MaxFailedRuns.IsSet() && !changes.Description.IsSet() {
+			return usageErrorf("nothing to change: give --max-active-runs, --max-failed-runs or --description")
+		}
+		b, err := api.PatchBackfill(ctx, id, changes)
+		if err != nil {
+			return err
+		}
+		return c.printBackfill(b)
 	}
-	if len(patch) == 0 {
-		return usageErrorf("nothing to change: give --max-active-runs, --max-failed-runs or --description")
-	}
-	api, err := c.client()
-	if err != nil {
-		return err
-	}
-	b, err := api.PatchBackfill(ctx, id, patch)
-	if err != nil {
-		return err
-	}
-	return c.printBackfill(b)
-}
+})
 
-func backfillsRetry(ctx context.Context, c *cli, args []string) error {
-	fs := newFlagSet("backfills retry", "backfills retry ID [flags]", &c.g, c.stderr)
+var backfillsRetry = do(backfillID, func(fs *flag.FlagSet) action[int64] {
 	maxActive := fs.Int("max-active-runs", 0, "most runs at once, 1..1000 (default: the parent's)")
 	var budget budgetValue
 	fs.Var(&budget, "max-failed-runs", budgetUsage+" (default: the parent's)")
@@ -100,61 +95,22 @@ func backfillsRetry(ctx context.Context, c *cli, args []string) error {
 	description := fs.String("description", "", "free text (default: the parent's)")
 	key := fs.String("idempotency-key", "", "the request's key (default: a random one); it is retried with it after a 503 or a network error")
 	ifMatch := fs.String("if-match", "", "create only if the plan still has this `PLAN_HASH`")
-	var wf waitFlags
-	fs.BoolVar(&wf.wait, "wait", false, "watch the new backfill's progress until it is terminal")
-	wf.register(fs)
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+	wf := registerWait(fs, "watch the new backfill's progress until it is terminal")
+	return func(ctx context.Context, c *cli, api *client.Client, id int64) error {
+		// Fields left out take the parent's values.
+		req := client.RetryRequest{
+			MaxActiveRuns: given(fs, "max-active-runs", int32(*maxActive)),
+			MaxFailedRuns: budget.field(fs, "max-failed-runs"),
+			Description:   given(fs, "description", *description),
+		}
+		if conf.conf != nil {
+			req.DagRunConf = client.Set(*conf.conf)
+		}
+		b, err := api.RetryBackfill(ctx, id, req, client.RetryOptions{IdempotencyKey: *key, IfPlan: *ifMatch})
+		if err != nil {
+			return err
+		}
+		return c.showOrWatch(ctx, api, b, wf,
+			fmt.Sprintf("backfill %d created, retrying %d failed or canceled slots of backfill %d", b.Id, b.Progress.Total, id))
 	}
-	id, err := oneID(pos, "backfill ID")
-	if err != nil {
-		return err
-	}
-	// Fields left out take the parent's values.
-	overrides := map[string]any{}
-	if isSet(fs, "max-active-runs") {
-		overrides["max_active_runs"] = *maxActive
-	}
-	if isSet(fs, "max-failed-runs") {
-		overrides["max_failed_runs"] = budget.value()
-	}
-	if conf.conf != nil {
-		overrides["dag_run_conf"] = conf.conf
-	}
-	if isSet(fs, "description") {
-		overrides["description"] = *description
-	}
-	api, err := c.client()
-	if err != nil {
-		return err
-	}
-	b, err := api.RetryBackfill(ctx, id, overrides, *key, *ifMatch)
-	if err != nil {
-		return err
-	}
-	if !wf.wait {
-		return c.printBackfill(b)
-	}
-	if c.g.output == "table" {
-		fmt.Fprintf(c.stdout, "backfill %d created, retrying %d failed or canceled slots of backfill %d\n", b.Id, b.Progress.Total, id)
-	}
-	return c.watchBackfill(ctx, api, b.Id, wf)
-}
-
-// planFlags adds --max-failed-runs and --if-match to create.
-type planFlags struct {
-	budget  budgetValue
-	ifMatch string
-}
-
-func (p *planFlags) register(fs *flag.FlagSet) {
-	fs.Var(&p.budget, "max-failed-runs", budgetUsage)
-	fs.StringVar(&p.ifMatch, "if-match", "", "create only if the plan still has this `PLAN_HASH` (from dry-run)")
-}
-
-func (p *planFlags) apply(fs *flag.FlagSet, req *client.BackfillCreate) {
-	if isSet(fs, "max-failed-runs") {
-		req.MaxFailedRuns = p.budget.n
-	}
-}
+})

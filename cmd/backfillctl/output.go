@@ -37,17 +37,6 @@ func (c *cli) printPage(n, offset int, total int64) {
 	}
 }
 
-func (c *cli) printDags(ds ...client.Dag) error {
-	if c.g.output == "json" && len(ds) == 1 {
-		return c.printJSON(ds[0])
-	}
-	rows := [][]string{{"DAG_ID", "SCHEDULE", "TIMEZONE", "MAX_ACTIVE_RUNS", "PAUSED", "DESCRIPTION"}}
-	for _, d := range ds {
-		rows = append(rows, []string{d.DagId, d.Schedule, d.Timezone, fmt.Sprint(d.MaxActiveRuns), fmt.Sprint(d.IsPaused), deref(d.Description)})
-	}
-	return c.table(rows)
-}
-
 // printBackfill shows one backfill: JSON, or a vertical table with its progress.
 func (c *cli) printBackfill(b client.Backfill) error {
 	if c.g.output == "json" {
@@ -97,17 +86,6 @@ func (c *cli) printBackfill(b client.Backfill) error {
 	})
 }
 
-func (c *cli) printBackfillTable(bs []client.Backfill) error {
-	rows := [][]string{{"ID", "DAG_ID", "STATE", "FROM_DATE", "TO_DATE", "DONE", "SUCCESS", "FAILED", "CANCELED", "SKIPPED", "CREATED_AT"}}
-	for _, b := range bs {
-		p := b.Progress
-		rows = append(rows, []string{fmt.Sprint(b.Id), b.DagId, string(b.State), stamp(b.FromDate), stamp(b.ToDate),
-			fmt.Sprintf("%d/%d", p.Done(), p.Total), fmt.Sprint(p.Success), fmt.Sprint(p.Failed), fmt.Sprint(p.Canceled),
-			fmt.Sprint(p.Skipped), stamp(b.CreatedAt)})
-	}
-	return c.table(rows)
-}
-
 func (c *cli) printDryRun(l client.DryRunCollection) error {
 	if c.g.output == "json" {
 		return c.printJSON(l)
@@ -126,9 +104,9 @@ func (c *cli) printDryRun(l client.DryRunCollection) error {
 	return err
 }
 
-func (c *cli) printSlots(slots []client.BackfillDagRun) error {
-	rows := [][]string{{"SORT_ORDINAL", "LOGICAL_DATE", "RUN_ID", "STATE", "ATTEMPT", "REASON", "NOTE"}}
-	for _, s := range slots {
+var slotColumns = columns[client.BackfillDagRun]{
+	header: []string{"SORT_ORDINAL", "LOGICAL_DATE", "RUN_ID", "STATE", "ATTEMPT", "REASON", "NOTE"},
+	row: func(s client.BackfillDagRun) []string {
 		state, attempt := "-", "-"
 		if s.State != nil {
 			state = string(*s.State)
@@ -136,10 +114,9 @@ func (c *cli) printSlots(slots []client.BackfillDagRun) error {
 		if s.Attempt != nil {
 			attempt = fmt.Sprint(*s.Attempt)
 		}
-		rows = append(rows, []string{fmt.Sprint(s.SortOrdinal), stamp(s.LogicalDate), deref(s.RunId), state, attempt,
-			deref(s.ExceptionReason), oneLine(deref(s.Note))})
-	}
-	return c.table(rows)
+		return []string{fmt.Sprint(s.SortOrdinal), stamp(s.LogicalDate), deref(s.RunId), state, attempt,
+			deref(s.ExceptionReason), oneLine(deref(s.Note))}
+	},
 }
 
 // countsLine is a backfill's slots per state.

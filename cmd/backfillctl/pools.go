@@ -18,115 +18,47 @@ const poolsUsage = `Pools (a limit on running runs shared by the backfills that 
         Refused (pool_in_use) while an active backfill or an unfinished run names it.
 `
 
-func poolsPut(ctx context.Context, c *cli, args []string) error {
-	fs := newFlagSet("pools put", "pools put NAME --slots N [--description TEXT]", &c.g, c.stderr)
+var (
+	poolName    = word("pool NAME")
+	poolColumns = columns[client.Pool]{
+		header: []string{"NAME", "SLOTS", "RUNNING", "QUEUED", "DESCRIPTION"},
+		row: func(p client.Pool) []string {
+			return []string{p.Name, fmt.Sprint(p.Slots), fmt.Sprint(p.Running), fmt.Sprint(p.Queued), deref(p.Description)}
+		},
+	}
+)
+
+var poolsPut = do(poolName, func(fs *flag.FlagSet) action[string] {
 	slots := fs.Int("slots", 0, "most runs of the pool running at once, 1..100000 (required)")
 	description := fs.String("description", "", "free text")
-	name, err := onePoolName(fs, args)
-	if err != nil {
-		return err
+	return func(ctx context.Context, c *cli, api *client.Client, name string) error {
+		if !isSet(fs, "slots") {
+			return usageErrorf("--slots is required")
+		}
+		body := client.PoolPut{Slots: int32(*slots)}
+		setIf(fs, "description", &body.Description, *description)
+		p, _, err := api.PutPool(ctx, name, body)
+		if err != nil {
+			return err
+		}
+		return showOne(poolColumns)(c, p)
 	}
-	if !isSet(fs, "slots") {
-		return usageErrorf("--slots is required")
-	}
-	body := client.PoolPut{Slots: int32(*slots)}
-	setIf(fs, "description", &body.Description, *description)
-	api, err := c.client()
-	if err != nil {
-		return err
-	}
-	p, _, err := api.PutPool(ctx, name, body)
-	if err != nil {
-		return err
-	}
-	return c.printPools(p)
-}
+})
 
-func poolsGet(ctx context.Context, c *cli, args []string) error {
-	fs := newFlagSet("pools get", "pools get NAME", &c.g, c.stderr)
-	name, err := onePoolName(fs, args)
-	if err != nil {
-		return err
-	}
-	api, err := c.client()
-	if err != nil {
-		return err
-	}
-	p, err := api.GetPool(ctx, name)
-	if err != nil {
-		return err
-	}
-	return c.printPools(p)
-}
+var poolsList = list(listing[struct{}, client.PoolCollection, client.Pool]{
+	arg: none, cols: poolColumns,
+	read: func(ctx context.Context, api *client.Client, _ struct{}, pg *pageFlags) (client.PoolCollection, error) {
+		return api.ListPools(ctx, &client.ListPoolsParams{Limit: pg.limitP, Offset: pg.offsetP})
+	},
+	page: func(l client.PoolCollection) page[client.Pool] {
+		return page[client.Pool]{items: l.Pools, total: l.TotalEntries}
+	},
+})
 
-func poolsList(ctx context.Context, c *cli, args []string) error {
-	fs := newFlagSet("pools list", "pools list [--limit N] [--offset N]", &c.g, c.stderr)
-	limit := fs.Int("limit", 50, "page size, 1..1000")
-	offset := fs.Int("offset", 0, "entries to skip")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 0 {
-		return usageErrorf("unexpected arguments %q", pos)
-	}
-	api, err := c.client()
-	if err != nil {
-		return err
-	}
-	l, err := api.ListPools(ctx, &client.ListPoolsParams{Limit: limit, Offset: offset})
-	if err != nil {
-		return err
-	}
-	if c.g.output == "json" {
-		return c.printJSON(l)
-	}
-	if err := c.printPools(l.Pools...); err != nil {
-		return err
-	}
-	c.printPage(len(l.Pools), *offset, l.TotalEntries)
-	return nil
-}
-
-func poolsDelete(ctx context.Context, c *cli, args []string) error {
-	fs := newFlagSet("pools delete", "pools delete NAME", &c.g, c.stderr)
-	name, err := onePoolName(fs, args)
-	if err != nil {
-		return err
-	}
-	api, err := c.client()
-	if err != nil {
-		return err
-	}
-	if err := api.DeletePool(ctx, name); err != nil {
-		return err
-	}
+var poolsDelete = remove(poolName, (*client.Client).DeletePool, func(c *cli, name string) error {
 	if c.g.output == "json" {
 		return c.printJSON(map[string]any{"deleted": name})
 	}
-	fmt.Fprintf(c.stdout, "pool %s deleted\n", name)
-	return nil
-}
-
-// onePoolName parses a command that takes exactly one pool NAME.
-func onePoolName(fs *flag.FlagSet, args []string) (string, error) {
-	pos, err := parse(fs, args)
-	if err != nil {
-		return "", err
-	}
-	if len(pos) != 1 {
-		return "", usageErrorf("expected one pool NAME, got %d arguments", len(pos))
-	}
-	return pos[0], nil
-}
-
-func (c *cli) printPools(ps ...client.Pool) error {
-	if c.g.output == "json" && len(ps) == 1 {
-		return c.printJSON(ps[0])
-	}
-	rows := [][]string{{"NAME", "SLOTS", "RUNNING", "QUEUED", "DESCRIPTION"}}
-	for _, p := range ps {
-		rows = append(rows, []string{p.Name, fmt.Sprint(p.Slots), fmt.Sprint(p.Running), fmt.Sprint(p.Queued), deref(p.Description)})
-	}
-	return c.table(rows)
-}
+	_, err := fmt.Fprintf(c.stdout, "pool %s deleted\n", name)
+	return err
+})

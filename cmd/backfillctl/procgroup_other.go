@@ -5,21 +5,7 @@ package main
 import (
 	"context"
 	"errors"
-	"io"
-	"time"
 )
-
-// programRun is one start of the program for one run (see procgroup_unix.go).
-type programRun struct {
-	path    string
-	args    []string
-	env     []string
-	stdout  io.Writer
-	stderr  io.Writer
-	timeout time.Duration
-	grace   time.Duration
-	started func(pid int)
-}
 
 // run is not available here: stopping a program with everything it started needs process
 // groups.

@@ -13,18 +13,6 @@ import (
 	"time"
 )
 
-// programRun is one start of the program for one run.
-type programRun struct {
-	path    string
-	args    []string
-	env     []string
-	stdout  io.Writer
-	stderr  io.Writer
-	timeout time.Duration // 0: none
-	grace   time.Duration
-	started func(pid int)
-}
-
 // groupPoll is how often a stopping group is checked for members left.
 const groupPoll = 20 * time.Millisecond
 

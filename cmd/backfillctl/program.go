@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"regexp"
 	"strconv"
 	"sync"
@@ -11,6 +12,19 @@ import (
 
 	"github.com/backfillsvc/backfill/client"
 )
+
+// programRun is one start of the program for one run; its run is procgroup_unix.go's (a
+// process group that a stop ends whole), or procgroup_other.go's refusal.
+type programRun struct {
+	path    string
+	args    []string
+	env     []string
+	stdout  io.Writer
+	stderr  io.Writer
+	timeout time.Duration // 0: none
+	grace   time.Duration
+	started func(pid int)
+}
 
 // runValues are what a program learns about its run: the same values in its environment
 // and in the {{ ... }} templates of its arguments.

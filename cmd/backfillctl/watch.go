@@ -23,24 +23,22 @@ func (w *waitFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&w.throughPause, "wait-through-pause", false, "keep watching while the backfill is paused, instead of exiting with code 4 and why it paused")
 }
 
-func watch(ctx context.Context, c *cli, args []string) error {
-	fs := newFlagSet("watch", "watch ID [--interval 1s] [--timeout 0] [--wait-through-pause]", &c.g, c.stderr)
+// registerWait adds --wait (what it does: usage) and the flags of watch to a command that
+// creates a backfill.
+func registerWait(fs *flag.FlagSet, usage string) *waitFlags {
+	var w waitFlags
+	fs.BoolVar(&w.wait, "wait", false, usage)
+	w.register(fs)
+	return &w
+}
+
+var watch = do(backfillID, func(fs *flag.FlagSet) action[int64] {
 	var wf waitFlags
 	wf.register(fs)
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+	return func(ctx context.Context, c *cli, api *client.Client, id int64) error {
+		return c.watchBackfill(ctx, api, id, wf)
 	}
-	id, err := oneID(pos, "backfill ID")
-	if err != nil {
-		return err
-	}
-	api, err := c.client()
-	if err != nil {
-		return err
-	}
-	return c.watchBackfill(ctx, api, id, wf)
-}
+})
 
 var errWatchTimeout = errors.New("watch timeout")
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"strings"
 
@@ -25,156 +26,97 @@ type repeated []string
 func (r *repeated) String() string     { return strings.Join(*r, ",") }
 func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
 
-func webhooksAdd(ctx context.Context, c *cli, args []string) error {
-	fs := newFlagSet("webhooks add", "webhooks add URL [--event-type TYPE]... [--description TEXT]", &c.g, c.stderr)
+var webhookID = number("webhook ID")
+
+var webhooksAdd = do(word("URL"), func(fs *flag.FlagSet) action[string] {
 	var types repeated
 	fs.Var(&types, "event-type", "an event type to deliver, e.g. backfill.failed (repeatable; default every type)")
 	description := fs.String("description", "", "free text")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return usageErrorf("expected one URL, got %d arguments", len(pos))
-	}
-	body := client.WebhookCreate{Url: pos[0]}
-	setIf(fs, "description", &body.Description, *description)
-	if len(types) > 0 {
-		ts := make([]client.WebhookEventType, len(types))
-		for i, t := range types {
-			ts[i] = client.WebhookEventType(t)
+	return func(ctx context.Context, c *cli, api *client.Client, url string) error {
+		body := client.WebhookCreate{Url: url}
+		setIf(fs, "description", &body.Description, *description)
+		if len(types) > 0 {
+			ts := make([]client.WebhookEventType, len(types))
+			for i, t := range types {
+				ts[i] = client.WebhookEventType(t)
+			}
+			body.EventTypes = &ts
 		}
-		body.EventTypes = &ts
-	}
-	api, err := c.client()
-	if err != nil {
+		w, err := api.CreateWebhook(ctx, body, client.KeyOptions{})
+		if err != nil {
+			return err
+		}
+		if c.g.output == "json" {
+			return c.printJSON(w)
+		}
+		if err := c.table([][]string{
+			{"ID:", fmt.Sprint(w.Id)},
+			{"URL:", w.Url},
+			{"EVENT TYPES:", eventTypes(w.EventTypes)},
+			{"DESCRIPTION:", deref(w.Description)},
+			{"CREATED AT:", stamp(w.CreatedAt)},
+			{"SECRET:", w.Secret},
+		}); err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(c.stdout, "(the secret is shown only now: give it to the receiver to verify signatures)")
 		return err
 	}
-	w, err := api.CreateWebhook(ctx, body)
-	if err != nil {
-		return err
-	}
-	if c.g.output == "json" {
-		return c.printJSON(w)
-	}
-	if err := c.table([][]string{
-		{"ID:", fmt.Sprint(w.Id)},
-		{"URL:", w.Url},
-		{"EVENT TYPES:", eventTypes(w.EventTypes)},
-		{"DESCRIPTION:", deref(w.Description)},
-		{"CREATED AT:", stamp(w.CreatedAt)},
-		{"SECRET:", w.Secret},
-	}); err != nil {
-		return err
-	}
-	fmt.Fprintln(c.stdout, "(the secret is shown only now: give it to the receiver to verify signatures)")
-	return nil
-}
+})
 
-func webhooksList(ctx context.Context, c *cli, args []string) error {
-	fs := newFlagSet("webhooks list", "webhooks list [--limit N] [--offset N]", &c.g, c.stderr)
-	limit := fs.Int("limit", 50, "page size, 1..1000")
-	offset := fs.Int("offset", 0, "entries to skip")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 0 {
-		return usageErrorf("unexpected arguments %q", pos)
-	}
-	api, err := c.client()
-	if err != nil {
-		return err
-	}
-	l, err := api.ListWebhooks(ctx, &client.ListWebhooksParams{Limit: limit, Offset: offset})
-	if err != nil {
-		return err
-	}
-	if c.g.output == "json" {
-		return c.printJSON(l)
-	}
-	rows := [][]string{{"ID", "URL", "EVENT_TYPES", "CREATED_AT", "DESCRIPTION"}}
-	for _, w := range l.Webhooks {
-		rows = append(rows, []string{fmt.Sprint(w.Id), w.Url, eventTypes(w.EventTypes), stamp(w.CreatedAt), deref(w.Description)})
-	}
-	if err := c.table(rows); err != nil {
-		return err
-	}
-	c.printPage(len(l.Webhooks), *offset, l.TotalEntries)
-	return nil
-}
+var webhooksList = list(listing[struct{}, client.WebhookCollection, client.Webhook]{
+	arg: none,
+	read: func(ctx context.Context, api *client.Client, _ struct{}, pg *pageFlags) (client.WebhookCollection, error) {
+		return api.ListWebhooks(ctx, &client.ListWebhooksParams{Limit: pg.limitP, Offset: pg.offsetP})
+	},
+	page: func(l client.WebhookCollection) page[client.Webhook] {
+		return page[client.Webhook]{items: l.Webhooks, total: l.TotalEntries}
+	},
+	cols: columns[client.Webhook]{
+		header: []string{"ID", "URL", "EVENT_TYPES", "CREATED_AT", "DESCRIPTION"},
+		row: func(w client.Webhook) []string {
+			return []string{fmt.Sprint(w.Id), w.Url, eventTypes(w.EventTypes), stamp(w.CreatedAt), deref(w.Description)}
+		},
+	},
+})
 
-func webhooksRm(ctx context.Context, c *cli, args []string) error {
-	fs := newFlagSet("webhooks rm", "webhooks rm ID", &c.g, c.stderr)
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	id, err := oneID(pos, "webhook ID")
-	if err != nil {
-		return err
-	}
-	api, err := c.client()
-	if err != nil {
-		return err
-	}
-	if err := api.DeleteWebhook(ctx, id); err != nil {
-		return err
-	}
+var webhooksRm = remove(webhookID, (*client.Client).DeleteWebhook, func(c *cli, id int64) error {
 	if c.g.output != "json" {
 		fmt.Fprintf(c.stdout, "webhook %d deleted\n", id)
 	}
 	return nil
-}
+})
 
-func webhooksDeliveries(ctx context.Context, c *cli, args []string) error {
-	fs := newFlagSet("webhooks deliveries", "webhooks deliveries ID [--event-id N] [--limit N] [--offset N]", &c.g, c.stderr)
-	eventID := fs.Int64("event-id", 0, "only the attempts of this event")
-	limit := fs.Int("limit", 50, "page size, 1..1000")
-	offset := fs.Int("offset", 0, "entries to skip")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	id, err := oneID(pos, "webhook ID")
-	if err != nil {
-		return err
-	}
-	params := &client.ListWebhookDeliveriesParams{Limit: limit, Offset: offset}
-	if isSet(fs, "event-id") {
-		params.EventId = eventID
-	}
-	api, err := c.client()
-	if err != nil {
-		return err
-	}
-	l, err := api.ListWebhookDeliveries(ctx, id, params)
-	if err != nil {
-		return err
-	}
-	if c.g.output == "json" {
-		return c.printJSON(l)
-	}
-	rows := [][]string{{"EVENT_ID", "ATTEMPT", "ATTEMPTED_AT", "STATUS", "OUTCOME", "NEXT_ATTEMPT_AT"}}
-	for _, d := range l.Deliveries {
-		status, outcome, next := "-", "delivered", "-"
-		if d.StatusCode != nil {
-			status = fmt.Sprint(*d.StatusCode)
+var webhooksDeliveries = list(listing[int64, client.WebhookDeliveryCollection, client.WebhookDelivery]{
+	arg: webhookID,
+	flags: func(fs *flag.FlagSet, pg *pageFlags) func(context.Context, *client.Client, int64) (client.WebhookDeliveryCollection, error) {
+		eventID := fs.Int64("event-id", 0, "only the attempts of this event")
+		return func(ctx context.Context, api *client.Client, id int64) (client.WebhookDeliveryCollection, error) {
+			params := &client.ListWebhookDeliveriesParams{Limit: pg.limitP, Offset: pg.offsetP}
+			setIf(fs, "event-id", &params.EventId, *eventID)
+			return api.ListWebhookDeliveries(ctx, id, params)
 		}
-		if d.Error != nil {
-			outcome = string(*d.Error)
-		}
-		if d.NextAttemptAt != nil {
-			next = stamp(*d.NextAttemptAt)
-		}
-		rows = append(rows, []string{fmt.Sprint(d.EventId), fmt.Sprint(d.Attempt), stamp(d.AttemptedAt), status, outcome, next})
-	}
-	if err := c.table(rows); err != nil {
-		return err
-	}
-	c.printPage(len(l.Deliveries), *offset, l.TotalEntries)
-	return nil
-}
+	},
+	page: func(l client.WebhookDeliveryCollection) page[client.WebhookDelivery] {
+		return page[client.WebhookDelivery]{items: l.Deliveries, total: l.TotalEntries}
+	},
+	cols: columns[client.WebhookDelivery]{
+		header: []string{"EVENT_ID", "ATTEMPT", "ATTEMPTED_AT", "STATUS", "OUTCOME", "NEXT_ATTEMPT_AT"},
+		row: func(d client.WebhookDelivery) []string {
+			status, outcome, next := "-", "delivered", "-"
+			if d.StatusCode != nil {
+				status = fmt.Sprint(*d.StatusCode)
+			}
+			if d.Error != nil {
+				outcome = string(*d.Error)
+			}
+			if d.NextAttemptAt != nil {
+				next = stamp(*d.NextAttemptAt)
+			}
+			return []string{fmt.Sprint(d.EventId), fmt.Sprint(d.Attempt), stamp(d.AttemptedAt), status, outcome, next}
+		},
+	},
+})
 
 func eventTypes(ts []client.WebhookEventType) string {
 	s := make([]string, len(ts))

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"time"
 )
 
 // claimCPUResult is P4's target: what one claim + report cycle costs the service and
@@ -55,21 +54,9 @@ func (b *bench) scenarioClaimCPU(ctx context.Context, fl *floorServer, svcDB, fl
 	floor := func() (cpuSample, error) {
 		return measureCPU(ctx, fl.pid(), floorDB, res.cycles, res.clients, floorCycle)
 	}
-	for _, side := range []func() (cpuSample, error){service, floor} {
-		if _, err := side(); err != nil {
-			return res, fmt.Errorf("warm-up: %w", err)
-		}
-	}
 	var err error
-	if res.cpuComparison, err = alternate(cpuRounds, service, floor); err != nil {
-		return res, err
-	}
-	for i := range res.service {
-		s, f := res.service[i], res.floor[i]
-		b.log.Printf("P4 CPU round %d: service %v + PostgreSQL %v per cycle (%.0f/s), floor %v + %v (%.0f/s): floor/service %.2f",
-			i+1, s.serverPer().Round(time.Microsecond), s.pgPer().Round(time.Microsecond), s.perSecond(),
-			f.serverPer().Round(time.Microsecond), f.pgPer().Round(time.Microsecond), f.perSecond(),
-			res.floorPerService()[i])
-	}
-	return res, nil
+	res.cpuComparison, err = b.compareCPU("P4", "cycle", service, floor, func(c cpuComparison, i int) string {
+		return fmt.Sprintf("floor/service %.2f", claimCPUResult{cpuComparison: c}.floorPerService()[i])
+	})
+	return res, err
 }

@@ -177,8 +177,8 @@ func (c cpuComparison) ratios(f func(cpuSample) time.Duration) []float64 {
 	return out
 }
 
-// medianOf returns the median of per-round figures.
-func medianOf[T int64 | float64 | time.Duration](xs []T) T {
+// median returns the median of figures (0 for none).
+func median[T int64 | float64 | time.Duration](xs []T) T {
 	if len(xs) == 0 {
 		return 0
 	}
@@ -195,7 +195,29 @@ func (c cpuComparison) median(side []cpuSample, f func(cpuSample) time.Duration)
 	for i, s := range side {
 		xs[i] = f(s)
 	}
-	return medianOf(xs)
+	return median(xs)
+}
+
+// compareCPU is a CPU comparison of the service with the floor: both warmed first (pools
+// full, statements prepared, plans cached, heaps grown), then cpuRounds alternating rounds,
+// each logged as "<label> CPU round i: ... per <unit> ...: <tail>".
+func (b *bench) compareCPU(label, unit string, service, floor func() (cpuSample, error), tail func(c cpuComparison, round int) string) (cpuComparison, error) {
+	for _, side := range []func() (cpuSample, error){service, floor} {
+		if _, err := side(); err != nil {
+			return cpuComparison{}, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	c, err := alternate(cpuRounds, service, floor)
+	if err != nil {
+		return c, err
+	}
+	for i := range c.service {
+		s, f := c.service[i], c.floor[i]
+		b.log.Printf("%s CPU round %d: service %v + PostgreSQL %v per %s (%.0f/s), floor %v + %v (%.0f/s): %s",
+			label, i+1, s.serverPer().Round(time.Microsecond), s.pgPer().Round(time.Microsecond), unit, s.perSecond(),
+			f.serverPer().Round(time.Microsecond), f.pgPer().Round(time.Microsecond), f.perSecond(), tail(c, i))
+	}
+	return c, nil
 }
 
 // alternate measures the service and the floor for rounds rounds, the side that opens

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 )
 
@@ -33,18 +32,6 @@ func slope(a, b sizeResult, times func(sizeResult) []time.Duration) float64 {
 type memResult struct {
 	rest, peak int64
 	err        error // /proc unavailable: P5 is reported as not measured
-}
-
-func median(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // scenarioCreate is P1 (and P5 around its largest size): for each N, rounds of the service's

@@ -183,11 +183,11 @@ func cpuCell(c cpuComparison, side []cpuSample) string {
 
 // spread shows the per-round ratios a median was taken of.
 func spread(xs []float64) string {
-	return fmt.Sprintf("%.2f (rounds %.2f–%.2f)", medianOf(xs), slices.Min(xs), slices.Max(xs))
+	return fmt.Sprintf("%.2f (rounds %.2f–%.2f)", median(xs), slices.Min(xs), slices.Max(xs))
 }
 
 func statusCPURows(s statusCPUResult) []row {
-	total, own := medianOf(s.totalRatios()), medianOf(s.serverRatios())
+	total, own := median(s.totalRatios()), median(s.serverRatios())
 	name := fmt.Sprintf("P2 CPU per GET backfill vs the floor handler (%d rounds of %s, %d clients)", len(s.service), count(s.requests), s.clients)
 	return []row{
 		{name + ": service + PostgreSQL", cpuCell(s.cpuComparison, s.service), cpuCell(s.cpuComparison, s.floor),
@@ -203,7 +203,7 @@ func claimCPURows(c claimCPUResult) []row {
 	if len(c.service) == 0 {
 		return nil
 	}
-	ratio := medianOf(c.floorPerService())
+	ratio := median(c.floorPerService())
 	return []row{{fmt.Sprintf("P4 CPU per claim + report cycle, floor handlers / service (%d rounds of %s, %d workers)", len(c.service), count(c.cycles), c.clients),
 		cpuCell(c.cpuComparison, c.service), cpuCell(c.cpuComparison, c.floor),
 		spread(c.floorPerService()), fmt.Sprintf("≥ %.1f", targetClaimCPU), verdict(ratio >= targetClaimCPU)}}

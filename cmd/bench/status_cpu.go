@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"time"
 )
 
 // statusCPUResult is P2's target: what one GET /backfills/{id} costs the service and
@@ -41,24 +40,11 @@ func (b *bench) scenarioStatusCPU(ctx context.Context, fl *floorServer, svcDB st
 	floor := func() (cpuSample, error) {
 		return measureCPU(ctx, fl.pid(), svcDB, res.requests, res.clients, get(fl.base))
 	}
-	// Warm both: pools full, statements prepared, plans cached, heaps grown.
-	for _, side := range []func() (cpuSample, error){service, floor} {
-		if _, err := side(); err != nil {
-			return res, fmt.Errorf("warm-up: %w", err)
-		}
-	}
 	var err error
-	if res.cpuComparison, err = alternate(cpuRounds, service, floor); err != nil {
-		return res, err
-	}
-	for i := range res.service {
-		s, f := res.service[i], res.floor[i]
-		b.log.Printf("P2 CPU round %d: service %v + PostgreSQL %v per GET (%.0f/s), floor %v + %v (%.0f/s): total %.2f×, own %.2f×",
-			i+1, s.serverPer().Round(time.Microsecond), s.pgPer().Round(time.Microsecond), s.perSecond(),
-			f.serverPer().Round(time.Microsecond), f.pgPer().Round(time.Microsecond), f.perSecond(),
-			res.totalRatios()[i], res.serverRatios()[i])
-	}
-	return res, nil
+	res.cpuComparison, err = b.compareCPU("P2", "GET", service, floor, func(c cpuComparison, i int) string {
+		return fmt.Sprintf("total %.2f×, own %.2f×", c.totalRatios()[i], c.serverRatios()[i])
+	})
+	return res, err
 }
 
 // cpuRounds is how many alternating rounds a CPU comparison takes (the contract's five), and
