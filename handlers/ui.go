@@ -5,12 +5,12 @@ import (
 	"net/http"
 )
 
-// The web console (GET /ui): plain HTML, CSS and one JavaScript module, embedded in the
+// The web console (GET /ui): plain HTML, CSS and small JavaScript modules, embedded in the
 // binary, that read and write only through the public API, the same paths an SDK uses.
 // Nothing is loaded from elsewhere and the Content-Security-Policy forbids it: no inline
 // script or style, no other origin.
 //
-//go:embed ui_assets/index.html ui_assets/app.js ui_assets/failed_runs.js ui_assets/style.css
+//go:embed ui_assets/index.html ui_assets/style.css ui_assets/*.js
 var uiFiles embed.FS
 
 // uiCSP allows the console's own script and style sheet and requests to this origin only.
@@ -29,6 +29,11 @@ var uiPage = func() []byte {
 var uiAssets = loadAssets(uiFiles, "ui_assets", map[string]string{
 	"app.js":         "text/javascript; charset=utf-8",
 	"failed_runs.js": "text/javascript; charset=utf-8",
+	"grid.js":        "text/javascript; charset=utf-8",
+	"preview.js":     "text/javascript; charset=utf-8",
+	"dags.js":        "text/javascript; charset=utf-8",
+	"confirm.js":     "text/javascript; charset=utf-8",
+	"time.js":        "text/javascript; charset=utf-8",
 	"style.css":      "text/css; charset=utf-8",
 })
 

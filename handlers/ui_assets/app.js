@@ -3,12 +3,16 @@
 // HTML strings, so nothing the API returns can inject markup.
 
 import { failedRunsSection } from "./failed_runs.js";
+import { fmtTime } from "./time.js";
+import { confirmAction, count } from "./confirm.js";
+import { slotGrid } from "./grid.js";
+import { previewSection } from "./preview.js";
+import { dagsPage } from "./dags.js";
 
 const API = "api/v1";
 const TOKEN_KEY = "backfill.token";
 const TERMINAL = new Set(["succeeded", "failed", "canceled"]);
 const SLOT_STATES = ["queued", "running", "success", "failed", "canceled", "skipped"];
-const GRID_LIMIT = 5000;
 
 // ---- DOM -------------------------------------------------------------------------------
 
@@ -62,7 +66,13 @@ async function api(method, path, { body, headers = {}, raw = false } = {}) {
     init.body = JSON.stringify(body);
     if (!init.headers["Content-Type"]) init.headers["Content-Type"] = "application/json";
   }
-  const res = await fetch(`${API}${path}`, init);
+  let res;
+  try {
+    res = await fetch(`${API}${path}`, init);
+  } catch (err) {
+    // A refused connection or a dropped network: say so, not "TypeError".
+    throw new Error(`The service cannot be reached (${err.message}). Check the connection and reload.`);
+  }
   if (raw) return res;
   const text = await res.text();
   const data = text ? JSON.parse(text) : null;
@@ -123,7 +133,6 @@ function formatSeconds(s) {
   return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
 }
 
-const fmtDate = (s) => (s ? s.replace("T", " ").replace(/:00Z$/, "Z") : "—");
 
 // ---- Router ----------------------------------------------------------------------------
 
@@ -141,10 +150,15 @@ async function route() {
   try {
     if (page === "backfills" && id) await backfillPage(Number(id));
     else if (page === "create") await createPage();
-    else if (page === "dags") await dagsPage();
+    else if (page === "dags") await dagsPage({ api, h, show, showError });
     else if (page === "pools") await poolsPage();
     else await backfillsPage();
   } catch (err) {
+    // Nothing of the page that was shown before stays under the banner: its figures are
+    // another backfill's and its buttons would act on it.
+    leave();
+    leave = () => {};
+    show();
     showError(err);
   }
 }
@@ -170,8 +184,8 @@ async function backfillsPage() {
       h("td", {}, b.dag_id),
       h("td", {}, stateBadge(b.state)),
       h("td", {}, progressBar(b.progress), h("div", { class: "progress-text" }, `${done(b.progress)}/${b.progress.total}`)),
-      h("td", {}, `${fmtDate(b.from_date)} → ${fmtDate(b.to_date)}`),
-      h("td", {}, fmtDate(b.created_at)))));
+      h("td", {}, `${fmtTime(b.from_date)} → ${fmtTime(b.to_date)}`),
+      h("td", {}, fmtTime(b.created_at)))));
     summary.textContent = `${data.backfills.length} of ${data.total_entries} backfills, newest first`;
   };
   const { data: dags } = await api("GET", "/dags?limit=1000");
@@ -201,8 +215,7 @@ async function backfillPage(id) {
   const bar = h("div", { id: "progress" });
   const actions = h("div", { class: "actions" });
   const limits = h("form", { class: "form-row", id: "limits" });
-  const grid = h("div", { class: "grid", id: "grid", role: "list", "aria-label": "Slots by state" });
-  const gridNote = h("p", { class: "muted" });
+  const grid = slotGrid(id, { api, h, onError: showError });
   const events = h("tbody", { id: "events" });
   const failed = failedRunsSection(id, { api, h });
   const legend = h("div", { class: "legend", "aria-hidden": "false" },
@@ -214,7 +227,7 @@ async function backfillPage(id) {
     const row = (k, v) => [h("dt", {}, k), h("dd", {}, v)];
     fields.replaceChildren(
       ...row("DAG", h("a", { href: `#/backfills?dag_id=${encodeURIComponent(b.dag_id)}` }, b.dag_id)),
-      ...row("Window", `${fmtDate(b.from_date)} → ${fmtDate(b.to_date)}${b.run_backwards ? " (backwards)" : ""}`),
+      ...row("Window", `${fmtTime(b.from_date)} → ${fmtTime(b.to_date)}${b.run_backwards ? " (backwards)" : ""}`),
       ...row("State", b.state + (b.pause_reason ? ` (${b.pause_reason === "failure_budget" ? "failure budget reached" : "paused by a user"})` : "")),
       ...row("Reprocess", b.reprocess_behavior),
       ...row("Max active runs", b.max_active_runs),
@@ -222,8 +235,8 @@ async function backfillPage(id) {
       ...row("Conf", b.dag_run_conf === null ? "—" : JSON.stringify(b.dag_run_conf)),
       ...row("Description", b.description ?? "—"),
       ...(b.parent_backfill_id ? row("Retry of", h("a", { href: `#/backfills/${b.parent_backfill_id}` }, `#${b.parent_backfill_id}`)) : []),
-      ...row("Created", fmtDate(b.created_at)),
-      ...row("Completed", fmtDate(b.completed_at)));
+      ...row("Created", fmtTime(b.created_at)),
+      ...row("Completed", fmtTime(b.completed_at)));
     bar.replaceChildren(progressBar(b.progress), h("div", { class: "progress-text", id: "progress-text" }, progressText(b, state.eta)));
     // The controls are made once and only updated here: replacing them on every progress
     // message would take the keyboard focus away from whoever is using them.
@@ -241,8 +254,12 @@ async function backfillPage(id) {
   const controls = {
     pause: act("Pause", () => api("PUT", `/backfills/${id}/pause`), "secondary"),
     unpause: act("Unpause", () => api("PUT", `/backfills/${id}/unpause`), "secondary"),
-    cancel: act("Cancel", () => api("PUT", `/backfills/${id}/cancel`), "danger"),
+    cancel: act("Cancel", async () => {
+      if (!(await confirmAction(h, cancelQuestion(state.backfill), "Cancel the runs"))) return;
+      await api("PUT", `/backfills/${id}/cancel`);
+    }, "danger"),
     retry: act("Retry failed slots", async () => {
+      if (!(await confirmAction(h, retryQuestion(state.backfill), "Retry them"))) return;
       const { data } = await api("POST", `/backfills/${id}/retry`, { body: {} });
       location.hash = `#/backfills/${data.id}`;
     }, ""),
@@ -273,32 +290,14 @@ async function backfillPage(id) {
   };
 
   const refreshGrid = async () => {
-    // The slot listing carries each run's attempt and note: the hover reads them there, for
-    // every slot the grid shows.
-    const { data: slots } = await api("GET", `/backfills/${id}/dag_runs?limit=1000`);
-    let all = slots.backfill_dag_runs;
-    for (let offset = all.length; offset < Math.min(slots.total_entries, GRID_LIMIT); offset += 1000) {
-      const { data: more } = await api("GET", `/backfills/${id}/dag_runs?limit=1000&offset=${offset}`);
-      all = all.concat(more.backfill_dag_runs);
-    }
-    grid.replaceChildren(...all.map((s) => {
-      const st = s.state || "skipped";
-      const tip = [`#${s.sort_ordinal} ${s.logical_date}`, `state: ${st}`];
-      if (s.run_id) tip.push(`run: ${s.run_id}`);
-      if (s.run_id && s.attempt != null) tip.push(`attempt: ${s.attempt}`);
-      if (s.note) tip.push(`note: ${s.note}`);
-      if (s.exception_reason) tip.push(`skipped: ${s.exception_reason}`);
-      const text = tip.join("\n");
-      return h("span", { class: `cell s-${st}`, title: text, "aria-label": text, role: "listitem", tabindex: 0, "data-state": st });
-    }));
-    gridNote.textContent = slots.total_entries > all.length ? `Showing the first ${all.length} of ${slots.total_entries} slots.` : `${all.length} slots.`;
+    await grid.refresh();
     state.gridDirty = false;
   };
 
   const refreshEvents = async () => {
     const { data } = await api("GET", `/backfills/${id}/events?limit=200`);
     events.replaceChildren(...data.events.map((e) => h("tr", {},
-      h("td", {}, e.id), h("td", {}, e.type), h("td", {}, fmtDate(e.occurred_at)),
+      h("td", {}, e.id), h("td", {}, e.type), h("td", {}, fmtTime(e.occurred_at)),
       h("td", {}, e.data && e.data.reason ? e.data.reason : ""))));
   };
 
@@ -309,7 +308,7 @@ async function backfillPage(id) {
 
   await refresh();
   show(title, fields, h("h3", {}, "Progress"), bar, actions, limits,
-    h("h3", {}, "Slots"), legend, grid, gridNote,
+    h("h3", {}, "Slots"), legend, grid.node,
     failed.node,
     h("h3", {}, "Events"), h("div", { class: "scroll" }, h("table", {},
       h("thead", {}, h("tr", {}, ...["Id", "Type", "When", "Reason"].map((t) => h("th", { scope: "col" }, t)))), events)));
@@ -340,6 +339,21 @@ async function backfillPage(id) {
       leave = () => { prev(); clearInterval(poll); };
     },
   });
+}
+
+// cancelQuestion names the runs a cancel touches, from the progress the page shows: queued
+// runs become canceled at once, running ones finish first.
+function cancelQuestion(b) {
+  const p = b.progress;
+  return `Cancel ${count(p.queued + p.running)} runs of backfill ${b.id}? ` +
+    `${count(p.queued)} queued become canceled now; ${count(p.running)} running finish first.`;
+}
+
+// retryQuestion names the runs a retry would run again: the failed and canceled slots.
+function retryQuestion(b) {
+  const p = b.progress;
+  return `Retry ${count(p.failed + p.canceled)} runs of backfill ${b.id} ` +
+    `(${count(p.failed)} failed, ${count(p.canceled)} canceled) in a new backfill?`;
 }
 
 // follow reads the backfill's Server-Sent Events stream with fetch (EventSource cannot send
@@ -442,11 +456,8 @@ async function createPage() {
     try {
       const body = request();
       const { data, res } = await api("POST", "/backfills/dry_run", { body });
-      const counts = { create: 0, reprocess: 0, skip: 0 };
-      for (const r of data.runs) counts[r.action]++;
       const etag = res.headers.get("ETag") || (data.plan_hash ? `"${data.plan_hash}"` : "*");
-      const createBtn = h("button", { type: "button", id: "create-button", disabled: data.total_entries === 0 }, "Create this backfill");
-      createBtn.addEventListener("click", async () => {
+      const create = async () => {
         showError(null);
         try {
           const { data: b } = await api("POST", "/backfills", { body, headers: { "If-Match": etag } });
@@ -455,38 +466,13 @@ async function createPage() {
           showError(err.problem && err.problem.code === "plan_changed"
             ? new Error("The plan changed since this preview (a run or the schedule changed): preview again.") : err);
         }
-      });
-      preview.replaceChildren(
-        h("h3", {}, "Preview"),
-        h("div", { class: "counts" },
-          h("div", { id: "count-total" }, h("strong", {}, data.total_entries), "slots"),
-          h("div", { id: "count-create" }, h("strong", {}, counts.create), "create"),
-          h("div", { id: "count-reprocess" }, h("strong", {}, counts.reprocess), "reprocess"),
-          h("div", { id: "count-skip" }, h("strong", {}, counts.skip), "skip")),
-        h("p", { class: "muted" }, `Created only if the plan is still this one (If-Match: ${etag}).`),
-        createBtn,
-        h("div", { class: "scroll" }, h("table", {},
-          h("thead", {}, h("tr", {}, ...["#", "Logical date", "Action", "Reason"].map((t) => h("th", { scope: "col" }, t)))),
-          h("tbody", {}, ...data.runs.map((r) => h("tr", {},
-            h("td", {}, r.sort_ordinal), h("td", {}, r.logical_date), h("td", {}, r.action), h("td", {}, r.exception_reason ?? "")))))));
+      };
+      preview.replaceChildren(...previewSection(data, etag, create, { h }));
     } catch (err) {
       showError(err);
     }
   });
-  show(h("h2", {}, "New backfill"), dags.dags.length ? form : h("p", {}, "No DAG yet: create one with PUT /api/v1/dags/{dag_id}."), preview);
-}
-
-// ---- DAGs ------------------------------------------------------------------------------
-
-async function dagsPage() {
-  const { data } = await api("GET", "/dags?limit=1000");
-  show(h("h2", {}, "DAGs"),
-    h("table", {},
-      h("thead", {}, h("tr", {}, ...["DAG", "Schedule", "Time zone", "Max active runs", "Paused", "Description", ""].map((t) => h("th", { scope: "col" }, t)))),
-      h("tbody", {}, ...data.dags.map((d) => h("tr", {},
-        h("td", {}, d.dag_id), h("td", {}, h("code", {}, d.schedule)), h("td", {}, d.timezone),
-        h("td", {}, d.max_active_runs), h("td", {}, d.is_paused ? "yes" : "no"), h("td", {}, d.description ?? ""),
-        h("td", {}, h("a", { href: `#/backfills?dag_id=${encodeURIComponent(d.dag_id)}` }, "backfills")))))));
+  show(h("h2", {}, "New backfill"), dags.dags.length ? form : h("p", {}, "No DAG yet: ", h("a", { href: "#/dags" }, "create one"), " first."), preview);
 }
 
 // ---- Pools -----------------------------------------------------------------------------
