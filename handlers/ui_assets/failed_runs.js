@@ -16,11 +16,16 @@ export function failedRunsSection(id, { api, h }) {
   const cursors = [null];
   let page = 0;
   let nextCursor = null;
+  // Only the latest read draws: a refresh that started before a click must not draw the
+  // page before under the new page's numbers.
+  let reads = 0;
 
   const load = async () => {
+    const read = ++reads;
     const c = cursors[page];
     const q = `state=failed&limit=${PAGE}` + (c ? `&cursor=${encodeURIComponent(c)}` : "");
     const { data } = await api("GET", `/backfills/${id}/dag_runs?${q}`);
+    if (read !== reads) return;
     nextCursor = data.next_cursor;
     const first = page * PAGE + 1;
     count.textContent = data.total_entries === 0 ? "No failed runs."

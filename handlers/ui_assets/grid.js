@@ -19,6 +19,9 @@ export function slotGrid(id, { api, h, onError }) {
   const cursors = [null];
   let page = 0;
   let nextCursor = null;
+  // A refresh (live progress) and a click can both be reading: only the latest read draws,
+  // or a slow read of the page before would be drawn under this page's range.
+  let reads = 0;
 
   const cell = (s) => {
     const st = s.state || "skipped";
@@ -35,9 +38,11 @@ export function slotGrid(id, { api, h, onError }) {
   };
 
   const load = async () => {
+    const read = ++reads;
     const c = cursors[page];
     const q = `limit=${GRID_PAGE}` + (c ? `&cursor=${encodeURIComponent(c)}` : "");
     const { data } = await api("GET", `/backfills/${id}/dag_runs?${q}`);
+    if (read !== reads) return;
     nextCursor = data.next_cursor;
     const slots = data.backfill_dag_runs;
     grid.replaceChildren(...slots.map(cell));
