@@ -321,6 +321,8 @@ async function backfillPage(id) {
   leave = () => { ctrl.abort(); clearInterval(gridTimer); };
   if (!TERMINAL.has(state.backfill.state)) follow(id, ctrl.signal, {
     progress: (msg) => {
+      // A run that failed since belongs in the failed-runs table too, not only in the bar.
+      if (msg.progress.failed !== state.backfill.progress.failed) failed.refresh().catch(() => {});
       state.backfill.progress = msg.progress;
       state.backfill.state = msg.state;
       state.eta = msg.eta_seconds;

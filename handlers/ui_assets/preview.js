@@ -19,11 +19,15 @@ export function previewSection(data, etag, onCreate, { h }) {
   if (data.total_entries === 0) {
     warning = h("p", { class: "warning", id: "preview-warning", role: "status" }, "Nothing would run: the window has no slot of this schedule.");
   } else if (nothing) {
+    const reasons = {};
+    for (const r of data.runs) reasons[r.exception_reason] = (reasons[r.exception_reason] || 0) + 1;
+    const exist = reasons["already exists"] || 0;
+    const inFlight = reasons["in flight"] || 0;
     warning = h("p", { class: "warning", id: "preview-warning", role: "status" },
-      `Nothing would run: all ${count(data.total_entries)} slots are skipped because their runs already exist or are in flight. ` +
-      "To run them again, set Reprocess (",
-      h("code", {}, "reprocess_behavior"),
-      ") to failed or completed and preview again.");
+      `Nothing would run: all ${count(data.total_entries)} slots are skipped (already existing: ${count(exist)}, in flight: ${count(inFlight)}). `,
+      "Runs that already exist are included with Reprocess (", h("code", {}, "reprocess_behavior"),
+      ") set to failed or completed; preview again after changing it.",
+      inFlight > 0 ? " Runs in flight (queued or running now) cannot be included until they end." : "");
   }
 
   const body = h("tbody", { id: "preview-rows" });
