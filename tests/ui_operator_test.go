@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"strings"
+	"time"
 	"testing"
 
 	"github.com/backfillsvc/backfill/api"
@@ -43,12 +45,21 @@ func TestConsoleErrorClearsThePage(t *testing.T) {
 	// The network fails every read of the next backfill (the browser answers
 	// ERR_INTERNET_DISCONNECTED for it, as with no network at all).
 	shown(first.Id)
+	// Paused requests: those of the second backfill fail as with no network; any other is
+	// held until the test lets it go.
+	held := make(chan fetch.RequestID, 16)
 	require.NoError(t, chromedp.Listen(b.ctx, func(ev any) {
-		if p, ok := ev.(*fetch.EventRequestPaused); ok {
-			go func() {
-				_, _ = chromedp.Call(b.ctx, fetch.FailRequest, fetch.FailRequestParams{RequestID: p.RequestID, ErrorReason: network.ErrorReasonInternetDisconnected})
-			}()
+		p, ok := ev.(*fetch.EventRequestPaused)
+		if !ok {
+			return
 		}
+		if !strings.Contains(p.Request.URL, fmt.Sprintf("/backfills/%d", second.Id)) {
+			held <- p.RequestID
+			return
+		}
+		go func() {
+			_, _ = chromedp.Call(b.ctx, fetch.FailRequest, fetch.FailRequestParams{RequestID: p.RequestID, ErrorReason: network.ErrorReasonInternetDisconnected})
+		}()
 	}))
 	_, err := chromedp.Call(b.ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: fmt.Sprintf("*/api/v1/backfills/%d*", second.Id)}}})
 	require.NoError(t, err)
@@ -61,6 +72,26 @@ func TestConsoleErrorClearsThePage(t *testing.T) {
 	b.do(t, chromedp.Reload())
 	shown(second.Id)
 	require.True(t, eval[bool](t, b, `document.querySelector("#error").hidden`), "a page that loads clears the banner")
+
+	// A slow backfill left for one that does not exist: when its answer comes at last, it
+	// does not draw over the error that replaced it.
+	_, err = chromedp.Call(b.ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: fmt.Sprintf("*/api/v1/backfills/%d", first.Id)}}})
+	require.NoError(t, err)
+	b.do(t, chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`location.hash = "#/backfills/%d"`, first.Id)))
+	var slow fetch.RequestID
+	select {
+	case slow = <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first backfill was never requested")
+	}
+	b.do(t, chromedp.Evaluate[chromedp.Void](`location.hash = "#/backfills/999999"`))
+	b.waitFor(t, viewIsOnlyTheError)
+	_, err = chromedp.Call(b.ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: slow})
+	require.NoError(t, err)
+	_, err = chromedp.Call(b.ctx, fetch.Disable, cdp.Empty{})
+	require.NoError(t, err)
+	time.Sleep(time.Second) // time for the left page to draw, were it going to
+	require.True(t, eval[bool](t, b, viewIsOnlyTheError), "the page left behind drew over the error")
 	b.checkClean(t, e.URL)
 }
 

@@ -137,10 +137,16 @@ function formatSeconds(s) {
 // ---- Router ----------------------------------------------------------------------------
 
 let leave = () => {}; // stops the current page's streams and timers
+// routeGen counts navigations. A page still loading when the person moved on must not draw
+// over the page (or the error) that replaced it, nor start its streams: after each await a
+// page checks that it is still current(gen).
+let routeGen = 0;
+const current = (gen) => gen === routeGen;
 
 async function route() {
   leave();
   leave = () => {};
+  const gen = ++routeGen;
   showError(null);
   const hash = location.hash || "#/backfills";
   const [, page, id] = hash.match(/^#\/([a-z]+)(?:\/(\d+))?/) || [];
@@ -150,10 +156,11 @@ async function route() {
   try {
     if (page === "backfills" && id) await backfillPage(Number(id));
     else if (page === "create") await createPage();
-    else if (page === "dags") await dagsPage({ api, h, show, showError });
+    else if (page === "dags") await dagsPage({ api, h, show: (...n) => { if (current(gen)) show(...n); }, showError });
     else if (page === "pools") await poolsPage();
     else await backfillsPage();
   } catch (err) {
+    if (!current(gen)) return; // a page left behind failed: not this page's error
     // Nothing of the page that was shown before stays under the banner: its figures are
     // another backfill's and its buttons would act on it.
     leave();
@@ -188,7 +195,9 @@ async function backfillsPage() {
       h("td", {}, fmtTime(b.created_at)))));
     summary.textContent = `${data.backfills.length} of ${data.total_entries} backfills, newest first`;
   };
+  const gen = routeGen;
   const { data: dags } = await api("GET", "/dags?limit=1000");
+  if (!current(gen)) return;
   dagSel.append(...dags.dags.map((d) => h("option", { value: d.dag_id }, d.dag_id)));
   dagSel.value = params.get("dag_id") || "";
   stateSel.value = params.get("state") || "";
@@ -202,6 +211,7 @@ async function backfillsPage() {
     summary,
     h("table", {}, h("thead", {}, h("tr", {}, ...["Backfill", "DAG", "State", "Progress", "Window", "Created"].map((t) => h("th", { scope: "col" }, t)))), tbody));
   await load();
+  if (!current(gen)) return;
   const timer = setInterval(() => load().catch(showError), 5000);
   leave = () => clearInterval(timer);
 }
@@ -306,13 +316,16 @@ async function backfillPage(id) {
     try { await fn(); await refresh(); await refreshEvents().catch(() => {}); } catch (err) { showError(err); }
   };
 
+  const gen = routeGen;
   await refresh();
+  if (!current(gen)) return;
   show(title, fields, h("h3", {}, "Progress"), bar, actions, limits,
     h("h3", {}, "Slots"), legend, grid.node,
     failed.node,
     h("h3", {}, "Events"), h("div", { class: "scroll" }, h("table", {},
       h("thead", {}, h("tr", {}, ...["Id", "Type", "When", "Reason"].map((t) => h("th", { scope: "col" }, t)))), events)));
   await Promise.all([refreshGrid(), refreshEvents().catch(() => {}), failed.refresh().catch(showError)]);
+  if (!current(gen)) return;
 
   // Live: the backfill's event stream; progress messages move the bar, lifecycle events
   // refresh the page. The grid follows at most once a second.
@@ -411,7 +424,9 @@ async function follow(id, signal, on) {
 // ---- Create ----------------------------------------------------------------------------
 
 async function createPage() {
+  const gen = routeGen;
   const { data: dags } = await api("GET", "/dags?limit=1000");
+  if (!current(gen)) return;
   const dag = h("select", { id: "create-dag", required: true }, ...dags.dags.map((d) => h("option", { value: d.dag_id }, `${d.dag_id} (${d.schedule}, ${d.timezone})`)));
   const from = h("input", { id: "create-from", type: "datetime-local", required: true, step: 1 });
   const to = h("input", { id: "create-to", type: "datetime-local", required: true, step: 1 });
@@ -482,8 +497,10 @@ async function createPage() {
 // poolsPage lists pools with their slots, running and queued runs, read again every 2 s
 // while the page is shown (a pool's figures move with every claim and report).
 async function poolsPage() {
+  const gen = routeGen;
   const draw = async () => {
     const { data } = await api("GET", "/pools?limit=1000");
+    if (!current(gen)) return;
     show(h("h2", {}, "Pools"),
       data.pools.length === 0
         ? h("p", {}, "No pool yet: create one with PUT /api/v1/pools/{name} or backfillctl pools put.")
@@ -494,6 +511,7 @@ async function poolsPage() {
             h("td", { class: "queued" }, p.queued), h("td", {}, poolBar(p)), h("td", {}, p.description ?? ""))))));
   };
   await draw();
+  if (!current(gen)) return;
   const timer = setInterval(() => draw().catch(showError), 2000);
   leave = () => clearInterval(timer);
 }
