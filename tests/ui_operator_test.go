@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/backfillsvc/backfill/api"
 	"github.com/chromedp/cdproto/cdp"
