@@ -3,6 +3,7 @@ package handlers
 import (
 	"embed"
 	"net/http"
+	"strings"
 )
 
 // The web console (GET /ui): plain HTML, CSS and small JavaScript modules, embedded in the
@@ -26,16 +27,24 @@ var uiPage = func() []byte {
 	return page
 }()
 
-var uiAssets = loadAssets(uiFiles, "ui_assets", map[string]string{
-	"app.js":         "text/javascript; charset=utf-8",
-	"failed_runs.js": "text/javascript; charset=utf-8",
-	"grid.js":        "text/javascript; charset=utf-8",
-	"preview.js":     "text/javascript; charset=utf-8",
-	"dags.js":        "text/javascript; charset=utf-8",
-	"confirm.js":     "text/javascript; charset=utf-8",
-	"time.js":        "text/javascript; charset=utf-8",
-	"style.css":      "text/css; charset=utf-8",
-})
+// uiAssets are every script and the style sheet of ui_assets/, so that a module split off
+// app.js is served without being listed twice.
+var uiAssets = loadAssets(uiFiles, "ui_assets", func() map[string]string {
+	entries, err := uiFiles.ReadDir("ui_assets")
+	if err != nil {
+		panic("handlers: embedded console assets missing") // a build mistake, not a runtime state
+	}
+	types := map[string]string{}
+	for _, e := range entries {
+		switch name := e.Name(); {
+		case strings.HasSuffix(name, ".js"):
+			types[name] = "text/javascript; charset=utf-8"
+		case strings.HasSuffix(name, ".css"):
+			types[name] = "text/css; charset=utf-8"
+		}
+	}
+	return types
+}())
 
 // GetUI serves the console's page; its asset URLs are relative to /ui.
 func (s *Server) GetUI(w http.ResponseWriter, r *http.Request) {
