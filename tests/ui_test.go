@@ -206,7 +206,10 @@ func TestConsoleCreatesWatchesAndSteersABackfill(t *testing.T) {
 	b.do(t, chromedp.Click(chromedp.Search(`//button[text()="Pause"]`)))
 	b.waitFor(t, `document.querySelector('h2 .state').textContent === 'paused'`)
 	require.EqualValues(t, "paused", e.GetBackfill(other.Id).State)
-	b.do(t, chromedp.Click(chromedp.Search(`//button[text()="Cancel"]`)))
+	// Cancel asks first, naming the 25 queued runs it cancels.
+	b.do(t, chromedp.Click(chromedp.Search(`//button[text()="Cancel"]`)), chromedp.WaitVisible(chromedp.CSS("#confirm-yes")))
+	require.Contains(t, b.text(t, "#confirm-message"), fmt.Sprintf("Cancel 25 runs of backfill %d?", other.Id))
+	b.do(t, chromedp.Click(chromedp.CSS("#confirm-yes")))
 	b.waitFor(t, `document.querySelector('h2 .state').textContent === 'canceled'`)
 	require.EqualValues(t, "canceled", e.GetBackfill(other.Id).State)
 

@@ -2,19 +2,9 @@
 // the worker's note) read from the slot listing filtered by state, following next_cursor so
 // that a page deep in a 40,000-slot backfill costs what the first does.
 
+import { fmtTime } from "./time.js";
+
 const PAGE = 50;
-
-// Timestamps to the second, in UTC, with the browser's own zone in the tooltip.
-export function fmtSecond(s) {
-  if (!s) return "—";
-  return s.replace("T", " ").replace(/(\.\d+)?Z$/, " UTC");
-}
-
-function localTitle(s) {
-  if (!s) return undefined;
-  const d = new Date(s);
-  return isNaN(d) ? undefined : `${d.toLocaleString()} (${Intl.DateTimeFormat().resolvedOptions().timeZone})`;
-}
 
 // failedRunsSection makes the section; refresh() re-reads the current page.
 export function failedRunsSection(id, { api, h }) {
@@ -26,18 +16,23 @@ export function failedRunsSection(id, { api, h }) {
   const cursors = [null];
   let page = 0;
   let nextCursor = null;
+  // Only the latest read draws: a refresh that started before a click must not draw the
+  // page before under the new page's numbers.
+  let reads = 0;
 
   const load = async () => {
+    const read = ++reads;
     const c = cursors[page];
     const q = `state=failed&limit=${PAGE}` + (c ? `&cursor=${encodeURIComponent(c)}` : "");
     const { data } = await api("GET", `/backfills/${id}/dag_runs?${q}`);
+    if (read !== reads) return;
     nextCursor = data.next_cursor;
     const first = page * PAGE + 1;
     count.textContent = data.total_entries === 0 ? "No failed runs."
       : `${data.total_entries} failed run${data.total_entries === 1 ? "" : "s"}; showing ${first}–${first + data.backfill_dag_runs.length - 1}.`;
     body.replaceChildren(...data.backfill_dag_runs.map((s) => h("tr", { "data-run-id": s.run_id },
       h("td", {}, s.sort_ordinal),
-      h("td", { title: localTitle(s.logical_date) }, fmtSecond(s.logical_date)),
+      h("td", {}, fmtTime(s.logical_date)),
       h("td", {}, s.run_id ?? "—"),
       h("td", {}, s.attempt ?? "—"),
       h("td", { class: "note" }, s.note ?? "—"))));

@@ -1,0 +1,41 @@
+// How a backfill's state and progress are drawn, in the list and on its own page.
+
+import { h } from "./dom.js";
+
+export const TERMINAL = new Set(["succeeded", "failed", "canceled"]);
+export const SLOT_STATES = ["queued", "running", "success", "failed", "canceled", "skipped"];
+
+export function stateBadge(state) {
+  return h("span", { class: `state state-${state || "skipped"}` }, state || "skipped");
+}
+
+export function done(p) { return p.success + p.failed + p.canceled + p.skipped; }
+
+export function progressBar(p) {
+  const total = Math.max(p.total, 1);
+  const part = (n, cls, label) => n > 0 ? h("span", { class: cls, style: { width: `${(100 * n) / total}%` }, title: `${label} ${n}` }) : null;
+  return h("div", {
+    class: "bar", role: "progressbar", "aria-valuemin": 0, "aria-valuemax": p.total, "aria-valuenow": done(p),
+    "aria-label": `${done(p)} of ${p.total} slots done`,
+  },
+  part(p.success, "b-success", "success"), part(p.failed, "b-failed", "failed"),
+  part(p.canceled, "b-canceled", "canceled"), part(p.skipped, "b-skipped", "skipped"),
+  part(p.running, "b-running", "running"));
+}
+
+export function progressText(b, eta) {
+  const p = b.progress;
+  const pct = p.total ? Math.floor((100 * done(p)) / p.total) : 100;
+  let text = `${done(p)}/${p.total} done (${pct}%) · success ${p.success} · failed ${p.failed} · canceled ${p.canceled} · skipped ${p.skipped} · running ${p.running} · queued ${p.queued}`;
+  if (b.state === "running" && eta !== undefined && eta !== null) text += ` · ETA ${formatSeconds(eta)}`;
+  if (b.state === "paused") text += " · paused, no ETA";
+  return text;
+}
+
+export function formatSeconds(s) {
+  s = Math.round(s);
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, "0")}s`;
+  return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
+}
+
