@@ -37,12 +37,7 @@ func (s *Server) PutDag(w http.ResponseWriter, r *http.Request, dagID string) {
 		s.writeError(w, r, err)
 		return
 	}
-	status := http.StatusOK
-	if created {
-		status = http.StatusCreated
-		w.Header().Set("Location", "/api/v1/dags/"+url.PathEscape(dag.DagID))
-	}
-	s.writeJSON(w, r, status, dagOut(dag))
+	s.writePut(w, r, created, "/api/v1/dags/"+url.PathEscape(dag.DagID), dagOut(dag))
 }
 
 // GetDag answers one DAG.

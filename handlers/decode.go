@@ -123,6 +123,17 @@ func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v
 	_, _ = w.Write(buf.Bytes()) // the client hung up; nothing to do
 }
 
+// writePut answers a PUT that creates or replaces a resource: 201 with its location when it
+// was created, 200 when it was replaced.
+func (s *Server) writePut(w http.ResponseWriter, r *http.Request, created bool, location string, v any) {
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		w.Header().Set("Location", location)
+	}
+	s.writeJSON(w, r, status, v)
+}
+
 // page returns limit and offset with the spec's defaults.
 func (s *Server) page(limit, offset *int) (int, int) {
 	l, o := s.defaults.limit, s.defaults.offset

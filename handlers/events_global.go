@@ -63,10 +63,6 @@ func (s *Server) readEvents(ctx context.Context, after int64, limit int, f event
 // that the filters keep, then new ones as they commit, until the client leaves or the server
 // shuts down. Unlike a backfill's stream it has no terminal event and no progress messages.
 func (s *Server) streamAllEvents(w http.ResponseWriter, r *http.Request, after int64, f eventFilter) {
-	if s.streams == nil {
-		writeProblem(w, problem(http.StatusServiceUnavailable, "unavailable", "event streams are not enabled on this server"))
-		return
-	}
 	// The subscription counts against the stream limit and ends with the hub. With a
 	// backfill filter it also wakes the stream when that backfill's events arrive; without
 	// one (id 0 is never a backfill's) the poll below reads them.
@@ -74,23 +70,14 @@ func (s *Server) streamAllEvents(w http.ResponseWriter, r *http.Request, after i
 	if f.backfillID != nil {
 		subID = *f.backfillID
 	}
-	sub, err := s.streams.Subscribe(subID)
-	if err != nil {
-		writeSubscribeRefused(w, err)
+	sub := s.subscribe(w, subID)
+	if sub == nil {
 		return
 	}
 	defer sub.Close()
 	ctx := r.Context()
 
-	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{}) // a stream lives as long as it follows
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-
-	sw := &sseWriter{w: w, rc: rc, lastID: after}
+	sw := startStream(w, after)
 	// catchUp writes everything stored after the last id sent, in id order.
 	catchUp := func() bool {
 		for sw.err == nil {

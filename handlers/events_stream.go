@@ -46,15 +46,10 @@ func IsEventStream(r *http.Request) bool {
 // events and progress from the hub, until the terminal event, the client leaves or the
 // server shuts down.
 func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, id, after int64) {
-	if s.streams == nil {
-		writeProblem(w, problem(http.StatusServiceUnavailable, "unavailable", "event streams are not enabled on this server"))
-		return
-	}
 	// Subscribe before reading anything: what the hub reads from now on reaches us, and what
 	// it read before is in the outbox for the replay (events.Hub.Subscribe).
-	sub, err := s.streams.Subscribe(id)
-	if err != nil {
-		writeSubscribeRefused(w, err)
+	sub := s.subscribe(w, id)
+	if sub == nil {
 		return
 	}
 	defer sub.Close()
@@ -69,16 +64,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, id, after 
 	}
 	b := rows[0]
 
-	rc := http.NewResponseController(w)
-	// The server's WriteTimeout bounds ordinary answers; a stream lives as long as it follows.
-	_ = rc.SetWriteDeadline(time.Time{})
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
-	w.WriteHeader(http.StatusOK)
-
-	sw := &sseWriter{w: w, rc: rc, lastID: after}
+	sw := startStream(w, after)
 	// A terminal backfill's terminal event was committed with its state, before we read the
 	// state: the replay finds it, unless retention pruned it; either way nothing follows.
 	if ended := s.replay(ctx, sw, id); ended || sw.err != nil || b.State.Terminal() {
@@ -208,6 +194,35 @@ func (sw *sseWriter) flush() error {
 		sw.err = sw.rc.Flush()
 	}
 	return sw.err
+}
+
+// subscribe subscribes a stream to the hub's news of backfillID (0 for none), or answers why
+// it cannot and returns nil: streams not enabled, at the stream limit, or shutting down.
+func (s *Server) subscribe(w http.ResponseWriter, backfillID int64) *events.Subscription {
+	if s.streams == nil {
+		writeProblem(w, problem(http.StatusServiceUnavailable, "unavailable", "event streams are not enabled on this server"))
+		return nil
+	}
+	sub, err := s.streams.Subscribe(backfillID)
+	if err != nil {
+		writeSubscribeRefused(w, err)
+		return nil
+	}
+	return sub
+}
+
+// startStream answers 200 as a Server-Sent Events stream and returns its writer, which has
+// sent nothing after id after.
+func startStream(w http.ResponseWriter, after int64) *sseWriter {
+	rc := http.NewResponseController(w)
+	// The server's WriteTimeout bounds ordinary answers; a stream lives as long as it follows.
+	_ = rc.SetWriteDeadline(time.Time{})
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	w.WriteHeader(http.StatusOK)
+	return &sseWriter{w: w, rc: rc, lastID: after}
 }
 
 // writeSubscribeRefused answers a stream that could not subscribe: 503 busy at the stream limit,

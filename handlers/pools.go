@@ -22,12 +22,7 @@ func (s *Server) PutPool(w http.ResponseWriter, r *http.Request, name string) {
 		s.writeError(w, r, err)
 		return
 	}
-	status := http.StatusOK
-	if created {
-		status = http.StatusCreated
-		w.Header().Set("Location", "/api/v1/pools/"+url.PathEscape(pool.Name))
-	}
-	s.writeJSON(w, r, status, poolOut(pool))
+	s.writePut(w, r, created, "/api/v1/pools/"+url.PathEscape(pool.Name), poolOut(pool))
 }
 
 // GetPool answers one pool with its running and queued runs.
