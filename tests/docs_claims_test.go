@@ -26,7 +26,7 @@ const repoRoot = ".."
 // docFiles are the Markdown files whose claims are checked.
 var docFiles = []string{
 	"README.md", "docs/ARCHITECTURE.md", "docs/BENCHMARKS.md", "docs/OPERATIONS.md",
-	"docs/RELIABILITY.md", "docs/SCALING.md", "docs/HA.md", "docs/EXECUTOR.md",
+	"docs/RELIABILITY.md", "docs/SCALING.md", "docs/HA.md", "docs/EXECUTOR.md", "CHANGELOG.md",
 }
 
 // readDocs returns every checked doc's text by its path from the module root.

@@ -4,7 +4,7 @@ package tests
 // connection, and before the bulk change that connection has run every small path (the sweep,
 // claims, reports, heartbeats, a small cancel and a small reprocess), so every plan PL/pgSQL
 // caches for the counter trigger was made for a handful of rows. That is how a 15,000-run
-// cancel once took 49.7 s instead of 1.3 s (docs/RELIABILITY.md). These tests assert the
+// cancel once took 49.7 s instead of 1.3 s (CHANGELOG.md, 2026-12-01). These tests assert the
 // outcome and that the counters agree with the runs, never a time: a quadratic path shows up
 // as a test that does not finish.
 
