@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/backfillsvc/backfill/internal/defaults"
 	"github.com/backfillsvc/backfill/internal/startstop"
 	"github.com/backfillsvc/backfill/repo"
 	"github.com/lib/pq"
@@ -93,22 +94,12 @@ type Hub struct {
 
 // New returns a stopped Hub.
 func New(store Store, cfg Config) *Hub {
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = DefaultPollInterval
-	}
-	if cfg.FallbackPollInterval <= 0 {
-		cfg.FallbackPollInterval = 500 * time.Millisecond
-	}
+	defaults.Positive(&cfg.PollInterval, DefaultPollInterval)
+	defaults.Positive(&cfg.FallbackPollInterval, 500*time.Millisecond)
 	cfg.FallbackPollInterval = min(cfg.FallbackPollInterval, cfg.PollInterval)
-	if cfg.ProgressInterval <= 0 {
-		cfg.ProgressInterval = DefaultProgressInterval
-	}
-	if cfg.MaxStreams <= 0 {
-		cfg.MaxStreams = DefaultMaxStreams
-	}
-	if cfg.Batch <= 0 {
-		cfg.Batch = DefaultBatch
-	}
+	defaults.Positive(&cfg.ProgressInterval, DefaultProgressInterval)
+	defaults.Positive(&cfg.MaxStreams, DefaultMaxStreams)
+	defaults.Positive(&cfg.Batch, DefaultBatch)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

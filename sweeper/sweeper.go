@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/backfillsvc/backfill/internal/defaults"
 	"github.com/backfillsvc/backfill/internal/startstop"
 )
 
@@ -64,24 +65,12 @@ type Sweeper struct {
 
 // New returns a stopped Sweeper.
 func New(store Store, cfg Config) *Sweeper {
-	if cfg.Interval <= 0 {
-		cfg.Interval = DefaultInterval
-	}
-	if cfg.Batch <= 0 {
-		cfg.Batch = DefaultBatch
-	}
-	if cfg.MaxBatches <= 0 {
-		cfg.MaxBatches = DefaultMaxBatches
-	}
-	if cfg.BatchTimeout <= 0 {
-		cfg.BatchTimeout = DefaultBatchTimeout
-	}
-	if cfg.IdempotencyKeyTTL <= 0 {
-		cfg.IdempotencyKeyTTL = DefaultIdempotencyKeyTTL
-	}
-	if cfg.EventTTL <= 0 {
-		cfg.EventTTL = DefaultEventTTL
-	}
+	defaults.Positive(&cfg.Interval, DefaultInterval)
+	defaults.Positive(&cfg.Batch, DefaultBatch)
+	defaults.Positive(&cfg.MaxBatches, DefaultMaxBatches)
+	defaults.Positive(&cfg.BatchTimeout, DefaultBatchTimeout)
+	defaults.Positive(&cfg.IdempotencyKeyTTL, DefaultIdempotencyKeyTTL)
+	defaults.Positive(&cfg.EventTTL, DefaultEventTTL)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/events"
+	"github.com/backfillsvc/backfill/internal/defaults"
 	"github.com/backfillsvc/backfill/internal/startstop"
 	"github.com/backfillsvc/backfill/repo"
 )
@@ -95,27 +96,13 @@ type Deliverer struct {
 
 // New returns a stopped Deliverer.
 func New(store Store, cfg Config) *Deliverer {
-	if cfg.Interval <= 0 {
-		cfg.Interval = DefaultInterval
-	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = DefaultConcurrency
-	}
-	if cfg.MaxInFlight <= 0 {
-		cfg.MaxInFlight = DefaultMaxInFlight
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.Lease <= 0 {
-		cfg.Lease = cfg.Timeout + DefaultLeaseMargin
-	}
-	if cfg.PurgeInterval <= 0 {
-		cfg.PurgeInterval = DefaultPurgeInterval
-	}
-	if cfg.PurgeBatch <= 0 {
-		cfg.PurgeBatch = DefaultPurgeBatch
-	}
+	defaults.Positive(&cfg.Interval, DefaultInterval)
+	defaults.Positive(&cfg.Concurrency, DefaultConcurrency)
+	defaults.Positive(&cfg.MaxInFlight, DefaultMaxInFlight)
+	defaults.Positive(&cfg.Timeout, DefaultTimeout)
+	defaults.Positive(&cfg.Lease, cfg.Timeout+DefaultLeaseMargin)
+	defaults.Positive(&cfg.PurgeInterval, DefaultPurgeInterval)
+	defaults.Positive(&cfg.PurgeBatch, DefaultPurgeBatch)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
