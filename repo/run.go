@@ -188,27 +188,20 @@ func (s *Store) RunReport(ctx context.Context, p RunReportParams) (Run, error) {
 	// It runs in a transaction of the lease pool, for its lock_timeout (LOCK_WAIT): a report
 	// of a run whose backfill another transaction holds for long answers 503 busy after
 	// LOCK_WAIT, nothing written.
-	var run Run
-	err := s.inTx(onLeasePool(ctx), func(tx *sqlx.Tx) error {
-		err := sqlx.GetContext(ctx, tx, &run, `
-			WITH cur AS MATERIALIZED (
-				SELECT r.id, r.backfill_id,
-					(SELECT b.id FROM backfills b WHERE b.id = r.backfill_id FOR NO KEY UPDATE) AS locked
-				FROM dag_runs r WHERE r.dag_id = $1 AND r.run_id = $2
-			)
-			UPDATE dag_runs d SET state = $3, end_date = backfill_now(), lease_expires_at = NULL, note = $5
-			FROM cur
-			WHERE d.id = cur.id
-			  AND d.backfill_id IS NOT DISTINCT FROM cur.backfill_id
-			  AND CASE WHEN $4::text IS NULL THEN d.state IN ('queued', 'running')
-			           ELSE d.state = 'running' AND d.worker_id = $4 AND d.lease_expires_at > backfill_now() END
-			RETURNING `+prefixed("d.", runColumns),
-			p.DagID, p.RunID, p.State, p.WorkerID, p.Note)
-		if err != nil && !isNoRows(err) {
-			return fmt.Errorf("report run: %w", err)
-		}
-		return err
-	})
+	run, err := s.updateRunOnLeasePool(ctx, "report run", `
+		WITH cur AS MATERIALIZED (
+			SELECT r.id, r.backfill_id,
+				(SELECT b.id FROM backfills b WHERE b.id = r.backfill_id FOR NO KEY UPDATE) AS locked
+			FROM dag_runs r WHERE r.dag_id = $1 AND r.run_id = $2
+		)
+		UPDATE dag_runs d SET state = $3, end_date = backfill_now(), lease_expires_at = NULL, note = $5
+		FROM cur
+		WHERE d.id = cur.id
+		  AND d.backfill_id IS NOT DISTINCT FROM cur.backfill_id
+		  AND CASE WHEN $4::text IS NULL THEN d.state IN ('queued', 'running')
+		           ELSE d.state = 'running' AND d.worker_id = $4 AND d.lease_expires_at > backfill_now() END
+		RETURNING `+prefixed("d.", runColumns),
+		p.DagID, p.RunID, p.State, p.WorkerID, p.Note)
 	if !isNoRows(err) {
 		return run, err
 	}

@@ -48,16 +48,8 @@ func (s *Store) SweepExpireLeases(ctx context.Context, batch int) (int, error) {
 				                  ELSE 'queued' END AS next_state
 				FROM dag_runs r JOIN expired e ON e.id = r.id LEFT JOIN backfills b ON b.id = r.backfill_id
 			)
-			UPDATE dag_runs r SET
-				state = v.next_state,
-				attempt = r.attempt + (v.next_state = 'queued')::int,
-				queued_at = CASE WHEN v.next_state = 'queued' THEN backfill_now() ELSE r.queued_at END,
-				start_date = CASE WHEN v.next_state = 'queued' THEN NULL ELSE r.start_date END,
-				end_date = CASE WHEN v.next_state = 'queued' THEN NULL ELSE backfill_now() END,
-				worker_id = CASE WHEN v.next_state = 'queued' THEN NULL ELSE r.worker_id END,
-				lease_expires_at = NULL,
-				lease_seconds = NULL
-			FROM verdict v WHERE r.id = v.id`,
+			UPDATE dag_runs d SET attempt = d.attempt + (v.next_state = 'queued')::int, `+leaseEndSet+`
+			FROM verdict v WHERE d.id = v.id`,
 			locked, batch, s.maxAttempts)
 		if err != nil {
 			return fmt.Errorf("expire leases: %w", err)
