@@ -109,28 +109,8 @@ func (s *Server) streamAllEvents(w http.ResponseWriter, r *http.Request, after i
 	}
 	ticker := time.NewTicker(poll)
 	defer ticker.Stop()
-	keepAlive := time.NewTicker(s.streamKeepAlive)
-	defer keepAlive.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.streams.Done():
-			return
-		case <-keepAlive.C:
-			sw.comment("keep-alive")
-		case <-sub.Wake():
-			sub.Take() // what arrived is in the outbox too; read it there, in id order
-			if catchUp() {
-				keepAlive.Reset(s.streamKeepAlive)
-			}
-		case <-ticker.C:
-			if catchUp() {
-				keepAlive.Reset(s.streamKeepAlive)
-			}
-		}
-		if sw.flush() != nil {
-			return
-		}
-	}
+	s.follow(ctx, sw, sub.Wake(), ticker.C, func() (wrote, ended bool) {
+		sub.Take() // what arrived is in the outbox too; read it there, in id order
+		return catchUp(), false
+	})
 }

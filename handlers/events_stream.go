@@ -77,6 +77,32 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, id, after 
 		return
 	}
 
+	s.follow(ctx, sw, sub.Wake(), nil, func() (wrote, ended bool) {
+		evs, lagged, p := sub.Take()
+		if lagged {
+			// This stream fell behind the hub: read what it missed from the outbox.
+			if s.replay(ctx, sw, id) {
+				return true, true
+			}
+		}
+		for _, ev := range evs {
+			if sw.event(ev) {
+				return true, true
+			}
+		}
+		if p != nil && !p.SameCounts(last) {
+			last = *p
+			sw.progress(last)
+		}
+		return true, false
+	})
+}
+
+// follow keeps a stream open until the client leaves, the server shuts down, a write fails or
+// step says the stream has ended. step runs whenever wake or tick (nil: never) fires and says
+// whether it wrote anything; after a quiet keep-alive interval a comment keeps proxies from
+// closing the connection. Every round ends with a flush.
+func (s *Server) follow(ctx context.Context, sw *sseWriter, wake <-chan struct{}, tick <-chan time.Time, step func() (wrote, ended bool)) {
 	keepAlive := time.NewTicker(s.streamKeepAlive)
 	defer keepAlive.Stop()
 	for {
@@ -87,31 +113,32 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, id, after 
 			return
 		case <-keepAlive.C:
 			sw.comment("keep-alive")
-		case <-sub.Wake():
-			evs, lagged, p := sub.Take()
-			if lagged {
-				// This stream fell behind the hub: read what it missed from the outbox.
-				if s.replay(ctx, sw, id) {
-					sw.flush()
-					return
-				}
+		case <-wake:
+			if s.stepped(sw, keepAlive, step) {
+				return
 			}
-			for _, ev := range evs {
-				if sw.event(ev) {
-					sw.flush()
-					return
-				}
+		case <-tick:
+			if s.stepped(sw, keepAlive, step) {
+				return
 			}
-			if p != nil && !p.SameCounts(last) {
-				last = *p
-				sw.progress(last)
-			}
-			keepAlive.Reset(s.streamKeepAlive)
 		}
 		if sw.flush() != nil {
 			return
 		}
 	}
+}
+
+// stepped runs one step of follow and reports whether the stream has ended (flushed).
+func (s *Server) stepped(sw *sseWriter, keepAlive *time.Ticker, step func() (wrote, ended bool)) bool {
+	wrote, ended := step()
+	if ended {
+		sw.flush()
+		return true
+	}
+	if wrote {
+		keepAlive.Reset(s.streamKeepAlive)
+	}
+	return false
 }
 
 // replay writes the backfill's stored events after the last one sent and reports whether
