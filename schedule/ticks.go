@@ -63,29 +63,26 @@ func rawBounds(loc *time.Location, u int64) (off, start, end int64) {
 	}
 	if end < maxInstant && offsetAt(loc, end-1) != off {
 		// The first instant in (u, end) with another offset.
-		lo, hi := u, end-1
-		for hi-lo > 1 {
-			if mid := lo + (hi-lo)/2; offsetAt(loc, mid) == off {
-				lo = mid
-			} else {
-				hi = mid
-			}
-		}
-		end = hi
+		end = firstTrue(u, end-1, func(x int64) bool { return offsetAt(loc, x) != off })
 	}
 	if start > minInstant && offsetAt(loc, start) != off {
 		// Just after the last instant in [start, u) with another offset.
-		lo, hi := start, u
-		for hi-lo > 1 {
-			if mid := lo + (hi-lo)/2; offsetAt(loc, mid) == off {
-				hi = mid
-			} else {
-				lo = mid
-			}
-		}
-		start = hi
+		start = firstTrue(start, u, func(x int64) bool { return offsetAt(loc, x) == off })
 	}
 	return off, start, end
+}
+
+// firstTrue is the least x in (lo, hi] for which pred holds, by bisection: pred must be false
+// at lo, true at hi, and change only once in between.
+func firstTrue(lo, hi int64, pred func(int64) bool) int64 {
+	for hi-lo > 1 {
+		if mid := lo + (hi-lo)/2; pred(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi
 }
 
 // maxMerges bounds how many boundaries that do not change the offset (year
