@@ -52,6 +52,9 @@ type Config struct {
 	// LeaseDB is a small pool of its own for heartbeats, reports and releases, so that they
 	// never queue for a connection behind claims or reads; nil uses the main pool.
 	LeaseDB *sqlx.DB
+	// PrepareStatements prepares the hot statements (status read, claim, report, heartbeat)
+	// once per pooled connection (prepared.go). Off behind a transaction pooler (DB_POOLER).
+	PrepareStatements bool
 }
 
 // Store is the repository over one connection pool.
@@ -63,6 +66,7 @@ type Store struct {
 	maxBackfillRuns int
 	maxAttempts     int
 	reconnectWait   time.Duration
+	prepared        *preparedStatements
 }
 
 // New returns a Store over db.
@@ -73,6 +77,7 @@ func New(db *sqlx.DB, cfg Config) *Store {
 		maxBackfillRuns: cfg.MaxBackfillRuns,
 		maxAttempts:     cfg.MaxAttempts,
 		reconnectWait:   cfg.ReconnectWait,
+		prepared:        &preparedStatements{enabled: cfg.PrepareStatements},
 	}
 	if s.observer == nil {
 		s.observer = nopObserver{}

@@ -131,6 +131,9 @@ func serve(ctx context.Context, cfg config, db, leaseDB *sqlx.DB, direct dsn, lo
 		ReconnectWait:   cfg.DBReconnectWait,
 		LockWait:        cfg.LockWait,
 		LeaseDB:         leaseDB,
+		// Behind a transaction pooler a statement prepared on a server connection is not
+		// there for the next transaction.
+		PrepareStatements: cfg.DBPooler == poolerNone,
 	})
 	m.WatchStates(store.StateCounts)
 	m.WatchPools(poolCounter(store))
