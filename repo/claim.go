@@ -152,7 +152,8 @@ func (s *Store) claimRuns(ctx context.Context, tx *sqlx.Tx, scope claimScope, ar
 			return claimed, nil
 		}
 		var skipped bool
-		if err := sqlx.GetContext(ctx, q, &skipped, claimableStatement(scope), args[3:]...); err != nil {
+		claimable := claimableStatements[scope]
+		if err := sqlx.GetContext(ctx, s.hot(ctx, s.db, q, claimable), &skipped, claimable, args[3:]...); err != nil {
 			return nil, fmt.Errorf("claim runs: look for claimable owners: %w", err)
 		}
 		if !skipped {
@@ -217,13 +218,15 @@ func claimOwners(scope claimScope, first int) (dagOwner, manualRun, backfillOwne
 	return dagOwner, manualRun, backfillOwner
 }
 
-// claimStatements holds the claim's text for each scope, built once: the text is the key of
-// its prepared statement, and building it costs more than a lookup.
-var claimStatements = func() (stmts [claimOneDag | claimInPool + 1]string) {
-	for scope := range stmts {
-		stmts[scope] = claimStatement(claimScope(scope))
+// claimStatements and claimableStatements hold the texts for each scope, built once: the
+// text is the key of its prepared statement, and building it costs more than a lookup. The
+// claimable check runs after every empty claim, which workers sharing one backfill meet often.
+var claimStatements, claimableStatements = func() (claim, claimable [claimOneDag | claimInPool + 1]string) {
+	for scope := range claim {
+		claim[scope] = claimStatement(claimScope(scope))
+		claimable[scope] = claimableStatement(claimScope(scope))
 	}
-	return stmts
+	return claim, claimable
 }()
 
 // claimStatement is the claim, in one statement. Its plan:
