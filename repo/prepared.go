@@ -28,7 +28,6 @@ import (
 type preparedStatements struct {
 	enabled bool
 	stmts   sync.Map // preparedKey -> *sqlx.Stmt
-	mu      sync.Mutex
 }
 
 type preparedKey struct {
@@ -46,16 +45,17 @@ func (p *preparedStatements) get(ctx context.Context, db *sqlx.DB, query string)
 	if st, ok := p.stmts.Load(key); ok {
 		return st.(*sqlx.Stmt)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if st, ok := p.stmts.Load(key); ok {
-		return st.(*sqlx.Stmt)
-	}
+	// No lock is held while preparing: during an outage a prepare waits for a connection for
+	// up to DB_RECONNECT_WAIT, and requests must not queue behind one another for it. Two
+	// first requests may both prepare; the second statement is closed.
 	st, err := db.PreparexContext(ctx, query)
 	if err != nil {
 		return nil
 	}
-	p.stmts.Store(key, st)
+	if prev, loaded := p.stmts.LoadOrStore(key, st); loaded {
+		_ = st.Close()
+		return prev.(*sqlx.Stmt)
+	}
 	return st
 }
 
