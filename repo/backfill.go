@@ -9,12 +9,11 @@ import (
 )
 
 // BackfillGet returns one backfill. Its progress is read from counters on the row, so the cost
-// is one primary-key lookup whatever the size of the backfill. The statement is not prepared on
-// the pool: a named statement kept on a connection breaks behind a transaction pooler
-// (PgBouncer in transaction mode lends each transaction any server connection).
+// is one primary-key lookup whatever the size of the backfill. Clients poll it: it is prepared
+// once per pooled connection unless a transaction pooler sits in between (prepared.go).
 func (s *Store) BackfillGet(ctx context.Context, id int64) (Backfill, error) {
 	var b Backfill
-	err := s.db.QueryRowContext(ctx, `SELECT `+backfillColumns+` FROM backfills WHERE id = $1`, id).Scan(b.scanDest()...)
+	err := s.hot(ctx, s.db, s.db, backfillGetSQL).QueryRowxContext(ctx, backfillGetSQL, id).Scan(b.scanDest()...)
 	if isNoRows(err) {
 		return Backfill{}, ErrBackfillNotFound
 	}
@@ -23,6 +22,8 @@ func (s *Store) BackfillGet(ctx context.Context, id int64) (Backfill, error) {
 	}
 	return b, nil
 }
+
+const backfillGetSQL = `SELECT ` + backfillColumns + ` FROM backfills WHERE id = $1`
 
 func backfillGet(ctx context.Context, q sqlx.QueryerContext, id int64, lock string) (Backfill, error) {
 	var b Backfill

@@ -85,6 +85,7 @@ func (s *Store) runClaimIdempotent(ctx context.Context, p RunClaimParams, scope 
 		return nil, false, err
 	}
 	r := idemRequest{key: p.IdempotencyKey, op: opClaim, fp: fp}
+	s.prepareHot(ctx, s.db, claimStatements[scope])
 	replay := func(ctx context.Context, ids []int64) ([]Run, error) {
 		var runs []Run
 		err := sqlx.SelectContext(ctx, s.db, &runs, `
@@ -130,17 +131,18 @@ const (
 
 // claimRuns runs the claim statement, in tx when it is not nil, and again (within
 // claimRaceBudget, with a short jittered backoff) while it hands out nothing although an
-// owner in its scope is claimable. The statement is not prepared on the pool: a named
-// statement kept on a connection breaks behind a transaction pooler.
+// owner in its scope is claimable. The claim is prepared once per pooled connection unless a
+// transaction pooler sits in between (prepared.go).
 func (s *Store) claimRuns(ctx context.Context, tx *sqlx.Tx, scope claimScope, args []any) ([]Run, error) {
 	var q sqlx.QueryerContext = s.db
 	if tx != nil {
 		q = tx
 	}
+	claim := claimStatements[scope]
 	var deadline time.Time
 	for attempt := 1; ; attempt++ {
 		var claimed []Run
-		if err := sqlx.SelectContext(ctx, q, &claimed, claimStatement(scope), args...); err != nil {
+		if err := sqlx.SelectContext(ctx, s.hot(ctx, s.db, q, claim), &claimed, claim, args...); err != nil {
 			return nil, fmt.Errorf("claim runs: %w", err)
 		}
 		if deadline.IsZero() {
@@ -150,7 +152,8 @@ func (s *Store) claimRuns(ctx context.Context, tx *sqlx.Tx, scope claimScope, ar
 			return claimed, nil
 		}
 		var skipped bool
-		if err := sqlx.GetContext(ctx, q, &skipped, claimableStatement(scope), args[3:]...); err != nil {
+		claimable := claimableStatements[scope]
+		if err := sqlx.GetContext(ctx, s.hot(ctx, s.db, q, claimable), &skipped, claimable, args[3:]...); err != nil {
 			return nil, fmt.Errorf("claim runs: look for claimable owners: %w", err)
 		}
 		if !skipped {
@@ -215,9 +218,18 @@ func claimOwners(scope claimScope, first int) (dagOwner, manualRun, backfillOwne
 	return dagOwner, manualRun, backfillOwner
 }
 
-// claimStatement is the claim, in one statement, sent unprepared (lib/pq's unnamed statement):
-// a statement prepared on the pool would outlive its transaction, which a transaction pooler
-// does not allow. Its plan:
+// claimStatements and claimableStatements hold the texts for each scope, built once: the
+// text is the key of its prepared statement, and building it costs more than a lookup. The
+// claimable check runs after every empty claim, which workers sharing one backfill meet often.
+var claimStatements, claimableStatements = func() (claim, claimable [claimOneDag | claimInPool + 1]string) {
+	for scope := range claim {
+		claim[scope] = claimStatement(claimScope(scope))
+		claimable[scope] = claimableStatement(claimScope(scope))
+	}
+	return claim, claimable
+}()
+
+// claimStatement is the claim, in one statement. Its plan:
 //
 //  1. dag_owner and backfill_owner walk the partial indexes of claimable owners in claim order
 //     (DAGs by dag_id, backfills by id), one owner per step, and lock each owner row as it is

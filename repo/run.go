@@ -188,19 +188,7 @@ func (s *Store) RunReport(ctx context.Context, p RunReportParams) (Run, error) {
 	// It runs in a transaction of the lease pool, for its lock_timeout (LOCK_WAIT): a report
 	// of a run whose backfill another transaction holds for long answers 503 busy after
 	// LOCK_WAIT, nothing written.
-	run, err := s.updateRunOnLeasePool(ctx, "report run", `
-		WITH cur AS MATERIALIZED (
-			SELECT r.id, r.backfill_id,
-				(SELECT b.id FROM backfills b WHERE b.id = r.backfill_id FOR NO KEY UPDATE) AS locked
-			FROM dag_runs r WHERE r.dag_id = $1 AND r.run_id = $2
-		)
-		UPDATE dag_runs d SET state = $3, end_date = backfill_now(), lease_expires_at = NULL, note = $5
-		FROM cur
-		WHERE d.id = cur.id
-		  AND d.backfill_id IS NOT DISTINCT FROM cur.backfill_id
-		  AND CASE WHEN $4::text IS NULL THEN d.state IN ('queued', 'running')
-		           ELSE d.state = 'running' AND d.worker_id = $4 AND d.lease_expires_at > backfill_now() END
-		RETURNING `+prefixed("d.", runColumns),
+	run, err := s.updateRunOnLeasePool(ctx, "report run", runReportSQL,
 		p.DagID, p.RunID, p.State, p.WorkerID, p.Note)
 	if !isNoRows(err) {
 		return run, err
@@ -221,6 +209,21 @@ func (s *Store) RunReport(ctx context.Context, p RunReportParams) (Run, error) {
 	return Run{}, ErrInvalidTransition
 }
 
+// runReportSQL is RunReport's statement, prepared on the lease pool (prepared.go).
+var runReportSQL = `
+	WITH cur AS MATERIALIZED (
+		SELECT r.id, r.backfill_id,
+			(SELECT b.id FROM backfills b WHERE b.id = r.backfill_id FOR NO KEY UPDATE) AS locked
+		FROM dag_runs r WHERE r.dag_id = $1 AND r.run_id = $2
+	)
+	UPDATE dag_runs d SET state = $3, end_date = backfill_now(), lease_expires_at = NULL, note = $5
+	FROM cur
+	WHERE d.id = cur.id
+	  AND d.backfill_id IS NOT DISTINCT FROM cur.backfill_id
+	  AND CASE WHEN $4::text IS NULL THEN d.state IN ('queued', 'running')
+	           ELSE d.state = 'running' AND d.worker_id = $4 AND d.lease_expires_at > backfill_now() END
+	RETURNING ` + prefixed("d.", runColumns)
+
 // sameReport reports whether run already ended as p reports it, by p's worker, with p's note.
 func sameReport(run Run, p RunReportParams) bool {
 	return run.State == p.State && run.WorkerID != nil && *run.WorkerID == *p.WorkerID &&
@@ -235,15 +238,7 @@ func (s *Store) RunHeartbeat(ctx context.Context, runPK int64, workerID string) 
 	}
 	// One statement on the lease pool: it locks only the run, which its lease holder alone
 	// changes, so it needs no transaction of its own for a lock_timeout.
-	err := sqlx.GetContext(ctx, s.leaseDB, &row, `
-		WITH hb AS (
-			UPDATE dag_runs SET lease_expires_at = backfill_now() + make_interval(secs => lease_seconds)
-			WHERE id = $1 AND state = 'running' AND worker_id = $2 AND lease_expires_at > backfill_now()
-			RETURNING lease_expires_at, backfill_id
-		)
-		SELECT hb.lease_expires_at, coalesce(b.state = 'canceling', false) AS cancel_requested
-		FROM hb LEFT JOIN backfills b ON b.id = hb.backfill_id`,
-		runPK, workerID)
+	err := sqlx.GetContext(ctx, s.hot(ctx, s.leaseDB, s.leaseDB, runHeartbeatSQL), &row, runHeartbeatSQL, runPK, workerID)
 	if isNoRows(err) {
 		return Heartbeat{}, leaseLost(ctx, s.leaseDB, runPK)
 	}
@@ -252,6 +247,16 @@ func (s *Store) RunHeartbeat(ctx context.Context, runPK int64, workerID string) 
 	}
 	return Heartbeat{LeaseExpiresAt: row.LeaseExpiresAt.UTC(), CancelRequested: row.CancelRequested}, nil
 }
+
+// runHeartbeatSQL is RunHeartbeat's statement, prepared on the lease pool (prepared.go).
+const runHeartbeatSQL = `
+	WITH hb AS (
+		UPDATE dag_runs SET lease_expires_at = backfill_now() + make_interval(secs => lease_seconds)
+		WHERE id = $1 AND state = 'running' AND worker_id = $2 AND lease_expires_at > backfill_now()
+		RETURNING lease_expires_at, backfill_id
+	)
+	SELECT hb.lease_expires_at, coalesce(b.state = 'canceling', false) AS cancel_requested
+	FROM hb LEFT JOIN backfills b ON b.id = hb.backfill_id`
 
 // leaseLost explains why a statement guarded by a worker's live lease changed no row:
 // ErrRunNotFound when the run does not exist, else ErrLeaseLost (it is not running, another

@@ -55,8 +55,9 @@ const leaseEndSet = `
 // isNoRows accepts, for the caller to find out why nothing changed.
 func (s *Store) updateRunOnLeasePool(ctx context.Context, what, query string, args ...any) (Run, error) {
 	var run Run
+	s.prepareHot(ctx, s.leaseDB, query)
 	err := s.inTx(onLeasePool(ctx), func(tx *sqlx.Tx) error {
-		err := sqlx.GetContext(ctx, tx, &run, query, args...)
+		err := sqlx.GetContext(ctx, s.hot(ctx, s.leaseDB, tx, query), &run, query, args...)
 		if err != nil && !isNoRows(err) {
 			return fmt.Errorf("%s: %w", what, err)
 		}

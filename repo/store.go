@@ -56,6 +56,9 @@ type Config struct {
 	// LeaseDB is a small pool of its own for heartbeats, reports and releases, so that they
 	// never queue for a connection behind claims or reads; nil uses the main pool.
 	LeaseDB *sqlx.DB
+	// PrepareStatements prepares the hot statements (status read, claim, report, heartbeat)
+	// once per pooled connection (prepared.go). Off behind a transaction pooler (DB_POOLER).
+	PrepareStatements bool
 }
 
 // Store is the repository over one connection pool.
@@ -68,6 +71,7 @@ type Store struct {
 	maxAttempts     int
 	reconnectWait   time.Duration
 	onEvents        func()
+	prepared        *preparedStatements
 }
 
 // New returns a Store over db.
@@ -79,6 +83,7 @@ func New(db *sqlx.DB, cfg Config) *Store {
 		maxAttempts:     cfg.MaxAttempts,
 		reconnectWait:   cfg.ReconnectWait,
 		onEvents:        cfg.OnEvents,
+		prepared:        &preparedStatements{enabled: cfg.PrepareStatements},
 	}
 	if s.observer == nil {
 		s.observer = nopObserver{}

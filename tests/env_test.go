@@ -145,7 +145,8 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	clk := &clock{t: t, db: db}
 	clk.set(time.Now().UTC().Truncate(time.Second))
 	storeDB, proxy, hubDSN := db, (*pgproxy.Proxy)(nil), dsn
-	switch addr := pooledAddr(t); {
+	addr := pooledAddr(t)
+	switch {
 	case o.proxied:
 		storeDB, proxy = proxiedDB(t, dsn)
 	case o.storeDSN != nil:
@@ -173,6 +174,9 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		MaxAttempts:     o.maxAttempts,
 		Observer:        m,
 		OnEvents:        notifier.Kick,
+		// As cmd/api with DB_POOLER=none, except under PgBouncer in transaction mode, where
+		// the service runs with DB_POOLER=transaction.
+		PrepareStatements: addr == "",
 	})
 	m.WatchStates(store.StateCounts)
 	m.WatchPools(func(ctx context.Context) (map[string]metrics.PoolFigures, error) {

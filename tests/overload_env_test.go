@@ -66,7 +66,7 @@ func productionShape(t *testing.T, e *env, lockWait time.Duration) (*env, *admis
 		return db
 	}
 	m := metrics.New()
-	store := repo.New(pool(20), repo.Config{Observer: m, LockWait: lockWait, LeaseDB: pool(4)})
+	store := repo.New(pool(20), repo.Config{Observer: m, LockWait: lockWait, LeaseDB: pool(4), PrepareStatements: true})
 	obs := &admissionCounts{Metrics: m, admitted: map[string]int{}, shed: map[string]int{}}
 	h, err := handlers.New(handlers.Options{
 		Store:   store,

@@ -22,11 +22,16 @@ type config struct {
 	// (a session advisory lock) and the event listener (LISTEN) need a session of their own,
 	// which PgBouncer in transaction mode does not give. DATABASE_URL otherwise.
 	DirectDatabaseURL string
-	HTTPAddr          string
-	SweepInterval     time.Duration
-	MaxBackfillRuns   int
-	MaxAttempts       int
-	APITokens         []string
+	// DBPooler says what sits between the service and PostgreSQL on DATABASE_URL: "none" (a
+	// direct connection, or a session pooler) prepares the hot statements once per pooled
+	// connection; "transaction" (PgBouncer in transaction mode) sends every statement
+	// unnamed, since a prepared statement would outlive the transaction that made it.
+	DBPooler        string
+	HTTPAddr        string
+	SweepInterval   time.Duration
+	MaxBackfillRuns int
+	MaxAttempts     int
+	APITokens       []string
 	// DBMaxConns bounds the pool: creation holds one connection for seconds at 100k slots,
 	// and PostgreSQL's own limit is shared by every replica.
 	DBMaxConns int
@@ -76,6 +81,12 @@ type config struct {
 // readiness probe use connections outside of any admitted request.
 const admissionPoolReserve = 2
 
+// The values of DB_POOLER.
+const (
+	poolerNone        = "none"
+	poolerTransaction = "transaction"
+)
+
 // defaultHTTPAddr is where the server listens when HTTP_ADDR is unset; the healthcheck
 // subcommand probes the same port.
 const defaultHTTPAddr = ":8080"
@@ -88,6 +99,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg := config{
 		DatabaseURL:       getenv("DATABASE_URL"),
 		DirectDatabaseURL: getenv("DIRECT_DATABASE_URL"),
+		DBPooler:          poolerNone,
 		HTTPAddr:          defaultHTTPAddr,
 		SweepInterval:     sweeper.DefaultInterval,
 		MaxBackfillRuns:   repo.DefaultMaxBackfillRuns,
@@ -109,6 +121,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 	var errs []error
 	if cfg.DatabaseURL == "" {
 		errs = append(errs, errors.New("DATABASE_URL is required (e.g. postgres://postgres@127.0.0.1:5432/backfill?sslmode=disable)"))
+	}
+	switch v := getenv("DB_POOLER"); v {
+	case "":
+	case poolerNone, poolerTransaction:
+		cfg.DBPooler = v
+	default:
+		errs = append(errs, fmt.Errorf("DB_POOLER=%q: want none or transaction", v))
 	}
 	if v := getenv("HTTP_ADDR"); v != "" {
 		cfg.HTTPAddr = v
@@ -211,6 +230,7 @@ func (c config) logAttrs() []any {
 	return []any{
 		"database_url", redactedDSN(c.DatabaseURL),
 		"direct_database_url", redactedDSN(c.DirectDatabaseURL),
+		"db_pooler", c.DBPooler,
 		"http_addr", c.HTTPAddr,
 		"sweep_interval", c.SweepInterval.String(),
 		"max_backfill_runs", c.MaxBackfillRuns,

@@ -47,3 +47,21 @@ func TestStartupLineListsEverySetting(t *testing.T) {
 		require.True(t, keys[strings.ToLower(name)], "the startup line lacks %s", name)
 	}
 }
+
+// DB_POOLER says whether the hot statements may be prepared on the pool: none (the default)
+// or transaction; anything else is refused at start rather than guessed.
+func TestDBPoolerIsNoneByDefaultAndOnlyNoneOrTransaction(t *testing.T) {
+	env := map[string]string{"DATABASE_URL": "postgres://u@h/db?sslmode=disable"}
+	cfg, err := loadConfig(getenvFrom(env))
+	require.NoError(t, err)
+	require.Equal(t, "none", cfg.DBPooler)
+
+	env["DB_POOLER"] = "transaction"
+	cfg, err = loadConfig(getenvFrom(env))
+	require.NoError(t, err)
+	require.Equal(t, "transaction", cfg.DBPooler)
+
+	env["DB_POOLER"] = "pgbouncer"
+	_, err = loadConfig(getenvFrom(env))
+	require.ErrorContains(t, err, "DB_POOLER")
+}

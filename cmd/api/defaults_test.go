@@ -41,6 +41,7 @@ func TestDocsStateTheDefaultsConfigApplies(t *testing.T) {
 	applied := map[string]any{
 		"DATABASE_URL":         "(required)",
 		"DIRECT_DATABASE_URL":  "(DATABASE_URL)",
+		"DB_POOLER":            cfg.DBPooler,
 		"HTTP_ADDR":            cfg.HTTPAddr,
 		"SWEEP_INTERVAL":       cfg.SweepInterval,
 		"MAX_BACKFILL_RUNS":    fmt.Sprint(cfg.MaxBackfillRuns),

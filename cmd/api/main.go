@@ -142,6 +142,9 @@ func serve(ctx context.Context, cfg config, db, leaseDB *sqlx.DB, direct dsn, lo
 		LockWait:        cfg.LockWait,
 		LeaseDB:         leaseDB,
 		OnEvents:        notifier.Kick,
+		// Behind a transaction pooler a statement prepared on a server connection is not
+		// there for the next transaction.
+		PrepareStatements: cfg.DBPooler == poolerNone,
 	})
 	m.WatchStates(store.StateCounts)
 	m.WatchPools(poolCounter(store))

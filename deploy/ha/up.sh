@@ -236,6 +236,7 @@ for i in $(seq 0 $((HA_REPLICAS - 1))); do
 	log "starting service $i on 127.0.0.1:$port"
 	DATABASE_URL="postgres://postgres@127.0.0.1:26432/backfill?sslmode=disable" \
 		DIRECT_DATABASE_URL="postgres://postgres@127.0.0.1:25000/backfill?sslmode=disable" \
+		DB_POOLER=transaction \
 		HTTP_ADDR="127.0.0.1:$port" DB_MAX_CONNS="$HA_DB_MAX_CONNS" \
 		DB_RECONNECT_WAIT="${HA_DB_RECONNECT_WAIT:-15s}" LOG_LEVEL=warn \
 		setsid "$HA_DIR/bin/api" >>"$HA_DIR/log/api-$i.log" 2>&1 </dev/null &
