@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -101,7 +102,7 @@ func TestSDKFollowBackfillResumesAndEnds(t *testing.T) {
 	require.Equal(t, []client.EventType{client.EventTypeCreated, client.EventTypePaused, client.EventTypeUnpaused,
 		client.EventTypeCanceled}, types)
 	require.EqualValues(t, 2, doer.streams.Load(), "the cut stream was resumed once")
-	require.Equal(t, "1", doer.resumed.Load(), "resumed after the one event it had")
+	require.Equal(t, strconv.FormatInt(ids[0], 10), doer.resumed.Load(), "resumed after the one event it had")
 	stored, err := c.ListEvents(ctx, &client.ListEventsParams{BackfillId: &b.Id})
 	require.NoError(t, err)
 	var want []int64
