@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/backfillsvc/backfill/internal/pgproxy"
 	"github.com/stretchr/testify/require"
@@ -174,6 +175,11 @@ func TestChaosOnTheWireNeverAppliesAChangeTwice(t *testing.T) {
 	e.Proxy.SetRule(pgproxy.Chaos(seed, 0.08))
 	tally := map[string]int{}
 	for i := 0; i < 40; i++ {
+		// A request whose connection the chaos cut may still be running in its backend, and
+		// commit after the service answered (outcome_unknown: "may or may not have been
+		// applied"): its effect would land in the next request's window. Each window starts
+		// once no backend of the service is busy.
+		waitServiceQuiet(t, e)
 		r0, f0 := running(), finished()
 		res := e.Do(http.MethodPost, claimPath, map[string]any{"worker_id": "w", "limit": 1})
 		r1 := running()
@@ -189,6 +195,7 @@ func TestChaosOnTheWireNeverAppliesAChangeTwice(t *testing.T) {
 			require.Equal(t, len(cr.Runs), r1-r0, "claim %d: a 200 leased exactly what it answered", i)
 			tally["claim 200"]++
 			for _, run := range cr.Runs {
+				waitServiceQuiet(t, e)
 				f1 := finished()
 				rep := e.Do(http.MethodPatch, runPath(run.DagID, run.RunID), map[string]any{"state": "success", "worker_id": "w"})
 				got := finished() - f1
@@ -206,6 +213,16 @@ func TestChaosOnTheWireNeverAppliesAChangeTwice(t *testing.T) {
 	require.Positive(t, e.Proxy.Fired(), "the chaos did something")
 	rep := checkInvariants(t, e.DB)
 	require.Empty(t, rep.Violations)
+}
+
+// waitServiceQuiet waits until no backend of e's database other than the test's own is inside
+// a statement or a transaction.
+func waitServiceQuiet(t *testing.T, e *env) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		return e.Count(`SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'`) == 0
+	}, 30*time.Second, 2*time.Millisecond, "a backend of the service stays busy")
 }
 
 // requireEffect checks an answer against the change it made (0 or 1 rows for one request):
