@@ -179,12 +179,26 @@ else
 	log "starting haproxy"
 	haproxy -D -f "$HA_DIR/haproxy.cfg" -p "$HA_DIR/run/haproxy.pid" >"$HA_DIR/log/haproxy.log" 2>&1
 fi
+# HAProxy starts every server as up and marks the standby down only after its first failed
+# checks, closing the sessions it holds (on-marked-down shutdown-sessions). So "port 25000
+# answers" is not enough: wait until four connections in a row (round robin would reach both
+# servers) land on a primary, then give the checks one more interval to settle.
+psql_leader() { psql -X -q -v ON_ERROR_STOP=1 "postgres://postgres@127.0.0.1:25000/postgres?sslmode=disable" "$@"; }
+only_leader_behind_haproxy() {
+	local i
+	for i in 1 2 3 4; do
+		[ "$(psql_leader -tAc 'SELECT pg_is_in_recovery()')" = f ] || return 1
+	done
+}
 wait_until 30 "haproxy to the leader" "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p 25000
+wait_until 30 "haproxy to route only to the leader" only_leader_behind_haproxy
+sleep 1
 
 # The service's database, and the statement timeout PgBouncer does not pass on (the service
 # asks for it as a startup parameter, which PgBouncer is told to ignore).
-psql_leader() { psql -X -q -v ON_ERROR_STOP=1 "postgres://postgres@127.0.0.1:25000/postgres?sslmode=disable" "$@"; }
-if [ "$(psql_leader -tAc "SELECT count(*) FROM pg_database WHERE datname = 'backfill'")" = 0 ]; then
+backfill_dbs=$(psql_leader -tAc "SELECT count(*) FROM pg_database WHERE datname = 'backfill'") ||
+	die "cannot ask the leader for its databases (logs in $HA_DIR/log)"
+if [ "$backfill_dbs" = 0 ]; then
 	log "creating database backfill"
 	psql_leader -c "CREATE DATABASE backfill"
 fi
