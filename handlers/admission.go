@@ -48,8 +48,9 @@ func (c AdmissionClass) String() string {
 type AdmissionObserver interface {
 	// Admitted counts a request let through after waiting waited for its slot.
 	Admitted(class string, waited time.Duration)
-	// Shed counts a request answered 503 busy because no slot freed up in time.
-	Shed(class string)
+	// Shed counts a request answered 503 busy because no slot freed up in time, after it
+	// waited waited from the moment the handler had read it.
+	Shed(class string, waited time.Duration)
 	// Waiting moves the number of requests waiting for a slot by delta.
 	Waiting(class string, delta int)
 	// InFlight moves the number of admitted requests still being served by delta.
@@ -200,7 +201,7 @@ func (a *admitter) admit(next http.Handler, mine func(*http.Request) bool) http.
 				return // the client went away while waiting; nobody reads an answer
 			}
 			if a.obs != nil {
-				a.obs.Shed(name)
+				a.obs.Shed(name, time.Since(start))
 			}
 			h := w.Header()
 			h.Set("Content-Type", "application/problem+json")

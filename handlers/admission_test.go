@@ -77,7 +77,7 @@ func (o *countingObserver) Admitted(class string, _ time.Duration) {
 	o.admitted[class]++
 }
 
-func (o *countingObserver) Shed(class string) {
+func (o *countingObserver) Shed(class string, _ time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.shed[class]++

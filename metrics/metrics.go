@@ -35,6 +35,7 @@ type Metrics struct {
 	admitted           *prometheus.CounterVec
 	shed               *prometheus.CounterVec
 	admissionWait      *prometheus.HistogramVec
+	shedWait           *prometheus.HistogramVec
 	waiting            *prometheus.GaugeVec
 	inFlight           *prometheus.GaugeVec
 }
@@ -94,6 +95,14 @@ func New() *Metrics {
 			Help:    "Time admitted requests waited for their slot, by class.",
 			Buckets: []float64{0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25},
 		}, []string{"class"}),
+		// shedWait is the service's side of "a 503 comes within ADMISSION_WAIT": from the
+		// moment a request has been read to its 503. A client sees more when the machine is
+		// too busy to read its request at once; this shows which side the wait was on.
+		shedWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "backfill_admission_shed_wait_seconds",
+			Help:    "Time shed requests waited, from being read to their 503, by class.",
+			Buckets: []float64{0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1},
+		}, []string{"class"}),
 		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "backfill_admission_waiting",
 			Help: "Requests waiting for an admission slot now, by class.",
@@ -136,7 +145,7 @@ func New() *Metrics {
 		m.sweepDuration, m.sweepErrors, m.httpRequests, m.httpDuration,
 		m.webhookAttempts, m.webhookLag,
 		m.eventsRead, m.eventLag, m.eventStreams, m.streamsRejected,
-		m.admitted, m.shed, m.admissionWait, m.waiting, m.inFlight,
+		m.admitted, m.shed, m.admissionWait, m.shedWait, m.waiting, m.inFlight,
 	)
 	return m
 }
@@ -215,7 +224,10 @@ func (m *Metrics) Admitted(class string, waited time.Duration) {
 }
 
 // Shed implements handlers.AdmissionObserver.
-func (m *Metrics) Shed(class string) { m.shed.WithLabelValues(class).Inc() }
+func (m *Metrics) Shed(class string, waited time.Duration) {
+	m.shed.WithLabelValues(class).Inc()
+	m.shedWait.WithLabelValues(class).Observe(waited.Seconds())
+}
 
 // Waiting implements handlers.AdmissionObserver.
 func (m *Metrics) Waiting(class string, delta int) {

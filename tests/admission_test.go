@@ -97,6 +97,7 @@ func TestOverloadShedsReadsWithBusyWhileHeartbeatsAreAdmitted(t *testing.T) {
 	metricsRes := adm.Do(http.MethodGet, "/metrics", nil)
 	require.Equal(t, http.StatusOK, metricsRes.Status)
 	require.Contains(t, string(metricsRes.Body), `backfill_admission_shed_total{class="default"} 1`)
+	require.Contains(t, string(metricsRes.Body), `backfill_admission_shed_wait_seconds_count{class="default"} 1`)
 	require.Contains(t, string(metricsRes.Body), `backfill_admission_admitted_total{class="lease"} 1`)
 	require.True(t, strings.Contains(string(metricsRes.Body), fmt.Sprintf(`backfill_admission_in_flight{class="default"} %d`, limits.Default)),
 		"the held reads are in flight:\n%s", metricsRes.Body)

@@ -29,8 +29,8 @@ func (c *admissionCounts) Admitted(class string, waited time.Duration) {
 	c.admitted[class]++
 }
 
-func (c *admissionCounts) Shed(class string) {
-	c.Metrics.Shed(class)
+func (c *admissionCounts) Shed(class string, waited time.Duration) {
+	c.Metrics.Shed(class, waited)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.shed[class]++

@@ -39,6 +39,11 @@ type phaseResult struct {
 	// svcCPU and genCPU are the CPU time the service and this load generator used per
 	// answer (served or shed) during the phase; 0 when not measured.
 	svcCPU, genCPU time.Duration
+	// svcBusyP99 is the p99 of shed requests' waits inside the service (from being read to
+	// the 503; the bucket bound of its histogram) and svcBusy how many it counted; zero
+	// when not measured.
+	svcBusyP99 time.Duration
+	svcBusy    uint64
 	// serverCPU is all the CPU the service process and the PostgreSQL backends of its
 	// database spent in the phase; 0 when not measured.
 	serverCPU time.Duration
@@ -115,8 +120,18 @@ func (b *bench) scenarioOverload(ctx context.Context) (overloadResult, error) {
 		{"2×C", &res.over, 2 * res.capacity, overDur},
 		{"C/2 after", &res.after, res.capacity / 2, afterDur},
 	} {
+		waits0, waitErr := b.scrapeShedWaits(ctx)
 		if *ph.dst, err = b.attack(ctx, target, ph.rate, ph.d); err != nil {
 			return res, fmt.Errorf("%s: %w", ph.name, err)
+		}
+		if waitErr == nil {
+			var waits1 shedWaits
+			if waits1, waitErr = b.scrapeShedWaits(ctx); waitErr == nil {
+				ph.dst.svcBusyP99, ph.dst.svcBusy = waits1.quantileSince(waits0, 0.99)
+			}
+		}
+		if waitErr != nil {
+			b.log.Printf("P7 %s: the service's shed waits not measured: %v", ph.name, waitErr)
 		}
 		p := *ph.dst
 		b.log.Printf("P7 %-10s offered %5.0f/s: %d ok, %d busy (p99 %v), %d other; goodput %.0f/s (%.0f per server CPU-second), admitted p99 %v",
