@@ -26,6 +26,11 @@ type eventWritersResult struct {
 // shared machine falls on both sides alike.
 func (b *bench) scenarioEventWriters(ctx context.Context) (eventWritersResult, error) {
 	res := eventWritersResult{clients: []int{8, 32}}
+	if b.cfg.smoke {
+		// The smoke run shares the server with the rest of the suite: it checks that the
+		// scenario runs, with connections to spare.
+		res.clients = []int{2, 4}
+	}
 	maxClients := res.clients[len(res.clients)-1]
 	ids := make([]int64, maxClients)
 	for i := range ids {
