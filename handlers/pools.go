@@ -43,11 +43,7 @@ func (s *Server) ListPools(w http.ResponseWriter, r *http.Request, params api.Li
 		s.writeError(w, r, err)
 		return
 	}
-	out := api.PoolCollection{Pools: make([]api.Pool, len(pools)), TotalEntries: int64(total)}
-	for i, p := range pools {
-		out.Pools[i] = poolOut(p)
-	}
-	s.writeJSON(w, r, http.StatusOK, out)
+	s.writeJSON(w, r, http.StatusOK, api.PoolCollection{Pools: convertAll(pools, poolOut), TotalEntries: int64(total)})
 }
 
 // DeletePool deletes a pool nothing unfinished names.

@@ -137,11 +137,7 @@ func (s *Server) ListWebhooks(w http.ResponseWriter, r *http.Request, params api
 		s.writeError(w, r, err)
 		return
 	}
-	out := api.WebhookCollection{Webhooks: make([]api.Webhook, len(hooks)), TotalEntries: int64(total)}
-	for i, h := range hooks {
-		out.Webhooks[i] = webhookOut(h)
-	}
-	s.writeJSON(w, r, http.StatusOK, out)
+	s.writeJSON(w, r, http.StatusOK, api.WebhookCollection{Webhooks: convertAll(hooks, webhookOut), TotalEntries: int64(total)})
 }
 
 // GetWebhook answers one webhook, without its secret.
@@ -173,11 +169,7 @@ func (s *Server) ListWebhookDeliveries(w http.ResponseWriter, r *http.Request, w
 		s.writeError(w, r, err)
 		return
 	}
-	out := api.WebhookDeliveryCollection{Deliveries: make([]api.WebhookDelivery, len(attempts)), TotalEntries: int64(total)}
-	for i, a := range attempts {
-		out.Deliveries[i] = attemptOut(a)
-	}
-	s.writeJSON(w, r, http.StatusOK, out)
+	s.writeJSON(w, r, http.StatusOK, api.WebhookDeliveryCollection{Deliveries: convertAll(attempts, attemptOut), TotalEntries: int64(total)})
 }
 
 func webhookOut(w repo.Webhook) api.Webhook {
