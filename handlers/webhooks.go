@@ -131,13 +131,10 @@ func (s *Server) CreateWebhook(w http.ResponseWriter, r *http.Request, params ap
 
 // ListWebhooks pages webhooks by id.
 func (s *Server) ListWebhooks(w http.ResponseWriter, r *http.Request, params api.ListWebhooksParams) {
-	limit, offset := s.page(params.Limit, params.Offset)
-	hooks, total, err := s.store.WebhookList(r.Context(), repo.ListParams{Limit: limit, Offset: offset})
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.writeJSON(w, r, http.StatusOK, api.WebhookCollection{Webhooks: convertAll(hooks, webhookOut), TotalEntries: int64(total)})
+	answerOffsetPage(s, w, r, params.Limit, params.Offset, s.store.WebhookList,
+		func(hooks []repo.Webhook, total int64) api.WebhookCollection {
+			return api.WebhookCollection{Webhooks: convertAll(hooks, webhookOut), TotalEntries: total}
+		})
 }
 
 // GetWebhook answers one webhook, without its secret.

@@ -4,15 +4,15 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // gathered is the value of each series of the registry, by "name{label value}".
 func gathered(t *testing.T, m *Metrics) map[string]float64 {
 	t.Helper()
 	families, err := m.registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	out := map[string]float64{}
 	for _, f := range families {
 		for _, s := range f.GetMetric() {
@@ -53,19 +53,15 @@ func TestScrapeGaugesReportTheReadOrNothing(t *testing.T) {
 		"backfill_backfills_active{running}": 2, "backfill_runs_unfinished{queued}": 5,
 		"backfill_pool_gauge_errors_total": 0, "backfill_state_gauge_errors_total": 0,
 	} {
-		if v, ok := got[key]; !ok || v != want {
-			t.Errorf("%s = %v (reported %v), want %v", key, v, ok, want)
-		}
+		require.Contains(t, got, key)
+		require.Equal(t, want, got[key], key)
 	}
 
 	fail = true
 	got = gathered(t, m)
 	for _, key := range []string{"backfill_pool_slots{etl}", "backfill_backfills_active{running}", "backfill_runs_unfinished{queued}"} {
-		if _, ok := got[key]; ok {
-			t.Errorf("%s reported by a scrape that could not read", key)
-		}
+		require.NotContains(t, got, key, "reported by a scrape that could not read")
 	}
-	if got["backfill_pool_gauge_errors_total"] != 1 || got["backfill_state_gauge_errors_total"] != 1 {
-		t.Errorf("failures counted: pools %v, states %v", got["backfill_pool_gauge_errors_total"], got["backfill_state_gauge_errors_total"])
-	}
+	require.Equal(t, 1.0, got["backfill_pool_gauge_errors_total"])
+	require.Equal(t, 1.0, got["backfill_state_gauge_errors_total"])
 }
