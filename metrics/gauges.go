@@ -30,6 +30,8 @@ func (m *Metrics) WatchStates(count StateCounter) {
 		}
 		return out, nil
 	}
-	m.watchScrape("backfill_state_gauge_errors_total",
-		"Scrapes whose active-state gauges could not be read from the database.", read, backfills, runs)
+	m.watchScrape(prometheus.CounterOpts{
+		Name: "backfill_state_gauge_errors_total",
+		Help: "Scrapes whose active-state gauges could not be read from the database.",
+	}, read, backfills, runs)
 }

@@ -33,6 +33,8 @@ func (m *Metrics) WatchPools(count PoolCounter) {
 		}
 		return out, nil
 	}
-	m.watchScrape("backfill_pool_gauge_errors_total",
-		"Scrapes whose pool gauges could not be read from the database.", read, slots, running, queued)
+	m.watchScrape(prometheus.CounterOpts{
+		Name: "backfill_pool_gauge_errors_total",
+		Help: "Scrapes whose pool gauges could not be read from the database.",
+	}, read, slots, running, queued)
 }

@@ -20,16 +20,9 @@ type scrapeGauges struct {
 }
 
 // watchScrape registers gauges of descs that read answers on each scrape, and the counter
-// failureName of the scrapes it could not answer.
-func (m *Metrics) watchScrape(failureName, failureHelp string, read func(ctx context.Context) ([]prometheus.Metric, error), descs ...*prometheus.Desc) {
-	g := &scrapeGauges{
-		descs: descs,
-		read:  read,
-		failures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: failureName,
-			Help: failureHelp,
-		}),
-	}
+// failures of the scrapes it could not answer.
+func (m *Metrics) watchScrape(failures prometheus.CounterOpts, read func(ctx context.Context) ([]prometheus.Metric, error), descs ...*prometheus.Desc) {
+	g := &scrapeGauges{descs: descs, read: read, failures: prometheus.NewCounter(failures)}
 	m.registry.MustRegister(g, g.failures)
 }
 

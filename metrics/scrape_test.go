@@ -62,6 +62,12 @@ func TestScrapeGaugesReportTheReadOrNothing(t *testing.T) {
 	for _, key := range []string{"backfill_pool_slots{etl}", "backfill_backfills_active{running}", "backfill_runs_unfinished{queued}"} {
 		require.NotContains(t, got, key, "reported by a scrape that could not read")
 	}
+
+	// A scrape gathers the failure counters alongside the gauges, so the next one shows the
+	// failure counted.
+	fail = false
+	got = gathered(t, m)
 	require.Equal(t, 1.0, got["backfill_pool_gauge_errors_total"])
 	require.Equal(t, 1.0, got["backfill_state_gauge_errors_total"])
+	require.Contains(t, got, "backfill_pool_slots{etl}", "a scrape that can read reports again")
 }
