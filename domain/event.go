@@ -1,5 +1,10 @@
 package domain
 
+import (
+	"encoding/json"
+	"time"
+)
+
 // EventType names a change of a backfill, as events carry it in "type" and webhooks filter
 // on it. The events table's events_type_valid constraint lists the same values.
 type EventType string
@@ -50,3 +55,32 @@ const (
 	// (status_code says which; redirects are not followed).
 	DeliveryErrorHTTPStatus DeliveryError = "http_status"
 )
+
+// Event is one row of the outbox and the one document the service sends for it, everywhere:
+// GET /events, the event streams and webhook deliveries ({ id, type, backfill_id, dag_id,
+// occurred_at, data }, the spec's Event). Events are written only by the triggers of
+// migrations/00007_events_writer.sql, in the transaction of the change they report. Data is
+// stored in its API form ({"backfill": <as GET answers it>, ...}) and passed through
+// untouched, so that numbers in a backfill's conf keep their digits (the spec's generated type
+// would decode and re-encode them). The Go SDK decodes the same document into the spec's
+// generated client.Event.
+type Event struct {
+	ID         int64           `db:"id" json:"id"`
+	Type       EventType       `db:"type" json:"type"`
+	BackfillID int64           `db:"backfill_id" json:"backfill_id"`
+	DagID      string          `db:"dag_id" json:"dag_id"`
+	OccurredAt time.Time       `db:"occurred_at" json:"occurred_at"`
+	Data       json.RawMessage `db:"data" json:"data"`
+}
+
+// MarshalJSON answers occurred_at in UTC, whatever zone the row was read in, and an empty
+// object for data that was never set.
+func (e Event) MarshalJSON() ([]byte, error) {
+	type plain Event // the same fields without this method
+	p := plain(e)
+	p.OccurredAt = p.OccurredAt.UTC()
+	if len(p.Data) == 0 {
+		p.Data = json.RawMessage(`{}`)
+	}
+	return json.Marshal(p)
+}

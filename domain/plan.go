@@ -9,7 +9,8 @@ import (
 	"github.com/backfillsvc/backfill/schedule"
 )
 
-// Errors of planning. repo re-exports them under the same names; handlers map them to 422.
+// Errors of planning. repo returns them as they are (it declares no copies); handlers map
+// them to 422.
 var (
 	// ErrInvalidDag means the schedule or timezone cannot be used.
 	ErrInvalidDag = errors.New("invalid dag")

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/internal/defaults"
 	"github.com/backfillsvc/backfill/internal/startstop"
 	"github.com/backfillsvc/backfill/repo"
@@ -33,7 +34,7 @@ var ErrStopped = errors.New("events: hub stopped")
 
 // Store is what the hub reads.
 type Store interface {
-	EventList(ctx context.Context, p repo.EventListParams) ([]repo.Event, error)
+	EventList(ctx context.Context, p repo.EventListParams) ([]domain.Event, error)
 	EventLastID(ctx context.Context) (int64, error)
 	BackfillProgressMany(ctx context.Context, ids []int64) ([]repo.Backfill, time.Time, error)
 }

@@ -20,7 +20,7 @@ type Subscription struct {
 	wake       chan struct{}
 
 	mu       sync.Mutex
-	pending  []repo.Event
+	pending  []domain.Event
 	lagged   bool
 	progress *Progress
 	closed   bool
@@ -32,7 +32,7 @@ func (s *Subscription) Wake() <-chan struct{} { return s.wake }
 // Take answers what arrived since the last Take: events in id order (maybe already sent
 // by the replay: drop ids at or below the last one sent), whether some were dropped (read
 // them from the outbox), and the latest progress if it changed.
-func (s *Subscription) Take() (evs []repo.Event, lagged bool, progress *Progress) {
+func (s *Subscription) Take() (evs []domain.Event, lagged bool, progress *Progress) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	evs, lagged, progress = s.pending, s.lagged, s.progress
@@ -52,7 +52,7 @@ func (s *Subscription) Close() {
 	s.hub.unsubscribe(s)
 }
 
-func (s *Subscription) push(ev repo.Event) {
+func (s *Subscription) push(ev domain.Event) {
 	s.mu.Lock()
 	if len(s.pending) >= maxPending {
 		s.pending, s.lagged = nil, true

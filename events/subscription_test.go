@@ -20,16 +20,16 @@ func TestSubscriptionLagsInsteadOfGrowing(t *testing.T) {
 		t.Fatalf("second stream: %v, want ErrTooManyStreams", err)
 	}
 	for i := range maxPending {
-		s.push(repo.Event{ID: int64(i + 1)})
+		s.push(domain.Event{ID: int64(i + 1)})
 	}
 	evs, lagged, _ := s.Take()
 	if len(evs) != maxPending || lagged {
 		t.Fatalf("took %d events, lagged %v; want %d, false", len(evs), lagged, maxPending)
 	}
 	for i := range maxPending + 1 {
-		s.push(repo.Event{ID: int64(i + 1)})
+		s.push(domain.Event{ID: int64(i + 1)})
 	}
-	s.push(repo.Event{ID: 1000})
+	s.push(domain.Event{ID: 1000})
 	evs, lagged, _ = s.Take()
 	if len(evs) != 0 || !lagged {
 		t.Fatalf("took %d events, lagged %v; want 0, true", len(evs), lagged)

@@ -81,10 +81,7 @@ func (s *Server) DryRunBackfill(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	out := api.DryRunCollection{Runs: make([]api.DryRunEntry, len(plan.Slots)), TotalEntries: int64(len(plan.Slots)), PlanHash: plan.PlanHash}
-	for i, sl := range plan.Slots {
-		out.Runs[i] = plannedOut(sl)
-	}
+	out := api.DryRunCollection{Runs: convertAll(plan.Slots, plannedOut), TotalEntries: int64(len(plan.Slots)), PlanHash: plan.PlanHash}
 	w.Header().Set("ETag", etag(plan.PlanHash))
 	s.writeJSON(w, r, http.StatusOK, out)
 }
@@ -116,11 +113,7 @@ func (s *Server) ListBackfills(w http.ResponseWriter, r *http.Request, params ap
 		return
 	}
 	backfills, next := nextCursor(backfills, pr, "backfills", string(order), func(b repo.Backfill) string { return strconv.FormatInt(b.ID, 10) })
-	out := api.BackfillCollection{Backfills: make([]api.Backfill, len(backfills)), TotalEntries: int64(total), NextCursor: next}
-	for i, b := range backfills {
-		out.Backfills[i] = backfillOut(b)
-	}
-	s.writeJSON(w, r, http.StatusOK, out)
+	s.writeJSON(w, r, http.StatusOK, api.BackfillCollection{Backfills: convertAll(backfills, backfillOut), TotalEntries: int64(total), NextCursor: next})
 }
 
 // GetBackfill answers one backfill with its progress.
@@ -154,11 +147,7 @@ func (s *Server) ListBackfillDagRuns(w http.ResponseWriter, r *http.Request, id 
 		return
 	}
 	slots, next := nextCursor(slots, pr, "slots", string(order), func(sl repo.BackfillSlot) string { return strconv.Itoa(sl.SortOrdinal) })
-	out := api.BackfillDagRunCollection{BackfillDagRuns: make([]api.BackfillDagRun, len(slots)), TotalEntries: total, NextCursor: next}
-	for i, sl := range slots {
-		out.BackfillDagRuns[i] = slotOut(sl)
-	}
-	s.writeJSON(w, r, http.StatusOK, out)
+	s.writeJSON(w, r, http.StatusOK, api.BackfillDagRunCollection{BackfillDagRuns: convertAll(slots, slotOut), TotalEntries: total, NextCursor: next})
 }
 
 // PauseBackfill stops handing out the backfill's runs.

@@ -73,10 +73,11 @@ func runOut(r repo.Run) api.DagRun {
 	}
 }
 
-func runsOut(runs []repo.Run) []api.DagRun {
-	out := make([]api.DagRun, len(runs))
-	for i, r := range runs {
-		out[i] = runOut(r)
+// convertAll answers each of in converted by f: never nil, so that an empty list answers [].
+func convertAll[T, U any](in []T, f func(T) U) []U {
+	out := make([]U, len(in))
+	for i, v := range in {
+		out[i] = f(v)
 	}
 	return out
 }

@@ -55,7 +55,7 @@ func (s *Server) ListDagRuns(w http.ResponseWriter, r *http.Request, dagID strin
 		return
 	}
 	runs, next := nextCursor(runs, pr, "runs", "", func(run repo.Run) string { return run.LogicalDate.UTC().Format(time.RFC3339Nano) })
-	s.writeJSON(w, r, http.StatusOK, api.DagRunCollection{DagRuns: runsOut(runs), TotalEntries: int64(total), NextCursor: next})
+	s.writeJSON(w, r, http.StatusOK, api.DagRunCollection{DagRuns: convertAll(runs, runOut), TotalEntries: int64(total), NextCursor: next})
 }
 
 // GetDagRun answers one run.

@@ -63,9 +63,5 @@ func (s *Server) ListDags(w http.ResponseWriter, r *http.Request, params api.Lis
 		return
 	}
 	dags, next := nextCursor(dags, pr, "dags", "", func(d repo.Dag) string { return d.DagID })
-	out := api.DagCollection{Dags: make([]api.Dag, len(dags)), TotalEntries: int64(total), NextCursor: next}
-	for i, d := range dags {
-		out.Dags[i] = dagOut(d)
-	}
-	s.writeJSON(w, r, http.StatusOK, out)
+	s.writeJSON(w, r, http.StatusOK, api.DagCollection{Dags: convertAll(dags, dagOut), TotalEntries: int64(total), NextCursor: next})
 }

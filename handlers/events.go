@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
-	"github.com/backfillsvc/backfill/events"
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/repo"
 )
 
@@ -14,18 +14,20 @@ import (
 // its own change sees it. Streams do not wait: the hub hands held events on when they clear.
 const eventReadWait = time.Second
 
-// eventCollectionOut is a page of events; each is the one event document (events.Document)
+// eventCollectionOut is a page of events; each is the one event document (domain.Event)
 // that the streams and the webhooks send too.
 type eventCollectionOut struct {
-	Events    []events.Document `json:"events"`
-	NextAfter int64             `json:"next_after"`
+	Events    []domain.Event `json:"events"`
+	NextAfter int64          `json:"next_after"`
 }
 
-func eventsOut(evs []repo.Event, after int64) eventCollectionOut {
-	out := eventCollectionOut{Events: make([]events.Document, len(evs)), NextAfter: after}
-	for i, e := range evs {
-		out.Events[i] = events.NewDocument(e)
-		out.NextAfter = e.ID
+func eventsOut(evs []domain.Event, after int64) eventCollectionOut {
+	if evs == nil {
+		evs = []domain.Event{} // the spec's events is an array, never null
+	}
+	out := eventCollectionOut{Events: evs, NextAfter: after}
+	if len(evs) > 0 {
+		out.NextAfter = evs[len(evs)-1].ID
 	}
 	return out
 }

@@ -35,8 +35,8 @@ func eventFilterOf(params api.ListEventsParams) eventFilter {
 // at (the next `after`: past the events the DAG filter dropped, so a reader moves on). The
 // backfill and type filters are the query's; the DAG's is applied here, over the outbox's id
 // order, so that the outbox's own query keeps its one shape. wait is EventListParams.Wait.
-func (s *Server) readEvents(ctx context.Context, after int64, limit int, f eventFilter, wait time.Duration) ([]repo.Event, int64, error) {
-	out := []repo.Event{}
+func (s *Server) readEvents(ctx context.Context, after int64, limit int, f eventFilter, wait time.Duration) ([]domain.Event, int64, error) {
+	out := []domain.Event{}
 	for {
 		evs, err := s.store.EventList(ctx, repo.EventListParams{After: after, Limit: max(limit, replayBatch), BackfillID: f.backfillID, Type: f.typ, Wait: wait})
 		if err != nil {

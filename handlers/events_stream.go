@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/events"
 	"github.com/backfillsvc/backfill/repo"
 )
@@ -172,13 +173,13 @@ type sseWriter struct {
 }
 
 // event writes ev unless it was already sent, and reports whether it ends the stream.
-func (sw *sseWriter) event(ev repo.Event) bool {
+func (sw *sseWriter) event(ev domain.Event) bool {
 	if ev.ID <= sw.lastID {
 		return false
 	}
-	data, err := events.NewDocument(ev).JSON()
+	data, err := json.Marshal(ev)
 	if err != nil {
-		sw.err = err
+		sw.err = fmt.Errorf("encode event %d: %w", ev.ID, err)
 		return true
 	}
 	sw.printf("id: %d\nevent: %s\ndata: %s\n\n", ev.ID, ev.Type, data)

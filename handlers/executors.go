@@ -32,7 +32,7 @@ func (s *Server) ClaimRuns(w http.ResponseWriter, r *http.Request, hp api.ClaimR
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
-	s.writeJSON(w, r, http.StatusOK, api.ClaimResponse{Runs: runsOut(runs)})
+	s.writeJSON(w, r, http.StatusOK, api.ClaimResponse{Runs: convertAll(runs, runOut)})
 }
 
 // HeartbeatRun extends a lease.

@@ -332,7 +332,7 @@ func (f *fakeStore) BackfillCancel(ctx context.Context, id int64) (repo.Backfill
 	return b, err
 }
 
-func (f *fakeStore) EventList(ctx context.Context, p repo.EventListParams) ([]repo.Event, error) {
+func (f *fakeStore) EventList(ctx context.Context, p repo.EventListParams) ([]domain.Event, error) {
 	problems := []string{checkRange("limit", p.Limit, 1, 1000)}
 	if p.After < 0 {
 		problems = append(problems, fmt.Sprintf("after %d is negative", p.After))
@@ -341,7 +341,7 @@ func (f *fakeStore) EventList(ctx context.Context, p repo.EventListParams) ([]re
 		problems = append(problems, checkPos("backfill_id", *p.BackfillID))
 	}
 	err := f.call("EventList", false, problems...)
-	return []repo.Event{}, err
+	return []domain.Event{}, err
 }
 
 func (f *fakeStore) BackfillProgressMany(ctx context.Context, ids []int64) ([]repo.Backfill, time.Time, error) {

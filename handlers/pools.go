@@ -37,17 +37,10 @@ func (s *Server) GetPool(w http.ResponseWriter, r *http.Request, name string) {
 
 // ListPools pages pools by name.
 func (s *Server) ListPools(w http.ResponseWriter, r *http.Request, params api.ListPoolsParams) {
-	limit, offset := s.page(params.Limit, params.Offset)
-	pools, total, err := s.store.PoolList(r.Context(), repo.ListParams{Limit: limit, Offset: offset})
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	out := api.PoolCollection{Pools: make([]api.Pool, len(pools)), TotalEntries: int64(total)}
-	for i, p := range pools {
-		out.Pools[i] = poolOut(p)
-	}
-	s.writeJSON(w, r, http.StatusOK, out)
+	answerOffsetPage(s, w, r, params.Limit, params.Offset, s.store.PoolList,
+		func(pools []repo.Pool, total int64) api.PoolCollection {
+			return api.PoolCollection{Pools: convertAll(pools, poolOut), TotalEntries: total}
+		})
 }
 
 // DeletePool deletes a pool nothing unfinished names.

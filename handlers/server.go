@@ -49,7 +49,7 @@ type Store interface {
 	WebhookAttemptList(ctx context.Context, p repo.WebhookAttemptListParams) ([]repo.WebhookAttempt, int, error)
 	BackfillPatch(ctx context.Context, p repo.BackfillPatchParams) (repo.Backfill, error)
 	BackfillRetry(ctx context.Context, p repo.BackfillRetryParams) (repo.Backfill, bool, error)
-	EventList(ctx context.Context, p repo.EventListParams) ([]repo.Event, error)
+	EventList(ctx context.Context, p repo.EventListParams) ([]domain.Event, error)
 	BackfillProgressMany(ctx context.Context, ids []int64) ([]repo.Backfill, time.Time, error)
 }
 

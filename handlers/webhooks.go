@@ -131,17 +131,10 @@ func (s *Server) CreateWebhook(w http.ResponseWriter, r *http.Request, params ap
 
 // ListWebhooks pages webhooks by id.
 func (s *Server) ListWebhooks(w http.ResponseWriter, r *http.Request, params api.ListWebhooksParams) {
-	limit, offset := s.page(params.Limit, params.Offset)
-	hooks, total, err := s.store.WebhookList(r.Context(), repo.ListParams{Limit: limit, Offset: offset})
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	out := api.WebhookCollection{Webhooks: make([]api.Webhook, len(hooks)), TotalEntries: int64(total)}
-	for i, h := range hooks {
-		out.Webhooks[i] = webhookOut(h)
-	}
-	s.writeJSON(w, r, http.StatusOK, out)
+	answerOffsetPage(s, w, r, params.Limit, params.Offset, s.store.WebhookList,
+		func(hooks []repo.Webhook, total int64) api.WebhookCollection {
+			return api.WebhookCollection{Webhooks: convertAll(hooks, webhookOut), TotalEntries: total}
+		})
 }
 
 // GetWebhook answers one webhook, without its secret.
@@ -173,11 +166,7 @@ func (s *Server) ListWebhookDeliveries(w http.ResponseWriter, r *http.Request, w
 		s.writeError(w, r, err)
 		return
 	}
-	out := api.WebhookDeliveryCollection{Deliveries: make([]api.WebhookDelivery, len(attempts)), TotalEntries: int64(total)}
-	for i, a := range attempts {
-		out.Deliveries[i] = attemptOut(a)
-	}
-	s.writeJSON(w, r, http.StatusOK, out)
+	s.writeJSON(w, r, http.StatusOK, api.WebhookDeliveryCollection{Deliveries: convertAll(attempts, attemptOut), TotalEntries: int64(total)})
 }
 
 func webhookOut(w repo.Webhook) api.Webhook {

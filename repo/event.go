@@ -10,18 +10,6 @@ import (
 	"github.com/lib/pq"
 )
 
-// Event is one row of the outbox. Events are written only by the triggers of
-// migrations/00007_events_writer.sql, in the transaction of the change they report; Data is
-// stored in its API form ({"backfill": <as GET answers it>, ...}) and served as it is.
-type Event struct {
-	ID         int64            `db:"id"`
-	Type       domain.EventType `db:"type"`
-	BackfillID int64            `db:"backfill_id"`
-	DagID      string           `db:"dag_id"`
-	OccurredAt time.Time        `db:"occurred_at"`
-	Data       JSON             `db:"data"`
-}
-
 const eventColumns = `id, type, backfill_id, dag_id, occurred_at, data`
 
 // eventColumnsOf is eventColumns qualified by a table alias, for joins.
@@ -47,7 +35,7 @@ type EventListParams struct {
 // EventList answers events with id > After in id order, only below the horizon (see
 // migrations/00014_events_without_lock.sql): every event still to come has a larger id than
 // any it answers, so paging by id never skips one.
-func (s *Store) EventList(ctx context.Context, p EventListParams) ([]Event, error) {
+func (s *Store) EventList(ctx context.Context, p EventListParams) ([]domain.Event, error) {
 	deadline := time.Now().Add(p.Wait)
 	for attempt := 0; ; attempt++ {
 		events, held, err := eventList(ctx, s.db, p)
@@ -70,9 +58,9 @@ func eventHeldBackoff(attempt int) time.Duration {
 // page went on past the horizon: committed events are waiting for an older transaction. The
 // exact horizon reads pg_stat_activity, so it is computed only then; otherwise the snapshot's
 // xmin (which is at most the horizon) already admits the whole page.
-func eventList(ctx context.Context, q sqlx.QueryerContext, p EventListParams) (events []Event, held bool, err error) {
+func eventList(ctx context.Context, q sqlx.QueryerContext, p EventListParams) (events []domain.Event, held bool, err error) {
 	var rows []struct {
-		Event
+		domain.Event
 		Horizon int64 `db:"horizon"`
 	}
 	err = sqlx.SelectContext(ctx, q, &rows, `
@@ -91,7 +79,7 @@ func eventList(ctx context.Context, q sqlx.QueryerContext, p EventListParams) (e
 	if err != nil {
 		return nil, false, fmt.Errorf("list events: %w", err)
 	}
-	events = make([]Event, 0, len(rows))
+	events = make([]domain.Event, 0, len(rows))
 	for _, r := range rows {
 		if r.ID >= r.Horizon {
 			return events, true, nil

@@ -18,7 +18,7 @@ type WebhookDue struct {
 	Secret    string `db:"secret"`
 	// Now is the database's clock at the claim: the webhook-timestamp of the attempt.
 	Now time.Time `db:"now"`
-	Event
+	domain.Event
 }
 
 // WebhookClaimParams asks for due deliveries, endpoint by endpoint.

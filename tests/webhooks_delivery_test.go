@@ -10,7 +10,6 @@ import (
 
 	"github.com/backfillsvc/backfill/client"
 	"github.com/backfillsvc/backfill/domain"
-	"github.com/backfillsvc/backfill/events"
 	"github.com/backfillsvc/backfill/repo"
 	"github.com/backfillsvc/backfill/webhooks"
 	"github.com/stretchr/testify/require"
@@ -37,7 +36,7 @@ func TestWebhookDeliversTheEventSignedPerStandardWebhooks(t *testing.T) {
 	other := e.createWebhook("https://example.com/other")
 	require.ErrorIs(t, client.VerifyWebhook(other.Secret, h, body), client.ErrWebhookSignature, "another webhook's secret does not")
 
-	var ev events.Document // the one event document, as GET /events answers it
+	var ev domain.Event // the one event document, as GET /events answers it
 	require.NoError(t, json.Unmarshal(body, &ev))
 	require.Equal(t, id, ev.ID)
 	require.Equal(t, domain.EventBackfillCreated, ev.Type)

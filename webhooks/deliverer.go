@@ -6,6 +6,7 @@ package webhooks
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +17,6 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/domain"
-	"github.com/backfillsvc/backfill/events"
 	"github.com/backfillsvc/backfill/internal/defaults"
 	"github.com/backfillsvc/backfill/internal/startstop"
 	"github.com/backfillsvc/backfill/repo"
@@ -383,9 +383,9 @@ const maxAnswerBytes = 64 << 10
 
 // post sends the event and answers the status code (0 when no answer came).
 func (d *Deliverer) post(ctx context.Context, item repo.WebhookDue) (int, error) {
-	body, err := events.NewDocument(item.Event).JSON()
+	body, err := json.Marshal(item.Event)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("encode event %d: %w", item.ID, err)
 	}
 	headers, err := signedHeaders(item.Secret, strconv.FormatInt(item.ID, 10), item.Now, body)
 	if err != nil {

@@ -10,11 +10,11 @@ import (
 	"log"
 	"net/url"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/lib/pq"
 
+	"github.com/backfillsvc/backfill/internal/pgurl"
 	"github.com/backfillsvc/backfill/migrations"
 )
 
@@ -30,18 +30,9 @@ type scratch struct {
 }
 
 func newScratch(ctx context.Context, serverURL string, logger *log.Logger) (*scratch, error) {
-	u, err := url.Parse(serverURL)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Host == "" {
-		// The value is not echoed: it may hold a password.
-		return nil, errors.New("the server URL is not a lib/pq URL; want one like " + defaultServerURL)
-	}
-	q := u.Query()
-	if q.Get("sslmode") == "" {
-		q.Set("sslmode", "disable") // lib/pq defaults to require; local servers offer no TLS
-	}
-	u.RawQuery = q.Encode()
-	if strings.Trim(u.Path, "/") == "" {
-		u.Path = "/postgres"
+	u, err := pgurl.Server(serverURL)
+	if err != nil {
+		return nil, fmt.Errorf("the server URL: %w", err)
 	}
 	admin, err := sql.Open("postgres", u.String())
 	if err != nil {
@@ -70,7 +61,7 @@ func (s *scratch) create(ctx context.Context, role string, migrate bool) (string
 		return "", fmt.Errorf("create scratch database %s: %w", name, err)
 	}
 	s.dbs = append(s.dbs, name)
-	dsn := s.dsn(name)
+	dsn := pgurl.Database(s.adminURL, name) // UTC sessions, like the service's
 	if migrate {
 		db, err := sql.Open("postgres", dsn)
 		if err != nil {
@@ -83,19 +74,6 @@ func (s *scratch) create(ctx context.Context, role string, migrate bool) (string
 	}
 	s.log.Printf("scratch database %s", name)
 	return dsn, nil
-}
-
-// dsn points the server URL at database name, with UTC sessions like the service's.
-func (s *scratch) dsn(name string) string {
-	u := *s.adminURL
-	u.Path = "/" + name
-	u.RawPath = ""
-	q := u.Query()
-	if q.Get("timezone") == "" {
-		q.Set("timezone", "UTC")
-	}
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 func (s *scratch) onClose(f func() error) { s.closers = append(s.closers, f) }

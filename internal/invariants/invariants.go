@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/backfillsvc/backfill/repo"
 	"github.com/jmoiron/sqlx"
 )
 
@@ -30,12 +31,7 @@ type TerminalRow struct {
 	State       string    `db:"state"`
 	CompletedAt time.Time `db:"completed_at"`
 	UpdatedAt   time.Time `db:"updated_at"`
-	Queued      int64     `db:"num_queued"`
-	Running     int64     `db:"num_running"`
-	Success     int64     `db:"num_success"`
-	Failed      int64     `db:"num_failed"`
-	Canceled    int64     `db:"num_canceled"`
-	Skipped     int64     `db:"num_skipped"`
+	repo.Progress
 }
 
 // Check reads the database in one snapshot (REPEATABLE READ, read only) and reports every

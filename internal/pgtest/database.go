@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backfillsvc/backfill/internal/pgurl"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 	"github.com/lib/pq/pqerror"
@@ -80,7 +81,7 @@ func newDatabase(t testing.TB, migrated bool) string {
 		t.Fatalf("pgtest: %v", err)
 	}
 	t.Cleanup(func() { st.dropLater(name) })
-	return dsnFor(st.adminURL, name)
+	return pgurl.Database(st.adminURL, name)
 }
 
 // createDatabase copies template into a new database called name and labels it for the

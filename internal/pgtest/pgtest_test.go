@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backfillsvc/backfill/internal/pgurl"
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -118,7 +119,7 @@ func TestCleanupDropsDatabase(t *testing.T) {
 func TestTemplateRefusesConnections(t *testing.T) {
 	st := current.Load()
 	require.NotNil(t, st)
-	db, err := sql.Open("postgres", dsnFor(st.adminURL, st.template))
+	db, err := sql.Open("postgres", pgurl.Database(st.adminURL, st.template))
 	require.NoError(t, err)
 	defer db.Close()
 	err = db.Ping()
@@ -139,15 +140,6 @@ func TestBadURLFailsLoudly(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), EnvURL)
 	assert.NotContains(t, err.Error(), "secret")
-}
-
-func TestParseAdminURL(t *testing.T) {
-	u, err := parseAdminURL("postgres://u:p@db:5432?sslmode=require")
-	require.NoError(t, err)
-	assert.Equal(t, "/postgres", u.Path)
-	assert.Equal(t, "require", u.Query().Get("sslmode"), "an explicit sslmode is kept")
-	assert.Equal(t, "UTC", u.Query().Get("timezone"))
-	assert.Equal(t, "postgres://u:p@db:5432/bf_t_1?sslmode=require&timezone=UTC", dsnFor(u, "bf_t_1"))
 }
 
 func TestIsStale(t *testing.T) {

@@ -5,13 +5,13 @@ package pgtest
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/backfillsvc/backfill/internal/pgurl"
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 )
@@ -28,7 +28,7 @@ func findServer(ctx context.Context) (*server, error) {
 	// An explicit TEST_DATABASE_URL is a decision: if it is wrong, say so rather than quietly
 	// testing against some other server.
 	if raw := os.Getenv(EnvURL); raw != "" {
-		u, err := parseAdminURL(raw)
+		u, err := pgurl.Server(raw)
 		if err != nil {
 			return nil, fmt.Errorf("tried %s: %v", EnvURL, err)
 		}
@@ -41,7 +41,7 @@ func findServer(ctx context.Context) (*server, error) {
 	var tried []string
 	tried = append(tried, fmt.Sprintf("  - %s: not set", EnvURL))
 
-	local, _ := parseAdminURL(localURL)
+	local, _ := pgurl.Server(localURL)
 	// Short: a local server either answers at once or is not there.
 	err := ping(ctx, local.String(), 3*time.Second)
 	if err == nil {
@@ -89,7 +89,7 @@ func startContainer(ctx context.Context) (srv *server, err error) {
 		stop()
 		return nil, err
 	}
-	u, err := parseAdminURL(raw)
+	u, err := pgurl.Server(raw)
 	if err != nil {
 		stop()
 		return nil, err
@@ -99,38 +99,6 @@ func startContainer(ctx context.Context) (srv *server, err error) {
 		return nil, err
 	}
 	return &server{url: u, stop: stop}, nil
-}
-
-// parseAdminURL checks that raw is a lib/pq URL and fills in the connection settings the
-// tests rely on, keeping any the caller chose: no TLS by default (lib/pq defaults to
-// sslmode=require, which a local or container server does not offer) and UTC sessions so
-// that timestamps print the same on every machine.
-func parseAdminURL(raw string) (*url.URL, error) {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Host == "" {
-		// The value is not echoed: a key=value DSN would print its password into CI logs.
-		return nil, errors.New("not a lib/pq URL; want one like postgres://user@host:5432/postgres?sslmode=disable")
-	}
-	q := u.Query()
-	if q.Get("sslmode") == "" {
-		q.Set("sslmode", "disable")
-	}
-	if q.Get("timezone") == "" {
-		q.Set("timezone", "UTC")
-	}
-	u.RawQuery = q.Encode()
-	if strings.Trim(u.Path, "/") == "" {
-		u.Path = "/postgres"
-	}
-	return u, nil
-}
-
-// dsnFor returns the admin URL pointed at database name.
-func dsnFor(admin *url.URL, name string) string {
-	u := *admin
-	u.Path = "/" + name
-	u.RawPath = ""
-	return u.String()
 }
 
 func ping(ctx context.Context, dsn string, timeout time.Duration) error {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lib/pq"
 
+	"github.com/backfillsvc/backfill/internal/pgurl"
 	"github.com/backfillsvc/backfill/migrations"
 )
 
@@ -52,7 +53,7 @@ func setUp(ctx context.Context, adminURL *url.URL) (*state, error) {
 		_ = admin.Close()
 		return nil, err
 	}
-	if err := migrateTemplate(ctx, dsnFor(adminURL, st.template)); err != nil {
+	if err := migrateTemplate(ctx, pgurl.Database(adminURL, st.template)); err != nil {
 		st.tearDown()
 		return nil, err
 	}

@@ -1,19 +1,16 @@
-package events
+package domain
 
 import (
 	"encoding/json"
 	"testing"
 	"time"
-
-	"github.com/backfillsvc/backfill/domain"
-	"github.com/backfillsvc/backfill/repo"
 )
 
-// The one event document keeps data's numbers as stored and answers occurred_at in UTC.
-func TestDocumentKeepsDataExactlyAndAnswersUTC(t *testing.T) {
+// An event's document keeps data's numbers as stored and answers occurred_at in UTC.
+func TestEventDocumentKeepsDataExactlyAndAnswersUTC(t *testing.T) {
 	at := time.Date(2024, 3, 1, 12, 0, 0, 500000000, time.FixedZone("x", 3600))
-	body, err := NewDocument(repo.Event{ID: 7, Type: domain.EventBackfillCreated, BackfillID: 3, DagID: "d",
-		OccurredAt: at, Data: repo.JSON(`{"backfill": {"n": 9007199254740993, "f": 1e400}}`)}).JSON()
+	body, err := json.Marshal(Event{ID: 7, Type: EventBackfillCreated, BackfillID: 3, DagID: "d",
+		OccurredAt: at, Data: json.RawMessage(`{"backfill": {"n": 9007199254740993, "f": 1e400}}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
