@@ -98,20 +98,32 @@ ignore_startup_parameters = extra_float_digits, statement_timeout
 	path := filepath.Join(dir, "pgbouncer.ini")
 	require.NoError(t, os.WriteFile(path, []byte(conf), 0o644))
 	cmd := exec.Command(bin, path)
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	require.NoError(t, cmd.Start())
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
+		select {
+		case <-exited:
+			// The tests that used it saw only refused connections; say why.
+			t.Errorf("pgbouncer on port %d exited while the test ran:\n%s", port, out.String())
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
 	})
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	dsn := viaPooler(t, pgtest.AdminDSN(), addr)
+	// Its own "listening on" line first: a ping alone could be answered by another process
+	// on the port, while this one failed to bind it and is exiting.
+	listening := "listening on " + addr
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err := pingOnce(dsn)
+		err := fmt.Errorf("no %q in its log yet", listening)
+		if strings.Contains(out.String(), listening) {
+			err = pingOnce(dsn)
+		}
 		if err == nil {
 			return addr
 		}
@@ -127,6 +139,24 @@ ignore_startup_parameters = extra_float_digits, statement_timeout
 	}
 }
 
+// syncBuffer is pgbouncer's output, read while the process still writes it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 func pingOnce(dsn string) error {
 	db, err := sql.Open("postgres", dsn)
 	if err != nil {
@@ -138,12 +168,28 @@ func pingOnce(dsn string) error {
 	return db.PingContext(ctx)
 }
 
+// handedPorts are the ports freeLoopbackPort has handed out in this test binary: the kernel
+// may offer a port again once its probe listener is closed, and two PgBouncers of parallel
+// tests (or a PgBouncer and a test that needs a port nobody listens on) must not share one.
+var handedPorts = struct {
+	sync.Mutex
+	m map[int]bool
+}{m: map[int]bool{}}
+
 func freeLoopbackPort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	handedPorts.Lock()
+	defer handedPorts.Unlock()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		port := ln.Addr().(*net.TCPAddr).Port
+		require.NoError(t, ln.Close())
+		if !handedPorts.m[port] {
+			handedPorts.m[port] = true
+			return port
+		}
+	}
 }
 
 func orDefault(s, d string) string {
