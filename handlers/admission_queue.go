@@ -94,9 +94,11 @@ func (q *classQueue) remove(w *waiter) {
 }
 
 type waiter struct {
-	ctx     context.Context
-	ready   chan struct{} // closed when granted
-	granted bool
+	ctx   context.Context
+	since time.Time     // when it started waiting
+	ready chan struct{} // closed when granted or displaced
+	// granted and displaced are set under the queue's mutex before ready is closed.
+	granted, displaced bool
 }
 
 // slotQueue schedules the slots of every class.
@@ -118,6 +120,8 @@ var (
 	errQueueFull = errors.New("admission queue full")
 	// errWaitedOut: no slot freed up within the request's timeout (or its own deadline).
 	errWaitedOut = errors.New("admission wait exceeded")
+	// errDisplaced: the request was the oldest of a full, standing queue when a new one came.
+	errDisplaced = errors.New("displaced by a newer request at a full standing queue")
 )
 
 // acquire takes a slot of class c (an index into classes), waiting as the queue's state
@@ -130,13 +134,27 @@ func (s *slotQueue) acquire(ctx context.Context, c int) error {
 		s.mu.Unlock()
 		return nil
 	}
-	if len(q.waiters) >= q.maxWaiting {
-		s.mu.Unlock()
-		return errQueueFull
-	}
 	now := s.clock.Now()
+	standing := q.standing(now, s.interval) && !q.lastToShed
+	if len(q.waiters) >= q.maxWaiting {
+		// A full standing queue serves its newest first (dispatch), so its oldest waiter is
+		// the least likely to be served: once it has waited half the short wait, a newcomer
+		// takes its place and it is shed. Otherwise the newcomer is shed, at no cost. Without
+		// this the bottom of a full queue waits out the whole short wait, and the timer's
+		// lateness on a busy machine puts the tail of every 503 past ADMISSION_WAIT; displacing
+		// every time would cost each shed request a timer and a wake-up (measured: goodput
+		// per server CPU-second 0.70 of its value at capacity instead of 0.8–0.97).
+		if !standing || len(q.waiters) == 0 || now.Sub(q.waiters[0].since) < s.short/2 {
+			s.mu.Unlock()
+			return errQueueFull
+		}
+		oldest := q.waiters[0]
+		q.remove(oldest)
+		oldest.displaced = true
+		close(oldest.ready)
+	}
 	timeout := s.long
-	if q.standing(now, s.interval) && !q.lastToShed {
+	if standing {
 		timeout = s.short
 	}
 	if dl, ok := ctx.Deadline(); ok {
@@ -146,7 +164,7 @@ func (s *slotQueue) acquire(ctx context.Context, c int) error {
 		s.mu.Unlock()
 		return errWaitedOut
 	}
-	w := &waiter{ctx: ctx, ready: make(chan struct{})}
+	w := &waiter{ctx: ctx, since: now, ready: make(chan struct{})}
 	if len(q.waiters) == 0 {
 		q.nonEmptySince = now
 	}
@@ -162,6 +180,9 @@ func (s *slotQueue) acquire(ctx context.Context, c int) error {
 	var err error
 	select {
 	case <-w.ready:
+		if w.displaced {
+			return errDisplaced
+		}
 		return nil
 	case <-expired:
 		err = errWaitedOut

@@ -192,6 +192,36 @@ func TestSlotQueueBoundsEachQueue(t *testing.T) {
 	require.NoError(t, <-b)
 }
 
+// A full queue that stands (LIFO) sheds its oldest waiter when a new request comes, once that
+// one has waited half the short wait, and queues the newcomer: the oldest would only have
+// waited out its time. Otherwise, and at a full queue that does not stand (a burst, served
+// first come, first served), the newcomer is shed.
+func TestSlotQueueFullAndStandingShedsItsOldest(t *testing.T) {
+	t.Parallel()
+	s, clock := newTestQueue(1)
+	s.classes[0].maxWaiting = 2
+	require.NoError(t, s.acquire(context.Background(), 0))
+	order := make(chan string, 2)
+	_, a := queued(t, s, clock, context.Background(), "a", order)
+	clock.advance(testInterval / 2)
+	_, b := queued(t, s, clock, context.Background(), "b", order)
+	require.ErrorIs(t, s.acquire(context.Background(), 0), errQueueFull, "not standing yet")
+	clock.advance(testInterval / 2) // the queue now stands; a has waited the interval, b half
+	_, c := queued(t, s, clock, context.Background(), "c", order)
+	require.ErrorIs(t, <-a, errDisplaced, "the oldest makes room at once")
+	clock.advance(testInterval / 4) // b has waited 3/4 of the interval, c a quarter
+	_, d := queued(t, s, clock, context.Background(), "d", order)
+	require.ErrorIs(t, <-b, errDisplaced)
+	require.ErrorIs(t, s.acquire(context.Background(), 0), errQueueFull,
+		"the oldest (c) has waited less than half the short wait")
+	s.release(0)
+	require.NoError(t, <-d)
+	require.Equal(t, "d", <-order, "the newest is served first")
+	s.release(0)
+	require.NoError(t, <-c)
+	require.Equal(t, "c", <-order)
+}
+
 // Classes that share a pool: a freed slot goes to the first class in priority order that has a
 // waiter and room in all its pools; a class's own pool keeps the other's reserve.
 func TestSlotQueueSharesPoolsByPriority(t *testing.T) {

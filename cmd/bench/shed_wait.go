@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/common/expfmt"
@@ -43,7 +45,9 @@ func (b *bench) scrapeShedWaits(ctx context.Context) (shedWaits, error) {
 		for _, m := range f.GetMetric() {
 			h := m.GetHistogram()
 			for _, bk := range h.GetBucket() {
-				waits[bk.GetUpperBound()] += bk.GetCumulativeCount()
+				if !math.IsInf(bk.GetUpperBound(), 1) { // the parser may keep +Inf's bucket: the count below is it
+					waits[bk.GetUpperBound()] += bk.GetCumulativeCount()
+				}
 			}
 			waits[math.Inf(1)] += h.GetSampleCount()
 		}
@@ -68,4 +72,31 @@ func (w shedWaits) quantileSince(before shedWaits, q float64) (time.Duration, ui
 		return time.Duration(math.MaxInt64), total
 	}
 	return time.Duration(bound * float64(time.Second)), total
+}
+
+// since describes the waits observed since before, by bucket: "≤ 100ms: 12, …".
+func (w shedWaits) since(before shedWaits) string {
+	bounds := make([]float64, 0, len(w))
+	for le := range w {
+		bounds = append(bounds, le)
+	}
+	slices.Sort(bounds)
+	var parts []string
+	below := uint64(0)
+	for _, le := range bounds {
+		n := w[le] - before[le]
+		if n == below {
+			continue
+		}
+		label := "more"
+		if !math.IsInf(le, 1) {
+			label = "≤ " + time.Duration(le*float64(time.Second)).String()
+		}
+		parts = append(parts, fmt.Sprintf("%s: %d", label, n-below))
+		below = n
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
