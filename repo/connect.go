@@ -28,7 +28,19 @@ import (
 // Wrong credentials or a missing database are configuration, not an outage: they are not
 // waited on.
 func Connector(c driver.Connector, wait time.Duration) driver.Connector {
-	countSockets(c)
+	countSockets(c, false)
+	return connector{Connector: c, wait: wait}
+}
+
+// ConnectorBehindPooler is Connector for sessions that reach PostgreSQL through a transaction
+// pooler (DB_POOLER=transaction), and it sends no cancel requests: when a request's context
+// ends mid-statement, lib/pq would dial the pooler with a CancelRequest, and PgBouncer before
+// 1.20 (Debian bookworm ships 1.18) exits on a cancel that races its client's close ("server
+// in bad state: 11", pgbouncer#822, fixed by pgbouncer#927), dropping every replica's
+// sessions. Without it the statement runs to its end, bounded by statement_timeout and
+// LOCK_WAIT, and lib/pq then closes the session, which the pooler takes back cleanly.
+func ConnectorBehindPooler(c driver.Connector, wait time.Duration) driver.Connector {
+	countSockets(c, true)
 	return connector{Connector: c, wait: wait}
 }
 

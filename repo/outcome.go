@@ -59,8 +59,16 @@ type dialSlot struct{ conn *countingConn }
 type dialSlotKey struct{}
 
 // countingDialer is lib/pq's Dialer with every socket counted. A socket dialed without a slot
-// in its context (lib/pq's cancel requests) is not a session's and is not wrapped.
-type countingDialer struct{ d net.Dialer }
+// in its context (lib/pq's cancel requests) is not a session's and is not wrapped; with
+// noCancelRequests it is not dialed at all (ConnectorBehindPooler).
+type countingDialer struct {
+	d                net.Dialer
+	noCancelRequests bool
+}
+
+// errNoCancelRequests refuses lib/pq's dial for a cancel request behind a transaction pooler;
+// lib/pq ignores the failure, and the statement runs to its end (or statement_timeout).
+var errNoCancelRequests = errors.New("no cancel requests through a transaction pooler")
 
 func (d *countingDialer) Dial(network, address string) (net.Conn, error) {
 	return d.DialContext(context.Background(), network, address)
@@ -73,11 +81,14 @@ func (d *countingDialer) DialTimeout(network, address string, timeout time.Durat
 }
 
 func (d *countingDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	slot, _ := ctx.Value(dialSlotKey{}).(*dialSlot)
+	if slot == nil && d.noCancelRequests {
+		return nil, errNoCancelRequests
+	}
 	c, err := d.d.DialContext(ctx, network, address)
 	if err != nil {
 		return nil, err
 	}
-	slot, _ := ctx.Value(dialSlotKey{}).(*dialSlot)
 	if slot == nil {
 		return c, nil
 	}
@@ -89,9 +100,9 @@ func (d *countingDialer) DialContext(ctx context.Context, network, address strin
 // countSockets makes a lib/pq connector dial through countingDialer. Other connectors (test
 // doubles) are left as they are; their sessions then treat every lost answer to a write as
 // an unknown outcome, which is never wrong, only less often retried.
-func countSockets(c driver.Connector) {
+func countSockets(c driver.Connector, noCancelRequests bool) {
 	if pc, ok := c.(*pq.Connector); ok {
-		pc.Dialer(&countingDialer{})
+		pc.Dialer(&countingDialer{noCancelRequests: noCancelRequests})
 	}
 }
 

@@ -175,3 +175,41 @@ func TestCopyInRunsThroughConnector(t *testing.T) {
 	require.NoError(t, tx.Commit())
 	require.Equal(t, 3, outcomeRows(t, direct))
 }
+
+// Behind a transaction pooler no cancel request is sent (PgBouncer before 1.20 can exit on
+// one): a statement whose context ends runs to its end, and only then does the call return.
+// Through Connector the same statement is cancelled at once.
+func TestConnectorBehindPoolerSendsNoCancelRequest(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.Open(t)
+	const sleep = 2 * time.Second
+	for _, tc := range []struct {
+		name      string
+		connector func(driver.Connector, time.Duration) driver.Connector
+		cancelled bool
+	}{
+		{"Connector", Connector, true},
+		{"ConnectorBehindPooler", ConnectorBehindPooler, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pc, err := pq.NewConnector(dsn)
+			require.NoError(t, err)
+			db := sql.OpenDB(tc.connector(pc, time.Second))
+			t.Cleanup(func() { _ = db.Close() })
+			require.NoError(t, db.Ping())
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			_, err = db.ExecContext(ctx, `SELECT pg_sleep($1)`, sleep.Seconds())
+			elapsed := time.Since(start)
+			if tc.cancelled {
+				require.Error(t, err, "the context ended first")
+				require.Less(t, elapsed, sleep*3/4, "a cancel request stops the statement")
+			} else {
+				// Its answer arrives, and lib/pq then closes the session.
+				require.GreaterOrEqual(t, elapsed, sleep, "no cancel request: the statement ran to its end (%v)", err)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -155,7 +156,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		// Under the pooled suite the service reaches its database only through PgBouncer in
 		// transaction mode (pgbouncer_test.go); the test's own checks (e.DB) stay direct.
 		hubDSN = viaPooler(t, dsn, addr)
-		storeDB = openStoreDB(t, hubDSN)
+		storeDB = openStoreDBWith(t, hubDSN, repo.ConnectorBehindPooler)
 	}
 	m := metrics.New()
 	logger := slog.New(slog.DiscardHandler)
@@ -361,9 +362,16 @@ func openServicePool(t testing.TB) (*sqlx.DB, string) {
 // connections), with as many connections as the tests' default pool.
 func openStoreDB(t testing.TB, dsn string) *sqlx.DB {
 	t.Helper()
+	return openStoreDBWith(t, dsn, repo.Connector)
+}
+
+// openStoreDBWith is openStoreDB through the given repo connector (ConnectorBehindPooler
+// behind PgBouncer, as cmd/api with DB_POOLER=transaction).
+func openStoreDBWith(t testing.TB, dsn string, connector func(driver.Connector, time.Duration) driver.Connector) *sqlx.DB {
+	t.Helper()
 	c, err := pq.NewConnector(withServiceParams(t, dsn))
 	require.NoError(t, err)
-	db := sqlx.NewDb(sql.OpenDB(repo.Connector(c, 5*time.Second)), "postgres")
+	db := sqlx.NewDb(sql.OpenDB(connector(c, 5*time.Second)), "postgres")
 	db.SetMaxOpenConns(40)
 	db.SetMaxIdleConns(40)
 	t.Cleanup(func() { _ = db.Close() })

@@ -79,6 +79,7 @@ func startPgBouncer(t testing.TB) string {
 	if pw, ok := admin.User.Password(); ok {
 		target += " password=" + pw
 	}
+	logPath := filepath.Join(dir, "pgbouncer.log")
 	conf := fmt.Sprintf(`[databases]
 * = %s
 [pgbouncer]
@@ -98,8 +99,12 @@ ignore_startup_parameters = extra_float_digits, statement_timeout
 	path := filepath.Join(dir, "pgbouncer.ini")
 	require.NoError(t, os.WriteFile(path, []byte(conf), 0o644))
 	cmd := exec.Command(bin, path)
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
+	// Its log (stderr) goes straight to a file, which the checks below read while it runs.
+	logFile, err := os.Create(logPath)
+	require.NoError(t, err)
+	defer logFile.Close() // the child has its own descriptor
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	out := pgbouncerLog(logPath)
 	require.NoError(t, cmd.Start())
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
@@ -139,22 +144,15 @@ ignore_startup_parameters = extra_float_digits, statement_timeout
 	}
 }
 
-// syncBuffer is pgbouncer's output, read while the process still writes it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
+// pgbouncerLog reads a PgBouncer's log file; a file not yet written reads as empty.
+type pgbouncerLog string
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+func (p pgbouncerLog) String() string {
+	b, err := os.ReadFile(string(p))
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	return string(b)
 }
 
 func pingOnce(dsn string) error {

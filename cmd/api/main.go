@@ -64,8 +64,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return fmt.Errorf("config: %w", err)
 	}
 	// repo.Connector waits up to DB_RECONNECT_WAIT for a session, and marks the failures
-	// that remain so that they are answered 503.
-	db := openPool(repo.Connector(connector, cfg.DBReconnectWait), cfg.DBMaxConns, cfg.DBConnMaxLifetime)
+	// that remain so that they are answered 503; behind a transaction pooler it also sends no
+	// cancel requests, which crash PgBouncer before 1.20.
+	poolConnector := repo.Connector
+	if cfg.DBPooler == poolerTransaction {
+		poolConnector = repo.ConnectorBehindPooler
+	}
+	db := openPool(poolConnector(connector, cfg.DBReconnectWait), cfg.DBMaxConns, cfg.DBConnMaxLifetime)
 	defer db.Close()
 
 	// Migrations and LISTEN hold a session; behind a transaction pooler they go direct.
@@ -85,7 +90,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	// The lease pool: heartbeats, reports and releases never wait for a connection behind
 	// claims or reads, even while those are parked on a held row.
-	leaseDB := openPool(repo.Connector(connector, cfg.DBReconnectWait), cfg.DBLeaseMaxConns, cfg.DBConnMaxLifetime)
+	leaseDB := openPool(poolConnector(connector, cfg.DBReconnectWait), cfg.DBLeaseMaxConns, cfg.DBConnMaxLifetime)
 	defer leaseDB.Close()
 	return serve(ctx, cfg, db, leaseDB, direct, logger)
 }
