@@ -261,8 +261,11 @@ type pconn struct {
 	txTags []string
 	rows   int
 	hung   bool
-	closed bool
-	done   chan struct{} // closed by close: a hung pump stops waiting
+	// cutting: one pump passed on its CutAfter message and is closing both sides; the other
+	// forwards nothing more.
+	cutting bool
+	closed  bool
+	done    chan struct{} // closed by close: a hung pump stops waiting
 }
 
 func (c *pconn) close(reset bool) {
@@ -365,11 +368,19 @@ func (c *pconn) pump(dir Direction, src, dst net.Conn) {
 			return
 		}
 		c.mu.Lock()
-		hung := c.hung
+		hung, cutting := c.hung, c.cutting
+		if action == CutAfter {
+			// Set before the message leaves: its answer, which the other pump may read before
+			// this one closes both sides, must not reach the other end.
+			c.cutting = true
+		}
 		c.mu.Unlock()
 		if hung {
 			c.waitClosed()
 			return
+		}
+		if cutting {
+			return // the other direction is cutting the connection after its last message
 		}
 		if _, err := dst.Write(msg); err != nil {
 			return
