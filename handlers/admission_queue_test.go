@@ -109,16 +109,10 @@ func TestSlotQueueServesABurstInTurn(t *testing.T) {
 	}
 	// Past the short wait, but the queue is served before it stands for long.
 	clock.advance(testInterval / 2)
-	s.release(0)
-	require.NoError(t, <-done[0])
-	require.Equal(t, "a", <-order)
+	releaseServes(t, s, done[0], order, "a")
 	clock.advance(testInterval / 4)
-	s.release(0)
-	require.NoError(t, <-done[1])
-	require.Equal(t, "b", <-order)
-	s.release(0)
-	require.NoError(t, <-done[2])
-	require.Equal(t, "c", <-order)
+	releaseServes(t, s, done[1], order, "b")
+	releaseServes(t, s, done[2], order, "c")
 }
 
 // Once the queue has not been empty for a whole interval, an arrival gets the short wait and is
@@ -138,12 +132,8 @@ func TestSlotQueueShedsQuicklyAndServesNewestFirstWhileTheQueueStands(t *testing
 	require.ErrorIs(t, <-shed, errWaitedOut)
 	d, newest := queued(t, s, clock, context.Background(), "newest", order)
 	require.Equal(t, testInterval, d)
-	s.release(0)
-	require.NoError(t, <-newest)
-	require.Equal(t, "newest", <-order, "LIFO while the queue stands")
-	s.release(0)
-	require.NoError(t, <-oldest)
-	require.Equal(t, "oldest", <-order)
+	releaseServes(t, s, newest, order, "newest", "LIFO while the queue stands")
+	releaseServes(t, s, oldest, order, "oldest")
 	// Drained: the queue is empty again, and the next arrival is a burst once more.
 	d, again := queued(t, s, clock, context.Background(), "again", order)
 	require.Equal(t, testLong, d)
@@ -163,9 +153,7 @@ func TestSlotQueueDropsGoneClientsAndHonoursDeadlines(t *testing.T) {
 	_, next := queued(t, s, clock, context.Background(), "next", order)
 	cancel()
 	require.ErrorIs(t, <-gone, context.Canceled)
-	s.release(0)
-	require.NoError(t, <-next)
-	require.Equal(t, "next", <-order)
+	releaseServes(t, s, next, order, "next")
 
 	dl, cancelDL := context.WithDeadline(context.Background(), clock.Now().Add(500*time.Millisecond))
 	defer cancelDL()
@@ -214,12 +202,8 @@ func TestSlotQueueFullAndStandingShedsItsOldest(t *testing.T) {
 	require.ErrorIs(t, <-b, errDisplaced)
 	require.ErrorIs(t, s.acquire(context.Background(), 0), errQueueFull,
 		"the oldest (c) has waited less than half the short wait")
-	s.release(0)
-	require.NoError(t, <-d)
-	require.Equal(t, "d", <-order, "the newest is served first")
-	s.release(0)
-	require.NoError(t, <-c)
-	require.Equal(t, "c", <-order)
+	releaseServes(t, s, d, order, "d", "the newest is served first")
+	releaseServes(t, s, c, order, "c")
 }
 
 // Classes that share a pool: a freed slot goes to the first class in priority order that has a
@@ -261,9 +245,16 @@ func TestSlotQueueLastToShedKeepsTheLongWait(t *testing.T) {
 	clock.advance(testInterval)
 	d, newest := queued(t, s, clock, context.Background(), "newest", order)
 	require.Equal(t, testLong, d)
-	s.release(0)
-	require.NoError(t, <-newest)
-	require.Equal(t, "newest", <-order)
+	releaseServes(t, s, newest, order, "newest")
 	s.release(0)
 	require.NoError(t, <-oldest)
+}
+
+// releaseServes frees a slot and requires that it went to the waiter whose result is done and
+// who reports name on order.
+func releaseServes(t *testing.T, s *slotQueue, done <-chan error, order <-chan string, name string, msgAndArgs ...any) {
+	t.Helper()
+	s.release(0)
+	require.NoError(t, <-done)
+	require.Equal(t, name, <-order, msgAndArgs...)
 }
