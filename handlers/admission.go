@@ -48,8 +48,8 @@ func (c AdmissionClass) String() string {
 type AdmissionObserver interface {
 	// Admitted counts a request let through after waiting waited for its slot.
 	Admitted(class string, waited time.Duration)
-	// Shed counts a request answered 503 busy because no slot freed up in time, after it
-	// waited waited from the moment the handler had read it.
+	// Shed counts a request answered 503 busy because no slot freed up in time; waited is
+	// the time from the handler's read of the request to the answer.
 	Shed(class string, waited time.Duration)
 	// Waiting moves the number of requests waiting for a slot by delta.
 	Waiting(class string, delta int)

@@ -127,8 +127,9 @@ func (b *bench) scenarioOverload(ctx context.Context) (overloadResult, error) {
 		if waitErr == nil {
 			var waits1 shedWaits
 			if waits1, waitErr = b.scrapeShedWaits(ctx); waitErr == nil {
-				ph.dst.svcBusyP99, ph.dst.svcBusy = waits1.quantileSince(waits0, 0.99)
-				b.log.Printf("P7 %s: the service's shed waits: %s", ph.name, waits1.since(waits0))
+				waits := waits1.minus(waits0)
+				ph.dst.svcBusyP99, ph.dst.svcBusy = waits.quantile(0.99)
+				b.log.Printf("P7 %s: the service's shed waits: %s", ph.name, waits)
 			}
 		}
 		if waitErr != nil {

@@ -27,7 +27,7 @@ func (b *bench) scrapeShedWaits(ctx context.Context) (shedWaits, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := b.client.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -55,16 +55,25 @@ func (b *bench) scrapeShedWaits(ctx context.Context) (shedWaits, error) {
 	return waits, nil
 }
 
-// quantileSince is the upper bound of the bucket that holds quantile q of the waits observed
-// since before; 0 when none were.
-func (w shedWaits) quantileSince(before shedWaits, q float64) (time.Duration, uint64) {
-	total := w[math.Inf(1)] - before[math.Inf(1)]
+// minus is the waits observed since before.
+func (w shedWaits) minus(before shedWaits) shedWaits {
+	d := make(shedWaits, len(w))
+	for le, n := range w {
+		d[le] = n - before[le]
+	}
+	return d
+}
+
+// quantile is the upper bound of the bucket that holds quantile q of the waits, and their
+// count; 0 when there are none.
+func (w shedWaits) quantile(q float64) (time.Duration, uint64) {
+	total := w[math.Inf(1)]
 	if total == 0 {
 		return 0, 0
 	}
 	bound := math.Inf(1)
 	for le, n := range w {
-		if float64(n-before[le]) >= q*float64(total) && le < bound {
+		if float64(n) >= q*float64(total) && le < bound {
 			bound = le
 		}
 	}
@@ -74,8 +83,8 @@ func (w shedWaits) quantileSince(before shedWaits, q float64) (time.Duration, ui
 	return time.Duration(bound * float64(time.Second)), total
 }
 
-// since describes the waits observed since before, by bucket: "≤ 100ms: 12, …".
-func (w shedWaits) since(before shedWaits) string {
+// String describes the waits by bucket: "≤ 100ms: 12, …".
+func (w shedWaits) String() string {
 	bounds := make([]float64, 0, len(w))
 	for le := range w {
 		bounds = append(bounds, le)
@@ -84,7 +93,7 @@ func (w shedWaits) since(before shedWaits) string {
 	var parts []string
 	below := uint64(0)
 	for _, le := range bounds {
-		n := w[le] - before[le]
+		n := w[le]
 		if n == below {
 			continue
 		}
