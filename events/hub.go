@@ -324,6 +324,17 @@ func (h *Hub) listen(probeChannel string, listening, lost chan<- struct{}) (*pq.
 	return l, l.NotificationChannel()
 }
 
+// followedIDs is the backfills some stream follows now (never nil).
+func (h *Hub) followedIDs() []int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ids := make([]int64, 0, len(h.subs))
+	for id := range h.subs {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 func (h *Hub) following() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -338,10 +349,13 @@ func (h *Hub) following() bool {
 const heldWait = 250 * time.Millisecond
 
 // readOutbox reads every event after the cursor and hands each to its backfill's streams.
+// Only the followed backfills' events are read with their data (rendered from the stored row
+// at every read): the others only feed the metrics.
 func (h *Hub) readOutbox(ctx context.Context) {
 	for ctx.Err() == nil {
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		evs, err := h.store.EventList(qctx, repo.EventListParams{After: h.cursor, Limit: h.cfg.Batch, Wait: heldWait})
+		evs, err := h.store.EventList(qctx, repo.EventListParams{
+			After: h.cursor, Limit: h.cfg.Batch, Wait: heldWait, DataOnlyFor: h.followedIDs()})
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -351,6 +365,11 @@ func (h *Hub) readOutbox(ctx context.Context) {
 		}
 		h.mu.Lock()
 		for _, ev := range evs {
+			if ev.Data == nil {
+				// Its backfill was not followed when this page was read. A stream that
+				// subscribed since replays it from the store, as Subscribe says.
+				continue
+			}
 			for s := range h.subs[ev.BackfillID] {
 				s.push(ev)
 			}

@@ -10,12 +10,13 @@ import (
 	"github.com/lib/pq"
 )
 
-const eventColumns = `id, type, backfill_id, dag_id, occurred_at, data`
-
-// eventColumnsOf is eventColumns qualified by a table alias, for joins.
+// eventColumnsOf reads an event of the table aliased alias as the API sends it. Its data is
+// rendered here, from the backfill's row the writer stored
+// (migrations/00015_events_lean_writer.sql): the writer pays for a copy of the row, readers
+// for the document.
 func eventColumnsOf(alias string) string {
 	return alias + ".id, " + alias + ".type, " + alias + ".backfill_id, " + alias + ".dag_id, " +
-		alias + ".occurred_at, " + alias + ".data"
+		alias + ".occurred_at, event_data(" + alias + ") AS data"
 }
 
 // EventListParams selects events after a cursor.
@@ -30,6 +31,10 @@ type EventListParams struct {
 	// right after its own change sees it, unless that transaction outlasts Wait. Zero answers
 	// at once; the reader gets them on its next read.
 	Wait time.Duration
+	// DataOnlyFor, when not nil, renders data only for the events of these backfills; the
+	// others come without it (nil Data). A reader that follows a few backfills but counts
+	// every event (the event hub) pays for the documents it sends, not for every one.
+	DataOnlyFor []int64
 }
 
 // EventList answers events with id > After in id order, only below the horizon (see
@@ -61,12 +66,21 @@ func eventHeldBackoff(attempt int) time.Duration {
 func eventList(ctx context.Context, q sqlx.QueryerContext, p EventListParams) (events []domain.Event, held bool, err error) {
 	var rows []struct {
 		domain.Event
-		Horizon int64 `db:"horizon"`
+		// Rendered is the event's data, NULL when DataOnlyFor left it out (a
+		// json.RawMessage cannot take a NULL).
+		Rendered []byte `db:"rendered"`
+		Horizon  int64  `db:"horizon"`
+	}
+	var dataOnlyFor any // NULL: render every event's data
+	if p.DataOnlyFor != nil {
+		dataOnlyFor = pq.Int64Array(p.DataOnlyFor)
 	}
 	err = sqlx.SelectContext(ctx, q, &rows, `
 		WITH snap AS (SELECT pg_current_snapshot() AS s),
 		page AS (
-			SELECT `+eventColumns+` FROM events
+			SELECT id, type, backfill_id, dag_id, occurred_at,
+				CASE WHEN $5::bigint[] IS NULL OR backfill_id = ANY ($5) THEN event_data(events) END AS rendered
+			FROM events
 			WHERE id > $1 AND ($2::bigint IS NULL OR backfill_id = $2) AND ($3::text IS NULL OR type = $3)
 			ORDER BY id LIMIT $4)
 		SELECT page.*, CASE
@@ -75,7 +89,7 @@ func eventList(ctx context.Context, q sqlx.QueryerContext, p EventListParams) (e
 			ELSE event_horizon(snap.s) END AS horizon
 		FROM page, snap
 		ORDER BY page.id`,
-		p.After, p.BackfillID, p.Type, p.Limit)
+		p.After, p.BackfillID, p.Type, p.Limit, dataOnlyFor)
 	if err != nil {
 		return nil, false, fmt.Errorf("list events: %w", err)
 	}
@@ -84,6 +98,7 @@ func eventList(ctx context.Context, q sqlx.QueryerContext, p EventListParams) (e
 		if r.ID >= r.Horizon {
 			return events, true, nil
 		}
+		r.Data = r.Rendered
 		events = append(events, r.Event)
 	}
 	return events, false, nil

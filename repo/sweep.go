@@ -132,8 +132,18 @@ func pruneStatement(table, key, datedBy string) string {
 		WHERE ` + datedBy + ` < backfill_now() - make_interval(secs => $1) ORDER BY ` + datedBy + ` LIMIT $2)`
 }
 
+// pruneEvents takes the oldest ids (the primary key; events have no index by time, which
+// would cost every event writer an index entry) and deletes those of them that are old
+// enough. An event's id follows its writer's transaction id, so id order is the order events
+// occurred in, give or take how long a transaction ran: an event not yet old enough stays,
+// its batch comes out short and ends the pass, and an old one behind it waits for a later
+// pass (kept longer, never less).
+var pruneEventsStatement = `DELETE FROM events WHERE id IN (
+		SELECT id FROM events ORDER BY id LIMIT $2)
+	AND occurred_at < backfill_now() - make_interval(secs => $1)`
+
 var (
-	pruneEvents          = pruning{"events", pruneStatement("events", "id", "occurred_at")}
+	pruneEvents          = pruning{"events", pruneEventsStatement}
 	pruneIdempotencyKeys = pruning{"idempotency keys", pruneStatement("idempotency_keys", "key", "created_at")}
 )
 

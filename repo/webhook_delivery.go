@@ -40,7 +40,8 @@ type WebhookClaimParams struct {
 // leased for Lease: they are due again then unless their outcome is recorded first, so a
 // delivery whose process dies is retried by any replica (at least once). Each claim starts
 // an attempt in the log, and closes the previous attempt as a timeout if its process never
-// recorded an outcome. Deleted webhooks are not claimed.
+// recorded an outcome. Deleted webhooks are not claimed. The claim first makes the
+// deliveries of the events written since the last one (webhookFanOut).
 func (s *Store) WebhookDeliveryClaim(ctx context.Context, p WebhookClaimParams) ([]WebhookDue, error) {
 	ids := make(pq.Int64Array, 0, len(p.Free))
 	free := make(pq.Int64Array, 0, len(p.Free))
@@ -50,6 +51,9 @@ func (s *Store) WebhookDeliveryClaim(ctx context.Context, p WebhookClaimParams) 
 	var due []WebhookDue
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		due = nil
+		if err := webhookFanOut(ctx, tx); err != nil {
+			return err
+		}
 		return sqlx.SelectContext(ctx, tx, &due, `
 			WITH room AS (
 				SELECT w.id, coalesce(f.free, $1) AS free

@@ -100,6 +100,7 @@ func TestWebhookDeleteAnswers204ThenTheWebhookIsGone(t *testing.T) {
 	e := newEnv(t)
 	w := e.createWebhook("https://example.com/h")
 	e.insertEvent("backfill.created", 1, "d")
+	require.NoError(t, e.Store.WebhookFanOut(context.Background()))
 	path := fmt.Sprintf("/api/v1/webhooks/%d", w.Id)
 	res := e.Do(http.MethodDelete, path, nil)
 	require.Equal(t, http.StatusNoContent, res.Status, "body: %s", res.Body)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -52,7 +53,7 @@ func call(ctx context.Context, c *http.Client, method, url string, body any, wan
 	defer resp.Body.Close()
 	if resp.StatusCode != want {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
-		return fmt.Errorf("%s %s: status %d, want %d: %s", method, url, resp.StatusCode, want, msg)
+		return &statusError{method: method, url: url, got: resp.StatusCode, want: want, body: msg}
 	}
 	if out == nil {
 		// Read to the end so that the connection goes back to the pool.
@@ -60,6 +61,23 @@ func call(ctx context.Context, c *http.Client, method, url string, body any, wan
 		return err
 	}
 	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// statusError is an answer with another status than the one wanted.
+type statusError struct {
+	method, url string
+	got, want   int
+	body        []byte
+}
+
+func (e *statusError) Error() string {
+	return fmt.Sprintf("%s %s: status %d, want %d: %s", e.method, e.url, e.got, e.want, e.body)
+}
+
+// shed reports whether err is the service's 503: it refused the request before doing it.
+func shed(err error) bool {
+	var se *statusError
+	return errors.As(err, &se) && se.got == http.StatusServiceUnavailable
 }
 
 // loadResult is what a closed loop measured.

@@ -1,0 +1,88 @@
+package repo
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// fanOutBatch is the most events one claim turns into deliveries. A claim comes every poll
+// interval (500 ms by default) or sooner; at this size the fan-out keeps ahead of any rate
+// of events the writers reach.
+const fanOutBatch = 5000
+
+// WebhookFanOut makes the deliveries of the events written since the last fan-out, in a
+// transaction of its own (the claim does it in its own; see webhookFanOut).
+func (s *Store) WebhookFanOut(ctx context.Context) error {
+	return s.inTx(ctx, func(tx *sqlx.Tx) error { return webhookFanOut(ctx, tx) })
+}
+
+// webhookFanOut makes the deliveries of the events written since the last fan-out, in the
+// caller's transaction: one delivery for every live webhook whose event types include the
+// event's and that existed before the event committed (its first_event: the horizon when it
+// was created, so an event that committed before the webhook is never delivered to it).
+// Event writers used to do this in their own transaction; it is here so that writing an
+// event costs one row (migrations/00015_events_lean_writer.sql).
+//
+// Like every reader of the outbox it reads only below the horizon (00014), so an event that
+// commits later always has a larger id than the cursor. One transaction at a time moves the
+// cursor: the others find its row locked and skip the fan-out rather than wait. A delivery
+// already made (by the trigger before 00015) is left as it is.
+func webhookFanOut(ctx context.Context, tx *sqlx.Tx) error {
+	var after int64
+	err := tx.GetContext(ctx, &after, `SELECT after_event FROM webhook_fanout FOR UPDATE SKIP LOCKED`)
+	if isNoRows(err) {
+		return nil // another replica is fanning out now
+	}
+	if err != nil {
+		return fmt.Errorf("webhook fan-out cursor: %w", err)
+	}
+	for attempt := 0; ; attempt++ {
+		var page struct {
+			Next *int64 `db:"next"` // the cursor after this page; nil when it made nothing
+			Held bool   `db:"held"`
+		}
+		err = tx.GetContext(ctx, &page, `
+			WITH page AS (
+				SELECT id, type FROM events
+				WHERE id > $1
+				ORDER BY id LIMIT $2),
+			h AS MATERIALIZED (
+				-- The horizon of the statement's snapshot, computed once (it reads
+				-- pg_stat_activity).
+				SELECT event_horizon(pg_current_snapshot()) AS horizon),
+			batch AS (
+				SELECT page.* FROM page, h WHERE page.id < h.horizon),
+			made AS (
+				INSERT INTO webhook_deliveries (webhook_id, event_id, next_attempt_at, created_at)
+				SELECT w.id, b.id, backfill_now(), backfill_now()
+				FROM batch b
+				JOIN webhooks w ON w.deleted_at IS NULL AND b.type = ANY (w.event_types)
+					AND b.id >= w.first_event
+				ON CONFLICT DO NOTHING),
+			moved AS (
+				UPDATE webhook_fanout SET after_event = (SELECT max(id) FROM batch)
+				WHERE EXISTS (SELECT 1 FROM batch))
+			SELECT (SELECT max(id) FROM batch) AS next,
+				EXISTS (SELECT 1 FROM page, h WHERE page.id >= h.horizon) AS held`, after, fanOutBatch)
+		if err != nil {
+			return fmt.Errorf("webhook fan-out: %w", err)
+		}
+		if page.Next != nil {
+			after = *page.Next
+		}
+		// Events that committed but wait behind an older transaction still in flight: a
+		// writer's transaction usually ends within milliseconds, so wait a little for them
+		// (each statement reads a new snapshot) rather than leave them to the next claim.
+		if !page.Held || attempt >= fanOutHeldTries {
+			return nil
+		}
+		if err := sleepCtx(ctx, eventHeldBackoff(attempt)); err != nil {
+			return nil
+		}
+	}
+}
+
+// fanOutHeldTries bounds the waits for held events (eventHeldBackoff: about 60 ms in all).
+const fanOutHeldTries = 5
