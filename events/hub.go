@@ -354,8 +354,16 @@ const heldWait = 250 * time.Millisecond
 func (h *Hub) readOutbox(ctx context.Context) {
 	for ctx.Err() == nil {
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		followed := h.followedIDs()
+		var wait time.Duration
+		if len(followed) > 0 {
+			// Only streams need the wait: without them the events feed the metrics alone,
+			// and under a steady stream of writers some event is nearly always held, so
+			// every read would spend heldWait re-reading the horizon.
+			wait = heldWait
+		}
 		evs, err := h.store.EventList(qctx, repo.EventListParams{
-			After: h.cursor, Limit: h.cfg.Batch, Wait: heldWait, DataOnlyFor: h.followedIDs()})
+			After: h.cursor, Limit: h.cfg.Batch, Wait: wait, DataOnlyFor: followed})
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {

@@ -73,9 +73,12 @@ func webhookFanOut(ctx context.Context, tx *sqlx.Tx) error {
 			after = *page.Next
 		}
 		// Events that committed but wait behind an older transaction still in flight: a
-		// writer's transaction usually ends within milliseconds, so wait a little for them
-		// (each statement reads a new snapshot) rather than leave them to the next claim.
-		if !page.Held || attempt >= fanOutHeldTries {
+		// writer's transaction usually ends within milliseconds, so when nothing could be
+		// made, wait a little for them (each statement reads a new snapshot) rather than
+		// leave them to the next claim. When something was made, the next claim comes soon:
+		// under a steady stream of writers some event is nearly always held, and waiting
+		// would only re-read the horizon.
+		if !page.Held || page.Next != nil || attempt >= fanOutHeldTries {
 			return nil
 		}
 		if err := sleepCtx(ctx, eventHeldBackoff(attempt)); err != nil {
