@@ -4,7 +4,7 @@
 -- (docs/BENCHMARKS.md, P9): the writer built the backfill's API form as a 748-byte jsonb
 -- (backfill_api_json, five timestamps formatted), and an AFTER INSERT trigger on events read
 -- the webhooks and inserted one delivery row per matching webhook (three more index entries,
--- a foreign-key check) before the change could commit. Event-writing PATCHes reached 0.6 of
+-- a foreign-key check) before the change could commit. Event-writing PATCHes reached 0.65 of
 -- their throughput without events.
 --
 -- Now:

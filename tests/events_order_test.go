@@ -109,25 +109,8 @@ func TestEventReaderPagingAfterSeesEveryEventOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const writers, rounds = 16, 4
-	for w := range writers {
-		e.PutDag(fmt.Sprintf("w%02d", w), "@daily", "")
-	}
 	// The writers start at once; the reader pages on this goroutine until they are done.
-	writing := startTogether(writers, writers, func(w int) error {
-		dag := fmt.Sprintf("w%02d", w)
-		for r := range rounds {
-			b, err := try[api.Backfill](e, http.StatusCreated, http.MethodPost, "/api/v1/backfills", backfillBody(dag, day(1, 1+r*3), day(1, 3+r*3)))
-			if err != nil {
-				return fmt.Errorf("%s create: %w", dag, err)
-			}
-			for _, action := range []string{"pause", "unpause", "pause", "cancel"} {
-				if _, err := try[api.Backfill](e, http.StatusOK, http.MethodPut, backfillPath(b.Id)+"/"+action, nil); err != nil {
-					return fmt.Errorf("%s %s: %w", dag, action, err)
-				}
-			}
-		}
-		return nil
-	})
+	writing := startEventWriters(e, "w", writers, rounds, "pause", "unpause", "pause", "cancel")
 
 	var served []int64
 	after := int64(0)
@@ -160,4 +143,28 @@ func TestEventReaderPagingAfterSeesEveryEventOnce(t *testing.T) {
 	require.Len(t, stored, writers*rounds*5, "created, paused, unpaused, paused, canceled per round")
 	require.True(t, slices.IsSorted(served), "served in id order")
 	require.Equal(t, stored, served, "every committed event exactly once, none skipped")
+}
+
+// startEventWriters creates writers DAGs named prefix00, prefix01, ... and starts one writer
+// for each, all at once: rounds times, a daily backfill of three days, then each action on it
+// in turn (PUT /backfills/{id}/<action>). It answers the writers' joined error when all end.
+func startEventWriters(e *env, prefix string, writers, rounds int, actions ...string) <-chan error {
+	for w := range writers {
+		e.PutDag(fmt.Sprintf("%s%02d", prefix, w), "@daily", "")
+	}
+	return startTogether(writers, writers, func(w int) error {
+		dag := fmt.Sprintf("%s%02d", prefix, w)
+		for r := range rounds {
+			b, err := try[api.Backfill](e, http.StatusCreated, http.MethodPost, "/api/v1/backfills", backfillBody(dag, day(1, 1+r*3), day(1, 3+r*3)))
+			if err != nil {
+				return fmt.Errorf("%s create: %w", dag, err)
+			}
+			for _, action := range actions {
+				if _, err := try[api.Backfill](e, http.StatusOK, http.MethodPut, backfillPath(b.Id)+"/"+action, nil); err != nil {
+					return fmt.Errorf("%s %s: %w", dag, action, err)
+				}
+			}
+		}
+		return nil
+	})
 }

@@ -2,11 +2,8 @@ package tests
 
 import (
 	"context"
-	"fmt"
-	"net/http"
 	"testing"
 
-	"github.com/backfillsvc/backfill/api"
 	"github.com/stretchr/testify/require"
 )
 
@@ -22,24 +19,7 @@ func TestWebhookFanOutUnderConcurrentWritersMissesNoEvent(t *testing.T) {
 	all := e.createWebhook("https://example.com/all")
 	canceled := e.createWebhook("https://example.com/canceled", "backfill.canceled")
 	const writers, rounds = 16, 3
-	for w := range writers {
-		e.PutDag(fmt.Sprintf("f%02d", w), "@daily", "")
-	}
-	writing := startTogether(writers, writers, func(w int) error {
-		dag := fmt.Sprintf("f%02d", w)
-		for r := range rounds {
-			b, err := try[api.Backfill](e, http.StatusCreated, http.MethodPost, "/api/v1/backfills", backfillBody(dag, day(1, 1+r*3), day(1, 3+r*3)))
-			if err != nil {
-				return fmt.Errorf("%s create: %w", dag, err)
-			}
-			for _, action := range []string{"pause", "unpause", "cancel"} {
-				if _, err := try[api.Backfill](e, http.StatusOK, http.MethodPut, backfillPath(b.Id)+"/"+action, nil); err != nil {
-					return fmt.Errorf("%s %s: %w", dag, action, err)
-				}
-			}
-		}
-		return nil
-	})
+	writing := startEventWriters(e, "f", writers, rounds, "pause", "unpause", "cancel")
 	ctx := context.Background()
 	stop := make(chan struct{})
 	fanOuts := startTogether(2, 2, func(int) error {
