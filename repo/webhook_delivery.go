@@ -31,6 +31,9 @@ type WebhookClaimParams struct {
 	// Limit bounds the whole claim; endpoints share it round-robin.
 	Limit int
 	Lease time.Duration
+	// FanOut first makes the deliveries of the events written since the last fan-out
+	// (webhookFanOut), in the claim's transaction.
+	FanOut bool
 }
 
 // WebhookDeliveryClaim takes due deliveries, each webhook's earliest first, at most
@@ -40,8 +43,8 @@ type WebhookClaimParams struct {
 // leased for Lease: they are due again then unless their outcome is recorded first, so a
 // delivery whose process dies is retried by any replica (at least once). Each claim starts
 // an attempt in the log, and closes the previous attempt as a timeout if its process never
-// recorded an outcome. Deleted webhooks are not claimed. The claim first makes the
-// deliveries of the events written since the last one (webhookFanOut).
+// recorded an outcome. Deleted webhooks are not claimed. With FanOut the claim first makes
+// the deliveries of the events written since the last fan-out (webhookFanOut).
 func (s *Store) WebhookDeliveryClaim(ctx context.Context, p WebhookClaimParams) ([]WebhookDue, error) {
 	ids := make(pq.Int64Array, 0, len(p.Free))
 	free := make(pq.Int64Array, 0, len(p.Free))
@@ -51,8 +54,10 @@ func (s *Store) WebhookDeliveryClaim(ctx context.Context, p WebhookClaimParams) 
 	var due []WebhookDue
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		due = nil
-		if err := webhookFanOut(ctx, tx); err != nil {
-			return err
+		if p.FanOut {
+			if err := webhookFanOut(ctx, tx); err != nil {
+				return err
+			}
 		}
 		return sqlx.SelectContext(ctx, tx, &due, `
 			WITH room AS (

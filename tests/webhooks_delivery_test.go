@@ -221,7 +221,7 @@ func TestWebhookClaimOfADeadProcessIsRetriedAfterItsLease(t *testing.T) {
 	id := e.insertEvent("backfill.created", 1, "d")
 
 	lost, err := e.Store.WebhookDeliveryClaim(context.Background(),
-		repo.WebhookClaimParams{PerEndpoint: 4, Limit: 10, Lease: 15 * time.Second})
+		repo.WebhookClaimParams{PerEndpoint: 4, Limit: 10, Lease: 15 * time.Second, FanOut: true})
 	require.NoError(t, err)
 	require.Len(t, lost, 1)
 	d := e.localDeliverer()

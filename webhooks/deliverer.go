@@ -176,10 +176,14 @@ func (d *Deliverer) loop(ctx context.Context) {
 	// claim took every free slot, so that more of theirs may be due.
 	freed := make(chan int64, d.cfg.MaxInFlight)
 	full := map[int64]bool{}
+	// fanOut: this claim also makes the deliveries of new events. The poll's claims do; the
+	// claims made because an attempt freed a slot do not (one per attempt would read the
+	// outbox's horizon once per delivery), so new events wait at most one Interval.
+	fanOut := true
 	for {
 		free, total := d.room()
 		if total > 0 {
-			due, err := d.claim(ctx, free, total)
+			due, err := d.claim(ctx, free, total, fanOut)
 			switch {
 			case err == nil || ctx.Err() != nil:
 			case repo.IsUnavailable(err):
@@ -225,7 +229,9 @@ func (d *Deliverer) loop(ctx context.Context) {
 				if !full[id] {
 					continue // nothing more of this endpoint's was due at the last claim
 				}
+				fanOut = false
 			case <-ticker.C:
+				fanOut = true
 			}
 			break
 		}
@@ -291,7 +297,7 @@ func (d *Deliverer) PurgeOnce(ctx context.Context) (int, error) {
 // records every outcome before it returns. Tests call it instead of waiting for the loop.
 func (d *Deliverer) RunOnce(ctx context.Context) error {
 	free, total := d.room()
-	due, err := d.claim(ctx, free, total)
+	due, err := d.claim(ctx, free, total, true)
 	if err != nil {
 		return err
 	}
@@ -308,11 +314,11 @@ func (d *Deliverer) RunOnce(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (d *Deliverer) claim(ctx context.Context, free map[int64]int, total int) ([]repo.WebhookDue, error) {
+func (d *Deliverer) claim(ctx context.Context, free map[int64]int, total int, fanOut bool) ([]repo.WebhookDue, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	return d.store.WebhookDeliveryClaim(ctx, repo.WebhookClaimParams{
-		PerEndpoint: d.cfg.Concurrency, Free: free, Limit: total, Lease: d.cfg.Lease,
+		PerEndpoint: d.cfg.Concurrency, Free: free, Limit: total, Lease: d.cfg.Lease, FanOut: fanOut,
 	})
 }
 
