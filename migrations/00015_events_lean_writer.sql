@@ -15,8 +15,9 @@
 -- * Webhook deliveries are no longer made by the writer. The deliverer makes them in the
 --   background (repo.WebhookDeliveryClaim): it reads the events after the cursor kept here,
 --   below the horizon (00014), as every reader of the outbox does, so none is missed, and
---   inserts their deliveries. One replica at a time advances the cursor (its row is taken
---   FOR UPDATE SKIP LOCKED: the others skip, and nobody waits).
+--   inserts their deliveries. One replica at a time advances the cursor (it holds a
+--   transaction-level advisory lock taken with pg_try_advisory_xact_lock: the others skip,
+--   and nobody waits; a fan-out with nothing to do writes nothing).
 --
 -- The snapshot column uses backfills' row type, so PostgreSQL refuses to change a column's
 -- type in backfills, or to add one with a default, while it exists: such a migration adds the

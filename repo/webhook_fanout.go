@@ -7,10 +7,16 @@ import (
 	"github.com/jmoiron/sqlx"
 )
 
-// fanOutBatch is the most events one claim turns into deliveries. A claim comes every poll
-// interval (500 ms by default) or sooner; at this size the fan-out keeps ahead of any rate
-// of events the writers reach.
+// fanOutBatch is the most events one fan-out turns into deliveries. The deliverer's poll
+// fans out every 500 ms by default; at this size it keeps ahead of any rate of events the
+// writers reach.
 const fanOutBatch = 5000
+
+// fanOutLock is the transaction-level advisory lock of the one fan-out that runs at a time.
+// An advisory lock rather than a row lock on the cursor: taking it writes nothing, so a
+// fan-out that finds no new event never gets a transaction id, and never holds back the
+// horizon of the outbox's readers.
+const fanOutLock = 5_274_119_905_803_016_531
 
 // WebhookFanOut makes the deliveries of the events written since the last fan-out, in a
 // transaction of its own (the claim does it in its own; see webhookFanOut).
@@ -27,15 +33,20 @@ func (s *Store) WebhookFanOut(ctx context.Context) error {
 //
 // Like every reader of the outbox it reads only below the horizon (00014), so an event that
 // commits later always has a larger id than the cursor. One transaction at a time moves the
-// cursor: the others find its row locked and skip the fan-out rather than wait. A delivery
-// already made (by the trigger before 00015) is left as it is.
+// cursor (fanOutLock): the others skip the fan-out rather than wait. A delivery already made
+// (by the trigger before 00015) is left as it is.
 func webhookFanOut(ctx context.Context, tx *sqlx.Tx) error {
 	var after int64
-	err := tx.GetContext(ctx, &after, `SELECT after_event FROM webhook_fanout FOR UPDATE SKIP LOCKED`)
-	if isNoRows(err) {
+	// The cursor is read after the lock is taken, in a statement of its own: in READ
+	// COMMITTED it then sees what the previous holder committed.
+	var locked bool
+	if err := tx.GetContext(ctx, &locked, `SELECT pg_try_advisory_xact_lock($1)`, int64(fanOutLock)); err != nil {
+		return fmt.Errorf("webhook fan-out lock: %w", err)
+	}
+	if !locked {
 		return nil // another replica is fanning out now
 	}
-	if err != nil {
+	if err := tx.GetContext(ctx, &after, `SELECT after_event FROM webhook_fanout`); err != nil {
 		return fmt.Errorf("webhook fan-out cursor: %w", err)
 	}
 	for attempt := 0; ; attempt++ {
@@ -43,7 +54,7 @@ func webhookFanOut(ctx context.Context, tx *sqlx.Tx) error {
 			Next *int64 `db:"next"` // the cursor after this page; nil when it made nothing
 			Held bool   `db:"held"`
 		}
-		err = tx.GetContext(ctx, &page, `
+		err := tx.GetContext(ctx, &page, `
 			WITH page AS (
 				SELECT id, type FROM events
 				WHERE id > $1
@@ -68,9 +79,6 @@ func webhookFanOut(ctx context.Context, tx *sqlx.Tx) error {
 				EXISTS (SELECT 1 FROM page, h WHERE page.id >= h.horizon) AS held`, after, fanOutBatch)
 		if err != nil {
 			return fmt.Errorf("webhook fan-out: %w", err)
-		}
-		if page.Next != nil {
-			after = *page.Next
 		}
 		// Events that committed but wait behind an older transaction still in flight: a
 		// writer's transaction usually ends within milliseconds, so when nothing could be
