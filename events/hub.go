@@ -328,6 +328,11 @@ func (h *Hub) listen(probeChannel string, listening, lost chan<- struct{}) (*pq.
 func (h *Hub) followedIDs() []int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.followedLocked()
+}
+
+// followedLocked is followedIDs for a caller that holds h.mu.
+func (h *Hub) followedLocked() []int64 {
 	ids := make([]int64, 0, len(h.subs))
 	for id := range h.subs {
 		ids = append(ids, id)
@@ -397,10 +402,7 @@ func (h *Hub) readOutbox(ctx context.Context) {
 // that changed to their streams.
 func (h *Hub) readProgress(ctx context.Context) {
 	h.mu.Lock()
-	ids := make([]int64, 0, len(h.subs))
-	for id := range h.subs {
-		ids = append(ids, id)
-	}
+	ids := h.followedLocked()
 	for id := range h.progress {
 		if _, followed := h.subs[id]; !followed {
 			delete(h.progress, id)

@@ -20,28 +20,28 @@ const (
 	eventWriterRounds  = 5
 )
 
-// eventWritersResult is P9: per client count, rounds of PATCHes with the event writer on and
-// off, in pairs.
+// eventWritersResult is P9: per client count, pairs of rounds of PATCHes, with the event
+// writer on (the comparison's service side) and off (its floor side).
 type eventWritersResult struct {
-	clients       []int
-	with, without [][]cpuSample // [client count][round]
+	clients []int
+	pairs   []cpuComparison // [client count]
 }
 
 // throughputRatios are each pair's changes per second with events over without.
-func (e eventWritersResult) throughputRatios(i int) []float64 {
-	out := make([]float64, len(e.with[i]))
+func throughputRatios(c cpuComparison) []float64 {
+	out := make([]float64, len(c.service))
 	for r := range out {
-		out[r] = e.with[i][r].perSecond() / max(e.without[i][r].perSecond(), 1e-9)
+		out[r] = c.service[r].perSecond() / max(c.floor[r].perSecond(), 1e-9)
 	}
 	return out
 }
 
 // cpuRatios are each pair's CPU per change (service and PostgreSQL) without events over
 // with: the throughput the CPU alone would allow.
-func (e eventWritersResult) cpuRatios(i int) []float64 {
-	out := make([]float64, len(e.with[i]))
+func cpuRatios(c cpuComparison) []float64 {
+	out := c.totalRatios()
 	for r := range out {
-		out[r] = float64(e.without[i][r].totalPer()) / float64(max(e.with[i][r].totalPer(), 1))
+		out[r] = 1 / max(out[r], 1e-9)
 	}
 	return out
 }
@@ -134,14 +134,14 @@ func (b *bench) scenarioEventWriters(ctx context.Context) (eventWritersResult, e
 		if err != nil {
 			return res, fmt.Errorf("p9: %w", err)
 		}
-		res.with, res.without = append(res.with, c.service), append(res.without, c.floor)
-		i := len(res.with) - 1
+		res.pairs = append(res.pairs, c)
+		tr, cr := throughputRatios(c), cpuRatios(c)
 		for r := range c.service {
 			w, wo := c.service[r], c.floor[r]
 			b.log.Printf("P9 %d clients round %d: with events %.0f/s (service %v + PostgreSQL %v a change), without %.0f/s (%v + %v): %.2f, CPU %.2f",
 				clients, r+1, w.perSecond(), w.serverPer().Round(time.Microsecond), w.pgPer().Round(time.Microsecond),
 				wo.perSecond(), wo.serverPer().Round(time.Microsecond), wo.pgPer().Round(time.Microsecond),
-				res.throughputRatios(i)[r], res.cpuRatios(i)[r])
+				tr[r], cr[r])
 		}
 	}
 	return res, nil
@@ -149,20 +149,23 @@ func (b *bench) scenarioEventWriters(ctx context.Context) (eventWritersResult, e
 
 func eventWritersRows(e eventWritersResult) []row {
 	var rows []row
-	for i, c := range e.clients {
-		with, without := e.with[i], e.without[i]
-		tr, cr := e.throughputRatios(i), e.cpuRatios(i)
+	for i, clients := range e.clients {
+		c := e.pairs[i]
+		tr, cr := throughputRatios(c), cpuRatios(c)
 		ratio := median(tr)
+		per := func(side []cpuSample, f func(cpuSample) time.Duration) time.Duration {
+			return c.median(side, f).Round(time.Microsecond)
+		}
 		rows = append(rows, row{
-			fmt.Sprintf("P9 PATCH /backfills/{id} throughput with events vs without, %d clients (median of %d pairs)", c, len(tr)),
-			rate(medianRate(with), "changes/s") + " with events",
-			rate(medianRate(without), "changes/s") + " without",
+			fmt.Sprintf("P9 PATCH /backfills/{id} throughput with events vs without, %d clients (median of %d pairs)", clients, len(tr)),
+			rate(medianRate(c.service), "changes/s") + " with events",
+			rate(medianRate(c.floor), "changes/s") + " without",
 			fmt.Sprintf("%s (pairs %.2f–%.2f)", ratioStr(ratio), slices.Min(tr), slices.Max(tr)),
 			fmt.Sprintf("≥ %.2f", targetEventWriters), verdict(ratio >= targetEventWriters)})
 		rows = append(rows, row{
-			fmt.Sprintf("P9 CPU per change (service + PostgreSQL), without events / with, %d clients (information)", c),
-			fmt.Sprintf("%v + PG %v", medianPer(with, cpuSample.serverPer), medianPer(with, cpuSample.pgPer)),
-			fmt.Sprintf("%v + PG %v", medianPer(without, cpuSample.serverPer), medianPer(without, cpuSample.pgPer)),
+			fmt.Sprintf("P9 CPU per change (service + PostgreSQL), without events / with, %d clients (information)", clients),
+			fmt.Sprintf("%v + PG %v", per(c.service, cpuSample.serverPer), per(c.service, cpuSample.pgPer)),
+			fmt.Sprintf("%v + PG %v", per(c.floor, cpuSample.serverPer), per(c.floor, cpuSample.pgPer)),
 			fmt.Sprintf("%s (pairs %.2f–%.2f)", ratioStr(median(cr)), slices.Min(cr), slices.Max(cr)), "—", "—"})
 	}
 	return rows
@@ -174,12 +177,4 @@ func medianRate(s []cpuSample) float64 {
 		xs[i] = x.perSecond()
 	}
 	return median(xs)
-}
-
-func medianPer(s []cpuSample, f func(cpuSample) time.Duration) time.Duration {
-	xs := make([]time.Duration, len(s))
-	for i, x := range s {
-		xs[i] = f(x)
-	}
-	return median(xs).Round(time.Microsecond)
 }
