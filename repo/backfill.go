@@ -12,6 +12,11 @@ import (
 // is one primary-key lookup whatever the size of the backfill. Clients poll it: it is prepared
 // once per pooled connection unless a transaction pooler sits in between (prepared.go).
 func (s *Store) BackfillGet(ctx context.Context, id int64) (Backfill, error) {
+	return readValue(ctx, s, func() (Backfill, error) { return s.backfillGetOnce(ctx, id) })
+}
+
+// backfillGetOnce is one attempt of BackfillGet, which sends it again if its session dies.
+func (s *Store) backfillGetOnce(ctx context.Context, id int64) (Backfill, error) {
 	var b Backfill
 	err := s.hot(ctx, s.db, s.db, backfillGetSQL).QueryRowxContext(ctx, backfillGetSQL, id).Scan(b.scanDest()...)
 	if isNoRows(err) {
@@ -49,6 +54,11 @@ type BackfillListParams struct {
 
 // BackfillList pages backfills by id.
 func (s *Store) BackfillList(ctx context.Context, p BackfillListParams) ([]Backfill, int, error) {
+	return readPage(ctx, s, func() ([]Backfill, int, error) { return s.backfillListOnce(ctx, p) })
+}
+
+// backfillListOnce is one attempt of BackfillList, which sends it again if its session dies.
+func (s *Store) backfillListOnce(ctx context.Context, p BackfillListParams) ([]Backfill, int, error) {
 	var total int
 	if err := sqlx.GetContext(ctx, s.db, &total, `SELECT count(*)`+backfillListFilter, p.DagID, p.State, p.Active); err != nil {
 		return nil, 0, fmt.Errorf("count backfills: %w", err)
@@ -84,7 +94,12 @@ type BackfillSlotsParams struct {
 // BackfillSlots pages a backfill's slots in sort order. A slot whose run a later backfill took
 // over shows the run as it was at the takeover (see backfill_slot_records, migration 00010).
 func (s *Store) BackfillSlots(ctx context.Context, p BackfillSlotsParams) ([]BackfillSlot, int64, error) {
-	b, err := s.BackfillGet(ctx, p.BackfillID)
+	return readPage(ctx, s, func() ([]BackfillSlot, int64, error) { return s.backfillSlotsOnce(ctx, p) })
+}
+
+// backfillSlotsOnce is one attempt of BackfillSlots, which sends it again if its session dies.
+func (s *Store) backfillSlotsOnce(ctx context.Context, p BackfillSlotsParams) ([]BackfillSlot, int64, error) {
+	b, err := s.backfillGetOnce(ctx, p.BackfillID)
 	if err != nil {
 		return nil, 0, err
 	}

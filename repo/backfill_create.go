@@ -23,18 +23,15 @@ func (s *Store) BackfillCreate(ctx context.Context, p domain.BackfillRequest) (B
 		return Backfill{}, false, err
 	}
 	// Replays are the common case for a retried request: answer them without planning.
-	if b, ok, err := s.idempotentReplay(ctx, p.IdempotencyKey, hash); err != nil || ok {
-		return b, ok, err
+	replay, replayed, err := s.idempotentReplay(ctx, p.IdempotencyKey, hash)
+	if err != nil || replayed {
+		return replay, replayed, err
 	}
 	// Answer what is wrong with the request itself (404, 422) before what is in its way
 	// (409); then, as a fast path, refuse a DAG that has an active backfill before any
 	// work. That read decides nothing by itself: inside the transaction the unique index is
 	// the arbiter.
-	dag, err := s.DagGet(ctx, p.DagID)
-	if err != nil {
-		return Backfill{}, false, err
-	}
-	now, err := dbNow(ctx, s.db)
+	dag, now, err := s.dagAndNow(ctx, p.DagID)
 	if err != nil {
 		return Backfill{}, false, err
 	}
@@ -45,11 +42,19 @@ func (s *Store) BackfillCreate(ctx context.Context, p domain.BackfillRequest) (B
 	if len(plan) == 0 {
 		return Backfill{}, false, fmt.Errorf("%w: no schedule tick in the window has ended", ErrNoRunsToCreate)
 	}
-	if id, found, err := activeBackfillID(ctx, s.db, p.DagID); err != nil || found {
-		if err != nil {
-			return Backfill{}, false, err
-		}
-		return s.alreadyRunning(ctx, p.IdempotencyKey, hash, id)
+	var (
+		activeID int64
+		active   bool
+	)
+	err = s.readRetried(ctx, func() (err error) {
+		activeID, active, err = activeBackfillID(ctx, s.db, p.DagID)
+		return err
+	})
+	if err != nil {
+		return Backfill{}, false, err
+	}
+	if active {
+		return s.alreadyRunning(ctx, p.IdempotencyKey, hash, activeID)
 	}
 	// Each pass of this loop follows a concurrent request that changed the ground between our
 	// transaction and our look-up (a winner that finished, a key holder that rolled back).

@@ -42,7 +42,8 @@ func (s *Store) idempotentReplay(ctx context.Context, key string, req domain.Fin
 	if key == "" {
 		return Backfill{}, false, nil
 	}
-	ids, found, err := idemLookup(ctx, s.db, idemRequest{key: key, op: opBackfill, fp: req})
+	r := idemRequest{key: key, op: opBackfill, fp: req}
+	ids, found, err := readPage(ctx, s, func() ([]int64, bool, error) { return idemLookup(ctx, s.db, r) })
 	if err != nil || !found {
 		return Backfill{}, false, err
 	}
@@ -50,7 +51,7 @@ func (s *Store) idempotentReplay(ctx context.Context, key string, req domain.Fin
 		return Backfill{}, false, fmt.Errorf("idempotency key %q names %d backfills", key, len(ids))
 	}
 	b, err := idemReplay(ctx, s, ids, func(ctx context.Context, ids []int64) (Backfill, error) {
-		return s.BackfillGet(ctx, ids[0])
+		return s.backfillGetOnce(ctx, ids[0]) // idemReplay sends it again if its session dies
 	})
 	return b, err == nil, err
 }

@@ -52,11 +52,7 @@ type DryRun struct {
 
 // BackfillDryRun answers what a creation would do, writing nothing.
 func (s *Store) BackfillDryRun(ctx context.Context, p domain.BackfillRequest) (DryRun, error) {
-	dag, err := dagGet(ctx, s.db, p.DagID, "")
-	if err != nil {
-		return DryRun{}, err
-	}
-	now, err := dbNow(ctx, s.db)
+	dag, now, err := s.dagAndNow(ctx, p.DagID)
 	if err != nil {
 		return DryRun{}, err
 	}
@@ -64,8 +60,24 @@ func (s *Store) BackfillDryRun(ctx context.Context, p domain.BackfillRequest) (D
 	if err != nil {
 		return DryRun{}, err
 	}
-	if err := decideSlots(ctx, s.db, p.DagID, p.ReprocessBehavior, slots); err != nil {
+	err = s.readRetried(ctx, func() error {
+		return decideSlots(ctx, s.db, p.DagID, p.ReprocessBehavior, slots)
+	})
+	if err != nil {
 		return DryRun{}, err
 	}
 	return DryRun{Slots: slots, PlanHash: domain.PlanHash(dag.Schedule, dag.Timezone, slots)}, nil
+}
+
+// dagAndNow reads what planning a backfill needs, the DAG and the database's clock, outside
+// any transaction, sent again on a new session if theirs dies (readRetried).
+func (s *Store) dagAndNow(ctx context.Context, dagID string) (dag Dag, now time.Time, err error) {
+	err = s.readRetried(ctx, func() (err error) {
+		if dag, err = dagGet(ctx, s.db, dagID, ""); err != nil {
+			return err
+		}
+		now, err = dbNow(ctx, s.db)
+		return err
+	})
+	return dag, now, err
 }

@@ -48,6 +48,11 @@ func (s *Store) DagPut(ctx context.Context, p DagPutParams) (Dag, bool, error) {
 
 // DagGet returns one DAG.
 func (s *Store) DagGet(ctx context.Context, dagID string) (Dag, error) {
+	return readValue(ctx, s, func() (Dag, error) { return s.dagGetOnce(ctx, dagID) })
+}
+
+// dagGetOnce is one attempt of DagGet, which sends it again if its session dies.
+func (s *Store) dagGetOnce(ctx context.Context, dagID string) (Dag, error) {
 	return dagGet(ctx, s.db, dagID, "")
 }
 
@@ -67,6 +72,11 @@ func dagGet(ctx context.Context, q sqlx.QueryerContext, dagID, lock string) (Dag
 
 // DagList pages DAGs by dag_id.
 func (s *Store) DagList(ctx context.Context, p ListParams) ([]Dag, int, error) {
+	return readPage(ctx, s, func() ([]Dag, int, error) { return s.dagListOnce(ctx, p) })
+}
+
+// dagListOnce is one attempt of DagList, which sends it again if its session dies.
+func (s *Store) dagListOnce(ctx context.Context, p ListParams) ([]Dag, int, error) {
 	var total int
 	if err := sqlx.GetContext(ctx, s.db, &total, `SELECT count(*) FROM dags`); err != nil {
 		return nil, 0, fmt.Errorf("count dags: %w", err)

@@ -213,3 +213,57 @@ func TestConnectorBehindPoolerSendsNoCancelRequest(t *testing.T) {
 		})
 	}
 }
+
+// A read outside any transaction whose session dies mid-answer (a connection reset, as when
+// the primary is killed) is sent again on a new session by readRetried; bare, it fails.
+func TestReadOutsideATransactionRidesALostSession(t *testing.T) {
+	t.Parallel()
+	through, _, p := proxiedPool(t)
+	s := New(through, Config{ReconnectWait: 2 * time.Second})
+	resetMidAnswer := func() pgproxy.Rule {
+		return pgproxy.Once(pgproxy.OnSQL("select backfill_now()", func(ev pgproxy.Event) pgproxy.Action {
+			if ev.Dir == pgproxy.FromServer && ev.Type == 'D' { // DataRow
+				return pgproxy.Reset
+			}
+			return pgproxy.Forward
+		}))
+	}
+	ctx := context.Background()
+	p.SetRule(resetMidAnswer())
+	_, err := dbNow(ctx, through)
+	require.Error(t, err, "the fault bites a bare read")
+	require.Equal(t, 1, p.Fired())
+
+	p.SetRule(resetMidAnswer())
+	var now time.Time
+	require.NoError(t, s.readRetried(ctx, func() (err error) {
+		now, err = dbNow(ctx, through)
+		return err
+	}))
+	require.False(t, now.IsZero())
+	require.Equal(t, 2, p.Fired(), "the fault bit the retried read too, once")
+}
+
+// A read of the API caught by a failover rides it: its session dies on more attempts in a row
+// than database/sql makes by itself (three, two on pooled sessions and one on a new one),
+// and the read still answers, from a session opened after them.
+func TestReadOfTheAPIRidesSessionsLostInARow(t *testing.T) {
+	t.Parallel()
+	through, direct, p := proxiedPool(t)
+	ctx := context.Background()
+	_, _, err := New(direct, Config{}).DagPut(ctx, DagPutParams{
+		DagID: "ride", Schedule: "@daily", Timezone: "UTC", MaxActiveRuns: 1})
+	require.NoError(t, err)
+	s := New(through, Config{ReconnectWait: 5 * time.Second})
+	const lost = 5
+	p.SetRule(pgproxy.Times(lost, pgproxy.OnSQL("FROM dags WHERE dag_id", func(ev pgproxy.Event) pgproxy.Action {
+		if ev.Dir == pgproxy.FromServer && ev.Type == 'D' { // DataRow
+			return pgproxy.Reset
+		}
+		return pgproxy.Forward
+	})))
+	dag, err := s.DagGet(ctx, "ride")
+	require.NoError(t, err)
+	require.Equal(t, "ride", dag.DagID)
+	require.Equal(t, lost, p.Fired(), "every one of the lost sessions was met")
+}

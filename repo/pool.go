@@ -59,6 +59,11 @@ func (s *Store) PoolPut(ctx context.Context, p PoolPutParams) (Pool, bool, error
 
 // PoolGet returns one pool.
 func (s *Store) PoolGet(ctx context.Context, name string) (Pool, error) {
+	return readValue(ctx, s, func() (Pool, error) { return s.poolGetOnce(ctx, name) })
+}
+
+// poolGetOnce is one attempt of PoolGet, which sends it again if its session dies.
+func (s *Store) poolGetOnce(ctx context.Context, name string) (Pool, error) {
 	var p Pool
 	err := sqlx.GetContext(ctx, s.db, &p, `SELECT `+poolColumns+` FROM pools WHERE name = $1`, name)
 	if isNoRows(err) {
@@ -72,6 +77,11 @@ func (s *Store) PoolGet(ctx context.Context, name string) (Pool, error) {
 
 // PoolList pages pools by name.
 func (s *Store) PoolList(ctx context.Context, p ListParams) ([]Pool, int, error) {
+	return readPage(ctx, s, func() ([]Pool, int, error) { return s.poolListOnce(ctx, p) })
+}
+
+// poolListOnce is one attempt of PoolList, which sends it again if its session dies.
+func (s *Store) poolListOnce(ctx context.Context, p ListParams) ([]Pool, int, error) {
 	var total int
 	if err := sqlx.GetContext(ctx, s.db, &total, `SELECT count(*) FROM pools`); err != nil {
 		return nil, 0, fmt.Errorf("count pools: %w", err)

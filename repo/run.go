@@ -106,6 +106,11 @@ func runInsertManual(ctx context.Context, tx *sqlx.Tx, p RunCreateParams) (Run, 
 
 // RunGet returns one run by its run_id.
 func (s *Store) RunGet(ctx context.Context, dagID, runID string) (Run, error) {
+	return readValue(ctx, s, func() (Run, error) { return s.runGetOnce(ctx, dagID, runID) })
+}
+
+// runGetOnce is one attempt of RunGet, which sends it again if its session dies.
+func (s *Store) runGetOnce(ctx context.Context, dagID, runID string) (Run, error) {
 	var run Run
 	err := sqlx.GetContext(ctx, s.db, &run,
 		`SELECT `+runColumns+` FROM dag_runs WHERE dag_id = $1 AND run_id = $2`, dagID, runID)
@@ -136,6 +141,11 @@ type RunListParams struct {
 
 // RunList pages a DAG's runs by logical date.
 func (s *Store) RunList(ctx context.Context, p RunListParams) ([]Run, int, error) {
+	return readPage(ctx, s, func() ([]Run, int, error) { return s.runListOnce(ctx, p) })
+}
+
+// runListOnce is one attempt of RunList, which sends it again if its session dies.
+func (s *Store) runListOnce(ctx context.Context, p RunListParams) ([]Run, int, error) {
 	if _, err := dagGet(ctx, s.db, p.DagID, ""); err != nil {
 		return nil, 0, err
 	}

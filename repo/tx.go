@@ -117,6 +117,48 @@ func isRetrySafe(err error) bool {
 	return errors.As(err, &before) && !errors.As(err, &ce)
 }
 
+// readRetried runs reads outside any transaction under withRetry: a session lost during a
+// read changed nothing, so the read is sent again on a new session (a failover), as a
+// transaction that never reached COMMIT is. Without it a request caught reading when the
+// primary died answered 503 instead of riding the failover (TestPostgresFailover, CI
+// 2026-12-03: a creation reading the database clock).
+func (s *Store) readRetried(ctx context.Context, read func() error) error {
+	return s.withRetry(ctx, func() error {
+		err := read()
+		if err != nil && isSessionFailure(err) {
+			return &errBeforeCommit{err}
+		}
+		return err
+	})
+}
+
+// readValue is readRetried for a read that answers one value. The API's reads go through it
+// or readPage, so that a read caught by a failover rides it as a transaction does, instead of
+// answering 503 once database/sql's own three attempts have met the dead primary (ha-test,
+// 2026-12-04: 124 reads of a backfill answered 503 in one crash of the leader).
+func readValue[T any](ctx context.Context, s *Store, read func() (T, error)) (T, error) {
+	var out T
+	err := s.readRetried(ctx, func() (err error) {
+		out, err = read()
+		return err
+	})
+	return out, err
+}
+
+// readPage is readRetried for a read that answers a slice and one more value: a page and its
+// total, or an idempotency key's ids and whether it was found.
+func readPage[T, N any](ctx context.Context, s *Store, read func() ([]T, N, error)) ([]T, N, error) {
+	var (
+		page  []T
+		total N
+	)
+	err := s.readRetried(ctx, func() (err error) {
+		page, total, err = read()
+		return err
+	})
+	return page, total, err
+}
+
 func (s *Store) runTx(ctx context.Context, level sql.IsolationLevel, fn func(tx *sqlx.Tx) error) (err error) {
 	tx, err := s.txDB(ctx).BeginTxx(ctx, &sql.TxOptions{Isolation: level})
 	if err != nil {

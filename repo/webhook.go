@@ -74,6 +74,11 @@ func (s *Store) WebhookCreate(ctx context.Context, p WebhookCreateParams) (Webho
 
 // WebhookGet returns one webhook without its secret.
 func (s *Store) WebhookGet(ctx context.Context, id int64) (Webhook, error) {
+	return readValue(ctx, s, func() (Webhook, error) { return s.webhookGetOnce(ctx, id) })
+}
+
+// webhookGetOnce is one attempt of WebhookGet, which sends it again if its session dies.
+func (s *Store) webhookGetOnce(ctx context.Context, id int64) (Webhook, error) {
 	var w Webhook
 	err := sqlx.GetContext(ctx, s.db, &w, `SELECT `+webhookColumns+` FROM webhooks WHERE id = $1 AND deleted_at IS NULL`, id)
 	if isNoRows(err) {
@@ -87,6 +92,11 @@ func (s *Store) WebhookGet(ctx context.Context, id int64) (Webhook, error) {
 
 // WebhookList pages webhooks by id, without secrets.
 func (s *Store) WebhookList(ctx context.Context, p ListParams) ([]Webhook, int, error) {
+	return readPage(ctx, s, func() ([]Webhook, int, error) { return s.webhookListOnce(ctx, p) })
+}
+
+// webhookListOnce is one attempt of WebhookList, which sends it again if its session dies.
+func (s *Store) webhookListOnce(ctx context.Context, p ListParams) ([]Webhook, int, error) {
 	var total int
 	if err := sqlx.GetContext(ctx, s.db, &total, `SELECT count(*) FROM webhooks WHERE deleted_at IS NULL`); err != nil {
 		return nil, 0, fmt.Errorf("count webhooks: %w", err)
@@ -140,6 +150,7 @@ type WebhookAttemptListParams struct {
 }
 
 // WebhookAttemptList pages a webhook's delivery attempts in the order they were made.
+// It reads in a transaction, which already rides a failover (runTx), so it needs no readPage.
 func (s *Store) WebhookAttemptList(ctx context.Context, p WebhookAttemptListParams) ([]WebhookAttempt, int, error) {
 	out := []WebhookAttempt{}
 	var total int
