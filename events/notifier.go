@@ -13,7 +13,14 @@ import (
 // writers no longer notify themselves (migrations/00014_events_without_lock.sql): here one
 // small transaction per replica at a time pays for it, without waiting for the flush, since a
 // notification lost in a crash costs only a poll.
-const notifyStatement = `BEGIN; SET LOCAL synchronous_commit TO off; SELECT pg_notify('` + Channel + `', ''); COMMIT`
+//
+// It is one statement, its own transaction (set_config's is_local lasts until its commit),
+// and not "BEGIN; SET LOCAL ...; SELECT pg_notify(...); COMMIT": when pg_notify is refused (a
+// standby, reached during a failover before HAProxy's check moved) the rest of that string is
+// skipped, and the pooled session stayed inside a failed transaction block that lib/pq does
+// not notice. Every later request on it was answered 25P02, a 500 (CI, 2026-12-03: 122 of them
+// after a crash of the leader).
+const notifyStatement = `SELECT set_config('synchronous_commit', 'off', true), pg_notify('` + Channel + `', '')`
 
 // DefaultNotifyGap is the least time between two notifications of one replica: kicks within
 // it are folded into one, so that a burst of changes costs one NOTIFY.

@@ -19,9 +19,9 @@ import (
 var (
 	haDir = envOr("HA_DIR", "/tmp/backfill-ha")
 	nodes = []struct {
-		name string
-		rest int
-	}{{"pg1", 28008}, {"pg2", 28009}}
+		name     string
+		rest, pg int
+	}{{"pg1", 28008, 25432}, {"pg2", 28009, 25433}}
 )
 
 func envOr(name, def string) string {

@@ -1,0 +1,36 @@
+package events
+
+import (
+	"context"
+	"testing"
+
+	"github.com/backfillsvc/backfill/internal/pgtest"
+	"github.com/stretchr/testify/require"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// A refused notification leaves its session as it found it. pg_notify is refused here by a
+// missing privilege, as a standby refuses it during a failover; the session that sent it
+// then serves the next statement instead of answering "current transaction is aborted"
+// (25P02), which it did for as long as it stayed pooled.
+func TestRefusedNotificationLeavesItsSessionUsable(t *testing.T) {
+	t.Parallel()
+	db, _ := pgtest.Open(t)
+	ctx := context.Background()
+	// Function privileges belong to the database: this scratch one only.
+	_, err := db.ExecContext(ctx, `REVOKE EXECUTE ON FUNCTION pg_notify(text, text) FROM PUBLIC`)
+	require.NoError(t, err)
+	conn, err := db.Connx(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, `SET ROLE pg_monitor`) // a role without the privilege
+	require.NoError(t, err)
+
+	_, err = conn.ExecContext(ctx, notifyStatement)
+	require.ErrorContains(t, err, "permission denied for function pg_notify")
+	var inBlock bool
+	require.NoError(t, conn.GetContext(ctx, &inBlock, `SELECT now() <> statement_timestamp()`),
+		"the session serves the next statement")
+	require.False(t, inBlock, "the session is not left inside a transaction block")
+}
