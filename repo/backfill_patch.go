@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/jmoiron/sqlx"
 )
 
@@ -23,16 +24,19 @@ type BackfillPatchParams struct {
 	Pool    *string
 }
 
-// BackfillPatch changes max_active_runs, max_failed_runs and description of an active
-// backfill in one guarded statement. Claims lock the backfill row and re-read
-// max_active_runs, so the next claim obeys a new limit; running runs above it go on.
-// Lowering max_failed_runs to at or below the failed count does not pause by itself: the
-// budget is checked when a run fails (migrations/00006).
+// BackfillPatch changes max_active_runs, max_failed_runs, description and pool of an active
+// backfill in one guarded statement, which also writes its backfill.updated event. Claims
+// lock the backfill row and re-read max_active_runs, so the next claim obeys a new limit;
+// running runs above it go on. Lowering max_failed_runs to at or below the failed count does
+// not pause by itself: the budget is checked when a run fails (migrations/00006).
+//
+// A PATCH that changes nothing writes nothing (no row version, no updated_at, no event) and
+// answers the backfill as it is.
 func (s *Store) BackfillPatch(ctx context.Context, p BackfillPatchParams) (Backfill, error) {
 	defer s.eventsMayBeWritten()
 	var b Backfill
 	err := s.withRetry(ctx, func() error {
-		return sqlx.GetContext(ctx, s.db, &b, backfillPatchSQL,
+		return sqlx.GetContext(ctx, s.hot(ctx, s.db, s.db, backfillPatchSQL), &b, backfillPatchSQL,
 			p.ID, p.MaxActiveRuns, p.SetMaxFailed, p.MaxFailedRuns, p.SetDescription, p.Description, p.SetPool, p.Pool)
 	})
 	if err == nil {
@@ -44,26 +48,55 @@ func (s *Store) BackfillPatch(ctx context.Context, p BackfillPatchParams) (Backf
 	if !isNoRows(err) {
 		return Backfill{}, fmt.Errorf("patch backfill %d: %w", p.ID, err)
 	}
+	// Nothing was changed: the backfill is not active (or not there), or already has these
+	// settings.
 	cur, err := s.BackfillGet(ctx, p.ID)
 	if err != nil {
 		return Backfill{}, err
 	}
-	return Backfill{}, fmt.Errorf("%w: backfill %d is %s", ErrBackfillNotActive, p.ID, cur.State)
+	if !cur.State.Active() {
+		return Backfill{}, fmt.Errorf("%w: backfill %d is %s", ErrBackfillNotActive, p.ID, cur.State)
+	}
+	return cur, nil
 }
 
-var backfillPatchSQL = `
-	UPDATE backfills SET
-		max_active_runs = coalesce($2, max_active_runs),
-		max_failed_runs = CASE WHEN $3 THEN $4 ELSE max_failed_runs END,
-		description = CASE WHEN $5 THEN $6 ELSE description END,
-		pool = CASE WHEN $7 THEN $8::text ELSE pool END,
-		-- A patch that changes nothing leaves the row as it was: no updated_at, and so no
-		-- backfill.updated (the event writer fires on a change of any of these).
-		updated_at = CASE
-			WHEN coalesce($2, max_active_runs) IS DISTINCT FROM max_active_runs
+// backfillPatchSQL changes the settings and writes the change's event in the same statement
+// (migrations/00016_patch_writes_its_event.sql): raising settings_revision tells the event
+// trigger that the statement wrote it. The statement is its own transaction, so its event is
+// the transaction's first: its id is the first of the transaction's range (migrations/00014),
+// and its snapshot, the row the UPDATE returns, is the row at COMMIT. (Run after another
+// event of the same transaction, it would fail on the primary key, never write a wrong id.)
+//
+// It is prepared once per connection (Store.hot): planning the UPDATE and the INSERT together
+// costs more than running them.
+var backfillPatchSQL = backfillPatchStatement(true)
+
+// backfillPatchStatement is the PATCH's statement; without its event only for the benchmark
+// that measures what the event costs (cmd/bench, P9, built with the tag benchnoevents).
+func backfillPatchStatement(withEvent bool) string {
+	event := `,
+	event AS (
+		INSERT INTO events (id, type, backfill_id, dag_id, occurred_at, snapshot)
+		SELECT pg_current_xact_id()::text::bigint << 12,
+			'` + string(domain.EventBackfillUpdated) + `', p.id, p.dag_id, backfill_now(), p.snapshot
+		FROM patched p)`
+	if !withEvent {
+		event = ""
+	}
+	return `
+	WITH patched AS (
+		UPDATE backfills SET
+			max_active_runs = coalesce($2, max_active_runs),
+			max_failed_runs = CASE WHEN $3 THEN $4 ELSE max_failed_runs END,
+			description = CASE WHEN $5 THEN $6 ELSE description END,
+			pool = CASE WHEN $7 THEN $8::text ELSE pool END,
+			settings_revision = settings_revision + 1,
+			updated_at = backfill_now()
+		WHERE id = $1 AND state IN ` + activeStatesSQL + `
+			AND (coalesce($2, max_active_runs) IS DISTINCT FROM max_active_runs
 				OR (CASE WHEN $3 THEN $4 ELSE max_failed_runs END) IS DISTINCT FROM max_failed_runs
 				OR (CASE WHEN $5 THEN $6 ELSE description END) IS DISTINCT FROM description
-				OR (CASE WHEN $7 THEN $8::text ELSE pool END) IS DISTINCT FROM pool
-			THEN backfill_now() ELSE updated_at END
-	WHERE id = $1 AND state IN ` + activeStatesSQL + `
-	RETURNING ` + backfillColumns
+				OR (CASE WHEN $7 THEN $8::text ELSE pool END) IS DISTINCT FROM pool)
+		RETURNING backfills AS snapshot, ` + backfillColumns + `)` + event + `
+	SELECT ` + backfillColumns + ` FROM patched`
+}

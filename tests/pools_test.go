@@ -190,3 +190,25 @@ func TestPatchOfPoolWritesUpdatedEvent(t *testing.T) {
 	require.Len(t, evOf(e, bf.Id), 2, "a PATCH that changes nothing writes no event")
 	checkInvariants(t, e.DB)
 }
+
+// Deleting a pool clears it from the finished backfills that named it (the foreign key's SET
+// NULL): a change of a setting that no PATCH made, which the event trigger writes as one
+// backfill.updated (migrations/00016).
+func TestPoolDeleteWritesUpdatedEventOfTheBackfillsItClears(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.PutDag("pool_gone", "@daily", "UTC")
+	e.PutPool("gone", 2, http.StatusCreated)
+	bf := e.DailyBackfill("pool_gone", day(3, 1), day(3, 2), "pool", "gone")
+	e.ActionOK(bf.Id, "cancel")
+	before := evTypes(evOf(e, bf.Id))
+	require.Equal(t, "backfill.canceled", before[len(before)-1])
+
+	res, err := e.do(http.MethodDelete, poolPath("gone"), nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNoContent, res.Status, "body: %s", res.Body)
+	require.Nil(t, e.GetBackfill(bf.Id).Pool)
+	evs := evOf(e, bf.Id)
+	require.Equal(t, append(before, "backfill.updated"), evTypes(evs))
+	evRequireSnapshot(t, evs[len(evs)-1], evGetRaw(e, bf.Id))
+}

@@ -14,6 +14,7 @@ type bench struct {
 	cfg    config
 	log    *log.Logger
 	svc    *service
+	svcDSN string // the service's database
 	client *http.Client
 	floor  *sql.DB // the floor's database (same migrations, separate data)
 	// triggerCounts: the schema counts runs by an INSERT trigger (see insertTriggerCounts).

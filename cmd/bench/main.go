@@ -172,13 +172,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
-	svc, err := startService(ctx, cfg.apiBin, svcDSN, logger)
+	svc, err := startService(ctx, cfg.apiBin, "", svcDSN, logger)
 	if err != nil {
 		return err
 	}
 	env.onClose(svc.stop)
 
-	b := &bench{cfg: cfg, log: logger, svc: svc, client: newHTTPClient(64)}
+	b := &bench{cfg: cfg, log: logger, svc: svc, svcDSN: svcDSN, client: newHTTPClient(64)}
 	if b.floor, err = openDB(floorDSN, 32); err != nil {
 		return err
 	}

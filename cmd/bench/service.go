@@ -33,17 +33,17 @@ type service struct {
 	stopErr  error
 }
 
-// startService builds ./cmd/api (unless bin is given) and starts it against dsn on a free
-// local port, with the background sweep pushed out to an hour so that it cannot land inside
-// a measurement; it returns once /readyz answers 200.
-func startService(ctx context.Context, bin, dsn string, logger *log.Logger) (*service, error) {
+// startService builds ./cmd/api with the build tags (unless bin is given) and starts it
+// against dsn on a free local port, with the background sweep pushed out to an hour so that
+// it cannot land inside a measurement; it returns once /readyz answers 200.
+func startService(ctx context.Context, bin, tags, dsn string, logger *log.Logger) (*service, error) {
 	tmp, err := os.MkdirTemp("", "bench-api-")
 	if err != nil {
 		return nil, err
 	}
 	s := &service{tmpDir: tmp, log: logger, exited: make(chan struct{}), logPath: filepath.Join(tmp, "api.log")}
 	if bin == "" {
-		if bin, err = buildAPI(ctx, tmp, logger); err != nil {
+		if bin, err = buildAPI(ctx, tmp, logger, tags); err != nil {
 			os.RemoveAll(tmp)
 			return nil, err
 		}
@@ -83,7 +83,7 @@ func startService(ctx context.Context, bin, dsn string, logger *log.Logger) (*se
 }
 
 // buildAPI compiles ./cmd/api of the module this command belongs to.
-func buildAPI(ctx context.Context, dir string, logger *log.Logger) (string, error) {
+func buildAPI(ctx context.Context, dir string, logger *log.Logger, tags string) (string, error) {
 	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("go env GOMOD: %w", err)
@@ -93,8 +93,8 @@ func buildAPI(ctx context.Context, dir string, logger *log.Logger) (string, erro
 		return "", errors.New("run bench from inside the module (or pass -api-bin)")
 	}
 	bin := filepath.Join(dir, "api")
-	logger.Printf("building ./cmd/api")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/api")
+	logger.Printf("building ./cmd/api (tags %q)", tags)
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", tags, "-o", bin, "./cmd/api")
 	cmd.Dir = filepath.Dir(gomod)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
