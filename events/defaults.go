@@ -7,6 +7,7 @@ const (
 	DefaultPollInterval = 2 * time.Second
 	// DefaultProgressInterval is the contract's "at most 4 progress messages a second".
 	DefaultProgressInterval = 250 * time.Millisecond
+	DefaultListenIdle       = 10 * time.Second
 	DefaultMaxStreams       = 2000
 	DefaultBatch            = 500
 )

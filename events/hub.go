@@ -36,12 +36,16 @@ var ErrStopped = errors.New("events: hub stopped")
 type Store interface {
 	EventList(ctx context.Context, p repo.EventListParams) ([]domain.Event, error)
 	EventLastID(ctx context.Context) (int64, error)
+	EventCounts(ctx context.Context, after int64, limit int) (counts []repo.EventTypeCount, last int64, more bool, err error)
 	BackfillProgressMany(ctx context.Context, ids []int64) ([]repo.Backfill, time.Time, error)
 }
 
 // Observer is told what an operator watches; the metrics package implements it.
 type Observer interface {
+	// EventRead: the listener read one event for its streams, lag after its transaction.
 	EventRead(eventType string, lag time.Duration)
+	// EventsCounted: n events of the type were written, counted by a listener without streams.
+	EventsCounted(eventType string, n int)
 	StreamsOpen(n int)
 	StreamRejected()
 }
@@ -49,6 +53,7 @@ type Observer interface {
 type nopObserver struct{}
 
 func (nopObserver) EventRead(string, time.Duration) {}
+func (nopObserver) EventsCounted(string, int)       {}
 func (nopObserver) StreamsOpen(int)                 {}
 func (nopObserver) StreamRejected()                 {}
 
@@ -65,6 +70,9 @@ type Config struct {
 	// ProgressInterval is how often followed backfills' counts are read (default 250ms: the
 	// contract's "at most 4 progress messages a second").
 	ProgressInterval time.Duration
+	// ListenIdle is how long the LISTEN session outlives the replica's last stream (default
+	// 10s): enough for a console or a CLI that reconnects to find it still there.
+	ListenIdle time.Duration
 	// MaxStreams bounds the open streams of this replica (default 2000).
 	MaxStreams int
 	// Batch is the most events read in one query (default 500).
@@ -99,6 +107,7 @@ func New(store Store, cfg Config) *Hub {
 	defaults.Positive(&cfg.FallbackPollInterval, 500*time.Millisecond)
 	cfg.FallbackPollInterval = min(cfg.FallbackPollInterval, cfg.PollInterval)
 	defaults.Positive(&cfg.ProgressInterval, DefaultProgressInterval)
+	defaults.Positive(&cfg.ListenIdle, DefaultListenIdle)
 	defaults.Positive(&cfg.MaxStreams, DefaultMaxStreams)
 	defaults.Positive(&cfg.Batch, DefaultBatch)
 	if cfg.Logger == nil {
@@ -201,19 +210,27 @@ func (h *Hub) loop(ctx context.Context) {
 		probe    *prober
 		// proven: a probe notification came back on the listener since it last (re)connected.
 		proven bool
+		// lastFollowed is when the loop last saw a stream open.
+		lastFollowed time.Time
 		// listening is signalled once LISTEN took effect on the first connection; lost whenever
 		// the session is gone.
 		listening = make(chan struct{}, 1)
 		lost      = make(chan struct{}, 1)
 	)
-	defer func() {
+	// unlisten lets the LISTEN session and its prober go, when there are.
+	unlisten := func() {
 		if listener != nil {
 			_ = listener.Close()
 		}
 		if probe != nil {
 			probe.close()
 		}
-	}()
+		listener, notify, probe = nil, nil, nil
+		// A signal of the session let go must not touch the next one.
+		drain(listening)
+		drain(lost)
+	}
+	defer unlisten()
 	poll := time.NewTicker(h.cfg.PollInterval)
 	defer poll.Stop()
 	pollEvery := h.cfg.PollInterval
@@ -258,7 +275,9 @@ func (h *Hub) loop(ctx context.Context) {
 			}
 			h.readOutbox(ctx)
 		case <-listening:
-			sendProbe()
+			if probe != nil { // nil: the session was let go while it was being set up
+				sendProbe()
+			}
 		case <-lost:
 			setProven(false)
 		case <-reprobe.C:
@@ -272,9 +291,20 @@ func (h *Hub) loop(ctx context.Context) {
 		case <-poll.C:
 			h.readOutbox(ctx)
 		case <-prog.C:
-			// LISTEN from the first stream on: a replica nobody follows holds no extra
-			// connection, and polls alone (its events only feed the metrics).
-			if listener == nil && h.cfg.DSN != "" && h.following() {
+			// LISTEN while streams are open, and ListenIdle after the last one: a replica
+			// nobody follows holds no extra connection, and polls alone (its events only feed
+			// the metrics). Listening, it reads the outbox on every notification, which under
+			// a steady stream of changes is up to a hundred reads a second, each computing the
+			// outbox's horizon: a replica that once had streams paid that for the rest of its
+			// life.
+			following := h.following()
+			if following {
+				lastFollowed = time.Now()
+			}
+			if listener != nil && !following && time.Since(lastFollowed) >= h.cfg.ListenIdle {
+				unlisten()
+				setProven(false) // back to PollInterval, the pace of a replica without streams
+			} else if listener == nil && h.cfg.DSN != "" && following {
 				var err error
 				if probe, err = newProber(h.cfg.DSN); err != nil {
 					h.log.Error("event listener: DSN", "err", err)
@@ -287,6 +317,14 @@ func (h *Hub) loop(ctx context.Context) {
 			}
 			h.readProgress(ctx)
 		}
+	}
+}
+
+// drain empties a signal channel of capacity one.
+func drain(c <-chan struct{}) {
+	select {
+	case <-c:
+	default:
 	}
 }
 
@@ -353,22 +391,38 @@ func (h *Hub) following() bool {
 // serving progress.
 const heldWait = 250 * time.Millisecond
 
-// readOutbox reads every event after the cursor and hands each to its backfill's streams.
-// Only the followed backfills' events are read with their data (rendered from the stored row
-// at every read): the others only feed the metrics.
+// readOutbox reads every event after the cursor and hands each to its backfill's streams,
+// while the replica has streams. Only the followed backfills' events are read with their data
+// (rendered from the stored row at every read): the others only feed the listener's lag
+// metric. Without streams it reads no event.
 func (h *Hub) readOutbox(ctx context.Context) {
 	for ctx.Err() == nil {
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		followed := h.followedIDs()
-		var wait time.Duration
-		if len(followed) > 0 {
-			// Only streams need the wait: without them the events feed the metrics alone,
-			// and under a steady stream of writers some event is nearly always held, so
-			// every read would spend heldWait re-reading the horizon.
-			wait = heldWait
+		if len(followed) == 0 {
+			// Nobody to hand events to: count them for the metrics without reading them (a
+			// replica's read of every event was a tenth of what an event cost, P9). A stream
+			// that subscribes from now on replays what is stored up to the cursor itself
+			// (Subscribe).
+			counts, last, more, err := h.store.EventCounts(qctx, h.cursor, h.cfg.Batch)
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					h.log.Error("count events", "err", err)
+				}
+				return
+			}
+			for _, c := range counts {
+				h.obs.EventsCounted(string(c.Type), c.Count)
+			}
+			h.cursor = last
+			if !more {
+				return
+			}
+			continue
 		}
 		evs, err := h.store.EventList(qctx, repo.EventListParams{
-			After: h.cursor, Limit: h.cfg.Batch, Wait: wait, DataOnlyFor: followed})
+			After: h.cursor, Limit: h.cfg.Batch, Wait: heldWait, DataOnlyFor: followed})
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {

@@ -126,7 +126,7 @@ func New() *Metrics {
 		}, []string{"type"}),
 		eventLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "backfill_event_listener_lag_seconds",
-			Help:    "Time from an event's transaction to this replica's listener reading it.",
+			Help:    "Time from an event's transaction to this replica's listener reading it for its streams (a replica without streams reads none).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 4, 8),
 		}),
 		eventStreams: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -204,11 +204,17 @@ func (m *Metrics) WebhookAttempted(outcome string) { m.webhookAttempts.WithLabel
 // WebhookDelivered implements webhooks.Observer.
 func (m *Metrics) WebhookDelivered(lag time.Duration) { m.webhookLag.Observe(lag.Seconds()) }
 
-// EventRead implements events.Observer: the listener read one event from the outbox, lag
-// after its transaction.
+// EventRead implements events.Observer: the listener read one event from the outbox for its
+// streams, lag after its transaction.
 func (m *Metrics) EventRead(eventType string, lag time.Duration) {
 	m.eventsRead.WithLabelValues(eventType).Inc()
 	m.eventLag.Observe(max(lag, 0).Seconds())
+}
+
+// EventsCounted implements events.Observer: a listener without streams counted n events of
+// the type without reading them (no lag to observe).
+func (m *Metrics) EventsCounted(eventType string, n int) {
+	m.eventsRead.WithLabelValues(eventType).Add(float64(n))
 }
 
 // StreamsOpen implements events.Observer.

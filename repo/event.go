@@ -82,12 +82,10 @@ func eventList(ctx context.Context, q sqlx.QueryerContext, p EventListParams) (e
 				CASE WHEN $5::bigint[] IS NULL OR backfill_id = ANY ($5) THEN event_data(events) END AS rendered
 			FROM events
 			WHERE id > $1 AND ($2::bigint IS NULL OR backfill_id = $2) AND ($3::text IS NULL OR type = $3)
-			ORDER BY id LIMIT $4)
-		SELECT page.*, CASE
-			WHEN (SELECT max(id) FROM page) < (pg_snapshot_xmin(snap.s)::text::bigint << 12)
-			THEN pg_snapshot_xmin(snap.s)::text::bigint << 12
-			ELSE event_horizon(snap.s) END AS horizon
-		FROM page, snap
+			ORDER BY id LIMIT $4),
+		`+pageBoundCTE+`
+		SELECT page.*, bound.horizon
+		FROM page, bound
 		ORDER BY page.id`,
 		p.After, p.BackfillID, p.Type, p.Limit, dataOnlyFor)
 	if err != nil {
@@ -102,6 +100,53 @@ func eventList(ctx context.Context, q sqlx.QueryerContext, p EventListParams) (e
 		events = append(events, r.Event)
 	}
 	return events, false, nil
+}
+
+// pageBoundCTE is bound, the horizon that cuts the page of events read by the CTEs snap and
+// page before it, computed once per page, not per row: the exact horizon reads
+// pg_stat_activity, so it is computed only when the page reaches past the snapshot's xmin
+// (which is at most the horizon).
+const pageBoundCTE = `bound AS MATERIALIZED (
+			SELECT CASE
+				WHEN coalesce((SELECT max(id) FROM page) < (pg_snapshot_xmin(snap.s)::text::bigint << 12), true)
+				THEN pg_snapshot_xmin(snap.s)::text::bigint << 12
+				ELSE event_horizon(snap.s) END AS horizon
+			FROM snap)`
+
+// EventTypeCount is how many events of one type a count read found.
+type EventTypeCount struct {
+	Type  domain.EventType `db:"type"`
+	Count int              `db:"count"`
+}
+
+// EventCounts counts the events after after, by type, in one page of at most limit events
+// cut at the horizon as EventList cuts it, and answers the id of the last one counted (after
+// when none): a reader that needs how many events were written, not the events, pages with
+// it as with EventList without reading them. more says that the whole page was counted:
+// there may be more after it.
+func (s *Store) EventCounts(ctx context.Context, after int64, limit int) (counts []EventTypeCount, last int64, more bool, err error) {
+	var rows []struct {
+		EventTypeCount
+		Last int64 `db:"last"`
+	}
+	err = sqlx.SelectContext(ctx, s.db, &rows, `
+		WITH snap AS (SELECT pg_current_snapshot() AS s),
+		page AS (SELECT id, type FROM events WHERE id > $1 ORDER BY id LIMIT $2),
+		`+pageBoundCTE+`
+		SELECT type, count(*) AS count, max(id) AS last
+		FROM page, bound
+		WHERE page.id < bound.horizon
+		GROUP BY type`, after, limit)
+	if err != nil {
+		return nil, after, false, fmt.Errorf("count events: %w", err)
+	}
+	last, total := after, 0
+	for _, r := range rows {
+		counts = append(counts, r.EventTypeCount)
+		last = max(last, r.Last)
+		total += r.Count
+	}
+	return counts, last, total == limit, nil
 }
 
 // EventLastID is the largest servable event id so far (0 when none): where a listener that

@@ -1,0 +1,81 @@
+package events
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/backfillsvc/backfill/domain"
+	"github.com/backfillsvc/backfill/internal/pgtest"
+	"github.com/backfillsvc/backfill/repo"
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/require"
+)
+
+// A replica listens while it has streams and ListenIdle after the last one, then lets the
+// session go: listening, it reads the outbox on every notification, so a replica that once
+// had a stream read it up to a hundred times a second under steady changes for the rest of its
+// life. A stream that opens later listens again, and its events come on notifications.
+func TestListenSessionEndsAfterTheLastStream(t *testing.T) {
+	t.Parallel()
+	db, dsn := pgtest.Open(t)
+	ctx := context.Background()
+	store := repo.New(db, repo.Config{})
+	_, _, err := store.DagPut(ctx, repo.DagPutParams{DagID: "relisten", Schedule: "@daily", Timezone: "UTC", MaxActiveRuns: 1})
+	require.NoError(t, err)
+	b, _, err := store.BackfillCreate(ctx, domain.BackfillRequest{DagID: "relisten",
+		FromDate: time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC), ToDate: time.Date(2024, 1, 2, 0, 0, 0, 0, time.UTC),
+		ReprocessBehavior: "none", MaxActiveRuns: 1})
+	require.NoError(t, err)
+
+	const idle, tick = 400 * time.Millisecond, 20 * time.Millisecond
+	// No poll within the test: what reaches the second stream came on a notification.
+	hub := New(store, Config{DSN: dsn, PollInterval: time.Hour, FallbackPollInterval: time.Hour,
+		ProgressInterval: tick, ListenIdle: idle})
+	require.NoError(t, hub.Start(ctx))
+	defer hub.Stop()
+
+	first, err := hub.Subscribe(b.ID)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return listenSessions(t, db) == 1 }, 5*time.Second, 10*time.Millisecond,
+		"a replica with a stream listens")
+	first.Close()
+	closed := time.Now()
+	require.Eventually(t, func() bool { return listenSessions(t, db) == 0 }, 5*time.Second, 10*time.Millisecond,
+		"the session ends after the last stream")
+	// Counted from the last tick that saw the stream, at most a tick before it closed.
+	require.GreaterOrEqual(t, time.Since(closed), idle-tick, "not before ListenIdle")
+
+	second, err := hub.Subscribe(b.ID)
+	require.NoError(t, err)
+	defer second.Close()
+	require.Eventually(t, func() bool { return listenSessions(t, db) == 1 }, 5*time.Second, 10*time.Millisecond,
+		"a stream that opens later listens again")
+	_, err = store.BackfillPause(ctx, b.ID)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, notifyStatement)
+	require.NoError(t, err)
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case <-second.Wake():
+			evs, _, _ := second.Take()
+			for _, ev := range evs {
+				if ev.Type == domain.EventBackfillPaused {
+					return
+				}
+			}
+		case <-deadline:
+			t.Fatal("the pause did not reach the stream within 5 s, with polls an hour apart")
+		}
+	}
+}
+
+// listenSessions counts the sessions of the test's database whose last statement was LISTEN.
+func listenSessions(t *testing.T, db *sqlx.DB) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.Get(&n, `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'LISTEN %' AND pid <> pg_backend_pid()`))
+	return n
+}
