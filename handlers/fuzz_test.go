@@ -411,6 +411,7 @@ func checkOneRequest(t *testing.T, method, path, contentType, idempotencyKey, au
 	if err != nil {
 		return // not a request a client can send
 	}
+	method = req.Method // "" is GET, as net/http sends it
 	if mode&2 != 0 && len(body) > 0 {
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		req.ContentLength = -1
