@@ -28,7 +28,13 @@ type browser struct {
 	mu       sync.Mutex
 	requests []string
 	errors   []string
+	// network is the page's recent requests with their answers, told when a wait times out:
+	// a console that did not move is then seen to have waited, been refused, or never asked.
+	network []string
 }
+
+// networkKept is how many of the page's latest network entries browser.network keeps.
+const networkKept = 40
 
 func newBrowser(t *testing.T) *browser {
 	t.Helper()
@@ -57,6 +63,11 @@ func newBrowser(t *testing.T) *browser {
 		switch ev := ev.(type) {
 		case *network.EventRequestWillBeSent:
 			b.requests = append(b.requests, ev.Request.URL)
+			b.note("%s → %s %s", ev.RequestID, ev.Request.Method, ev.Request.URL)
+		case *network.EventResponseReceived:
+			b.note("%s ← %d %s", ev.RequestID, ev.Response.Status, ev.Response.MimeType)
+		case *network.EventLoadingFailed:
+			b.note("%s ✗ %s canceled=%v", ev.RequestID, ev.ErrorText, ev.Canceled)
 		case *runtime.EventConsoleAPICalled:
 			if ev.Type == runtime.ConsoleAPICalledTypeError {
 				b.errors = append(b.errors, fmt.Sprintf("console.error: %d args", len(ev.Args)))
@@ -78,6 +89,14 @@ func newBrowser(t *testing.T) *browser {
 	_, err = chromedp.Call(ctx, runtime.Enable, cdp.Empty{})
 	require.NoError(t, err)
 	return b
+}
+
+// note keeps one network entry, stamped; b.mu is held.
+func (b *browser) note(format string, args ...any) {
+	b.network = append(b.network, time.Now().Format("15:04:05.000 ")+fmt.Sprintf(format, args...))
+	if len(b.network) > networkKept {
+		b.network = b.network[len(b.network)-networkKept:]
+	}
 }
 
 func (b *browser) do(t *testing.T, actions ...chromedp.Action[chromedp.Void]) {
@@ -107,6 +126,11 @@ func (b *browser) waitFor(t *testing.T, js string) {
 	t.Helper()
 	_, err := chromedp.Run(b.ctx, chromedp.Poll[bool](js,
 		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(60*time.Second)))
+	if err != nil {
+		b.mu.Lock()
+		t.Logf("the page's latest requests, until %s:\n%s", time.Now().Format("15:04:05.000"), strings.Join(b.network, "\n"))
+		b.mu.Unlock()
+	}
 	require.NoError(t, err, "waiting for %s", js)
 }
 

@@ -20,7 +20,7 @@ export async function backfillPage(id, nav) {
   const limits = h("form", { class: "form-row", id: "limits" });
   const grid = slotGrid(id, { api, h, onError: showError });
   const events = h("tbody", { id: "events" });
-  const failed = failedRunsSection(id, { api, h });
+  const failed = failedRunsSection(id, { api, h, onError: showError });
   const legend = h("div", { class: "legend", "aria-hidden": "false" },
     ...SLOT_STATES.map((s) => h("span", {}, h("span", { class: `cell s-${s}` }), s)));
 
@@ -109,15 +109,18 @@ export async function backfillPage(id, nav) {
     try { await fn(); await refresh(); await refreshEvents().catch(() => {}); } catch (err) { showError(err); }
   };
 
+  // The page is shown whole, once every section has its first read: shown section by
+  // section, the grid arriving last pushed the failed runs down under the pointer of whoever
+  // was about to page them (a click that landed on nothing).
   await refresh();
+  if (!nav.current()) return;
+  await Promise.all([refreshGrid(), refreshEvents().catch(() => {}), failed.refresh().catch(showError)]);
   if (!nav.current()) return;
   show(title, fields, h("h3", {}, "Progress"), bar, actions, limits,
     h("h3", {}, "Slots"), legend, grid.node,
     failed.node,
     h("h3", {}, "Events"), h("div", { class: "scroll" }, h("table", {},
       h("thead", {}, h("tr", {}, ...["Id", "Type", "When", "Reason"].map((t) => h("th", { scope: "col" }, t)))), events)));
-  await Promise.all([refreshGrid(), refreshEvents().catch(() => {}), failed.refresh().catch(showError)]);
-  if (!nav.current()) return;
 
   // Live: the backfill's event stream; progress messages move the bar, lifecycle events
   // refresh the page. The grid follows at most once a second.

@@ -7,7 +7,7 @@ import { fmtTime } from "./time.js";
 const PAGE = 50;
 
 // failedRunsSection makes the section; refresh() re-reads the current page.
-export function failedRunsSection(id, { api, h }) {
+export function failedRunsSection(id, { api, h, onError }) {
   const count = h("p", { class: "muted", id: "failed-count" });
   const body = h("tbody", { id: "failed-runs" });
   const prev = h("button", { type: "button", class: "secondary", id: "failed-prev" }, "Previous page");
@@ -39,12 +39,13 @@ export function failedRunsSection(id, { api, h }) {
     prev.disabled = page === 0;
     next.disabled = !nextCursor;
   };
-  prev.addEventListener("click", () => { if (page > 0) { page--; load().catch(() => {}); } });
+  // A page that cannot be read says so (onError), instead of leaving the click unanswered.
+  prev.addEventListener("click", () => { if (page > 0) { page--; load().catch(onError); } });
   next.addEventListener("click", () => {
     if (!nextCursor) return;
     cursors[page + 1] = nextCursor;
     page++;
-    load().catch(() => {});
+    load().catch(onError);
   });
 
   const node = h("section", { id: "failed-section" },
