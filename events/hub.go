@@ -34,7 +34,7 @@ var ErrStopped = errors.New("events: hub stopped")
 
 // Store is what the hub reads.
 type Store interface {
-	EventList(ctx context.Context, p repo.EventListParams) ([]domain.Event, error)
+	EventPage(ctx context.Context, p repo.EventListParams) (events []domain.Event, held bool, err error)
 	EventLastID(ctx context.Context) (int64, error)
 	EventCounts(ctx context.Context, after int64, limit int) (counts []repo.EventTypeCount, last int64, more bool, err error)
 	BackfillProgressMany(ctx context.Context, ids []int64) ([]repo.Backfill, time.Time, error)
@@ -253,6 +253,23 @@ func (h *Hub) loop(ctx context.Context) {
 			setProven(false)
 		}
 	}
+	// reread reads the outbox again while committed events for the streams are held back by
+	// an older transaction (readOutbox): after heldWait, then less and less often, up to
+	// the poll's pace. Without it such events waited for the next notification, which may
+	// not come, or the next poll.
+	reread := time.NewTimer(time.Hour)
+	reread.Stop()
+	defer reread.Stop()
+	rereadEvery := time.Duration(0)
+	read := func() {
+		if !h.readOutbox(ctx) {
+			rereadEvery = 0
+			reread.Stop()
+			return
+		}
+		rereadEvery = min(max(2*rereadEvery, heldWait), pollEvery)
+		reread.Reset(rereadEvery)
+	}
 	reprobe := time.NewTicker(probeEvery)
 	defer reprobe.Stop()
 	prog := time.NewTicker(h.cfg.ProgressInterval)
@@ -273,7 +290,7 @@ func (h *Hub) loop(ctx context.Context) {
 				}
 				continue
 			}
-			h.readOutbox(ctx)
+			read()
 		case <-listening:
 			if probe != nil { // nil: the session was let go while it was being set up
 				sendProbe()
@@ -289,7 +306,9 @@ func (h *Hub) loop(ctx context.Context) {
 				sendProbe()
 			}
 		case <-poll.C:
-			h.readOutbox(ctx)
+			read()
+		case <-reread.C:
+			read()
 		case <-prog.C:
 			// LISTEN while streams are open, and ListenIdle after the last one: a replica
 			// nobody follows holds no extra connection, and polls alone (its events only feed
@@ -313,7 +332,7 @@ func (h *Hub) loop(ctx context.Context) {
 				}
 				listener, notify = h.listen(probe.channel, listening, lost)
 				setProven(false)
-				h.readOutbox(ctx) // what was committed before LISTEN took effect
+				read() // what was committed before LISTEN took effect
 			}
 			h.readProgress(ctx)
 		}
@@ -387,15 +406,17 @@ func (h *Hub) following() bool {
 // heldWait is how long one read of the outbox waits for committed events that an older
 // transaction holds back (repo.EventListParams.Wait). A notification comes right after a
 // commit, often before the horizon has passed it; without the wait those events would wait
-// for the next notification or poll. Longer holds are left to them, so that the loop keeps
-// serving progress.
+// for the next notification or poll. Longer holds are left to the loop's reread, so that
+// the loop keeps serving progress meanwhile.
 const heldWait = 250 * time.Millisecond
 
 // readOutbox reads every event after the cursor and hands each to its backfill's streams,
 // while the replica has streams. Only the followed backfills' events are read with their data
 // (rendered from the stored row at every read): the others only feed the listener's lag
-// metric. Without streams it reads no event.
-func (h *Hub) readOutbox(ctx context.Context) {
+// metric. Without streams it reads no event. It answers whether its last read stopped at
+// committed events that an older transaction still holds back (never without streams:
+// nobody waits for them).
+func (h *Hub) readOutbox(ctx context.Context) bool {
 	for ctx.Err() == nil {
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		followed := h.followedIDs()
@@ -410,25 +431,25 @@ func (h *Hub) readOutbox(ctx context.Context) {
 				if ctx.Err() == nil {
 					h.log.Error("count events", "err", err)
 				}
-				return
+				return false
 			}
 			for _, c := range counts {
 				h.obs.EventsCounted(string(c.Type), c.Count)
 			}
 			h.cursor = last
 			if !more {
-				return
+				return false
 			}
 			continue
 		}
-		evs, err := h.store.EventList(qctx, repo.EventListParams{
+		evs, held, err := h.store.EventPage(qctx, repo.EventListParams{
 			After: h.cursor, Limit: h.cfg.Batch, Wait: heldWait, DataOnlyFor: followed})
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
 				h.log.Error("read events", "err", err)
 			}
-			return
+			return false // the next wake-up or poll reads again
 		}
 		h.mu.Lock()
 		for _, ev := range evs {
@@ -447,9 +468,10 @@ func (h *Hub) readOutbox(ctx context.Context) {
 			h.cursor = ev.ID
 		}
 		if len(evs) < h.cfg.Batch {
-			return
+			return held
 		}
 	}
+	return false
 }
 
 // readProgress reads the counts of every followed backfill in one query and hands the ones

@@ -41,14 +41,23 @@ type EventListParams struct {
 // migrations/00014_events_without_lock.sql): every event still to come has a larger id than
 // any it answers, so paging by id never skips one.
 func (s *Store) EventList(ctx context.Context, p EventListParams) ([]domain.Event, error) {
+	events, _, err := s.EventPage(ctx, p)
+	return events, err
+}
+
+// EventPage is EventList that also says whether the page stopped at the horizon with
+// committed events after it still held back, Wait having run out before the older
+// transaction ended: a reader that must hand them on soon reads again shortly, instead of at
+// its next wake-up.
+func (s *Store) EventPage(ctx context.Context, p EventListParams) (events []domain.Event, held bool, err error) {
 	deadline := time.Now().Add(p.Wait)
 	for attempt := 0; ; attempt++ {
-		events, held, err := eventList(ctx, s.db, p)
+		events, held, err = eventList(ctx, s.db, p)
 		if err != nil || !held || len(events) == p.Limit || !time.Now().Before(deadline) {
-			return events, err
+			return events, held, err
 		}
 		if err := sleepCtx(ctx, min(time.Until(deadline), eventHeldBackoff(attempt))); err != nil {
-			return events, nil
+			return events, held, nil
 		}
 	}
 }
