@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/domain"
-	"github.com/backfillsvc/backfill/internal/pgtest"
-	"github.com/backfillsvc/backfill/repo"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,15 +14,8 @@ import (
 // polls an hour apart. It used to wait for one of them.
 func TestHeldEventReachesTheStreamWhenTheOlderTransactionEnds(t *testing.T) {
 	t.Parallel()
-	db, dsn := pgtest.Open(t)
+	db, dsn, store, b := oneBackfill(t)
 	ctx := context.Background()
-	store := repo.New(db, repo.Config{})
-	_, _, err := store.DagPut(ctx, repo.DagPutParams{DagID: "held", Schedule: "@daily", Timezone: "UTC", MaxActiveRuns: 1})
-	require.NoError(t, err)
-	b, _, err := store.BackfillCreate(ctx, domain.BackfillRequest{DagID: "held",
-		FromDate: time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC), ToDate: time.Date(2024, 1, 2, 0, 0, 0, 0, time.UTC),
-		ReprocessBehavior: "none", MaxActiveRuns: 1})
-	require.NoError(t, err)
 
 	hub := New(store, Config{DSN: dsn, PollInterval: time.Hour, FallbackPollInterval: time.Hour,
 		ProgressInterval: 20 * time.Millisecond})

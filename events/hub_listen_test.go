@@ -18,15 +18,8 @@ import (
 // life. A stream that opens later listens again, and its events come on notifications.
 func TestListenSessionEndsAfterTheLastStream(t *testing.T) {
 	t.Parallel()
-	db, dsn := pgtest.Open(t)
+	db, dsn, store, b := oneBackfill(t)
 	ctx := context.Background()
-	store := repo.New(db, repo.Config{})
-	_, _, err := store.DagPut(ctx, repo.DagPutParams{DagID: "relisten", Schedule: "@daily", Timezone: "UTC", MaxActiveRuns: 1})
-	require.NoError(t, err)
-	b, _, err := store.BackfillCreate(ctx, domain.BackfillRequest{DagID: "relisten",
-		FromDate: time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC), ToDate: time.Date(2024, 1, 2, 0, 0, 0, 0, time.UTC),
-		ReprocessBehavior: "none", MaxActiveRuns: 1})
-	require.NoError(t, err)
 
 	const idle, tick = 400 * time.Millisecond, 20 * time.Millisecond
 	// No poll within the test: what reaches the second stream came on a notification.
@@ -69,6 +62,21 @@ func TestListenSessionEndsAfterTheLastStream(t *testing.T) {
 			t.Fatal("the pause did not reach the stream within 5 s, with polls an hour apart")
 		}
 	}
+}
+
+// oneBackfill opens a scratch database with a store and one backfill of one run in it.
+func oneBackfill(t *testing.T) (*sqlx.DB, string, *repo.Store, repo.Backfill) {
+	t.Helper()
+	db, dsn := pgtest.Open(t)
+	ctx := context.Background()
+	store := repo.New(db, repo.Config{})
+	_, _, err := store.DagPut(ctx, repo.DagPutParams{DagID: "one", Schedule: "@daily", Timezone: "UTC", MaxActiveRuns: 1})
+	require.NoError(t, err)
+	b, _, err := store.BackfillCreate(ctx, domain.BackfillRequest{DagID: "one",
+		FromDate: time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC), ToDate: time.Date(2024, 1, 2, 0, 0, 0, 0, time.UTC),
+		ReprocessBehavior: "none", MaxActiveRuns: 1})
+	require.NoError(t, err)
+	return db, dsn, store, b
 }
 
 // listenSessions counts the sessions of the test's database whose last statement was LISTEN.
