@@ -1,0 +1,140 @@
+package events
+
+// The hub's reads: the outbox for the followed backfills' events, and their progress.
+
+import (
+	"context"
+	"time"
+
+	"github.com/backfillsvc/backfill/repo"
+)
+
+// followedIDs is the backfills some stream follows now (never nil).
+func (h *Hub) followedIDs() []int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.followedLocked()
+}
+
+// followedLocked is followedIDs for a caller that holds h.mu.
+func (h *Hub) followedLocked() []int64 {
+	ids := make([]int64, 0, len(h.subs))
+	for id := range h.subs {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func (h *Hub) following() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.count > 0
+}
+
+// heldWait is how long one read of the outbox waits for committed events that an older
+// transaction holds back (repo.EventListParams.Wait). A notification comes right after a
+// commit, often before the horizon has passed it; without the wait those events would wait
+// for the next notification or poll. Longer holds are left to the loop's reread, so that
+// the loop keeps serving progress meanwhile.
+const heldWait = 250 * time.Millisecond
+
+// readOutbox reads every event after the cursor and hands each to its backfill's streams,
+// while the replica has streams. Only the followed backfills' events are read with their data
+// (rendered from the stored row at every read): the others only feed the listener's lag
+// metric. Without streams it reads no event. It answers whether its last read stopped at
+// committed events that an older transaction still holds back (never without streams:
+// nobody waits for them).
+func (h *Hub) readOutbox(ctx context.Context) bool {
+	for ctx.Err() == nil {
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		followed := h.followedIDs()
+		if len(followed) == 0 {
+			// Nobody to hand events to: count them for the metrics without reading them (a
+			// replica's read of every event was a tenth of what an event cost, P9). A stream
+			// that subscribes from now on replays what is stored up to the cursor itself
+			// (Subscribe).
+			counts, last, more, err := h.store.EventCounts(qctx, h.cursor, h.cfg.Batch)
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					h.log.Error("count events", "err", err)
+				}
+				return false
+			}
+			for _, c := range counts {
+				h.obs.EventsCounted(string(c.Type), c.Count)
+			}
+			h.cursor = last
+			if !more {
+				return false
+			}
+			continue
+		}
+		evs, held, err := h.store.EventPage(qctx, repo.EventListParams{
+			After: h.cursor, Limit: h.cfg.Batch, Wait: heldWait, DataOnlyFor: followed})
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				h.log.Error("read events", "err", err)
+			}
+			return false // the next wake-up or poll reads again
+		}
+		h.mu.Lock()
+		for _, ev := range evs {
+			if ev.Data == nil {
+				// Its backfill was not followed when this page was read. A stream that
+				// subscribed since replays it from the store, as Subscribe says.
+				continue
+			}
+			for s := range h.subs[ev.BackfillID] {
+				s.push(ev)
+			}
+		}
+		h.mu.Unlock()
+		for _, ev := range evs {
+			h.obs.EventRead(string(ev.Type), time.Since(ev.OccurredAt))
+			h.cursor = ev.ID
+		}
+		if len(evs) < h.cfg.Batch {
+			return held
+		}
+	}
+	return false
+}
+
+// readProgress reads the counts of every followed backfill in one query and hands the ones
+// that changed to their streams.
+func (h *Hub) readProgress(ctx context.Context) {
+	h.mu.Lock()
+	ids := h.followedLocked()
+	for id := range h.progress {
+		if _, followed := h.subs[id]; !followed {
+			delete(h.progress, id)
+		}
+	}
+	h.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	rows, now, err := h.store.BackfillProgressMany(qctx, ids)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			h.log.Error("read progress", "err", err)
+		}
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, b := range rows {
+		p := ProgressOf(b, now)
+		if old, ok := h.progress[b.ID]; ok && old.SameCounts(p) {
+			continue
+		}
+		h.progress[b.ID] = p
+		for s := range h.subs[b.ID] {
+			s.setProgress(p)
+		}
+	}
+}
