@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
@@ -20,20 +21,34 @@ func TestStatementTimeoutAnswers503TimeoutWithRetryAfter(t *testing.T) {
 	e := newEnv(t)
 	b := e.DailyBackfill("locked", day(1, 1), day(1, 3))
 
-	// Every new session of this database stops statements after 300 ms; the pool's idle
-	// sessions are closed so that the service's next ones take the setting.
+	// Every new session of this database stops statements after 300 ms.
 	var dbName string
 	require.NoError(t, e.DB.Get(&dbName, `SELECT current_database()`))
 	_, err := e.DB.Exec(fmt.Sprintf(`ALTER DATABASE %s SET statement_timeout = '300ms'`, pq.QuoteIdentifier(dbName)))
 	require.NoError(t, err)
+	var altered time.Time
+	require.NoError(t, e.DB.Get(&altered, `SELECT clock_timestamp()`))
 
-	// Another session holds the DAG's and the backfill's rows.
 	ctx := context.Background()
 	holder, err := e.DB.Connx(ctx)
 	require.NoError(t, err)
 	defer holder.Close()
-	e.DB.SetMaxIdleConns(0)
-	e.DB.SetMaxIdleConns(40)
+	// The service's sessions opened before the setting are closed, so that it takes the
+	// setting everywhere: the pool closes its idle ones, and one that a background loop (the
+	// hub's poll, the deliverer's) was using at that moment once it is handed back. Closing
+	// the idle ones once was not enough: the PUT below got a session without the setting and
+	// waited for the held row until CI's timeout (2026-12-04).
+	require.Eventually(t, func() bool {
+		e.DB.SetMaxIdleConns(0)
+		e.DB.SetMaxIdleConns(40)
+		var old int
+		require.NoError(t, holder.GetContext(ctx, &old, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND backend_type = 'client backend'
+				AND backend_start < $1 AND pid <> pg_backend_pid()`, altered))
+		return old == 0
+	}, 10*time.Second, 20*time.Millisecond, "the service's sessions from before the setting are closed")
+
+	// Another session holds the DAG's and the backfill's rows.
 	for _, q := range []string{`BEGIN`, `SELECT 1 FROM dags WHERE dag_id = 'locked' FOR UPDATE`,
 		fmt.Sprintf(`SELECT 1 FROM backfills WHERE id = %d FOR UPDATE`, b.Id)} {
 		_, err = holder.ExecContext(ctx, q)
