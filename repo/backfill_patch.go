@@ -37,7 +37,8 @@ func (s *Store) BackfillPatch(ctx context.Context, p BackfillPatchParams) (Backf
 	var b Backfill
 	err := s.withRetry(ctx, func() error {
 		return sqlx.GetContext(ctx, s.hot(ctx, s.db, s.db, backfillPatchSQL), &b, backfillPatchSQL,
-			p.ID, p.MaxActiveRuns, p.SetMaxFailed, p.MaxFailedRuns, p.SetDescription, p.Description, p.SetPool, p.Pool)
+			p.ID, p.MaxActiveRuns, p.SetMaxFailed, p.MaxFailedRuns, p.SetDescription, p.Description, p.SetPool, p.Pool,
+			s.lockWaitMillis)
 	})
 	if err == nil {
 		return b, nil
@@ -97,6 +98,7 @@ func backfillPatchStatement(withEvent bool) string {
 				OR (CASE WHEN $3 THEN $4 ELSE max_failed_runs END) IS DISTINCT FROM max_failed_runs
 				OR (CASE WHEN $5 THEN $6 ELSE description END) IS DISTINCT FROM description
 				OR (CASE WHEN $7 THEN $8::text ELSE pool END) IS DISTINCT FROM pool)
+			AND `+statementLockWait("$9")+`
 		RETURNING backfills AS snapshot, ` + backfillColumns + `)` + event + `
 	SELECT ` + backfillColumns + ` FROM patched`
 }

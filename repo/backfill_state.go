@@ -21,11 +21,13 @@ func (s *Store) BackfillUnpause(ctx context.Context, id int64) (Backfill, error)
 func (s *Store) backfillToggle(ctx context.Context, id int64, from, to domain.BackfillState) (Backfill, error) {
 	defer s.eventsMayBeWritten()
 	var b Backfill
-	err := sqlx.GetContext(ctx, s.db, &b, `
-		UPDATE backfills SET state = $3, updated_at = backfill_now(),
-			pause_reason = CASE WHEN $3 = 'paused' THEN 'user' END
-		WHERE id = $1 AND state = $2
-		RETURNING `+backfillColumns, id, from, to)
+	err := s.withRetry(ctx, func() error {
+		return sqlx.GetContext(ctx, s.db, &b, `
+			UPDATE backfills SET state = $3, updated_at = backfill_now(),
+				pause_reason = CASE WHEN $3 = 'paused' THEN 'user' END
+			WHERE id = $1 AND state = $2 AND `+statementLockWait("$4")+`
+			RETURNING `+backfillColumns, id, from, to, s.lockWaitMillis)
+	})
 	if err == nil {
 		return b, nil
 	}

@@ -28,9 +28,22 @@ func (s *Store) DagPut(ctx context.Context, p DagPutParams) (Dag, bool, error) {
 		Created bool `db:"created"`
 	}
 	// xmax is 0 only on a freshly inserted row: it tells created from replaced in one trip.
-	err := sqlx.GetContext(ctx, s.db, &row, `
-		INSERT INTO dags (`+dagColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, backfill_now(), backfill_now())
+	err := s.withRetry(ctx, func() error {
+		return sqlx.GetContext(ctx, s.db, &row, dagPutSQL,
+			p.DagID, p.Schedule, p.Timezone, p.MaxActiveRuns, p.IsPaused, p.Description, s.lockWaitMillis)
+	})
+	if err != nil {
+		return Dag{}, false, fmt.Errorf("upsert dag %q: %w", p.DagID, err)
+	}
+	return row.Dag, row.Created, nil
+}
+
+// dagPutSQL creates or replaces a DAG; it waits at most LOCK_WAIT ($7) for a row that another
+// transaction holds.
+var dagPutSQL = `
+		INSERT INTO dags (` + dagColumns + `)
+		SELECT $1, $2, $3, $4, $5, $6, backfill_now(), backfill_now()
+		WHERE ` + statementLockWait("$7") + `
 		ON CONFLICT (dag_id) DO UPDATE SET
 			schedule = EXCLUDED.schedule,
 			timezone = EXCLUDED.timezone,
@@ -38,13 +51,7 @@ func (s *Store) DagPut(ctx context.Context, p DagPutParams) (Dag, bool, error) {
 			is_paused = EXCLUDED.is_paused,
 			description = EXCLUDED.description,
 			updated_at = EXCLUDED.updated_at
-		RETURNING `+dagColumns+`, (xmax = 0) AS created`,
-		p.DagID, p.Schedule, p.Timezone, p.MaxActiveRuns, p.IsPaused, p.Description)
-	if err != nil {
-		return Dag{}, false, fmt.Errorf("upsert dag %q: %w", p.DagID, err)
-	}
-	return row.Dag, row.Created, nil
-}
+		RETURNING ` + dagColumns + `, (xmax = 0) AS created`
 
 // DagGet returns one DAG.
 func (s *Store) DagGet(ctx context.Context, dagID string) (Dag, error) {

@@ -17,7 +17,25 @@ const DefaultLockWait = 2 * time.Second
 // transaction, so a connection handed back to the pool (or to a transaction-mode pooler)
 // carries nothing into the next one.
 func lockWaitSQL(d time.Duration) string {
-	return "SET LOCAL lock_timeout = " + strconv.FormatInt(max(d.Milliseconds(), 1), 10)
+	return "SET LOCAL lock_timeout = " + lockWaitMillis(d)
+}
+
+// lockWaitMillis is d as lock_timeout takes it, in whole milliseconds (0 would mean no limit).
+func lockWaitMillis(d time.Duration) string {
+	return strconv.FormatInt(max(d.Milliseconds(), 1), 10)
+}
+
+// statementLockWait is the condition with which a write made in one statement of its own,
+// outside any transaction, bounds its lock waits by LOCK_WAIT as setLockWait bounds a
+// transaction's, without the three round trips of BEGIN, SET LOCAL and COMMIT: set in the
+// WHERE of the statement's row source, it is evaluated before the statement updates or locks
+// a row, so it is in force when the statement waits for one, and set_config(..., true) lasts
+// until the end of the statement's implicit transaction, so the session keeps nothing. param
+// is the statement's parameter that carries Store.lockWaitMillis. Without it a PUT or PATCH
+// of a row that another transaction held waited for as long as the holder liked, holding its
+// connection and its admission slot (CI, 2026-12-04: a PUT of a DAG, 7 minutes).
+func statementLockWait(param string) string {
+	return "set_config('lock_timeout', " + param + ", true) IS NOT NULL"
 }
 
 // setLockWait bounds every lock wait of tx by LOCK_WAIT: an admitted request that meets a row

@@ -43,13 +43,14 @@ func (s *Store) PoolPut(ctx context.Context, p PoolPutParams) (Pool, bool, error
 	err := s.withRetry(ctx, func() error {
 		return sqlx.GetContext(ctx, s.db, &row, `
 			INSERT INTO pools (name, slots, description, created_at, updated_at)
-			VALUES ($1, $2, $3, backfill_now(), backfill_now())
+			SELECT $1, $2, $3, backfill_now(), backfill_now()
+			WHERE `+statementLockWait("$4")+`
 			ON CONFLICT (name) DO UPDATE SET
 				slots = EXCLUDED.slots,
 				description = EXCLUDED.description,
 				updated_at = EXCLUDED.updated_at
 			RETURNING `+poolColumns+`, (xmax = 0) AS created`,
-			p.Name, p.Slots, p.Description)
+			p.Name, p.Slots, p.Description, s.lockWaitMillis)
 	})
 	if err != nil {
 		return Pool{}, false, fmt.Errorf("upsert pool %q: %w", p.Name, err)

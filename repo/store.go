@@ -46,8 +46,9 @@ type Config struct {
 	// ReconnectWait bounds how long a transaction that could not get a usable session
 	// (before anything could commit) is run again before giving up (default 5 s).
 	ReconnectWait time.Duration
-	// LockWait bounds how long a transaction's statement waits for a row lock before the
-	// transaction fails with ErrLockWait (default DefaultLockWait).
+	// LockWait bounds how long a statement waits for a row lock before it fails with
+	// ErrLockWait (default DefaultLockWait): a transaction's statements, and the writes made
+	// in one statement of their own (statementLockWait).
 	LockWait time.Duration
 	// OnEvents is called, without blocking, after a change that may have written events
 	// (the outbox's writers take no lock and send no NOTIFY: the service wakes the event
@@ -66,6 +67,7 @@ type Store struct {
 	db              *sqlx.DB
 	leaseDB         *sqlx.DB
 	lockWaitSQL     string
+	lockWaitMillis  string // LOCK_WAIT for statementLockWait's parameter
 	observer        Observer
 	maxBackfillRuns int
 	maxAttempts     int
@@ -102,6 +104,7 @@ func New(db *sqlx.DB, cfg Config) *Store {
 		lockWait = DefaultLockWait
 	}
 	s.lockWaitSQL = lockWaitSQL(lockWait)
+	s.lockWaitMillis = lockWaitMillis(lockWait)
 	s.leaseDB = cfg.LeaseDB
 	if s.leaseDB == nil {
 		s.leaseDB = db

@@ -115,12 +115,16 @@ func (s *Store) webhookListOnce(ctx context.Context, p ListParams) ([]Webhook, i
 // the delivery log is removed later in bounded batches (WebhookPurgeDeleted). Event writers
 // read webhooks without locking them, so the mark waits for no writer and no writer for it.
 func (s *Store) WebhookDelete(ctx context.Context, id int64) error {
-	res, err := s.db.ExecContext(ctx,
-		`UPDATE webhooks SET deleted_at = backfill_now() WHERE id = $1 AND deleted_at IS NULL`, id)
-	if err != nil {
-		return fmt.Errorf("delete webhook %d: %w", id, err)
-	}
-	n, err := res.RowsAffected()
+	var n int64
+	err := s.withRetry(ctx, func() error {
+		res, err := s.db.ExecContext(ctx, `UPDATE webhooks SET deleted_at = backfill_now()
+			WHERE id = $1 AND deleted_at IS NULL AND `+statementLockWait("$2"), id, s.lockWaitMillis)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("delete webhook %d: %w", id, err)
 	}

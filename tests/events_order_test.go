@@ -56,6 +56,9 @@ func TestEventWritersDoNotWaitAndReadersServeNothingPastAnInFlightWriter(t *test
 		CREATE FUNCTION test_hold_event() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
 			IF NEW.backfill_id = %d AND NEW.type = 'backfill.paused' THEN
+				-- The test decides how long A is held, not LOCK_WAIT, which bounds the
+				-- pause's lock waits (repo.statementLockWait).
+				PERFORM set_config('lock_timeout', '0', true);
 				PERFORM pg_advisory_xact_lock_shared(4242);
 			END IF;
 			RETURN NULL;
