@@ -93,6 +93,7 @@ type Hub struct {
 	mu       sync.Mutex
 	subs     map[int64]map[*Subscription]struct{}
 	count    int
+	lastEnd  time.Time // when the last stream closed (count fell to 0)
 	stopping bool
 	stopped  chan struct{} // closed when streams must end (Stop)
 
@@ -163,6 +164,9 @@ func (h *Hub) Stop() {
 // Subscribe opens a stream's subscription to one backfill. Subscribe before replaying stored
 // events: whatever the hub reads after this call reaches the subscription, and whatever it
 // read before is already in the outbox for the replay to find (duplicates are dropped by id).
+// A read under way when it subscribes began without it: the events of its backfill that such
+// a read cannot hand on make the subscription lagged, so that the stream reads them from the
+// outbox (its replay may have come before they could be served).
 func (h *Hub) Subscribe(backfillID int64) (*Subscription, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -200,6 +204,9 @@ func (h *Hub) unsubscribe(s *Subscription) {
 		delete(h.subs, s.backfillID)
 	}
 	h.count--
+	if h.count == 0 {
+		h.lastEnd = time.Now()
+	}
 	h.obs.StreamsOpen(h.count)
 }
 
@@ -210,8 +217,6 @@ func (h *Hub) loop(ctx context.Context) {
 		probe    *prober
 		// proven: a probe notification came back on the listener since it last (re)connected.
 		proven bool
-		// lastFollowed is when the loop last saw a stream open.
-		lastFollowed time.Time
 		// listening is signalled once LISTEN took effect on the first connection; lost whenever
 		// the session is gone.
 		listening = make(chan struct{}, 1)
@@ -316,11 +321,8 @@ func (h *Hub) loop(ctx context.Context) {
 			// a steady stream of changes is up to a hundred reads a second, each computing the
 			// outbox's horizon: a replica that once had streams paid that for the rest of its
 			// life.
-			following := h.following()
-			if following {
-				lastFollowed = time.Now()
-			}
-			if listener != nil && !following && time.Since(lastFollowed) >= h.cfg.ListenIdle {
+			following, lastEnd := h.following()
+			if listener != nil && !following && time.Since(lastEnd) >= h.cfg.ListenIdle {
 				unlisten()
 				setProven(false) // back to PollInterval, the pace of a replica without streams
 			} else if listener == nil && h.cfg.DSN != "" && following {

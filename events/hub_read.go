@@ -25,10 +25,11 @@ func (h *Hub) followedLocked() []int64 {
 	return ids
 }
 
-func (h *Hub) following() bool {
+// following says whether a stream is open, and if not, when the last one closed.
+func (h *Hub) following() (bool, time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.count > 0
+	return h.count > 0, h.lastEnd
 }
 
 // heldWait is how long one read of the outbox waits for committed events that an older
@@ -64,6 +65,9 @@ func (h *Hub) readOutbox(ctx context.Context) bool {
 			for _, c := range counts {
 				h.obs.EventsCounted(string(c.Type), c.Count)
 			}
+			if len(counts) > 0 {
+				h.lagNewcomers()
+			}
 			h.cursor = last
 			if !more {
 				return false
@@ -83,7 +87,11 @@ func (h *Hub) readOutbox(ctx context.Context) bool {
 		for _, ev := range evs {
 			if ev.Data == nil {
 				// Its backfill was not followed when this page was read. A stream that
-				// subscribed since replays it from the store, as Subscribe says.
+				// subscribed since may have replayed the outbox before this event could be
+				// served: it reads it from the outbox.
+				for s := range h.subs[ev.BackfillID] {
+					s.lag()
+				}
 				continue
 			}
 			for s := range h.subs[ev.BackfillID] {
@@ -100,6 +108,20 @@ func (h *Hub) readOutbox(ctx context.Context) bool {
 		}
 	}
 	return false
+}
+
+// lagNewcomers makes every stream read the outbox itself after a read that only counted
+// events, which it does when no stream was open as it began: the streams open now subscribed
+// during that read, and their replay may have come before some of the events it counted could
+// be served (CI, 2026-12-04: a pause counted, never sent, and the stream waited for it).
+func (h *Hub) lagNewcomers() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, set := range h.subs {
+		for s := range set {
+			s.lag()
+		}
+	}
 }
 
 // readProgress reads the counts of every followed backfill in one query and hands the ones

@@ -63,6 +63,15 @@ func (s *Subscription) push(ev domain.Event) {
 	s.signal()
 }
 
+// lag makes the stream read the outbox itself from the last event it sent, as if it had
+// fallen behind: the hub read events of its backfill that it could not hand on.
+func (s *Subscription) lag() {
+	s.mu.Lock()
+	s.pending, s.lagged = nil, true
+	s.mu.Unlock()
+	s.signal()
+}
+
 func (s *Subscription) setProgress(p Progress) {
 	s.mu.Lock()
 	s.progress = &p
