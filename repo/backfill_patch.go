@@ -98,7 +98,7 @@ func backfillPatchStatement(withEvent bool) string {
 				OR (CASE WHEN $3 THEN $4 ELSE max_failed_runs END) IS DISTINCT FROM max_failed_runs
 				OR (CASE WHEN $5 THEN $6 ELSE description END) IS DISTINCT FROM description
 				OR (CASE WHEN $7 THEN $8::text ELSE pool END) IS DISTINCT FROM pool)
-			AND `+statementLockWait("$9")+`
+			AND ` + statementLockWait("$9") + `
 		RETURNING backfills AS snapshot, ` + backfillColumns + `)` + event + `
 	SELECT ` + backfillColumns + ` FROM patched`
 }
