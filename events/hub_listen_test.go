@@ -67,15 +67,21 @@ func TestListenSessionEndsAfterTheLastStream(t *testing.T) {
 func oneBackfill(t *testing.T) (*sqlx.DB, string, *repo.Store, repo.Backfill) {
 	t.Helper()
 	db, dsn := pgtest.Open(t)
-	ctx := context.Background()
 	store := repo.New(db, repo.Config{})
-	_, _, err := store.DagPut(ctx, repo.DagPutParams{DagID: "one", Schedule: "@daily", Timezone: "UTC", MaxActiveRuns: 1})
+	return db, dsn, store, newBackfill(t, store, "one")
+}
+
+// newBackfill makes a DAG and a backfill of one run of it.
+func newBackfill(t *testing.T, store *repo.Store, dagID string) repo.Backfill {
+	t.Helper()
+	ctx := context.Background()
+	_, _, err := store.DagPut(ctx, repo.DagPutParams{DagID: dagID, Schedule: "@daily", Timezone: "UTC", MaxActiveRuns: 1})
 	require.NoError(t, err)
-	b, _, err := store.BackfillCreate(ctx, domain.BackfillRequest{DagID: "one",
+	b, _, err := store.BackfillCreate(ctx, domain.BackfillRequest{DagID: dagID,
 		FromDate: time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC), ToDate: time.Date(2024, 1, 2, 0, 0, 0, 0, time.UTC),
 		ReprocessBehavior: "none", MaxActiveRuns: 1})
 	require.NoError(t, err)
-	return db, dsn, store, b
+	return b
 }
 
 // listenSessions counts the sessions of the test's database whose last statement was LISTEN.

@@ -63,13 +63,7 @@ func TestStreamThatSubscribesDuringARead(t *testing.T) {
 			require.NoError(t, hub.Start(ctx))
 			defer hub.Stop()
 			if tc.otherStream {
-				_, _, err := store.DagPut(ctx, repo.DagPutParams{DagID: "other", Schedule: "@daily", Timezone: "UTC", MaxActiveRuns: 1})
-				require.NoError(t, err)
-				other, _, err := store.BackfillCreate(ctx, domain.BackfillRequest{DagID: "other",
-					FromDate: time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC), ToDate: time.Date(2024, 1, 2, 0, 0, 0, 0, time.UTC),
-					ReprocessBehavior: "none", MaxActiveRuns: 1})
-				require.NoError(t, err)
-				otherSub, err := hub.Subscribe(other.ID)
+				otherSub, err := hub.Subscribe(newBackfill(t, store, "other").ID)
 				require.NoError(t, err)
 				defer otherSub.Close()
 			}
