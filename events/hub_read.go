@@ -52,8 +52,8 @@ func (h *Hub) readOutbox(ctx context.Context) bool {
 		if len(followed) == 0 {
 			// Nobody to hand events to: count them for the metrics without reading them (a
 			// replica's read of every event was a tenth of what an event cost, P9). A stream
-			// that subscribes from now on replays what is stored up to the cursor itself
-			// (Subscribe).
+			// that subscribes meanwhile reads what this counts from the outbox itself
+			// (lagNewcomers).
 			counts, last, more, err := h.store.EventCounts(qctx, h.cursor, h.cfg.Batch)
 			cancel()
 			if err != nil {
