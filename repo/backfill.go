@@ -54,7 +54,7 @@ type BackfillListParams struct {
 
 // BackfillList pages backfills by id.
 func (s *Store) BackfillList(ctx context.Context, p BackfillListParams) ([]Backfill, int, error) {
-	return readPage(ctx, s, func() ([]Backfill, int, error) { return s.backfillListOnce(ctx, p) })
+	return readTwo(ctx, s, func() ([]Backfill, int, error) { return s.backfillListOnce(ctx, p) })
 }
 
 // backfillListOnce is one attempt of BackfillList, which sends it again if its session dies.
@@ -94,7 +94,7 @@ type BackfillSlotsParams struct {
 // BackfillSlots pages a backfill's slots in sort order. A slot whose run a later backfill took
 // over shows the run as it was at the takeover (see backfill_slot_records, migration 00010).
 func (s *Store) BackfillSlots(ctx context.Context, p BackfillSlotsParams) ([]BackfillSlot, int64, error) {
-	return readPage(ctx, s, func() ([]BackfillSlot, int64, error) { return s.backfillSlotsOnce(ctx, p) })
+	return readTwo(ctx, s, func() ([]BackfillSlot, int64, error) { return s.backfillSlotsOnce(ctx, p) })
 }
 
 // backfillSlotsOnce is one attempt of BackfillSlots, which sends it again if its session dies.

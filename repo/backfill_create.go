@@ -42,13 +42,8 @@ func (s *Store) BackfillCreate(ctx context.Context, p domain.BackfillRequest) (B
 	if len(plan) == 0 {
 		return Backfill{}, false, fmt.Errorf("%w: no schedule tick in the window has ended", ErrNoRunsToCreate)
 	}
-	var (
-		activeID int64
-		active   bool
-	)
-	err = s.readRetried(ctx, func() (err error) {
-		activeID, active, err = activeBackfillID(ctx, s.db, p.DagID)
-		return err
+	activeID, active, err := readTwo(ctx, s, func() (int64, bool, error) {
+		return activeBackfillID(ctx, s.db, p.DagID)
 	})
 	if err != nil {
 		return Backfill{}, false, err

@@ -71,13 +71,13 @@ func (s *Store) BackfillDryRun(ctx context.Context, p domain.BackfillRequest) (D
 
 // dagAndNow reads what planning a backfill needs, the DAG and the database's clock, outside
 // any transaction, sent again on a new session if theirs dies (readRetried).
-func (s *Store) dagAndNow(ctx context.Context, dagID string) (dag Dag, now time.Time, err error) {
-	err = s.readRetried(ctx, func() (err error) {
-		if dag, err = dagGet(ctx, s.db, dagID, ""); err != nil {
-			return err
+func (s *Store) dagAndNow(ctx context.Context, dagID string) (Dag, time.Time, error) {
+	return readTwo(ctx, s, func() (Dag, time.Time, error) {
+		dag, err := dagGet(ctx, s.db, dagID, "")
+		if err != nil {
+			return Dag{}, time.Time{}, err
 		}
-		now, err = dbNow(ctx, s.db)
-		return err
+		now, err := dbNow(ctx, s.db)
+		return dag, now, err
 	})
-	return dag, now, err
 }

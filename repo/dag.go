@@ -79,7 +79,7 @@ func dagGet(ctx context.Context, q sqlx.QueryerContext, dagID, lock string) (Dag
 
 // DagList pages DAGs by dag_id.
 func (s *Store) DagList(ctx context.Context, p ListParams) ([]Dag, int, error) {
-	return readPage(ctx, s, func() ([]Dag, int, error) { return s.dagListOnce(ctx, p) })
+	return readTwo(ctx, s, func() ([]Dag, int, error) { return s.dagListOnce(ctx, p) })
 }
 
 // dagListOnce is one attempt of DagList, which sends it again if its session dies.

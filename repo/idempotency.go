@@ -122,7 +122,7 @@ func idempotent[T any](ctx context.Context, s *Store, r idemRequest,
 	// Each pass follows a concurrent request with the same key that committed first (the
 	// look-up then finds it) or rolled back (the change is tried again); a few are plenty.
 	for range maxCreatePasses {
-		ids, found, err := readPage(ctx, s, func() ([]int64, bool, error) { return idemLookup(ctx, s.db, r) })
+		ids, found, err := readTwo(ctx, s, func() ([]int64, bool, error) { return idemLookup(ctx, s.db, r) })
 		if err != nil {
 			return zero, false, err
 		}

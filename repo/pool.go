@@ -78,7 +78,7 @@ func (s *Store) poolGetOnce(ctx context.Context, name string) (Pool, error) {
 
 // PoolList pages pools by name.
 func (s *Store) PoolList(ctx context.Context, p ListParams) ([]Pool, int, error) {
-	return readPage(ctx, s, func() ([]Pool, int, error) { return s.poolListOnce(ctx, p) })
+	return readTwo(ctx, s, func() ([]Pool, int, error) { return s.poolListOnce(ctx, p) })
 }
 
 // poolListOnce is one attempt of PoolList, which sends it again if its session dies.

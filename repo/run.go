@@ -141,7 +141,7 @@ type RunListParams struct {
 
 // RunList pages a DAG's runs by logical date.
 func (s *Store) RunList(ctx context.Context, p RunListParams) ([]Run, int, error) {
-	return readPage(ctx, s, func() ([]Run, int, error) { return s.runListOnce(ctx, p) })
+	return readTwo(ctx, s, func() ([]Run, int, error) { return s.runListOnce(ctx, p) })
 }
 
 // runListOnce is one attempt of RunList, which sends it again if its session dies.

@@ -133,7 +133,7 @@ func (s *Store) readRetried(ctx context.Context, read func() error) error {
 }
 
 // readValue is readRetried for a read that answers one value. The API's reads go through it
-// or readPage, so that a read caught by a failover rides it as a transaction does, instead of
+// or readTwo, so that a read caught by a failover rides it as a transaction does, instead of
 // answering 503 once database/sql's own three attempts have met the dead primary (ha-test,
 // 2026-12-04: 124 reads of a backfill answered 503 in one crash of the leader).
 func readValue[T any](ctx context.Context, s *Store, read func() (T, error)) (T, error) {
@@ -145,18 +145,18 @@ func readValue[T any](ctx context.Context, s *Store, read func() (T, error)) (T,
 	return out, err
 }
 
-// readPage is readRetried for a read that answers a slice and one more value: a page and its
-// total, or an idempotency key's ids and whether it was found.
-func readPage[T, N any](ctx context.Context, s *Store, read func() ([]T, N, error)) ([]T, N, error) {
+// readTwo is readRetried for a read that answers two values: a page and its total, an
+// idempotency key's ids and whether it was found, a DAG and the database's clock.
+func readTwo[A, B any](ctx context.Context, s *Store, read func() (A, B, error)) (A, B, error) {
 	var (
-		page  []T
-		total N
+		a A
+		b B
 	)
 	err := s.readRetried(ctx, func() (err error) {
-		page, total, err = read()
+		a, b, err = read()
 		return err
 	})
-	return page, total, err
+	return a, b, err
 }
 
 func (s *Store) runTx(ctx context.Context, level sql.IsolationLevel, fn func(tx *sqlx.Tx) error) (err error) {

@@ -92,7 +92,7 @@ func (s *Store) webhookGetOnce(ctx context.Context, id int64) (Webhook, error) {
 
 // WebhookList pages webhooks by id, without secrets.
 func (s *Store) WebhookList(ctx context.Context, p ListParams) ([]Webhook, int, error) {
-	return readPage(ctx, s, func() ([]Webhook, int, error) { return s.webhookListOnce(ctx, p) })
+	return readTwo(ctx, s, func() ([]Webhook, int, error) { return s.webhookListOnce(ctx, p) })
 }
 
 // webhookListOnce is one attempt of WebhookList, which sends it again if its session dies.
@@ -154,7 +154,7 @@ type WebhookAttemptListParams struct {
 }
 
 // WebhookAttemptList pages a webhook's delivery attempts in the order they were made.
-// It reads in a transaction, which already rides a failover (runTx), so it needs no readPage.
+// It reads in a transaction, which already rides a failover (runTx), so it needs no readTwo.
 func (s *Store) WebhookAttemptList(ctx context.Context, p WebhookAttemptListParams) ([]WebhookAttempt, int, error) {
 	out := []WebhookAttempt{}
 	var total int
