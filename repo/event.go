@@ -138,14 +138,7 @@ func (s *Store) EventCounts(ctx context.Context, after int64, limit int) (counts
 		EventTypeCount
 		Last int64 `db:"last"`
 	}
-	err = sqlx.SelectContext(ctx, s.db, &rows, `
-		WITH snap AS (SELECT pg_current_snapshot() AS s),
-		page AS (SELECT id, type FROM events WHERE id > $1 ORDER BY id LIMIT $2),
-		`+pageBoundCTE+`
-		SELECT type, count(*) AS count, max(id) AS last
-		FROM page, bound
-		WHERE page.id < bound.horizon
-		GROUP BY type`, after, limit)
+	err = sqlx.SelectContext(ctx, s.hot(ctx, s.db, s.db, eventCountsSQL), &rows, eventCountsSQL, after, limit)
 	if err != nil {
 		return nil, after, false, fmt.Errorf("count events: %w", err)
 	}
@@ -157,6 +150,18 @@ func (s *Store) EventCounts(ctx context.Context, after int64, limit int) (counts
 	}
 	return counts, last, total == limit, nil
 }
+
+// eventCountsSQL counts one page of events by type. Every replica runs it for every page of
+// the outbox while it has no streams, so it is prepared (Store.hot) rather than planned at
+// every call.
+const eventCountsSQL = `
+	WITH snap AS (SELECT pg_current_snapshot() AS s),
+	page AS (SELECT id, type FROM events WHERE id > $1 ORDER BY id LIMIT $2),
+	` + pageBoundCTE + `
+	SELECT type, count(*) AS count, max(id) AS last
+	FROM page, bound
+	WHERE page.id < bound.horizon
+	GROUP BY type`
 
 // EventLastID is the largest servable event id so far (0 when none): where a listener that
 // starts now begins. Below the snapshot's xmin is below the horizon.

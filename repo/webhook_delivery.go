@@ -52,10 +52,13 @@ func (s *Store) WebhookDeliveryClaim(ctx context.Context, p WebhookClaimParams) 
 		ids, free = append(ids, id), append(free, int64(max(n, 0)))
 	}
 	var due []WebhookDue
+	if p.FanOut {
+		s.prepareHot(ctx, s.db, webhookFanOutSQL)
+	}
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		due = nil
 		if p.FanOut {
-			if err := webhookFanOut(ctx, tx); err != nil {
+			if err := s.webhookFanOut(ctx, tx); err != nil {
 				return err
 			}
 		}

@@ -21,7 +21,8 @@ const fanOutLock = 5_274_119_905_803_016_531
 // WebhookFanOut makes the deliveries of the events written since the last fan-out, in a
 // transaction of its own (the claim does it in its own; see webhookFanOut).
 func (s *Store) WebhookFanOut(ctx context.Context) error {
-	return s.inTx(ctx, func(tx *sqlx.Tx) error { return webhookFanOut(ctx, tx) })
+	s.prepareHot(ctx, s.db, webhookFanOutSQL)
+	return s.inTx(ctx, func(tx *sqlx.Tx) error { return s.webhookFanOut(ctx, tx) })
 }
 
 // webhookFanOut makes the deliveries of the events written since the last fan-out, in the
@@ -35,7 +36,9 @@ func (s *Store) WebhookFanOut(ctx context.Context) error {
 // commits later always has a larger id than the cursor. One transaction at a time moves the
 // cursor (fanOutLock): the others skip the fan-out rather than wait. A delivery already made
 // (by the trigger before 00015) is left as it is.
-func webhookFanOut(ctx context.Context, tx *sqlx.Tx) error {
+//
+// The caller prepares webhookFanOutSQL before BEGIN (Store.prepareHot).
+func (s *Store) webhookFanOut(ctx context.Context, tx *sqlx.Tx) error {
 	var after int64
 	// The cursor is read after the lock is taken, in a statement of its own: in READ
 	// COMMITTED it then sees what the previous holder committed.
@@ -54,29 +57,7 @@ func webhookFanOut(ctx context.Context, tx *sqlx.Tx) error {
 			Next *int64 `db:"next"` // the cursor after this page; nil when it made nothing
 			Held bool   `db:"held"`
 		}
-		err := tx.GetContext(ctx, &page, `
-			WITH page AS (
-				SELECT id, type FROM events
-				WHERE id > $1
-				ORDER BY id LIMIT $2),
-			h AS MATERIALIZED (
-				-- The horizon of the statement's snapshot, computed once (it reads
-				-- pg_stat_activity).
-				SELECT event_horizon(pg_current_snapshot()) AS horizon),
-			batch AS (
-				SELECT page.* FROM page, h WHERE page.id < h.horizon),
-			made AS (
-				INSERT INTO webhook_deliveries (webhook_id, event_id, next_attempt_at, created_at)
-				SELECT w.id, b.id, backfill_now(), backfill_now()
-				FROM batch b
-				JOIN webhooks w ON w.deleted_at IS NULL AND b.type = ANY (w.event_types)
-					AND b.id >= w.first_event
-				ON CONFLICT DO NOTHING),
-			moved AS (
-				UPDATE webhook_fanout SET after_event = (SELECT max(id) FROM batch)
-				WHERE EXISTS (SELECT 1 FROM batch))
-			SELECT (SELECT max(id) FROM batch) AS next,
-				EXISTS (SELECT 1 FROM page, h WHERE page.id >= h.horizon) AS held`, after, fanOutBatch)
+		err := sqlx.GetContext(ctx, s.hot(ctx, s.db, tx, webhookFanOutSQL), &page, webhookFanOutSQL, after, fanOutBatch)
 		if err != nil {
 			return fmt.Errorf("webhook fan-out: %w", err)
 		}
@@ -97,3 +78,31 @@ func webhookFanOut(ctx context.Context, tx *sqlx.Tx) error {
 
 // fanOutHeldTries bounds the waits for held events (eventHeldBackoff: about 60 ms in all).
 const fanOutHeldTries = 5
+
+// webhookFanOutSQL makes the deliveries of one page of events after $1 (at most $2), below
+// the horizon, and moves the cursor past them. Prepared (Store.hot): planned at every call,
+// its plan cost about as much as its run (pgbench, 2026-12-04: 1.75 ms a call unnamed, 1.06
+// prepared, for a page of 450 events), and it runs twice a second.
+const webhookFanOutSQL = `
+	WITH page AS (
+		SELECT id, type FROM events
+		WHERE id > $1
+		ORDER BY id LIMIT $2),
+	h AS MATERIALIZED (
+		-- The horizon of the statement's snapshot, computed once (it reads
+		-- pg_stat_activity).
+		SELECT event_horizon(pg_current_snapshot()) AS horizon),
+	batch AS (
+		SELECT page.* FROM page, h WHERE page.id < h.horizon),
+	made AS (
+		INSERT INTO webhook_deliveries (webhook_id, event_id, next_attempt_at, created_at)
+		SELECT w.id, b.id, backfill_now(), backfill_now()
+		FROM batch b
+		JOIN webhooks w ON w.deleted_at IS NULL AND b.type = ANY (w.event_types)
+			AND b.id >= w.first_event
+		ON CONFLICT DO NOTHING),
+	moved AS (
+		UPDATE webhook_fanout SET after_event = (SELECT max(id) FROM batch)
+		WHERE EXISTS (SELECT 1 FROM batch))
+	SELECT (SELECT max(id) FROM batch) AS next,
+		EXISTS (SELECT 1 FROM page, h WHERE page.id >= h.horizon) AS held`
