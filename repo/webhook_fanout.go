@@ -83,17 +83,18 @@ const fanOutHeldTries = 5
 // the horizon, and moves the cursor past them. Prepared (Store.hot): planned at every call,
 // its plan cost about as much as its run (pgbench, 2026-12-04: 1.75 ms a call unnamed, 1.06
 // prepared, for a page of 450 events), and it runs twice a second.
+// The page is cut as every reader of the outbox cuts it (pageBoundCTE): the exact horizon,
+// which reads pg_stat_activity, only when the page reaches past the snapshot's xmin, so that
+// a fan-out with nothing new to read, the idle case, reads none.
 const webhookFanOutSQL = `
-	WITH page AS (
+	WITH snap AS (SELECT pg_current_snapshot() AS s),
+	page AS (
 		SELECT id, type FROM events
 		WHERE id > $1
 		ORDER BY id LIMIT $2),
-	h AS MATERIALIZED (
-		-- The horizon of the statement's snapshot, computed once (it reads
-		-- pg_stat_activity).
-		SELECT event_horizon(pg_current_snapshot()) AS horizon),
+	` + pageBoundCTE + `,
 	batch AS (
-		SELECT page.* FROM page, h WHERE page.id < h.horizon),
+		SELECT page.* FROM page, bound WHERE page.id < bound.horizon),
 	made AS (
 		INSERT INTO webhook_deliveries (webhook_id, event_id, next_attempt_at, created_at)
 		SELECT w.id, b.id, backfill_now(), backfill_now()
@@ -105,4 +106,4 @@ const webhookFanOutSQL = `
 		UPDATE webhook_fanout SET after_event = (SELECT max(id) FROM batch)
 		WHERE EXISTS (SELECT 1 FROM batch))
 	SELECT (SELECT max(id) FROM batch) AS next,
-		EXISTS (SELECT 1 FROM page, h WHERE page.id >= h.horizon) AS held`
+		EXISTS (SELECT 1 FROM page, bound WHERE page.id >= bound.horizon) AS held`
