@@ -98,7 +98,8 @@ func (b *bench) scenarioEventWriters(ctx context.Context) (eventWritersResult, e
 		if on {
 			verb = "ENABLE"
 		}
-		_, err := b.svcDB.ExecContext(ctx, `ALTER TABLE backfills `+verb+` TRIGGER backfills_events_on_update`)
+		_, err := b.svcDB.ExecContext(ctx, `ALTER TABLE backfills `+
+			verb+` TRIGGER backfills_events_on_settings, `+verb+` TRIGGER backfills_events_on_state`)
 		return err
 	}
 	defer func() { _ = toggle(true) }()
