@@ -35,8 +35,9 @@ type service struct {
 
 // startService builds ./cmd/api with the build tags (unless bin is given) and starts it
 // against dsn on a free local port, with the background sweep pushed out to an hour so that
-// it cannot land inside a measurement; it returns once /readyz answers 200.
-func startService(ctx context.Context, bin, tags, dsn string, logger *log.Logger) (*service, error) {
+// it cannot land inside a measurement, and env (NAME=value) added to its environment; it
+// returns once /readyz answers 200.
+func startService(ctx context.Context, bin, tags, dsn string, logger *log.Logger, env ...string) (*service, error) {
 	tmp, err := os.MkdirTemp("", "bench-api-")
 	if err != nil {
 		return nil, err
@@ -62,7 +63,7 @@ func startService(ctx context.Context, bin, tags, dsn string, logger *log.Logger
 	// A clean environment: an API_TOKEN or DB_MAX_CONNS of the caller's must not change what
 	// is measured. The service's defaults (pool of 20, statement timeout) are what ships.
 	s.cmd = exec.Command(bin)
-	s.cmd.Env = []string{"DATABASE_URL=" + dsn, "HTTP_ADDR=" + addr, "SWEEP_INTERVAL=1h", "PATH=" + os.Getenv("PATH")}
+	s.cmd.Env = append([]string{"DATABASE_URL=" + dsn, "HTTP_ADDR=" + addr, "SWEEP_INTERVAL=1h", "PATH=" + os.Getenv("PATH")}, env...)
 	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
 	s.cmd.SysProcAttr = childProcAttr()
 	if err := s.cmd.Start(); err != nil {
