@@ -2,10 +2,13 @@ package events
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/backfillsvc/backfill/domain"
+	"github.com/backfillsvc/backfill/repo"
 	"github.com/stretchr/testify/require"
 )
 
@@ -62,4 +65,59 @@ func TestHeldEventReachesTheStreamWhenTheOlderTransactionEnds(t *testing.T) {
 	ended := time.Now()
 	require.True(t, paused(5*time.Second), "the pause did not reach the stream within 5 s of the older transaction's end")
 	t.Logf("the held event reached the stream %s after the older transaction ended", time.Since(ended).Round(time.Millisecond))
+}
+
+// failingReads is a Store whose next reads of events fail, as a read that times out on a busy
+// database does.
+type failingReads struct {
+	Store
+	fail atomic.Int32
+}
+
+func (f *failingReads) EventPage(ctx context.Context, p repo.EventListParams) ([]domain.Event, bool, error) {
+	if f.fail.Add(-1) >= 0 {
+		return nil, false, errors.New("read failed")
+	}
+	return f.Store.EventPage(ctx, p)
+}
+
+// A read of the outbox that fails is made again soon, with no other wake-up: the event its
+// notification announced reaches the stream although the next notification and poll are an
+// hour away. It used to wait for one of them.
+func TestFailedReadIsMadeAgain(t *testing.T) {
+	t.Parallel()
+	db, dsn, store, b := oneBackfill(t)
+	ctx := context.Background()
+	reads := &failingReads{Store: store}
+
+	hub := New(reads, Config{DSN: dsn, PollInterval: time.Hour, FallbackPollInterval: time.Hour,
+		ProgressInterval: 20 * time.Millisecond})
+	require.NoError(t, hub.Start(ctx))
+	defer hub.Stop()
+	sub, err := hub.Subscribe(b.ID)
+	require.NoError(t, err)
+	defer sub.Close()
+	require.Eventually(t, func() bool { return listenSessions(t, db) == 1 }, 5*time.Second, 10*time.Millisecond)
+
+	reads.fail.Store(2)
+	_, err = store.BackfillPause(ctx, b.ID)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, notifyStatement)
+	require.NoError(t, err)
+
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case <-sub.Wake():
+			evs, _, _ := sub.Take()
+			for _, ev := range evs {
+				if ev.Type == domain.EventBackfillPaused {
+					require.LessOrEqual(t, reads.fail.Load(), int32(0), "the failing reads were made")
+					return
+				}
+			}
+		case <-deadline:
+			t.Fatalf("the pause did not reach the stream within 5 s of a failed read (reads left to fail: %d)", reads.fail.Load())
+		}
+	}
 }

@@ -42,9 +42,11 @@ const heldWait = 250 * time.Millisecond
 // readOutbox reads every event after the cursor and hands each to its backfill's streams,
 // while the replica has streams. Only the followed backfills' events are read with their data
 // (rendered from the stored row at every read): the others only feed the listener's lag
-// metric. Without streams it reads no event. It answers whether its last read stopped at
-// committed events that an older transaction still holds back (never without streams:
-// nobody waits for them).
+// metric. Without streams it reads no event. It answers whether the streams' outbox must be
+// read again soon: its last read stopped at committed events that an older transaction still
+// holds back, or failed (a read that timed out on a busy database must not leave the events
+// to the next poll, which behind a working LISTEN may be minutes away). Never without
+// streams: nobody waits for those events.
 func (h *Hub) readOutbox(ctx context.Context) bool {
 	for ctx.Err() == nil {
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -78,10 +80,11 @@ func (h *Hub) readOutbox(ctx context.Context) bool {
 			After: h.cursor, Limit: h.cfg.Batch, Wait: heldWait, DataOnlyFor: followed})
 		cancel()
 		if err != nil {
-			if ctx.Err() == nil {
-				h.log.Error("read events", "err", err)
+			if ctx.Err() != nil {
+				return false
 			}
-			return false // the next wake-up or poll reads again
+			h.log.Error("read events", "err", err)
+			return true // read again soon, as when events are held back
 		}
 		h.mu.Lock()
 		for _, ev := range evs {
