@@ -42,22 +42,7 @@ func TestHeldEventReachesTheStreamWhenTheOlderTransactionEnds(t *testing.T) {
 	_, err = db.ExecContext(ctx, notifyStatement)
 	require.NoError(t, err)
 
-	paused := func(wait time.Duration) bool {
-		deadline := time.After(wait)
-		for {
-			select {
-			case <-sub.Wake():
-				evs, _, _ := sub.Take()
-				for _, ev := range evs {
-					if ev.Type == domain.EventBackfillPaused {
-						return true
-					}
-				}
-			case <-deadline:
-				return false
-			}
-		}
-	}
+	paused := func(wait time.Duration) bool { return receives(sub, domain.EventBackfillPaused, wait) }
 	// Longer than the read's own wait for held events (heldWait): the hub has given up on
 	// this notification's read.
 	require.False(t, paused(3*heldWait), "an event is never served while an older transaction may still write one before it")
@@ -105,19 +90,7 @@ func TestFailedReadIsMadeAgain(t *testing.T) {
 	_, err = db.ExecContext(ctx, notifyStatement)
 	require.NoError(t, err)
 
-	deadline := time.After(5 * time.Second)
-	for {
-		select {
-		case <-sub.Wake():
-			evs, _, _ := sub.Take()
-			for _, ev := range evs {
-				if ev.Type == domain.EventBackfillPaused {
-					require.LessOrEqual(t, reads.fail.Load(), int32(0), "the failing reads were made")
-					return
-				}
-			}
-		case <-deadline:
-			t.Fatalf("the pause did not reach the stream within 5 s of a failed read (reads left to fail: %d)", reads.fail.Load())
-		}
-	}
+	require.True(t, receives(sub, domain.EventBackfillPaused, 5*time.Second),
+		"the pause did not reach the stream within 5 s of a failed read (reads left to fail: %d)", reads.fail.Load())
+	require.LessOrEqual(t, reads.fail.Load(), int32(0), "the failing reads were made")
 }

@@ -47,18 +47,24 @@ func TestListenSessionEndsAfterTheLastStream(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.ExecContext(ctx, notifyStatement)
 	require.NoError(t, err)
-	deadline := time.After(5 * time.Second)
+	require.True(t, receives(second, domain.EventBackfillPaused, 5*time.Second),
+		"the pause did not reach the stream within 5 s, with polls an hour apart")
+}
+
+// receives says whether an event of the type reaches the subscription within wait.
+func receives(sub *Subscription, typ domain.EventType, wait time.Duration) bool {
+	deadline := time.After(wait)
 	for {
 		select {
-		case <-second.Wake():
-			evs, _, _ := second.Take()
+		case <-sub.Wake():
+			evs, _, _ := sub.Take()
 			for _, ev := range evs {
-				if ev.Type == domain.EventBackfillPaused {
-					return
+				if ev.Type == typ {
+					return true
 				}
 			}
 		case <-deadline:
-			t.Fatal("the pause did not reach the stream within 5 s, with polls an hour apart")
+			return false
 		}
 	}
 }
