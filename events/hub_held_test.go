@@ -56,12 +56,16 @@ func TestHeldEventReachesTheStreamWhenTheOlderTransactionEnds(t *testing.T) {
 // database does.
 type failingReads struct {
 	Store
-	fail atomic.Int32
+	fail atomic.Int32 // reads still to fail
+	made atomic.Int32 // reads answered, failed or not
 }
 
 func (f *failingReads) EventPage(ctx context.Context, p repo.EventListParams) ([]domain.Event, bool, error) {
-	if f.fail.Add(-1) >= 0 {
-		return nil, false, errors.New("read failed")
+	defer f.made.Add(1)
+	for n := f.fail.Load(); n > 0; n = f.fail.Load() {
+		if f.fail.CompareAndSwap(n, n-1) {
+			return nil, false, errors.New("read failed")
+		}
 	}
 	return f.Store.EventPage(ctx, p)
 }
@@ -83,6 +87,9 @@ func TestFailedReadIsMadeAgain(t *testing.T) {
 	require.NoError(t, err)
 	defer sub.Close()
 	require.Eventually(t, func() bool { return listenSessions(t, db) == 1 }, 5*time.Second, 10*time.Millisecond)
+	// The read the hub makes as it begins to listen is over: a read under way could still
+	// find the pause below without failing (CI, 2026-12-05).
+	require.Eventually(t, func() bool { return reads.made.Load() >= 1 }, 5*time.Second, 10*time.Millisecond)
 
 	reads.fail.Store(2)
 	_, err = store.BackfillPause(ctx, b.ID)
