@@ -45,8 +45,8 @@ const heldWait = 250 * time.Millisecond
 // metric. Without streams it reads no event. It answers whether the streams' outbox must be
 // read again soon: its last read stopped at committed events that an older transaction still
 // holds back, or failed (a read that timed out on a busy database must not leave the events
-// to the next poll, which behind a working LISTEN may be minutes away). Never without
-// streams: nobody waits for those events.
+// to the next poll: behind a working LISTEN that is PollInterval away, 2 s by default and as
+// long as an operator sets it). Never without streams: nobody waits for those events.
 func (h *Hub) readOutbox(ctx context.Context) bool {
 	for ctx.Err() == nil {
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
