@@ -61,23 +61,47 @@ func (n *Notifier) Kick() {
 	}
 }
 
+// notifyRetryMax bounds the wait before a notification that failed is sent again.
+const notifyRetryMax = 2 * time.Second
+
 func (n *Notifier) loop(ctx context.Context) {
+	failures := 0
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-n.kick:
+		if failures == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-n.kick:
+			}
 		}
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if err := n.exec(sctx); err != nil && ctx.Err() == nil {
-			// The hubs' polls deliver the events anyway, a little later.
-			n.log.Warn("event notification not sent", "err", err)
-		}
+		err := n.exec(sctx)
 		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		wait := n.gap
+		if err != nil {
+			// The hubs' polls deliver the events anyway, but a poll may be far off: a hub
+			// whose LISTEN works polls only every EVENT_POLL_INTERVAL. Send it again, less
+			// and less often while the database refuses (a failover), until one goes through;
+			// kicks meanwhile are folded into it.
+			failures++
+			wait = min(n.gap<<min(failures, 10), notifyRetryMax)
+			if failures == 1 {
+				n.log.Warn("event notification not sent, sending again", "err", err)
+			}
+		} else if failures > 0 {
+			n.log.Info("event notification sent again", "failures", failures)
+			failures = 0
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(n.gap):
+		case <-time.After(wait):
+		}
+		if failures > 0 {
+			drain(n.kick) // folded into the notification about to be sent again
 		}
 	}
 }

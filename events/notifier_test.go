@@ -2,7 +2,10 @@ package events
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/backfillsvc/backfill/internal/pgtest"
 	"github.com/stretchr/testify/require"
@@ -33,4 +36,30 @@ func TestRefusedNotificationLeavesItsSessionUsable(t *testing.T) {
 	require.NoError(t, conn.GetContext(ctx, &inBlock, `SELECT now() <> statement_timestamp()`),
 		"the session serves the next statement")
 	require.False(t, inBlock, "the session is not left inside a transaction block")
+}
+
+// A notification that fails is sent again until one goes through, with no other kick: a hub
+// behind a working LISTEN would otherwise learn of the change only at its next poll.
+func TestFailedNotificationIsSentAgain(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	sent := make(chan struct{})
+	n := NewNotifier(func(context.Context, string) error {
+		if calls.Add(1) <= 3 {
+			return errors.New("refused")
+		}
+		close(sent)
+		return nil
+	}, time.Millisecond, nil)
+	require.NoError(t, n.Start(context.Background()))
+	defer n.Stop()
+
+	n.Kick()
+	select {
+	case <-sent:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no notification went through within 5 s (%d attempts)", calls.Load())
+	}
+	time.Sleep(50 * time.Millisecond)
+	require.EqualValues(t, 4, calls.Load(), "three failures, one success, and nothing after it without a kick")
 }
