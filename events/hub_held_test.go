@@ -9,6 +9,7 @@ import (
 
 	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/repo"
+	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 )
 
@@ -20,14 +21,7 @@ func TestHeldEventReachesTheStreamWhenTheOlderTransactionEnds(t *testing.T) {
 	db, dsn, store, b := oneBackfill(t)
 	ctx := context.Background()
 
-	hub := New(store, Config{DSN: dsn, PollInterval: time.Hour, FallbackPollInterval: time.Hour,
-		ProgressInterval: 20 * time.Millisecond})
-	require.NoError(t, hub.Start(ctx))
-	defer hub.Stop()
-	sub, err := hub.Subscribe(b.ID)
-	require.NoError(t, err)
-	defer sub.Close()
-	require.Eventually(t, func() bool { return listenSessions(t, db) == 1 }, 5*time.Second, 10*time.Millisecond)
+	sub := listeningStream(t, db, dsn, store, b.ID)
 
 	// An older transaction of the database, with a transaction id: events committed after it
 	// began are not servable until it ends.
@@ -50,6 +44,22 @@ func TestHeldEventReachesTheStreamWhenTheOlderTransactionEnds(t *testing.T) {
 	ended := time.Now()
 	require.True(t, paused(5*time.Second), "the pause did not reach the stream within 5 s of the older transaction's end")
 	t.Logf("the held event reached the stream %s after the older transaction ended", time.Since(ended).Round(time.Millisecond))
+}
+
+// listeningStream starts a hub on store whose polls are an hour apart, so that only
+// notifications and its own rereads wake it, and answers a subscription to the backfill once
+// the hub listens. The test's cleanup closes both.
+func listeningStream(t *testing.T, db *sqlx.DB, dsn string, store Store, backfillID int64) *Subscription {
+	t.Helper()
+	hub := New(store, Config{DSN: dsn, PollInterval: time.Hour, FallbackPollInterval: time.Hour,
+		ProgressInterval: 20 * time.Millisecond})
+	require.NoError(t, hub.Start(context.Background()))
+	t.Cleanup(hub.Stop)
+	sub, err := hub.Subscribe(backfillID)
+	require.NoError(t, err)
+	t.Cleanup(sub.Close)
+	require.Eventually(t, func() bool { return listenSessions(t, db) == 1 }, 5*time.Second, 10*time.Millisecond)
+	return sub
 }
 
 // failingReads is a Store whose next reads of events fail, as a read that times out on a busy
@@ -79,20 +89,13 @@ func TestFailedReadIsMadeAgain(t *testing.T) {
 	ctx := context.Background()
 	reads := &failingReads{Store: store}
 
-	hub := New(reads, Config{DSN: dsn, PollInterval: time.Hour, FallbackPollInterval: time.Hour,
-		ProgressInterval: 20 * time.Millisecond})
-	require.NoError(t, hub.Start(ctx))
-	defer hub.Stop()
-	sub, err := hub.Subscribe(b.ID)
-	require.NoError(t, err)
-	defer sub.Close()
-	require.Eventually(t, func() bool { return listenSessions(t, db) == 1 }, 5*time.Second, 10*time.Millisecond)
+	sub := listeningStream(t, db, dsn, reads, b.ID)
 	// The read the hub makes as it begins to listen is over: a read under way could still
 	// find the pause below without failing (CI, 2026-12-05).
 	require.Eventually(t, func() bool { return reads.made.Load() >= 1 }, 5*time.Second, 10*time.Millisecond)
 
 	reads.fail.Store(2)
-	_, err = store.BackfillPause(ctx, b.ID)
+	_, err := store.BackfillPause(ctx, b.ID)
 	require.NoError(t, err)
 	_, err = db.ExecContext(ctx, notifyStatement)
 	require.NoError(t, err)
