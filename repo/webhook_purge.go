@@ -39,11 +39,19 @@ func (s *Store) WebhookPurgeDeleted(ctx context.Context, batch int) (int, error)
 
 // purgeOne removes up to batch rows of one deleted webhook's log, attempts before deliveries
 // so that no single statement cascades through an unbounded number of attempts.
+//
+// Each batch takes the first rows in index order (ORDER BY the index's next column), so that
+// PostgreSQL walks the webhook's index entries and stops after batch of them; the entries of
+// the rows earlier batches deleted are marked dead by that walk and cost the next one
+// nothing. Without the order it read every entry of the webhook into a bitmap first: 35 ms a
+// batch at a million attempts, every batch, a core's worth of CPU for the whole purge
+// (make test-timing, 2026-12-06); with it 10 ms. (PostgreSQL still sorts when it believes
+// the webhook has fewer rows than a batch, which is then cheap, or its statistics are stale.)
 func (s *Store) purgeOne(ctx context.Context, id int64, batch int) (int, error) {
 	res, err := s.db.ExecContext(ctx, `
 		DELETE FROM webhook_attempts WHERE id IN (
 			SELECT id FROM webhook_attempts WHERE webhook_id = $1
-			LIMIT $2 FOR UPDATE SKIP LOCKED)`, id, batch)
+			ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)`, id, batch)
 	if err != nil {
 		return 0, fmt.Errorf("purge attempts of deleted webhook %d: %w", id, err)
 	}
@@ -53,7 +61,7 @@ func (s *Store) purgeOne(ctx context.Context, id int64, batch int) (int, error) 
 	res, err = s.db.ExecContext(ctx, `
 		DELETE FROM webhook_deliveries WHERE (webhook_id, event_id) IN (
 			SELECT webhook_id, event_id FROM webhook_deliveries WHERE webhook_id = $1
-			LIMIT $2 FOR UPDATE SKIP LOCKED)`, id, batch)
+			ORDER BY event_id LIMIT $2 FOR UPDATE SKIP LOCKED)`, id, batch)
 	if err != nil {
 		return 0, fmt.Errorf("purge deliveries of deleted webhook %d: %w", id, err)
 	}

@@ -270,14 +270,20 @@ func (d *Deliverer) purgeLoop(ctx context.Context) {
 	}
 }
 
-// purgePause is the rest between two purge batches.
+// purgePause is the least rest between two purge batches.
 const purgePause = 20 * time.Millisecond
+
+// purgeRest is the rest after a purge batch that took took: at least as long as the batch,
+// so that the purge of a long log holds the database for at most half of its time, whatever
+// a batch costs on that server (a plan over stale statistics, a busy disk).
+func purgeRest(took time.Duration) time.Duration { return max(purgePause, took) }
 
 // PurgeOnce removes the whole delivery log of deleted webhooks, batch by batch, and answers
 // how many rows it removed. Tests call it instead of waiting for the loop.
 func (d *Deliverer) PurgeOnce(ctx context.Context) (int, error) {
 	total := 0
 	for {
+		start := time.Now()
 		bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		n, err := d.store.WebhookPurgeDeleted(bctx, d.cfg.PurgeBatch)
 		cancel()
@@ -288,7 +294,7 @@ func (d *Deliverer) PurgeOnce(ctx context.Context) (int, error) {
 		select {
 		case <-ctx.Done():
 			return total, ctx.Err()
-		case <-time.After(purgePause):
+		case <-time.After(purgeRest(time.Since(start))):
 		}
 	}
 }
