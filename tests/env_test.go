@@ -142,7 +142,13 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		opt(&o)
 	}
 	db, dsn := openServicePool(t)
+	// As cmd/api sizes its pool: every open session may stay idle. database/sql keeps 2 by
+	// default, and then a service under 8 concurrent writers closed a session at almost every
+	// release and opened another at the next request (182 sessions in a 10 s test, each a
+	// fork, a login, and its statements prepared again), which saturated 2 cores and gave
+	// the writers p99s of 200–300 ms that were the test's, not the service's.
 	db.SetMaxOpenConns(40)
+	db.SetMaxIdleConns(40)
 	clk := &clock{t: t, db: db}
 	clk.set(time.Now().UTC().Truncate(time.Second))
 	storeDB, proxy, hubDSN := db, (*pgproxy.Proxy)(nil), dsn

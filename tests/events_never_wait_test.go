@@ -123,7 +123,7 @@ func TestWebhookDeleteOfAMillionAttemptsHoldsNoWriterBack(t *testing.T) {
 	writing := startTogether(clients, clients, func(i int) error { return patchLoop(e, ids[i], stop, answers) })
 
 	// The writers alone first: what this machine gives them without the delete, for the
-	// failure message (on 2 shared cores with a busy disk their p99 alone can pass 200 ms).
+	// failure message, which then says whether the delete or the machine was slow.
 	writersStart := time.Now()
 	time.Sleep(2 * time.Second)
 	delStart := time.Now()
@@ -154,10 +154,9 @@ func TestWebhookDeleteOfAMillionAttemptsHoldsNoWriterBack(t *testing.T) {
 	t.Logf("writers alone, %s", spread(alone))
 	t.Logf("DELETE %s; while %d attempts were purged, %s", delTook.Round(time.Microsecond), purged, spread(lats))
 	require.Less(t, delTook, 100*time.Millisecond, "DELETE /webhooks/{id} at a million attempts (writers alone: %s)", spread(alone))
-	// As above: 200 ms on the 99th percentile, a second on every PATCH (a wait behind the
-	// delete would last as long as the cascade did: seconds).
-	require.Less(t, lats[len(lats)*99/100], 200*time.Millisecond, "PATCHes while the webhook is deleted and purged (writers alone: %s)", spread(alone))
-	require.Less(t, lats[len(lats)-1], time.Second, "every PATCH while the webhook is deleted and purged")
+	// Every PATCH within 200 ms, as the issue asks (a wait behind the delete would last as
+	// long as the cascade did: seconds).
+	require.Less(t, lats[len(lats)-1], 200*time.Millisecond, "every PATCH while the webhook is deleted and purged (writers alone: %s)", spread(alone))
 	require.Zero(t, e.Count(`SELECT count(*) FROM webhook_attempts WHERE webhook_id = $1`, w.Id))
 	require.Equal(t, len(got)+clients, e.Count(`SELECT count(*) FROM events WHERE dag_id LIKE 'p%'`),
 		"every PATCH wrote its event (and every create its own)")
