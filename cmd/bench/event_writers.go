@@ -123,14 +123,10 @@ func (b *bench) scenarioEventWriters(ctx context.Context) (eventWritersResult, e
 	patch := func(base string) func(ctx context.Context, client int) error {
 		return func(ctx context.Context, client int) error {
 			seq[client]++
-			for {
-				err := call(ctx, b.client, http.MethodPatch, base+paths[client],
+			return resendShed(ctx, &refused, func() error {
+				return call(ctx, b.client, http.MethodPatch, base+paths[client],
 					map[string]any{"max_active_runs": seq[client]%900 + 1}, http.StatusOK, nil)
-				if !shed(err) || ctx.Err() != nil {
-					return err
-				}
-				refused.Add(1)
-			}
+			})
 		}
 	}
 	for _, clients := range res.clients {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -78,6 +79,18 @@ func (e *statusError) Error() string {
 func shed(err error) bool {
 	var se *statusError
 	return errors.As(err, &se) && se.got == http.StatusServiceUnavailable
+}
+
+// resendShed sends until the service does not shed the request (503 busy), as a closed-loop
+// client does, counting each shed answer in refused; it answers send's last error.
+func resendShed(ctx context.Context, refused *atomic.Int64, send func() error) error {
+	for {
+		err := send()
+		if !shed(err) || ctx.Err() != nil {
+			return err
+		}
+		refused.Add(1)
+	}
 }
 
 // loadResult is what a closed loop measured.

@@ -49,13 +49,9 @@ func (b *bench) scenarioStreams(ctx context.Context) (streamsResult, error) {
 	var refused atomic.Int64
 	get := func(ctx context.Context, worker int) error {
 		u := b.url("/backfills/" + strconv.FormatInt(ids[worker%len(ids)], 10))
-		for {
-			err := call(ctx, b.client, http.MethodGet, u, nil, http.StatusOK, nil)
-			if !shed(err) || ctx.Err() != nil {
-				return err
-			}
-			refused.Add(1)
-		}
+		return resendShed(ctx, &refused, func() error {
+			return call(ctx, b.client, http.MethodGet, u, nil, http.StatusOK, nil)
+		})
 	}
 	actx, stopActivity := context.WithCancel(ctx)
 	defer stopActivity()
