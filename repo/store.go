@@ -131,13 +131,15 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// ProbeWrite proves that the database accepts a write now: one transaction that writes a
-// WAL record (durableMark) and commits, once, with no retry and no reconnect wait. A standby
+// ProbeWrite proves that the database accepts a write now: one transaction on db that writes
+// a WAL record (durableMark) and commits, once, with no retry and no reconnect wait. A standby
 // fails at BEGIN READ WRITE; a primary whose synchronous standby is gone (or that was left
 // running after a failover) hangs at COMMIT until ctx ends, which is what readiness must see:
-// reads still work there, writes do not.
-func (s *Store) ProbeWrite(ctx context.Context) error {
-	tx, err := s.db.BeginTxx(WithoutReconnectWait(ctx), nil)
+// reads still work there, writes do not. db is readiness's own pool (cmd/api): on the
+// service's pool the probe would queue behind requests that ride an outage out or park on a
+// held row, and answer late or "not ready" for a busy but healthy replica.
+func ProbeWrite(ctx context.Context, db *sqlx.DB) error {
+	tx, err := db.BeginTxx(WithoutReconnectWait(ctx), nil)
 	if err != nil {
 		return fmt.Errorf("probe write: begin: %w", err)
 	}

@@ -92,7 +92,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	// claims or reads, even while those are parked on a held row.
 	leaseDB := openPool(poolConnector(connector, cfg.DBReconnectWait), cfg.DBLeaseMaxConns, cfg.DBConnMaxLifetime)
 	defer leaseDB.Close()
-	return serve(ctx, cfg, db, leaseDB, direct, logger)
+	// Readiness's own session, opened at the first probe and never waited for: on the main
+	// pool a probe queued behind requests riding an outage out (DB_RECONNECT_WAIT) answered
+	// only after its 2 s, and behind requests parked on a held row it called a busy replica
+	// not ready.
+	probeDB := openPool(poolConnector(connector, 0), 1, cfg.DBConnMaxLifetime)
+	defer probeDB.Close()
+	return serve(ctx, cfg, pools{main: db, lease: leaseDB, probe: probeDB}, direct, logger)
 }
 
 // openPool opens a pool of at most maxConns sessions, all kept idle between requests.
@@ -118,10 +124,17 @@ func withDirectDB(direct dsn, reconnectWait time.Duration, fn func(*sql.DB) erro
 	return fn(ddb)
 }
 
-// serve runs the service on db (which may go through a transaction pooler) and leaseDB (the
-// lease pool); direct is where the sessions that migrations and the event listener hold are
-// opened.
-func serve(ctx context.Context, cfg config, db, leaseDB *sqlx.DB, direct dsn, logger *slog.Logger) error {
+// pools are the service's sessions to PostgreSQL, all through DATABASE_URL (which may be a
+// transaction pooler): main for requests and background work, lease for heartbeats, reports
+// and releases, probe for readiness alone.
+type pools struct {
+	main, lease, probe *sqlx.DB
+}
+
+// serve runs the service on its pools; direct is where the sessions that migrations and the
+// event listener hold are opened.
+func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Logger) error {
+	db := p.main
 	logger.Info("starting", cfg.logAttrs()...)
 
 	err := withDirectDB(direct, cfg.DBReconnectWait, func(ddb *sql.DB) error { return migrations.Up(ctx, ddb) })
@@ -145,7 +158,7 @@ func serve(ctx context.Context, cfg config, db, leaseDB *sqlx.DB, direct dsn, lo
 		Observer:        m,
 		ReconnectWait:   cfg.DBReconnectWait,
 		LockWait:        cfg.LockWait,
-		LeaseDB:         leaseDB,
+		LeaseDB:         p.lease,
 		OnEvents:        notifier.Kick,
 		// Behind a transaction pooler a statement prepared on a server connection is not
 		// there for the next transaction.
@@ -153,7 +166,7 @@ func serve(ctx context.Context, cfg config, db, leaseDB *sqlx.DB, direct dsn, lo
 	})
 	m.WatchStates(store.StateCounts)
 	m.WatchPools(poolCounter(store))
-	ready, err := readiness(db, store)
+	ready, err := readiness(p.probe)
 	if err != nil {
 		return err
 	}
@@ -261,19 +274,19 @@ func serve(ctx context.Context, cfg config, db, leaseDB *sqlx.DB, direct dsn, lo
 	return nil
 }
 
-// readiness answers whether the database accepts a write within 2 s and is fully migrated.
-// A ping is not enough: a standby, a read-only primary and a primary whose synchronous
-// standby is gone all answer pings while every write fails or hangs. The provider is built
-// once: probes come every few seconds.
-func readiness(db *sqlx.DB, store *repo.Store) (handlers.ReadinessFunc, error) {
-	p, err := migrations.NewProvider(db.DB)
+// readiness answers, on probeDB, whether the database accepts a write within 2 s and is fully
+// migrated. A ping is not enough: a standby, a read-only primary and a primary whose
+// synchronous standby is gone all answer pings while every write fails or hangs. The
+// provider is built once: probes come every few seconds.
+func readiness(probeDB *sqlx.DB) (handlers.ReadinessFunc, error) {
+	p, err := migrations.NewProvider(probeDB.DB)
 	if err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		if err := store.ProbeWrite(ctx); err != nil {
+		if err := repo.ProbeWrite(ctx, probeDB); err != nil {
 			return err
 		}
 		pending, err := migrations.Pending(ctx, p)

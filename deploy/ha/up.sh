@@ -17,6 +17,7 @@ set -euo pipefail
 HA_DIR=${HA_DIR:-/tmp/backfill-ha}
 HA_REPLICAS=${HA_REPLICAS:-2}
 HA_DB_MAX_CONNS=${HA_DB_MAX_CONNS:-20}
+HA_DB_LEASE_MAX_CONNS=${HA_DB_LEASE_MAX_CONNS:-4}
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 PG_USER=postgres
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -206,8 +207,9 @@ psql_leader -c "ALTER DATABASE backfill SET statement_timeout = '60s'"
 
 # --- PgBouncer ----------------------------------------------------------------------------
 # Transaction pooling: each transaction gets any server connection. The pool is sized for
-# every replica's DB_MAX_CONNS (docs/HA.md).
-pool=$((HA_REPLICAS * HA_DB_MAX_CONNS))
+# every replica's sessions through it: its main and lease pools and readiness's session
+# (docs/HA.md), so that none of them waits for a server connection.
+pool=$((HA_REPLICAS * (HA_DB_MAX_CONNS + HA_DB_LEASE_MAX_CONNS + 1)))
 cat >"$HA_DIR/pgbouncer.ini" <<INI
 [databases]
 backfill = host=127.0.0.1 port=25000 dbname=backfill user=postgres
@@ -252,6 +254,7 @@ for i in $(seq 0 $((HA_REPLICAS - 1))); do
 		DIRECT_DATABASE_URL="postgres://postgres@127.0.0.1:25000/backfill?sslmode=disable" \
 		DB_POOLER=transaction \
 		HTTP_ADDR="127.0.0.1:$port" DB_MAX_CONNS="$HA_DB_MAX_CONNS" \
+		DB_LEASE_MAX_CONNS="$HA_DB_LEASE_MAX_CONNS" \
 		DB_RECONNECT_WAIT="${HA_DB_RECONNECT_WAIT:-15s}" LOG_LEVEL=warn \
 		setsid "$HA_DIR/bin/api" >>"$HA_DIR/log/api-$i.log" 2>&1 </dev/null &
 	echo $! >"$pidf"
