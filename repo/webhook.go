@@ -61,8 +61,8 @@ func (s *Store) WebhookCreate(ctx context.Context, p WebhookCreateParams) (Webho
 	return idempotent(ctx, s, r, replay, func(tx *sqlx.Tx) (Webhook, []int64, *string, error) {
 		var w Webhook
 		err := sqlx.GetContext(ctx, tx, &w, `
-			INSERT INTO webhooks (url, event_types, description, secret, created_at, first_event)
-			VALUES ($1, $2, $3, $4, backfill_now(), event_horizon(pg_current_snapshot()))
+			INSERT INTO webhooks (url, event_types, description, secret, created_at, first_event, created_snapshot)
+			VALUES ($1, $2, $3, $4, backfill_now(), event_horizon(pg_current_snapshot()), pg_current_snapshot())
 			RETURNING `+webhookColumns+`, secret`,
 			p.URL, pq.StringArray(p.EventTypes), p.Description, p.Secret)
 		if err != nil {

@@ -27,8 +27,9 @@ func (s *Store) WebhookFanOut(ctx context.Context) error {
 
 // webhookFanOut makes the deliveries of the events written since the last fan-out, in the
 // caller's transaction: one delivery for every live webhook whose event types include the
-// event's and that existed before the event committed (its first_event: the horizon when it
-// was created, so an event that committed before the webhook is never delivered to it).
+// event's and whose creation did not see the event committed (its created_snapshot; the
+// horizon, first_event, is not enough: 00019), so an event that committed before the webhook
+// is never delivered to it.
 // Event writers used to do this in their own transaction; it is here so that writing an
 // event costs one row (migrations/00015_events_lean_writer.sql).
 //
@@ -101,6 +102,7 @@ const webhookFanOutSQL = `
 		FROM batch b
 		JOIN webhooks w ON w.deleted_at IS NULL AND b.type = ANY (w.event_types)
 			AND b.id >= w.first_event
+			AND NOT coalesce(pg_visible_in_snapshot((b.id >> 12)::text::xid8, w.created_snapshot), false)
 		ON CONFLICT DO NOTHING),
 	moved AS (
 		UPDATE webhook_fanout SET after_event = (SELECT max(id) FROM batch)

@@ -191,6 +191,38 @@ func TestWebhookGetsOnlyItsEventTypesAndOnlyEventsAfterItsCreation(t *testing.T)
 	require.Len(t, e.webhookLog(wEnd.Id), 1)
 }
 
+// Transaction ids do not commit in order: an event can commit before a webhook exists while
+// an older transaction is still open. The horizon at the webhook's creation sits at that
+// older transaction, below the event, so the horizon alone would deliver the event (as CI
+// saw once, 2026-12-06: the older transaction was another database's, ending between the
+// snapshot and the horizon's read of pg_stat_activity). The webhook's own snapshot says which
+// events committed before it.
+func TestWebhookIsNotDeliveredAnEventThatCommittedBeforeItBesideAnOlderOpenTransaction(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	older, err := e.DB.Beginx()
+	require.NoError(t, err)
+	defer func() { _ = older.Rollback() }()
+	var olderXid int64
+	require.NoError(t, older.Get(&olderXid, `SELECT pg_current_xact_id()::text::bigint`))
+
+	before := e.insertEvent("backfill.created", 1, "d")
+	rc := newReceiver(t, nil)
+	w := e.createWebhook(rc.URL)
+	after := e.insertEvent("backfill.paused", 1, "d")
+	require.Less(t, olderXid<<12, before, "the open transaction is older than the event")
+	require.NoError(t, older.Rollback())
+
+	e.localDeliverer().runOnce(t)
+	var got []string
+	for _, g := range rc.Got() {
+		got = append(got, g.Header.Get("webhook-id"))
+	}
+	require.Equal(t, []string{strconv.FormatInt(after, 10)}, got,
+		"event %d committed before the webhook existed", before)
+	require.Len(t, e.webhookLog(w.Id), 1)
+}
+
 // An event whose transaction rolls back owes no delivery. The writer makes none (the
 // deliverer makes them from committed events only), and the fan-out after the rollback finds
 // nothing to deliver.
