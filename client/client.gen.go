@@ -2142,6 +2142,10 @@ type ClientInterface interface {
 	// least 24 h, from any replica, at least once. Redirects are not followed. Receivers
 	// de-duplicate by `webhook-id`; no order is promised.
 	//
+	// A webhook receives the events that commit after its creation, and never one that had
+	// committed before it; an event whose transaction was still open while the webhook was
+	// created may be delivered to it.
+	//
 	// The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 	// here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
 	// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
@@ -2171,6 +2175,10 @@ type ClientInterface interface {
 	// anything else is retried with exponential backoff (first retry within 10 s) for at
 	// least 24 h, from any replica, at least once. Redirects are not followed. Receivers
 	// de-duplicate by `webhook-id`; no order is promised.
+	//
+	// A webhook receives the events that commit after its creation, and never one that had
+	// committed before it; an event whose transaction was still open while the webhook was
+	// created may be delivered to it.
 	//
 	// The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 	// here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
@@ -3456,6 +3464,10 @@ func (c *RawClient) ListWebhooks(ctx context.Context, params *ListWebhooksParams
 // least 24 h, from any replica, at least once. Redirects are not followed. Receivers
 // de-duplicate by `webhook-id`; no order is promised.
 //
+// A webhook receives the events that commit after its creation, and never one that had
+// committed before it; an event whose transaction was still open while the webhook was
+// created may be delivered to it.
+//
 // The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 // here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
 // URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
@@ -3495,6 +3507,10 @@ func (c *RawClient) CreateWebhookWithBody(ctx context.Context, params *CreateWeb
 // anything else is retried with exponential backoff (first retry within 10 s) for at
 // least 24 h, from any replica, at least once. Redirects are not followed. Receivers
 // de-duplicate by `webhook-id`; no order is promised.
+//
+// A webhook receives the events that commit after its creation, and never one that had
+// committed before it; an event whose transaction was still open while the webhook was
+// created may be delivered to it.
 //
 // The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 // here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
@@ -6739,6 +6755,10 @@ type ClientWithResponsesInterface interface {
 	// least 24 h, from any replica, at least once. Redirects are not followed. Receivers
 	// de-duplicate by `webhook-id`; no order is promised.
 	//
+	// A webhook receives the events that commit after its creation, and never one that had
+	// committed before it; an event whose transaction was still open while the webhook was
+	// created may be delivered to it.
+	//
 	// The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 	// here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
 	// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
@@ -6768,6 +6788,10 @@ type ClientWithResponsesInterface interface {
 	// anything else is retried with exponential backoff (first retry within 10 s) for at
 	// least 24 h, from any replica, at least once. Redirects are not followed. Receivers
 	// de-duplicate by `webhook-id`; no order is promised.
+	//
+	// A webhook receives the events that commit after its creation, and never one that had
+	// committed before it; an event whose transaction was still open while the webhook was
+	// created may be delivered to it.
 	//
 	// The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 	// here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
@@ -11488,6 +11512,10 @@ func (c *ClientWithResponses) ListWebhooksWithResponse(ctx context.Context, para
 // least 24 h, from any replica, at least once. Redirects are not followed. Receivers
 // de-duplicate by `webhook-id`; no order is promised.
 //
+// A webhook receives the events that commit after its creation, and never one that had
+// committed before it; an event whose transaction was still open while the webhook was
+// created may be delivered to it.
+//
 // The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 // here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
 // URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
@@ -11523,6 +11551,10 @@ func (c *ClientWithResponses) CreateWebhookWithBodyWithResponse(ctx context.Cont
 // anything else is retried with exponential backoff (first retry within 10 s) for at
 // least 24 h, from any replica, at least once. Redirects are not followed. Receivers
 // de-duplicate by `webhook-id`; no order is promised.
+//
+// A webhook receives the events that commit after its creation, and never one that had
+// committed before it; an event whose transaction was still open while the webhook was
+// created may be delivered to it.
 //
 // The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 // here. `event_types` defaults to every type. A `url` that is not an absolute http(s)

@@ -34,9 +34,10 @@ type WebhookCreateParams struct {
 	IdempotencyKey string
 }
 
-// WebhookCreate registers a webhook. It receives the events written after it commits. It
-// reports replayed = true when it answered the webhook (secret included) that an earlier
-// request with the same idempotency key created.
+// WebhookCreate registers a webhook. It receives the events that had not committed when it
+// was created (its transaction's snapshot did not see them; 00019). It reports replayed =
+// true when it answered the webhook (secret included) that an earlier request with the same
+// idempotency key created.
 func (s *Store) WebhookCreate(ctx context.Context, p WebhookCreateParams) (Webhook, bool, error) {
 	keyless := p
 	// The secret is made up by the server for each request: not part of what was asked.
