@@ -16,7 +16,7 @@ import (
 )
 
 // cutFirstStream is an HTTP doer that breaks the first event stream it carries right after
-// its first event message, as a dropped connection would.
+// its first event (a message with an id), as a dropped connection would.
 type cutFirstStream struct {
 	hc      *http.Client
 	streams atomic.Int32
@@ -36,32 +36,53 @@ func (d *cutFirstStream) Do(req *http.Request) (*http.Response, error) {
 	if err != nil || n != 1 {
 		return resp, err
 	}
-	resp.Body = &cutAfterFirstMessage{rc: resp.Body}
+	resp.Body = &cutAfterFirstEvent{rc: resp.Body}
 	return resp, nil
 }
 
-// cutAfterFirstMessage passes bytes through up to the end of the first message, then fails.
-type cutAfterFirstMessage struct {
+// cutAfterFirstEvent passes bytes through up to the end of the first message that carries
+// an event id, then fails. Not simply the first message: the replay reads only below the
+// outbox's horizon, so a stream may send its progress before events that committed just
+// before it (CI under load, 2026-12-06: the progress came first, the cut fell before any
+// event, and the resume rightly carried no Last-Event-ID).
+type cutAfterFirstEvent struct {
 	rc   io.ReadCloser
 	seen bytes.Buffer
 	cut  bool
 }
 
-func (c *cutAfterFirstMessage) Read(p []byte) (int, error) {
+func (c *cutAfterFirstEvent) Read(p []byte) (int, error) {
 	if c.cut {
 		return 0, io.ErrUnexpectedEOF
 	}
 	n, err := c.rc.Read(p)
 	c.seen.Write(p[:n])
-	if i := strings.Index(c.seen.String(), "\n\n"); i >= 0 {
-		keep := n - (c.seen.Len() - (i + 2))
+	if end := endOfFirstEvent(c.seen.String()); end >= 0 {
+		keep := n - (c.seen.Len() - end)
 		c.cut = true
 		return keep, nil
 	}
 	return n, err
 }
 
-func (c *cutAfterFirstMessage) Close() error { return c.rc.Close() }
+func (c *cutAfterFirstEvent) Close() error { return c.rc.Close() }
+
+// endOfFirstEvent is the offset just past the first complete message of stream that has an
+// "id:" line, or -1 while there is none.
+func endOfFirstEvent(stream string) int {
+	start := 0
+	for {
+		i := strings.Index(stream[start:], "\n\n")
+		if i < 0 {
+			return -1
+		}
+		message := stream[start : start+i]
+		if strings.HasPrefix(message, "id: ") || strings.Contains(message, "\nid: ") {
+			return start + i + 2
+		}
+		start += i + 2
+	}
+}
 
 // The Go SDK's FollowBackfill replays, follows live events to the terminal one, and resumes
 // a dropped connection with Last-Event-ID: every event once, in order.
