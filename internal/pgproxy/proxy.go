@@ -325,7 +325,14 @@ func (c *pconn) startup() bool {
 			}
 			continue
 		case codeCancelRequest:
-			_, _ = c.server.Write(append(hdr[:], rest...))
+			// Closed only once the server has closed it, as a TCP proxy does: the server
+			// closes after it has signalled the backend, and lib/pq takes that end as the
+			// cancel's delivery and hands the session out again. Closing at once let the
+			// signal land on the session's next statement (a sweep after the test's own
+			// canceled one failed 57014, 2026-12-06).
+			if _, err := c.server.Write(append(hdr[:], rest...)); err == nil {
+				_, _ = io.Copy(c.client, c.server)
+			}
 			return false
 		}
 		_, err := c.server.Write(append(hdr[:], rest...))

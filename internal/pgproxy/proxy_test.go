@@ -4,7 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/binary"
 	"errors"
+	"io"
+	"net"
 	"net/url"
 	"syscall"
 	"testing"
@@ -262,4 +265,45 @@ func TestAnswerLostAfterWriteSeesAWriteInsideAQuery(t *testing.T) {
 	require.ErrorIs(t, exec(conn, `WITH x AS (INSERT INTO t VALUES (1) RETURNING id) SELECT count(*) FROM x`), driver.ErrBadConn)
 	require.Equal(t, 1, p.Fired())
 	eventuallyCount(t, db, 1)
+}
+
+// A CancelRequest's connection is closed to the client only after the server closes it: the
+// client (lib/pq) takes that end as the cancel's delivery and hands its session out again, so
+// a proxy that closed first let a late cancel hit the session's next statement. The server
+// here is a listener that closes 300 ms after reading the request.
+func TestCancelRequestEndsWhenTheServerEndsIt(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	const serverHolds = 300 * time.Millisecond
+	got := make(chan []byte, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 16)
+		_, _ = io.ReadFull(c, buf)
+		got <- buf
+		time.Sleep(serverHolds)
+	}()
+	p := pgproxy.Start(t, ln.Addr().String())
+
+	c, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	req := make([]byte, 16)
+	binary.BigEndian.PutUint32(req[0:], 16)
+	binary.BigEndian.PutUint32(req[4:], 80877102) // CancelRequest
+	binary.BigEndian.PutUint32(req[8:], 4242)     // the backend's process id
+	binary.BigEndian.PutUint32(req[12:], 17)      // its secret key
+	start := time.Now()
+	_, err = c.Write(req)
+	require.NoError(t, err)
+	_, err = io.Copy(io.Discard, c)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, time.Since(start), serverHolds, "the proxy closed before the server did")
+	require.Equal(t, req, <-got, "the request reached the server as sent")
 }
