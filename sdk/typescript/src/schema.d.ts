@@ -716,6 +716,10 @@ export interface paths {
          *     least 24 h, from any replica, at least once. Redirects are not followed. Receivers
          *     de-duplicate by `webhook-id`; no order is promised.
          *
+         *     A webhook receives the events that commit after its creation, and never one that had
+         *     committed before it; an event whose transaction was still open while the webhook was
+         *     created may be delivered to it.
+         *
          *     The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
          *     here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
          *     URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
