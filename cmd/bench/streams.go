@@ -157,7 +157,16 @@ func (b *bench) toggleLoop(ctx context.Context, id int64) <-chan error {
 				return
 			case <-t.C:
 			}
-			err := call(ctx, b.client, http.MethodPut, b.url(fmt.Sprintf("/backfills/%d/%s", id, actions[i%2])), nil, http.StatusOK, nil)
+			// Shed with 503 busy on a loaded machine (the smoke run beside the test suites,
+			// 2026-12-06), the toggle is sent again, as the GETs are: it only keeps events
+			// flowing.
+			var refused atomic.Int64
+			err := resendShed(ctx, &refused, func() error {
+				return call(ctx, b.client, http.MethodPut, b.url(fmt.Sprintf("/backfills/%d/%s", id, actions[i%2])), nil, http.StatusOK, nil)
+			})
+			if n := refused.Load(); n > 0 {
+				b.log.Printf("P8: a %s answered 503 busy and was sent again %d times", actions[i%2], n)
+			}
 			if err != nil && ctx.Err() == nil {
 				out <- err
 				return
