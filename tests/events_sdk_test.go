@@ -43,8 +43,8 @@ func (d *cutFirstStream) Do(req *http.Request) (*http.Response, error) {
 // cutAfterFirstEvent passes bytes through up to the end of the first message that carries
 // an event id, then fails. Not simply the first message: the replay reads only below the
 // outbox's horizon, so a stream may send its progress before events that committed just
-// before it (CI under load, 2026-12-06: the progress came first, the cut fell before any
-// event, and the resume rightly carried no Last-Event-ID).
+// before it (a -race run beside a CPU hog, 2026-12-06: the progress came first, the cut
+// fell before any event, and the resume rightly carried no Last-Event-ID).
 type cutAfterFirstEvent struct {
 	rc   io.ReadCloser
 	seen bytes.Buffer
