@@ -35,12 +35,13 @@ const replayBatch = 500
 var streamPath = regexp.MustCompile(`^/api/v1/(backfills/[^/]+/)?events/?$`)
 
 // IsEventStream reports whether r asks for a Server-Sent Events stream (a backfill's, or
-// every event's). Streams
-// are long-lived by design and bounded by their own limit (events.Config.MaxStreams), so the
-// admission control of ordinary requests must let them through: it calls this.
+// every event's). Streams are long-lived by design and bounded by their own limit
+// (events.Config.MaxStreams), so the admission control of ordinary requests must let them
+// through: it calls this for every request, hence the Accept header before the regular
+// expression, which most requests then never run (about 1 µs of a status read's CPU).
 func IsEventStream(r *http.Request) bool {
-	return r.Method == http.MethodGet && streamPath.MatchString(r.URL.Path) &&
-		strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+	return r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/event-stream") &&
+		streamPath.MatchString(r.URL.Path)
 }
 
 // streamEvents serves one backfill's stream: the stored events after `after`, then live
