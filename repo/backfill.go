@@ -12,7 +12,7 @@ import (
 // is one primary-key lookup whatever the size of the backfill. Clients poll it: it is prepared
 // once per pooled connection unless a transaction pooler sits in between (prepared.go).
 func (s *Store) BackfillGet(ctx context.Context, id int64) (Backfill, error) {
-	return readValue(ctx, s, func() (Backfill, error) { return s.backfillGetOnce(ctx, id) })
+	return readValue(ctx, s, func(ctx context.Context) (Backfill, error) { return s.backfillGetOnce(ctx, id) })
 }
 
 // backfillGetOnce is one attempt of BackfillGet, which sends it again if its session dies.
@@ -54,7 +54,7 @@ type BackfillListParams struct {
 
 // BackfillList pages backfills by id.
 func (s *Store) BackfillList(ctx context.Context, p BackfillListParams) ([]Backfill, int, error) {
-	return readTwo(ctx, s, func() ([]Backfill, int, error) { return s.backfillListOnce(ctx, p) })
+	return readTwo(ctx, s, func(ctx context.Context) ([]Backfill, int, error) { return s.backfillListOnce(ctx, p) })
 }
 
 // backfillListOnce is one attempt of BackfillList, which sends it again if its session dies.
@@ -94,7 +94,7 @@ type BackfillSlotsParams struct {
 // BackfillSlots pages a backfill's slots in sort order. A slot whose run a later backfill took
 // over shows the run as it was at the takeover (see backfill_slot_records, migration 00010).
 func (s *Store) BackfillSlots(ctx context.Context, p BackfillSlotsParams) ([]BackfillSlot, int64, error) {
-	return readTwo(ctx, s, func() ([]BackfillSlot, int64, error) { return s.backfillSlotsOnce(ctx, p) })
+	return readTwo(ctx, s, func(ctx context.Context) ([]BackfillSlot, int64, error) { return s.backfillSlotsOnce(ctx, p) })
 }
 
 // backfillSlotsOnce is one attempt of BackfillSlots, which sends it again if its session dies.

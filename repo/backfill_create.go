@@ -42,7 +42,7 @@ func (s *Store) BackfillCreate(ctx context.Context, p domain.BackfillRequest) (B
 	if len(plan) == 0 {
 		return Backfill{}, false, fmt.Errorf("%w: no schedule tick in the window has ended", ErrNoRunsToCreate)
 	}
-	activeID, active, err := readTwo(ctx, s, func() (int64, bool, error) {
+	activeID, active, err := readTwo(ctx, s, func(ctx context.Context) (int64, bool, error) {
 		return activeBackfillID(ctx, s.db, p.DagID)
 	})
 	if err != nil {

@@ -43,7 +43,7 @@ func (s *Store) idempotentReplay(ctx context.Context, key string, req domain.Fin
 		return Backfill{}, false, nil
 	}
 	r := idemRequest{key: key, op: opBackfill, fp: req}
-	ids, found, err := readTwo(ctx, s, func() ([]int64, bool, error) { return idemLookup(ctx, s.db, r) })
+	ids, found, err := readTwo(ctx, s, func(ctx context.Context) ([]int64, bool, error) { return idemLookup(ctx, s.db, r) })
 	if err != nil || !found {
 		return Backfill{}, false, err
 	}

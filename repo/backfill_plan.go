@@ -60,7 +60,7 @@ func (s *Store) BackfillDryRun(ctx context.Context, p domain.BackfillRequest) (D
 	if err != nil {
 		return DryRun{}, err
 	}
-	err = s.readRetried(ctx, func() error {
+	err = s.readRetried(ctx, func(ctx context.Context) error {
 		return decideSlots(ctx, s.db, p.DagID, p.ReprocessBehavior, slots)
 	})
 	if err != nil {
@@ -72,7 +72,7 @@ func (s *Store) BackfillDryRun(ctx context.Context, p domain.BackfillRequest) (D
 // dagAndNow reads what planning a backfill needs, the DAG and the database's clock, outside
 // any transaction, sent again on a new session if theirs dies (readRetried).
 func (s *Store) dagAndNow(ctx context.Context, dagID string) (Dag, time.Time, error) {
-	return readTwo(ctx, s, func() (Dag, time.Time, error) {
+	return readTwo(ctx, s, func(ctx context.Context) (Dag, time.Time, error) {
 		dag, err := dagGet(ctx, s.db, dagID, "")
 		if err != nil {
 			return Dag{}, time.Time{}, err

@@ -55,7 +55,7 @@ var dagPutSQL = `
 
 // DagGet returns one DAG.
 func (s *Store) DagGet(ctx context.Context, dagID string) (Dag, error) {
-	return readValue(ctx, s, func() (Dag, error) { return s.dagGetOnce(ctx, dagID) })
+	return readValue(ctx, s, func(ctx context.Context) (Dag, error) { return s.dagGetOnce(ctx, dagID) })
 }
 
 // dagGetOnce is one attempt of DagGet, which sends it again if its session dies.
@@ -79,7 +79,7 @@ func dagGet(ctx context.Context, q sqlx.QueryerContext, dagID, lock string) (Dag
 
 // DagList pages DAGs by dag_id.
 func (s *Store) DagList(ctx context.Context, p ListParams) ([]Dag, int, error) {
-	return readTwo(ctx, s, func() ([]Dag, int, error) { return s.dagListOnce(ctx, p) })
+	return readTwo(ctx, s, func(ctx context.Context) ([]Dag, int, error) { return s.dagListOnce(ctx, p) })
 }
 
 // dagListOnce is one attempt of DagList, which sends it again if its session dies.

@@ -81,7 +81,7 @@ func idemRecord(ctx context.Context, tx sqlx.ExecerContext, r idemRequest, ids [
 // now, once it is durable (the first request's commit may still be waiting for its
 // synchronous standby: PostgreSQL shows it to other sessions meanwhile).
 func idemReplay[T any](ctx context.Context, s *Store, ids []int64, replay func(ctx context.Context, ids []int64) (T, error)) (T, error) {
-	out, err := readValue(ctx, s, func() (T, error) { return replay(ctx, ids) })
+	out, err := readValue(ctx, s, func(ctx context.Context) (T, error) { return replay(ctx, ids) })
 	if err == nil {
 		err = s.awaitDurable(ctx)
 	}
@@ -122,7 +122,7 @@ func idempotent[T any](ctx context.Context, s *Store, r idemRequest,
 	// Each pass follows a concurrent request with the same key that committed first (the
 	// look-up then finds it) or rolled back (the change is tried again); a few are plenty.
 	for range maxCreatePasses {
-		ids, found, err := readTwo(ctx, s, func() ([]int64, bool, error) { return idemLookup(ctx, s.db, r) })
+		ids, found, err := readTwo(ctx, s, func(ctx context.Context) ([]int64, bool, error) { return idemLookup(ctx, s.db, r) })
 		if err != nil {
 			return zero, false, err
 		}

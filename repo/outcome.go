@@ -224,12 +224,13 @@ func (s *session) Ping(ctx context.Context) error {
 // check it looks at the socket: a server that restarted or ended an idle session has closed
 // it (or sent a FATAL error on it), and a statement written there would have its bytes
 // accepted by the kernel and its answer lost, an unknown outcome for what never arrived.
-// Found dead here, nothing has been sent: database/sql takes another session.
+// Found dead here, nothing has been sent: database/sql takes another session. A read that is
+// sent again when its session is lost (readRetried) skips the look.
 func (s *session) ResetSession(ctx context.Context) error {
 	if err := s.Conn.(driver.SessionResetter).ResetSession(ctx); err != nil {
 		return err
 	}
-	if s.sock != nil && !s.sock.idleAlive() {
+	if s.sock != nil && ctx.Value(resentIfLostKey{}) == nil && !s.sock.idleAlive() {
 		return driver.ErrBadConn
 	}
 	return nil

@@ -103,6 +103,24 @@ func TestStalePooledSessionIsReplacedBeforeAWrite(t *testing.T) {
 	require.Equal(t, 2, outcomeRows(t, direct))
 }
 
+// A read that is sent again when its session is lost (readRetried) skips that look at the
+// socket, and a pooled session the server ended while it sat idle costs it one more attempt,
+// not an error.
+func TestReadOnAStalePooledSessionIsSentAgain(t *testing.T) {
+	t.Parallel()
+	through, _, p := proxiedPool(t)
+	through.SetMaxIdleConns(4)
+	s := New(through, Config{ReconnectWait: 2 * time.Second})
+	ctx := context.Background()
+	_, err := dbNow(ctx, through)
+	require.NoError(t, err)
+	p.CutAll()
+	time.Sleep(50 * time.Millisecond) // let the FIN reach the client's socket
+	now, err := readValue(ctx, s, func(ctx context.Context) (time.Time, error) { return dbNow(ctx, through) })
+	require.NoError(t, err)
+	require.False(t, now.IsZero())
+}
+
 // COMMIT sent and its answer lost: ErrOutcomeUnknown, not run again, committed once.
 func TestCommitWhoseAnswerIsLostIsOutcomeUnknown(t *testing.T) {
 	t.Parallel()
@@ -236,7 +254,7 @@ func TestReadOutsideATransactionRidesALostSession(t *testing.T) {
 
 	p.SetRule(resetMidAnswer())
 	var now time.Time
-	require.NoError(t, s.readRetried(ctx, func() (err error) {
+	require.NoError(t, s.readRetried(ctx, func(ctx context.Context) (err error) {
 		now, err = dbNow(ctx, through)
 		return err
 	}))

@@ -60,7 +60,7 @@ func (s *Store) PoolPut(ctx context.Context, p PoolPutParams) (Pool, bool, error
 
 // PoolGet returns one pool.
 func (s *Store) PoolGet(ctx context.Context, name string) (Pool, error) {
-	return readValue(ctx, s, func() (Pool, error) { return s.poolGetOnce(ctx, name) })
+	return readValue(ctx, s, func(ctx context.Context) (Pool, error) { return s.poolGetOnce(ctx, name) })
 }
 
 // poolGetOnce is one attempt of PoolGet, which sends it again if its session dies.
@@ -78,7 +78,7 @@ func (s *Store) poolGetOnce(ctx context.Context, name string) (Pool, error) {
 
 // PoolList pages pools by name.
 func (s *Store) PoolList(ctx context.Context, p ListParams) ([]Pool, int, error) {
-	return readTwo(ctx, s, func() ([]Pool, int, error) { return s.poolListOnce(ctx, p) })
+	return readTwo(ctx, s, func(ctx context.Context) ([]Pool, int, error) { return s.poolListOnce(ctx, p) })
 }
 
 // poolListOnce is one attempt of PoolList, which sends it again if its session dies.

@@ -106,7 +106,7 @@ func runInsertManual(ctx context.Context, tx *sqlx.Tx, p RunCreateParams) (Run, 
 
 // RunGet returns one run by its run_id.
 func (s *Store) RunGet(ctx context.Context, dagID, runID string) (Run, error) {
-	return readValue(ctx, s, func() (Run, error) { return s.runGetOnce(ctx, dagID, runID) })
+	return readValue(ctx, s, func(ctx context.Context) (Run, error) { return s.runGetOnce(ctx, dagID, runID) })
 }
 
 // runGetOnce is one attempt of RunGet, which sends it again if its session dies.
@@ -141,7 +141,7 @@ type RunListParams struct {
 
 // RunList pages a DAG's runs by logical date.
 func (s *Store) RunList(ctx context.Context, p RunListParams) ([]Run, int, error) {
-	return readTwo(ctx, s, func() ([]Run, int, error) { return s.runListOnce(ctx, p) })
+	return readTwo(ctx, s, func(ctx context.Context) ([]Run, int, error) { return s.runListOnce(ctx, p) })
 }
 
 // runListOnce is one attempt of RunList, which sends it again if its session dies.

@@ -122,9 +122,14 @@ func isRetrySafe(err error) bool {
 // transaction that never reached COMMIT is. Without it a request caught reading when the
 // primary died answered 503 instead of riding the failover (TestPostgresFailover, CI
 // 2026-12-03: a creation reading the database clock).
-func (s *Store) readRetried(ctx context.Context, read func() error) error {
+//
+// Its sessions skip the check for a dead idle socket (session.ResetSession): a read sent on a
+// session that died while idle fails and is sent again here, changing nothing, so the check's
+// system call, a few microseconds of every status read, buys a read nothing.
+func (s *Store) readRetried(ctx context.Context, read func(ctx context.Context) error) error {
+	ctx = context.WithValue(ctx, resentIfLostKey{}, true)
 	return s.withRetry(ctx, func() error {
-		err := read()
+		err := read(ctx)
 		if err != nil && isSessionFailure(err) {
 			return &errBeforeCommit{err}
 		}
@@ -136,10 +141,10 @@ func (s *Store) readRetried(ctx context.Context, read func() error) error {
 // or readTwo, so that a read caught by a failover rides it as a transaction does, instead of
 // answering 503 once database/sql's own three attempts have met the dead primary (ha-test,
 // 2026-12-04: 124 reads of a backfill answered 503 in one crash of the leader).
-func readValue[T any](ctx context.Context, s *Store, read func() (T, error)) (T, error) {
+func readValue[T any](ctx context.Context, s *Store, read func(ctx context.Context) (T, error)) (T, error) {
 	var out T
-	err := s.readRetried(ctx, func() (err error) {
-		out, err = read()
+	err := s.readRetried(ctx, func(ctx context.Context) (err error) {
+		out, err = read(ctx)
 		return err
 	})
 	return out, err
@@ -147,17 +152,21 @@ func readValue[T any](ctx context.Context, s *Store, read func() (T, error)) (T,
 
 // readTwo is readRetried for a read that answers two values: a page and its total, an
 // idempotency key's ids and whether it was found, a DAG and the database's clock.
-func readTwo[A, B any](ctx context.Context, s *Store, read func() (A, B, error)) (A, B, error) {
+func readTwo[A, B any](ctx context.Context, s *Store, read func(ctx context.Context) (A, B, error)) (A, B, error) {
 	var (
 		a A
 		b B
 	)
-	err := s.readRetried(ctx, func() (err error) {
-		a, b, err = read()
+	err := s.readRetried(ctx, func(ctx context.Context) (err error) {
+		a, b, err = read(ctx)
 		return err
 	})
 	return a, b, err
 }
+
+// resentIfLostKey marks the context of a read that readRetried sends again when its session
+// is lost.
+type resentIfLostKey struct{}
 
 func (s *Store) runTx(ctx context.Context, level sql.IsolationLevel, fn func(tx *sqlx.Tx) error) (err error) {
 	tx, err := s.txDB(ctx).BeginTxx(ctx, &sql.TxOptions{Isolation: level})

@@ -75,7 +75,7 @@ func (s *Store) WebhookCreate(ctx context.Context, p WebhookCreateParams) (Webho
 
 // WebhookGet returns one webhook without its secret.
 func (s *Store) WebhookGet(ctx context.Context, id int64) (Webhook, error) {
-	return readValue(ctx, s, func() (Webhook, error) { return s.webhookGetOnce(ctx, id) })
+	return readValue(ctx, s, func(ctx context.Context) (Webhook, error) { return s.webhookGetOnce(ctx, id) })
 }
 
 // webhookGetOnce is one attempt of WebhookGet, which sends it again if its session dies.
@@ -93,7 +93,7 @@ func (s *Store) webhookGetOnce(ctx context.Context, id int64) (Webhook, error) {
 
 // WebhookList pages webhooks by id, without secrets.
 func (s *Store) WebhookList(ctx context.Context, p ListParams) ([]Webhook, int, error) {
-	return readTwo(ctx, s, func() ([]Webhook, int, error) { return s.webhookListOnce(ctx, p) })
+	return readTwo(ctx, s, func(ctx context.Context) ([]Webhook, int, error) { return s.webhookListOnce(ctx, p) })
 }
 
 // webhookListOnce is one attempt of WebhookList, which sends it again if its session dies.
