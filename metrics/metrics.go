@@ -3,7 +3,6 @@ package metrics
 
 import (
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -38,6 +37,9 @@ type Metrics struct {
 	shedWait           *prometheus.HistogramVec
 	waiting            *prometheus.GaugeVec
 	inFlight           *prometheus.GaugeVec
+
+	routes  childCache[routeKey, routeChildren]
+	classes childCache[string, classChildren]
 }
 
 // New registers every collector.
@@ -160,7 +162,12 @@ func (m *Metrics) Handler() http.Handler {
 func (m *Metrics) Instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		// The access log outside has already wrapped the writer; a second wrapper would only
+		// count the same status and bytes again.
+		ww, ok := w.(middleware.WrapResponseWriter)
+		if !ok {
+			ww = middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		}
 		next.ServeHTTP(ww, r)
 		route := "unmatched"
 		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
@@ -170,8 +177,9 @@ func (m *Metrics) Instrument(next http.Handler) http.Handler {
 		if status == 0 {
 			status = http.StatusOK
 		}
-		m.httpRequests.WithLabelValues(route, r.Method, strconv.Itoa(status)).Inc()
-		m.httpDuration.WithLabelValues(route, r.Method).Observe(time.Since(start).Seconds())
+		c := m.routeChildren(route, r.Method, status)
+		c.requests.Inc()
+		c.duration.Observe(time.Since(start).Seconds())
 	})
 }
 
@@ -225,8 +233,9 @@ func (m *Metrics) StreamRejected() { m.streamsRejected.Inc() }
 
 // Admitted implements handlers.AdmissionObserver.
 func (m *Metrics) Admitted(class string, waited time.Duration) {
-	m.admitted.WithLabelValues(class).Inc()
-	m.admissionWait.WithLabelValues(class).Observe(waited.Seconds())
+	c := m.classChildren(class)
+	c.admitted.Inc()
+	c.wait.Observe(waited.Seconds())
 }
 
 // Shed implements handlers.AdmissionObserver.
@@ -242,5 +251,5 @@ func (m *Metrics) Waiting(class string, delta int) {
 
 // InFlight implements handlers.AdmissionObserver.
 func (m *Metrics) InFlight(class string, delta int) {
-	m.inFlight.WithLabelValues(class).Add(float64(delta))
+	m.classChildren(class).inFlight.Add(float64(delta))
 }
