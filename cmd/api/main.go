@@ -35,6 +35,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	tuneGC(os.Getenv)
 	stdout := newLogBuffer(os.Stdout, logFlushEvery)
 	err := run(ctx, os.Args[1:], os.Getenv, stdout)
 	stdout.Close()
