@@ -24,11 +24,15 @@ type routeChildren struct {
 	duration prometheus.Observer
 }
 
-// classChildren are the admission metrics' children for one class.
+// classChildren are the admission metrics' children for one class: a shed request, which
+// must stay cheap under overload, looks up its class's as an admitted one does.
 type classChildren struct {
 	admitted prometheus.Counter
 	wait     prometheus.Observer
 	inFlight prometheus.Gauge
+	shed     prometheus.Counter
+	shedWait prometheus.Observer
+	waiting  prometheus.Gauge
 }
 
 // childCache maps label sets to their children; a label set's first lookup fills it.
@@ -59,6 +63,9 @@ func (m *Metrics) classChildren(class string) classChildren {
 			admitted: m.admitted.WithLabelValues(class),
 			wait:     m.admissionWait.WithLabelValues(class),
 			inFlight: m.inFlight.WithLabelValues(class),
+			shed:     m.shed.WithLabelValues(class),
+			shedWait: m.shedWait.WithLabelValues(class),
+			waiting:  m.waiting.WithLabelValues(class),
 		}
 	})
 }

@@ -240,13 +240,14 @@ func (m *Metrics) Admitted(class string, waited time.Duration) {
 
 // Shed implements handlers.AdmissionObserver.
 func (m *Metrics) Shed(class string, waited time.Duration) {
-	m.shed.WithLabelValues(class).Inc()
-	m.shedWait.WithLabelValues(class).Observe(waited.Seconds())
+	c := m.classChildren(class)
+	c.shed.Inc()
+	c.shedWait.Observe(waited.Seconds())
 }
 
 // Waiting implements handlers.AdmissionObserver.
 func (m *Metrics) Waiting(class string, delta int) {
-	m.waiting.WithLabelValues(class).Add(float64(delta))
+	m.classChildren(class).waiting.Add(float64(delta))
 }
 
 // InFlight implements handlers.AdmissionObserver.
