@@ -92,7 +92,7 @@ func (s *Server) ListBackfills(w http.ResponseWriter, r *http.Request, params ap
 	if params.OrderBy != nil {
 		order = *params.OrderBy
 	}
-	pr, prob := s.pageOf(params.Limit, params.Offset, params.Cursor, "backfills", string(order))
+	pr, prob := s.pageOf(params.Limit, params.Offset, params.Cursor, backfillListing, string(order))
 	if prob != nil {
 		writeProblem(w, *prob)
 		return
@@ -112,7 +112,7 @@ func (s *Server) ListBackfills(w http.ResponseWriter, r *http.Request, params ap
 		s.writeError(w, r, err)
 		return
 	}
-	backfills, next := nextCursor(backfills, pr, "backfills", string(order), func(b repo.Backfill) string { return strconv.FormatInt(b.ID, 10) })
+	backfills, next := nextCursor(backfills, pr, backfillListing, string(order), func(b repo.Backfill) string { return strconv.FormatInt(b.ID, 10) })
 	s.writeJSON(w, r, http.StatusOK, api.BackfillCollection{Backfills: convertAll(backfills, backfillOut), TotalEntries: int64(total), NextCursor: next})
 }
 
@@ -127,7 +127,7 @@ func (s *Server) ListBackfillDagRuns(w http.ResponseWriter, r *http.Request, id 
 	if params.OrderBy != nil {
 		order = *params.OrderBy
 	}
-	pr, prob := s.pageOf(params.Limit, params.Offset, params.Cursor, "slots", string(order))
+	pr, prob := s.pageOf(params.Limit, params.Offset, params.Cursor, slotListing, string(order))
 	if prob != nil {
 		writeProblem(w, *prob)
 		return
@@ -146,7 +146,7 @@ func (s *Server) ListBackfillDagRuns(w http.ResponseWriter, r *http.Request, id 
 		s.writeError(w, r, err)
 		return
 	}
-	slots, next := nextCursor(slots, pr, "slots", string(order), func(sl repo.BackfillSlot) string { return strconv.Itoa(sl.SortOrdinal) })
+	slots, next := nextCursor(slots, pr, slotListing, string(order), func(sl repo.BackfillSlot) string { return strconv.Itoa(sl.SortOrdinal) })
 	s.writeJSON(w, r, http.StatusOK, api.BackfillDagRunCollection{BackfillDagRuns: convertAll(slots, slotOut), TotalEntries: total, NextCursor: next})
 }
 

@@ -3,6 +3,8 @@ package handlers
 import (
 	"encoding/base64"
 	"encoding/json"
+	"strconv"
+	"time"
 
 	"github.com/backfillsvc/backfill/api"
 )
@@ -23,6 +25,45 @@ func (c cursor) encode() *string {
 	return &s
 }
 
+// A listing is a collection paged by cursor: its name inside its cursors, and the form of its
+// entries' sort keys. A cursor is not signed, so its key is checked here against that form:
+// a key the database cannot read as the listing's type (a forged or mangled cursor) is the
+// client's mistake, a 400, never the database's error.
+type listing struct {
+	name     string
+	keyValid func(string) bool
+}
+
+var (
+	backfillListing = listing{"backfills", func(k string) bool { _, err := strconv.ParseInt(k, 10, 64); return err == nil }}
+	slotListing     = listing{"slots", func(k string) bool { _, err := strconv.ParseInt(k, 10, 32); return err == nil }}
+	runListing      = listing{"runs", isLogicalDateKey}
+	dagListing      = listing{"dags", isDagIDKey}
+)
+
+// isLogicalDateKey: an RFC 3339 time in the years PostgreSQL's timestamptz and Go share (year
+// 0 parses in Go and does not exist in PostgreSQL).
+func isLogicalDateKey(k string) bool {
+	t, err := time.Parse(time.RFC3339Nano, k)
+	return err == nil && t.Year() >= 1 && t.Year() <= 9999
+}
+
+// isDagIDKey: the DagId schema's pattern, ^[A-Za-z0-9_.-]{1,250}$, which every stored dag_id
+// matches.
+func isDagIDKey(k string) bool {
+	if len(k) == 0 || len(k) > 250 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		switch c := k[i]; {
+		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '_', c == '.', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // pageRequest is a listing's page: how many entries to read and where to start.
 type pageRequest struct {
 	limit  int
@@ -32,7 +73,7 @@ type pageRequest struct {
 
 // pageOf reads limit, offset and cursor. A cursor goes with the listing and order it came
 // from, and not with an offset (two starting points for one page).
-func (s *Server) pageOf(limit, offset *int, raw *string, list, order string) (pageRequest, *api.Problem) {
+func (s *Server) pageOf(limit, offset *int, raw *string, list listing, order string) (pageRequest, *api.Problem) {
 	l, o := s.page(limit, offset)
 	pr := pageRequest{limit: l, offset: o}
 	if raw == nil {
@@ -50,8 +91,11 @@ func (s *Server) pageOf(limit, offset *int, raw *string, list, order string) (pa
 	if err != nil || json.Unmarshal(data, &c) != nil || c.Key == "" {
 		return bad("is not a cursor this service gave: send a next_cursor as it was answered")
 	}
-	if c.List != list || c.Order != order {
+	if c.List != list.name || c.Order != order {
 		return bad("belongs to another listing or order_by: send it with the request whose answer it came in")
+	}
+	if !list.keyValid(c.Key) {
+		return bad("is not a cursor this service gave: send a next_cursor as it was answered")
 	}
 	pr.after = &c.Key
 	return pr, nil
@@ -63,7 +107,7 @@ func (pr pageRequest) repoLimit() int { return pr.limit + 1 }
 
 // nextCursor trims a page read with repoLimit to its size, and answers the cursor of its last
 // entry when more follow (nil on the last page). key gives an entry's sort key.
-func nextCursor[T any](entries []T, pr pageRequest, list, order string, key func(T) string) ([]T, *string) {
+func nextCursor[T any](entries []T, pr pageRequest, list listing, order string, key func(T) string) ([]T, *string) {
 	if len(entries) <= pr.limit {
 		return entries, nil
 	}
@@ -71,5 +115,5 @@ func nextCursor[T any](entries []T, pr pageRequest, list, order string, key func
 	if pr.limit == 0 {
 		return entries, nil
 	}
-	return entries, cursor{List: list, Order: order, Key: key(entries[len(entries)-1])}.encode()
+	return entries, cursor{List: list.name, Order: order, Key: key(entries[len(entries)-1])}.encode()
 }

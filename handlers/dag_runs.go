@@ -39,7 +39,7 @@ func (s *Server) CreateDagRun(w http.ResponseWriter, r *http.Request, dagID stri
 
 // ListDagRuns pages a DAG's runs by logical date.
 func (s *Server) ListDagRuns(w http.ResponseWriter, r *http.Request, dagID string, params api.ListDagRunsParams) {
-	pr, prob := s.pageOf(params.Limit, params.Offset, params.Cursor, "runs", "")
+	pr, prob := s.pageOf(params.Limit, params.Offset, params.Cursor, runListing, "")
 	if prob != nil {
 		writeProblem(w, *prob)
 		return
@@ -54,7 +54,7 @@ func (s *Server) ListDagRuns(w http.ResponseWriter, r *http.Request, dagID strin
 		s.writeError(w, r, err)
 		return
 	}
-	runs, next := nextCursor(runs, pr, "runs", "", func(run repo.Run) string { return run.LogicalDate.UTC().Format(time.RFC3339Nano) })
+	runs, next := nextCursor(runs, pr, runListing, "", func(run repo.Run) string { return run.LogicalDate.UTC().Format(time.RFC3339Nano) })
 	s.writeJSON(w, r, http.StatusOK, api.DagRunCollection{DagRuns: convertAll(runs, runOut), TotalEntries: int64(total), NextCursor: next})
 }
 

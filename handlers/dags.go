@@ -52,7 +52,7 @@ func (s *Server) GetDag(w http.ResponseWriter, r *http.Request, dagID string) {
 
 // ListDags pages DAGs by dag_id.
 func (s *Server) ListDags(w http.ResponseWriter, r *http.Request, params api.ListDagsParams) {
-	pr, prob := s.pageOf(params.Limit, params.Offset, params.Cursor, "dags", "")
+	pr, prob := s.pageOf(params.Limit, params.Offset, params.Cursor, dagListing, "")
 	if prob != nil {
 		writeProblem(w, *prob)
 		return
@@ -62,6 +62,6 @@ func (s *Server) ListDags(w http.ResponseWriter, r *http.Request, params api.Lis
 		s.writeError(w, r, err)
 		return
 	}
-	dags, next := nextCursor(dags, pr, "dags", "", func(d repo.Dag) string { return d.DagID })
+	dags, next := nextCursor(dags, pr, dagListing, "", func(d repo.Dag) string { return d.DagID })
 	s.writeJSON(w, r, http.StatusOK, api.DagCollection{Dags: convertAll(dags, dagOut), TotalEntries: int64(total), NextCursor: next})
 }

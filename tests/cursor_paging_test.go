@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -143,10 +145,29 @@ func TestCursorPagingVisitsEveryEntryOnceInOrder(t *testing.T) {
 		"/api/v1/dags?cursor=" + *next,
 		"/api/v1/dags?cursor=bm90LWEtY3Vyc29y",
 		"/api/v1/dags?cursor=" + strings.Repeat("%21", 3),
+		// Forged cursors: the right listing and order, a key the database cannot read as the
+		// listing's type (these were 500s).
+		"/api/v1/backfills?cursor=" + forgedCursor("backfills", "id", "abc"),
+		"/api/v1/backfills?cursor=" + forgedCursor("backfills", "id", "99999999999999999999999"),
+		backfillPath(b.Id) + "/dag_runs?cursor=" + forgedCursor("slots", "sort_ordinal", "abc"),
+		backfillPath(b.Id) + "/dag_runs?cursor=" + forgedCursor("slots", "sort_ordinal", "3000000000"),
+		"/api/v1/dags/d00/runs?cursor=" + forgedCursor("runs", "", "not a date"),
+		"/api/v1/dags/d00/runs?cursor=" + forgedCursor("runs", "", "0000-01-01T00:00:00Z"),
+		"/api/v1/dags/d00/runs?cursor=" + forgedCursor("runs", "", "\x00"),
+		"/api/v1/dags?cursor=" + forgedCursor("dags", "", "\x00"),
 	} {
 		p := requireProblem(t, e.Do(http.MethodGet, bad, nil), http.StatusBadRequest, "invalid_request", bad)
 		require.Equal(t, "cursor", (*p.Errors)[0].Field, bad)
 	}
+}
+
+// forgedCursor is a cursor as the service encodes one (base64url of its JSON), with any key.
+func forgedCursor(list, order, key string) string {
+	data, err := json.Marshal(map[string]string{"l": list, "o": order, "k": key})
+	if err != nil {
+		panic(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(data)
 }
 
 // TestCursorPagesReadAnIndex checks the plans of the keyset queries: each starts at the
