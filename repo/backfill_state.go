@@ -18,30 +18,47 @@ func (s *Store) BackfillUnpause(ctx context.Context, id int64) (Backfill, error)
 	return s.backfillToggle(ctx, id, domain.BackfillPaused, domain.BackfillRunning)
 }
 
+// toggleTries bounds backfillToggle's attempts while concurrent toggles keep flipping the
+// state under it.
+const toggleTries = 5
+
+// backfillToggle moves an active backfill from one state to the other, or answers it as it is
+// when it is already there. The UPDATE sees the row as of its snapshot, so a concurrent toggle
+// that commits between the UPDATE and the read after it can leave the row in the state this
+// one moves from: that is not "not active" (a pause racing an unpause answered 409 for a
+// running backfill), so the UPDATE is sent again and applies after the other toggle.
 func (s *Store) backfillToggle(ctx context.Context, id int64, from, to domain.BackfillState) (Backfill, error) {
 	defer s.eventsMayBeWritten()
 	var b Backfill
-	err := s.withRetry(ctx, func() error {
-		return sqlx.GetContext(ctx, s.db, &b, `
-			UPDATE backfills SET state = $3, updated_at = backfill_now(),
-				pause_reason = CASE WHEN $3 = 'paused' THEN 'user' END
-			WHERE id = $1 AND state = $2 AND `+statementLockWait("$4")+`
-			RETURNING `+backfillColumns, id, from, to, s.lockWaitMillis)
-	})
-	if err == nil {
-		return b, nil
+	for try := 1; ; try++ {
+		err := s.withRetry(ctx, func() error {
+			return sqlx.GetContext(ctx, s.db, &b, `
+				UPDATE backfills SET state = $3, updated_at = backfill_now(),
+					pause_reason = CASE WHEN $3 = 'paused' THEN 'user' END
+				WHERE id = $1 AND state = $2 AND `+statementLockWait("$4")+`
+				RETURNING `+backfillColumns, id, from, to, s.lockWaitMillis)
+		})
+		if err == nil {
+			return b, nil
+		}
+		if !isNoRows(err) {
+			return Backfill{}, fmt.Errorf("set backfill %d %s: %w", id, to, err)
+		}
+		b, err = s.BackfillGet(ctx, id)
+		if err != nil {
+			return Backfill{}, err
+		}
+		switch {
+		case b.State == to:
+			return b, nil
+		case b.State != from:
+			return Backfill{}, fmt.Errorf("%w: backfill %d is %s", ErrBackfillNotActive, id, b.State)
+		case try == toggleTries:
+			// Still flipping: the UPDATEs saw it in the target state, where this toggle
+			// changes nothing; it is active, as it is answered.
+			return b, nil
+		}
 	}
-	if !isNoRows(err) {
-		return Backfill{}, fmt.Errorf("set backfill %d %s: %w", id, to, err)
-	}
-	b, err = s.BackfillGet(ctx, id)
-	if err != nil {
-		return Backfill{}, err
-	}
-	if b.State != to {
-		return Backfill{}, fmt.Errorf("%w: backfill %d is %s", ErrBackfillNotActive, id, b.State)
-	}
-	return b, nil
 }
 
 // BackfillCancel cancels the backfill's queued runs and lets running ones finish: the backfill

@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -342,5 +344,37 @@ func TestLifecyclePatchRules(t *testing.T) {
 	requireProblem(t, e.PatchRun(dag, "backfill__1999-01-01T00:00:00Z", "success", "w1"), http.StatusNotFound, "run_not_found")
 	requireProblem(t, e.PatchRun("lc_no_such_dag", runs[0].RunId, "success", ""), http.StatusNotFound, "dag_not_found")
 	requireProgressExact(t, e, b.Id)
+	checkInvariants(t, e.DB)
+}
+
+// Pauses and unpauses racing on one active backfill all answer 200: the backfill is running or
+// paused throughout, so none of them is "not active" (a toggle whose UPDATE found the other
+// state, then read the state a concurrent toggle had just committed, answered 409). Each
+// answer shows the state it asked for.
+func TestLifecyclePauseUnpauseRaceAnswers200(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	b := e.DailyBackfill("lc_toggle_race", day(1, 1), day(1, 4))
+	const rounds, pairs = 20, 4
+	for range rounds {
+		releaseTogether(t, 2*pairs, func(i int) error {
+			action, want := "pause", api.BackfillState("paused")
+			if i%2 == 1 {
+				action, want = "unpause", "running"
+			}
+			res := e.Action(b.Id, action)
+			if res.Status != http.StatusOK {
+				return fmt.Errorf("%s: %d %s", action, res.Status, res.Body)
+			}
+			var got api.Backfill
+			if err := json.Unmarshal(res.Body, &got); err != nil {
+				return err
+			}
+			if got.State != want {
+				return fmt.Errorf("%s answered the backfill %s", action, got.State)
+			}
+			return nil
+		})
+	}
 	checkInvariants(t, e.DB)
 }
