@@ -134,7 +134,23 @@ func idempotent[T any](ctx context.Context, s *Store, r idemRequest,
 		if errors.Is(err, errIdempotencyKeyTaken) {
 			continue
 		}
+		if lostToSameKey(err) {
+			// The change ran into what a concurrent request with this key committed first
+			// (a manual run's logical date, the DAG's active backfill) before it reached the
+			// key: when that request holds the key now, this one is its retry.
+			ids, found, lerr := readTwo(ctx, s, func(ctx context.Context) ([]int64, bool, error) { return idemLookup(ctx, s.db, r) })
+			if lerr == nil && found {
+				out, err := idemReplay(ctx, s, ids, replay)
+				return out, err == nil, err
+			}
+		}
 		return out, false, err
 	}
 	return zero, false, fmt.Errorf("%w: the idempotency key kept changing hands", ErrRetriesExhausted)
+}
+
+// lostToSameKey: a change's conflict that a concurrent request making the same change can
+// cause, and so may be its retry's answer.
+func lostToSameKey(err error) bool {
+	return errors.Is(err, ErrRunAlreadyExists) || errors.Is(err, ErrBackfillAlreadyRunning)
 }

@@ -2,6 +2,8 @@ package tests
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"sort"
 	"strconv"
@@ -196,6 +198,41 @@ func TestDagRunIdempotencyKeyAnswersTheSameRun(t *testing.T) {
 	fresh := e.Do(http.MethodPost, path, `{"logical_date":"2024-01-01T00:00:00Z","conf":{"n":1.0,"a":[1,2]}}`, "Idempotency-Key", "run-1")
 	require.Equal(t, http.StatusCreated, fresh.Status, fresh.Body)
 	require.Empty(t, fresh.Header.Get("Idempotent-Replayed"), "the key went with the DAG")
+}
+
+// Concurrent requests with one key create one manual run and all answer it: the one that
+// loses the run's logical date to the first is that request's retry, not a conflict (it
+// answered 409 run_already_exists).
+func TestDagRunIdempotencyKeyConcurrentRetriesAnswerTheOneRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.PutDag("mkc", "@daily", "")
+	const rounds, n = 8, 6
+	for r := range rounds {
+		body := fmt.Sprintf(`{"logical_date":"2024-01-%02dT00:00:00Z"}`, r+1)
+		key := fmt.Sprintf("mkc-%d", r)
+		ids := make([]int64, n)
+		releaseTogether(t, n, func(i int) error {
+			res, err := e.do(http.MethodPost, "/api/v1/dags/mkc/runs", body, "Idempotency-Key", key)
+			if err != nil {
+				return err
+			}
+			if res.Status != http.StatusCreated {
+				return fmt.Errorf("request %d: %d %s", i, res.Status, res.Body)
+			}
+			var run api.DagRun
+			if err := json.Unmarshal(res.Body, &run); err != nil {
+				return err
+			}
+			ids[i] = run.Id
+			return nil
+		})
+		for _, id := range ids {
+			require.Equal(t, ids[0], id, "round %d: every request answers the one run", r)
+		}
+	}
+	require.Equal(t, rounds, e.Count(`SELECT count(*) FROM dag_runs`))
+	require.Equal(t, rounds, e.Count(`SELECT count(*) FROM idempotency_keys`))
 }
 
 // A worker's report sent again after it was recorded answers 200, as the first did.
