@@ -81,6 +81,8 @@ func (v *specValidator) middleware(next http.Handler) http.Handler {
 		route, pathParams, err := v.router.FindRoute(r)
 		switch {
 		case errors.Is(err, routers.ErrMethodNotAllowed):
+			// RFC 9110 §15.5.6: a 405 names the methods the route does take.
+			w.Header().Set("Allow", v.allowed(r))
 			writeProblem(w, problem(http.StatusMethodNotAllowed, "method_not_allowed", "this route does not take "+r.Method))
 			return
 		case err != nil:
@@ -344,4 +346,21 @@ func summarize(fields []api.FieldError) string {
 		parts = append(parts, f.Field+" "+f.Message)
 	}
 	return strings.Join(parts, "; ")
+}
+
+// specMethods are the methods the spec's operations use, in the order Allow lists them.
+var specMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// allowed is the Allow header of a 405: the methods whose route the spec has for r's path.
+// Only a refused request pays for the look-ups.
+func (v *specValidator) allowed(r *http.Request) string {
+	var methods []string
+	for _, m := range specMethods {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, _, err := v.router.FindRoute(probe); err == nil {
+			methods = append(methods, m)
+		}
+	}
+	return strings.Join(methods, ", ")
 }

@@ -276,6 +276,10 @@ func TestMalformedRequestsAreRejectedWithoutWriting(t *testing.T) {
 		if want, ok := fieldsOf[c.name]; ok {
 			require.Equal(t, want, *p.Errors, c.name)
 		}
+		if c.status == http.StatusMethodNotAllowed {
+			// RFC 9110 §15.5.6: the methods /dags/{dag_id} does take.
+			require.Equal(t, "GET, PUT, DELETE", res.Header.Get("Allow"), c.name)
+		}
 		// No answer quotes a format's regular expression or ends a sentence in nothing.
 		require.NotContains(t, p.Detail, "(0[1-9]|", c.name)
 		require.NotRegexp(t, `: *(;|$)`, p.Detail, c.name)
