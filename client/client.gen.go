@@ -471,9 +471,11 @@ type Backfill struct {
 	RunBackwards      bool              `json:"run_backwards"`
 
 	// State Active: `running`, `paused`, `canceling`. Terminal: `succeeded` (every run succeeded), `failed` (at least one run failed or was canceled), `canceled`.
-	State     BackfillState `json:"state"`
-	ToDate    time.Time     `json:"to_date"`
-	UpdatedAt time.Time     `json:"updated_at"`
+	State  BackfillState `json:"state"`
+	ToDate time.Time     `json:"to_date"`
+
+	// UpdatedAt The time of the backfill's last change of state or settings, strictly later than the one before it (see the event's `occurred_at`). Runs' progress does not move it.
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // BackfillPauseReason Why the backfill is paused: `user` (a pause request) or `failure_budget` (its `failed` count reached `max_failed_runs`); null unless `state` is `paused`.
@@ -803,7 +805,7 @@ type Event struct {
 	Data  EventData `json:"data"`
 	Id    int64     `json:"id"`
 
-	// OccurredAt When the change's transaction ran, on the database's clock.
+	// OccurredAt When the change was made, on the database's clock: its transaction's time, or a microsecond after the backfill's previous change when that is later (a change that waited for another's row lock may have started first). A backfill's events order by `occurred_at` exactly as their changes were made, and each equals the `updated_at` of the snapshot it carries (a change made by SQL outside the service that sets no `updated_at` carries its transaction's time).
 	OccurredAt time.Time `json:"occurred_at"`
 	Type       EventType `json:"type"`
 }

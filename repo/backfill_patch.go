@@ -67,6 +67,8 @@ func (s *Store) BackfillPatch(ctx context.Context, p BackfillPatchParams) (Backf
 // the transaction's first: its id is the first of the transaction's range (migrations/00014),
 // and its snapshot, the row the UPDATE returns, is the row at COMMIT. (Run after another
 // event of the same transaction, it would fail on the primary key, never write a wrong id.)
+// Its time is the change's updated_at, which orders the backfill's changes
+// (migrations/00020_change_times_in_order.sql).
 //
 // It is prepared once per connection (Store.hot): planning the UPDATE and the INSERT together
 // costs more than running them.
@@ -79,7 +81,7 @@ func backfillPatchStatement(withEvent bool) string {
 	event AS (
 		INSERT INTO events (id, type, backfill_id, dag_id, occurred_at, snapshot)
 		SELECT pg_current_xact_id()::text::bigint << 12,
-			'` + string(domain.EventBackfillUpdated) + `', p.id, p.dag_id, backfill_now(), p.snapshot
+			'` + string(domain.EventBackfillUpdated) + `', p.id, p.dag_id, p.updated_at, p.snapshot
 		FROM patched p)`
 	if !withEvent {
 		event = ""
@@ -92,7 +94,7 @@ func backfillPatchStatement(withEvent bool) string {
 			description = CASE WHEN $5 THEN $6 ELSE description END,
 			pool = CASE WHEN $7 THEN $8::text ELSE pool END,
 			settings_revision = settings_revision + 1,
-			updated_at = backfill_now()
+			updated_at = backfill_change_time(updated_at)
 		WHERE id = $1 AND state IN ` + activeStatesSQL + `
 			AND (coalesce($2, max_active_runs) IS DISTINCT FROM max_active_runs
 				OR (CASE WHEN $3 THEN $4 ELSE max_failed_runs END) IS DISTINCT FROM max_failed_runs

@@ -33,7 +33,7 @@ func (s *Store) backfillToggle(ctx context.Context, id int64, from, to domain.Ba
 	for try := 1; ; try++ {
 		err := s.withRetry(ctx, func() error {
 			return sqlx.GetContext(ctx, s.db, &b, `
-				UPDATE backfills SET state = $3, updated_at = backfill_now(),
+				UPDATE backfills SET state = $3, updated_at = backfill_change_time(updated_at),
 					pause_reason = CASE WHEN $3 = 'paused' THEN 'user' END
 				WHERE id = $1 AND state = $2 AND `+statementLockWait("$4")+`
 				RETURNING `+backfillColumns, id, from, to, s.lockWaitMillis)
@@ -71,7 +71,7 @@ func (s *Store) BackfillCancel(ctx context.Context, id int64) (Backfill, error) 
 		finished = false
 		// The state change locks the backfill row before its runs are touched (lock order).
 		res, err := tx.ExecContext(ctx, `
-			UPDATE backfills SET state = 'canceling', updated_at = backfill_now()
+			UPDATE backfills SET state = 'canceling', updated_at = backfill_change_time(updated_at)
 			WHERE id = $1 AND state IN ('running', 'paused')`, id)
 		if err != nil {
 			return fmt.Errorf("cancel backfill %d: %w", id, err)
@@ -93,7 +93,7 @@ func (s *Store) BackfillCancel(ctx context.Context, id int64) (Backfill, error) 
 			return fmt.Errorf("cancel queued runs of backfill %d: %w", id, err)
 		}
 		res, err = tx.ExecContext(ctx, `
-			UPDATE backfills SET state = 'canceled', completed_at = backfill_now(), updated_at = backfill_now()
+			UPDATE backfills SET state = 'canceled', completed_at = backfill_now(), updated_at = backfill_change_time(updated_at)
 			WHERE id = $1 AND state = 'canceling' AND num_running = 0 AND num_queued = 0`, id)
 		if err != nil {
 			return fmt.Errorf("finish canceled backfill %d: %w", id, err)

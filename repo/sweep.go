@@ -107,7 +107,7 @@ var sweepFinalizeSQL = `
 		             WHEN b.num_failed + b.num_canceled > 0 THEN 'failed'
 		             ELSE 'succeeded' END,
 		completed_at = backfill_now(),
-		updated_at = backfill_now()
+		updated_at = backfill_change_time(b.updated_at)
 	FROM candidates c
 	WHERE b.id = c.id
 	  AND b.state IN ` + activeStatesSQL + ` AND b.num_queued = 0 AND b.num_running = 0

@@ -1270,7 +1270,10 @@ export interface components {
             is_paused: boolean;
             /** Format: date-time */
             created_at: string;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description The time of the backfill's last change of state or settings, strictly later than the one before it (see the event's `occurred_at`). Runs' progress does not move it.
+             */
             updated_at: string;
             /**
              * Format: date-time
@@ -1327,7 +1330,7 @@ export interface components {
             dag_id: components["schemas"]["DagId"];
             /**
              * Format: date-time
-             * @description When the change's transaction ran, on the database's clock.
+             * @description When the change was made, on the database's clock: its transaction's time, or a microsecond after the backfill's previous change when that is later (a change that waited for another's row lock may have started first). A backfill's events order by `occurred_at` exactly as their changes were made, and each equals the `updated_at` of the snapshot it carries (a change made by SQL outside the service that sets no `updated_at` carries its transaction's time).
              */
             occurred_at: string;
             data: components["schemas"]["EventData"];
