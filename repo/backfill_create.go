@@ -57,7 +57,7 @@ func (s *Store) BackfillCreate(ctx context.Context, p domain.BackfillRequest) (B
 	// pathological case from spinning.
 	for range maxCreatePasses {
 		var b Backfill
-		err := s.withRetry(ctx, func() error {
+		err := s.withRetry(ctx, func(a attempt) error {
 			// Every attempt looks at the window afresh: dates read once and reused would
 			// go stale when a concurrent creation commits the same dates, or when the DAG is
 			// deleted (its runs with it) and created again.
@@ -65,7 +65,7 @@ func (s *Store) BackfillCreate(ctx context.Context, p domain.BackfillRequest) (B
 			if err != nil {
 				return err
 			}
-			return s.runTx(ctx, sql.LevelSerializable, func(tx *sqlx.Tx) error {
+			return s.runTx(ctx, sql.LevelSerializable, a, func(tx *sqlx.Tx) error {
 				var err error
 				b, err = s.backfillInsertAll(ctx, tx, p, hash, dag, plan, known)
 				return err

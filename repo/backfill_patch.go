@@ -35,10 +35,10 @@ type BackfillPatchParams struct {
 func (s *Store) BackfillPatch(ctx context.Context, p BackfillPatchParams) (Backfill, error) {
 	defer s.eventsMayBeWritten()
 	var b Backfill
-	err := s.withRetry(ctx, func() error {
+	err := s.withRetry(ctx, func(a attempt) error {
 		return sqlx.GetContext(ctx, s.hot(ctx, s.db, s.db, backfillPatchSQL), &b, backfillPatchSQL,
 			p.ID, p.MaxActiveRuns, p.SetMaxFailed, p.MaxFailedRuns, p.SetDescription, p.Description, p.SetPool, p.Pool,
-			s.lockWaitMillis)
+			a.lockWait)
 	})
 	if err == nil {
 		return b, nil

@@ -28,9 +28,9 @@ func (s *Store) DagPut(ctx context.Context, p DagPutParams) (Dag, bool, error) {
 		Created bool `db:"created"`
 	}
 	// xmax is 0 only on a freshly inserted row: it tells created from replaced in one trip.
-	err := s.withRetry(ctx, func() error {
+	err := s.withRetry(ctx, func(a attempt) error {
 		return sqlx.GetContext(ctx, s.db, &row, dagPutSQL,
-			p.DagID, p.Schedule, p.Timezone, p.MaxActiveRuns, p.IsPaused, p.Description, s.lockWaitMillis)
+			p.DagID, p.Schedule, p.Timezone, p.MaxActiveRuns, p.IsPaused, p.Description, a.lockWait)
 	})
 	if err != nil {
 		return Dag{}, false, fmt.Errorf("upsert dag %q: %w", p.DagID, err)

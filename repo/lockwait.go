@@ -13,11 +13,11 @@ import (
 // transaction holds before the transaction gives up (LOCK_WAIT).
 const DefaultLockWait = 2 * time.Second
 
-// lockWaitSQL sets lock_timeout for the current transaction only. SET LOCAL ends with the
-// transaction, so a connection handed back to the pool (or to a transaction-mode pooler)
-// carries nothing into the next one.
-func lockWaitSQL(d time.Duration) string {
-	return "SET LOCAL lock_timeout = " + lockWaitMillis(d)
+// lockWaitSQL sets lock_timeout, in whole milliseconds, for the current transaction only.
+// SET LOCAL ends with the transaction, so a connection handed back to the pool (or to a
+// transaction-mode pooler) carries nothing into the next one.
+func lockWaitSQL(millis string) string {
+	return "SET LOCAL lock_timeout = " + millis
 }
 
 // lockWaitMillis is d as lock_timeout takes it, in whole milliseconds (0 would mean no limit).
@@ -26,26 +26,64 @@ func lockWaitMillis(d time.Duration) string {
 }
 
 // statementLockWait is the condition with which a write made in one statement of its own,
-// outside any transaction, bounds its lock waits by LOCK_WAIT as setLockWait bounds a
-// transaction's, without the three round trips of BEGIN, SET LOCAL and COMMIT: set in the
-// WHERE of the statement's row source, it is evaluated before the statement updates or locks
-// a row, so it is in force when the statement waits for one, and set_config(..., true) lasts
-// until the end of the statement's implicit transaction, so the session keeps nothing. param
-// is the statement's parameter that carries Store.lockWaitMillis. Without it a PUT or PATCH
-// of a row that another transaction held waited for as long as the holder liked, holding its
+// outside any transaction, bounds its lock waits as setLockWait bounds a transaction's,
+// without the three round trips of BEGIN, SET LOCAL and COMMIT: set in the WHERE of the
+// statement's row source, it is evaluated before the statement updates or locks a row, so it
+// is in force when the statement waits for one, and set_config(..., true) lasts until the end
+// of the statement's implicit transaction, so the session keeps nothing. param is the
+// statement's parameter that carries the attempt's lockWait. Without it a PUT or PATCH of a
+// row that another transaction held waited for as long as the holder liked, holding its
 // connection and its admission slot (CI, 2026-12-04: a PUT of a DAG, 7 minutes).
 func statementLockWait(param string) string {
 	return "set_config('lock_timeout', " + param + ", true) IS NOT NULL"
 }
 
-// setLockWait bounds every lock wait of tx by LOCK_WAIT: an admitted request that meets a row
-// held for seconds answers 503 busy after LOCK_WAIT, nothing written, instead of holding its
-// connection and its admission slot for as long as the holder likes.
-func (s *Store) setLockWait(ctx context.Context, tx *sqlx.Tx) error {
-	if _, err := tx.ExecContext(ctx, s.lockWaitSQL); err != nil {
+// setLockWait bounds every lock wait of tx by the attempt's share of LOCK_WAIT: an admitted
+// request that meets a row held for seconds answers 503 busy within LOCK_WAIT, nothing
+// written, instead of holding its connection and its admission slot for as long as the
+// holder likes.
+func setLockWait(ctx context.Context, tx *sqlx.Tx, a attempt) error {
+	if _, err := tx.ExecContext(ctx, lockWaitSQL(a.lockWait)); err != nil {
 		return fmt.Errorf("set lock_timeout: %w", err)
 	}
 	return nil
+}
+
+// attempt is what one attempt of a statement or transaction under withRetry is given.
+type attempt struct {
+	// lockWait is the attempt's lock_timeout in milliseconds (lockBudget).
+	lockWait string
+}
+
+// lockWaitFloor is the least share of LOCK_WAIT an attempt is sent with; below it the
+// request answers ErrLockWait.
+const lockWaitFloor = 10 * time.Millisecond
+
+// A lockBudget shares LOCK_WAIT among the attempts of one statement or transaction, so that
+// a statement's lock waits together last at most LOCK_WAIT. PostgreSQL's lock_timeout bounds
+// each wait on its own, and a statement queued behind another waiter waits twice: for the
+// tuple lock that waiter holds until it gives up, then for the holder's transaction (an
+// audit, 2026-12-06: with LOCK_WAIT 2 s and a row held for 12 s, the second of eight
+// PATCHes answered after 3.9 s). So each attempt is given half of what is left, and one that
+// times out is sent again, at once, with half of the rest, until less than lockWaitFloor
+// would be given: a request behind one holder still waits about LOCK_WAIT in all, and one
+// queued behind another waiter no longer waits twice that. (A timed-out attempt wrote
+// nothing: its statement or transaction was rolled back.)
+type lockBudget struct {
+	deadline time.Time
+}
+
+func newLockBudget(lockWait time.Duration) lockBudget {
+	return lockBudget{deadline: time.Now().Add(lockWait)}
+}
+
+// next is the next attempt's share, or false when too little is left to try again.
+func (b lockBudget) next() (attempt, bool) {
+	share := time.Until(b.deadline) / 2
+	if share < lockWaitFloor {
+		return attempt{}, false
+	}
+	return attempt{lockWait: lockWaitMillis(share)}, true
 }
 
 // leasePoolKey marks a context whose transactions run on the lease pool.

@@ -40,7 +40,7 @@ func (s *Store) PoolPut(ctx context.Context, p PoolPutParams) (Pool, bool, error
 		Pool
 		Created bool `db:"created"`
 	}
-	err := s.withRetry(ctx, func() error {
+	err := s.withRetry(ctx, func(a attempt) error {
 		return sqlx.GetContext(ctx, s.db, &row, `
 			INSERT INTO pools (name, slots, description, created_at, updated_at)
 			SELECT $1, $2, $3, backfill_now(), backfill_now()
@@ -50,7 +50,7 @@ func (s *Store) PoolPut(ctx context.Context, p PoolPutParams) (Pool, bool, error
 				description = EXCLUDED.description,
 				updated_at = EXCLUDED.updated_at
 			RETURNING `+poolColumns+`, (xmax = 0) AS created`,
-			p.Name, p.Slots, p.Description, s.lockWaitMillis)
+			p.Name, p.Slots, p.Description, a.lockWait)
 	})
 	if err != nil {
 		return Pool{}, false, fmt.Errorf("upsert pool %q: %w", p.Name, err)

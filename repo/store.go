@@ -66,8 +66,7 @@ type Config struct {
 type Store struct {
 	db              *sqlx.DB
 	leaseDB         *sqlx.DB
-	lockWaitSQL     string
-	lockWaitMillis  string // LOCK_WAIT for statementLockWait's parameter
+	lockWait        time.Duration
 	observer        Observer
 	maxBackfillRuns int
 	maxAttempts     int
@@ -103,8 +102,7 @@ func New(db *sqlx.DB, cfg Config) *Store {
 	if lockWait <= 0 {
 		lockWait = DefaultLockWait
 	}
-	s.lockWaitSQL = lockWaitSQL(lockWait)
-	s.lockWaitMillis = lockWaitMillis(lockWait)
+	s.lockWait = lockWait
 	s.leaseDB = cfg.LeaseDB
 	if s.leaseDB == nil {
 		s.leaseDB = db

@@ -36,7 +36,7 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 }
 
 func (s *Store) inTxWithRetry(ctx context.Context, level sql.IsolationLevel, fn func(tx *sqlx.Tx) error) error {
-	return s.withRetry(ctx, func() error { return s.runTx(ctx, level, fn) })
+	return s.withRetry(ctx, func(a attempt) error { return s.runTx(ctx, level, a, fn) })
 }
 
 // withRetry runs attempt again while it fails for concurrency only (40001/40P01, at most
@@ -47,14 +47,16 @@ func (s *Store) inTxWithRetry(ctx context.Context, level sql.IsolationLevel, fn 
 // statement may have committed on its own; the session reports that as ErrOutcomeUnknown, and
 // database/sql has already run again one that failed before anything was sent), and a failure
 // to connect has already been waited out by Connector.
-func (s *Store) withRetry(ctx context.Context, attemptFn func() error) error {
+func (s *Store) withRetry(ctx context.Context, attemptFn func(a attempt) error) error {
 	var (
 		serialization int
 		reconnects    int
 		firstLost     time.Time
+		locks         = newLockBudget(s.lockWait)
 	)
+	a, _ := locks.next()
 	for {
-		err := attemptFn()
+		err := attemptFn(a)
 		if err == nil {
 			return nil
 		}
@@ -86,9 +88,14 @@ func (s *Store) withRetry(ctx context.Context, attemptFn func() error) error {
 			reconnects++
 			delay = min(reconnectBackoff(reconnects), left)
 		case isLockNotAvailable(err):
-			// Not retried: the row is held by a transaction that may hold it for long, and
-			// the request has already waited LOCK_WAIT for it.
-			return fmt.Errorf("%w: %w", ErrLockWait, err)
+			// Sent again at once with half of what is left of LOCK_WAIT (lockBudget), or,
+			// once that is too little, answered: the row is held by a transaction that may
+			// hold it for long.
+			next, ok := locks.next()
+			if !ok {
+				return fmt.Errorf("%w: %w", ErrLockWait, err)
+			}
+			a = next
 		case IsStatementTimeout(err):
 			return fmt.Errorf("%w: %w", ErrStatementTimeout, err)
 		default:
@@ -128,7 +135,7 @@ func isRetrySafe(err error) bool {
 // system call, a few microseconds of every status read, buys a read nothing.
 func (s *Store) readRetried(ctx context.Context, read func(ctx context.Context) error) error {
 	ctx = context.WithValue(ctx, resentIfLostKey{}, true)
-	return s.withRetry(ctx, func() error {
+	return s.withRetry(ctx, func(attempt) error {
 		err := read(ctx)
 		if err != nil && isSessionFailure(err) {
 			return &errBeforeCommit{err}
@@ -168,7 +175,7 @@ func readTwo[A, B any](ctx context.Context, s *Store, read func(ctx context.Cont
 // is lost.
 type resentIfLostKey struct{}
 
-func (s *Store) runTx(ctx context.Context, level sql.IsolationLevel, fn func(tx *sqlx.Tx) error) (err error) {
+func (s *Store) runTx(ctx context.Context, level sql.IsolationLevel, a attempt, fn func(tx *sqlx.Tx) error) (err error) {
 	tx, err := s.txDB(ctx).BeginTxx(ctx, &sql.TxOptions{Isolation: level})
 	if err != nil {
 		var ce *connectError
@@ -190,7 +197,7 @@ func (s *Store) runTx(ctx context.Context, level sql.IsolationLevel, fn func(tx 
 			_ = tx.Rollback()
 		}
 	}()
-	if err = s.setLockWait(ctx, tx); err == nil {
+	if err = setLockWait(ctx, tx, a); err == nil {
 		err = fn(tx)
 	}
 	if err != nil {
