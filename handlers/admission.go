@@ -20,7 +20,10 @@ const (
 	// connection while it waits for news, so it must not take an ordinary slot for its
 	// whole life; it is not counted here.
 	ClassStream
-	// ClassLease keeps or ends a lease: heartbeat, report (PATCH of a run), release.
+	// ClassHeartbeat keeps a lease: the lease slots, with a reserve that reports and releases
+	// cannot take.
+	ClassHeartbeat
+	// ClassLease ends a lease: a report (PATCH of a run) or a release.
 	ClassLease
 	// ClassClaim hands out runs.
 	ClassClaim
@@ -35,6 +38,8 @@ func (c AdmissionClass) String() string {
 		return "exempt"
 	case ClassStream:
 		return "stream"
+	case ClassHeartbeat:
+		return "heartbeat"
 	case ClassLease:
 		return "lease"
 	case ClassClaim:
@@ -65,7 +70,8 @@ type Admission struct {
 	MaxInFlight int
 	// LeaseMaxInFlight bounds heartbeats, reports and releases: slots of their own that no
 	// other request can take, meant to match the lease database pool (default
-	// DefaultLeaseMaxInFlight).
+	// DefaultLeaseMaxInFlight). Reports and releases may take all but a reserve for
+	// heartbeats (AdmissionLimits.Report).
 	LeaseMaxInFlight int
 	// Wait (ADMISSION_WAIT, default 100 ms) is both the interval after which a queue that has
 	// not been empty counts as standing and the longest a request that arrives at a standing
@@ -84,9 +90,14 @@ const DefaultLeaseMaxInFlight = 4
 
 // AdmissionLimits are the per-class bounds. Lease traffic has its own slots; claims may use
 // all of MaxInFlight and other requests all but a reserve (an eighth, at least one), so that
-// no amount of reads can take the slots claims need.
+// no amount of reads can take the slots claims need. Likewise heartbeats may use all of the
+// lease slots and reports and releases all but a reserve (a quarter, at least one): a report
+// waits for its backfill's (or pool's) row, up to LOCK_WAIT, while another transaction holds
+// it, and reports of one held backfill filled every lease slot, so heartbeats of unrelated
+// runs were shed and a healthy run lost its lease (an audit, 2026-12-06). A heartbeat locks
+// only its own run.
 type AdmissionLimits struct {
-	Lease, Claim, Default int
+	Lease, Report, Claim, Default int
 	// MaxWaiting bounds each class's queue: past it a request is shed at once, since the
 	// slots could not turn over fast enough to serve it within the long wait anyway.
 	MaxWaiting int
@@ -101,15 +112,17 @@ func (a Admission) Limits() AdmissionLimits {
 	}
 	return AdmissionLimits{
 		Lease:      lease,
+		Report:     max(1, lease-max(1, lease/4)),
 		Claim:      total,
 		Default:    total - max(1, total/8),
 		MaxWaiting: 8 * (total + lease),
 	}
 }
 
-// admitter admits requests through one slotQueue. Classes, in priority order: lease (its own
-// pool), claim (the main pool), default (the main pool and the default pool, which keeps the
-// claims' reserve out of its reach).
+// admitter admits requests through one slotQueue. Classes, in priority order: heartbeat (the
+// lease pool), lease (the lease pool and the report pool, which keeps the heartbeats' reserve
+// out of its reach), claim (the main pool), default (the main pool and the default pool,
+// which keeps the claims' reserve out of its reach).
 type admitter struct {
 	obs     AdmissionObserver
 	queue   *slotQueue
@@ -118,13 +131,16 @@ type admitter struct {
 
 // Queue indexes of the classes that are admitted.
 const (
-	queueLease = iota
+	queueHeartbeat = iota
+	queueLease
 	queueClaim
 	queueDefault
 )
 
 func queueOf(c AdmissionClass) int {
 	switch c {
+	case ClassHeartbeat:
+		return queueHeartbeat
 	case ClassLease:
 		return queueLease
 	case ClassClaim:
@@ -150,10 +166,12 @@ func newAdmitter(a Admission, classes classTable) *admitter {
 	}
 	var onWait func(c, delta int)
 	if a.Observer != nil {
-		names := [...]string{queueLease: ClassLease.String(), queueClaim: ClassClaim.String(), queueDefault: ClassDefault.String()}
+		names := [...]string{queueHeartbeat: ClassHeartbeat.String(), queueLease: ClassLease.String(),
+			queueClaim: ClassClaim.String(), queueDefault: ClassDefault.String()}
 		onWait = func(c, delta int) { a.Observer.Waiting(names[c], delta) }
 	}
 	leasePool := &slotPool{capacity: l.Lease}
+	reportPool := &slotPool{capacity: l.Report}
 	mainPool := &slotPool{capacity: l.Claim}
 	defaultPool := &slotPool{capacity: l.Default}
 	return &admitter{
@@ -162,9 +180,10 @@ func newAdmitter(a Admission, classes classTable) *admitter {
 		queue: &slotQueue{
 			clock: clock, interval: wait, short: wait, long: long, onWait: onWait,
 			classes: []*classQueue{
-				queueLease:   {pools: []*slotPool{leasePool}, maxWaiting: l.MaxWaiting, lastToShed: true},
-				queueClaim:   {pools: []*slotPool{mainPool}, maxWaiting: l.MaxWaiting},
-				queueDefault: {pools: []*slotPool{mainPool, defaultPool}, maxWaiting: l.MaxWaiting},
+				queueHeartbeat: {pools: []*slotPool{leasePool}, maxWaiting: l.MaxWaiting, lastToShed: true},
+				queueLease:     {pools: []*slotPool{leasePool, reportPool}, maxWaiting: l.MaxWaiting, lastToShed: true},
+				queueClaim:     {pools: []*slotPool{mainPool}, maxWaiting: l.MaxWaiting},
+				queueDefault:   {pools: []*slotPool{mainPool, defaultPool}, maxWaiting: l.MaxWaiting},
 			},
 		},
 	}

@@ -19,10 +19,11 @@ const classExtension = "x-admission-class"
 // classNames are the values x-admission-class takes. ClassStream is not one: it is decided
 // per request, by Accept (IsEventStream).
 var classNames = map[string]AdmissionClass{
-	"exempt":  ClassExempt,
-	"lease":   ClassLease,
-	"claim":   ClassClaim,
-	"default": ClassDefault,
+	"exempt":    ClassExempt,
+	"heartbeat": ClassHeartbeat,
+	"lease":     ClassLease,
+	"claim":     ClassClaim,
+	"default":   ClassDefault,
 }
 
 // classRoute is one operation's path, split into segments ("" for a path parameter), and
@@ -75,7 +76,7 @@ func newClassTable(doc *openapi3.T) (classTable, error) {
 			name, _ := op.Extensions[classExtension].(string)
 			class, ok := classNames[name]
 			if !ok {
-				return classTable{}, fmt.Errorf("%s %s (%s): %s is %q; want one of exempt, lease, claim, default",
+				return classTable{}, fmt.Errorf("%s %s (%s): %s is %q; want one of exempt, heartbeat, lease, claim, default",
 					method, path, op.OperationID, classExtension, name)
 			}
 			var segments []string // "/" has none

@@ -39,7 +39,7 @@ func TestClassTableMatchesLiteralsFirst(t *testing.T) {
 	for path, want := range map[string]AdmissionClass{
 		"/api/v1/runs/claim":            ClassClaim,
 		"/api/v1/runs/claim/":           ClassClaim,
-		"/api/v1/runs/7/heartbeat":      ClassLease,
+		"/api/v1/runs/7/heartbeat":      ClassHeartbeat,
 		"/api/v1/runs/7/heartbeat/x":    ClassDefault,
 		"/api/v1/runs//heartbeat":       ClassDefault,
 		"/api/v1/runs/7/heartbeat/../x": ClassDefault,

@@ -14,7 +14,7 @@ import (
 
 // classOf maps the values of x-admission-class to the classes they declare.
 var classOf = map[string]handlers.AdmissionClass{
-	"exempt": handlers.ClassExempt, "lease": handlers.ClassLease,
+	"exempt": handlers.ClassExempt, "heartbeat": handlers.ClassHeartbeat, "lease": handlers.ClassLease,
 	"claim": handlers.ClassClaim, "default": handlers.ClassDefault,
 }
 
@@ -22,7 +22,7 @@ var classOf = map[string]handlers.AdmissionClass{
 // here besides their declaration in the spec: shedding one of them as default can cost a run
 // its lease, so a change of their class must be a decision seen in two places.
 var executorOperations = map[string]handlers.AdmissionClass{
-	"heartbeatRun": handlers.ClassLease,
+	"heartbeatRun": handlers.ClassHeartbeat,
 	"patchDagRun":  handlers.ClassLease, // an executor's report
 	"releaseRun":   handlers.ClassLease,
 	"claimRuns":    handlers.ClassClaim,
@@ -51,7 +51,7 @@ func TestEveryOperationHasItsClass(t *testing.T) {
 			require.Equal(t, want, handlers.ClassifyRequest(r), "%s %s (%s)", method, path, op.OperationID)
 
 			executor := takesWorkerID(op)
-			leaseOrClaim := want == handlers.ClassLease || want == handlers.ClassClaim
+			leaseOrClaim := want == handlers.ClassHeartbeat || want == handlers.ClassLease || want == handlers.ClassClaim
 			require.Equal(t, executor, leaseOrClaim, "%s (%s %s): class %s, a worker_id in its body: %v", op.OperationID, method, path, declared, executor)
 			if pinned, ok := executorOperations[op.OperationID]; ok {
 				require.Equal(t, pinned, want, "%s is an executor's operation", op.OperationID)

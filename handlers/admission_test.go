@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// gateStore holds every call it serves until the gate of its kind (get, claim, heartbeat)
+// gateStore holds every call it serves until the gate of its kind (get, claim, heartbeat, release)
 // opens, and tells which call entered. The methods the tests do not use panic through the nil
 // embedded interface.
 type gateStore struct {
@@ -28,6 +28,7 @@ type gateStore struct {
 func newGateStore() *gateStore {
 	return &gateStore{entered: make(chan string, 256), gates: map[string]chan struct{}{
 		"get": make(chan struct{}), "claim": make(chan struct{}), "heartbeat": make(chan struct{}),
+		"release": make(chan struct{}),
 	}}
 }
 
@@ -57,6 +58,10 @@ func (g *gateStore) RunClaim(ctx context.Context, p repo.RunClaimParams) ([]repo
 
 func (g *gateStore) RunHeartbeat(ctx context.Context, runPK int64, workerID string) (repo.Heartbeat, error) {
 	return repo.Heartbeat{LeaseExpiresAt: time.Now()}, g.hold(ctx, "heartbeat")
+}
+
+func (g *gateStore) RunRelease(ctx context.Context, runPK int64, workerID string) (repo.Run, error) {
+	return repo.Run{ID: runPK, DagID: "d", RunID: "manual__2024-01-01T00:00:00Z", State: "queued"}, g.hold(ctx, "release")
 }
 
 // countingObserver counts what admission reports and signals every wait that starts.
@@ -108,6 +113,7 @@ var (
 	getReq       = struct{ method, path, body string }{"GET", "/api/v1/backfills/1", ""}
 	claimReq     = struct{ method, path, body string }{"POST", "/api/v1/runs/claim", `{"worker_id":"w"}`}
 	heartbeatReq = struct{ method, path, body string }{"POST", "/api/v1/runs/7/heartbeat", `{"worker_id":"w"}`}
+	releaseReq   = struct{ method, path, body string }{"POST", "/api/v1/runs/8/release", `{"worker_id":"w"}`}
 )
 
 // held starts a request that will wait in the store, and returns once it is inside it; the
@@ -156,12 +162,13 @@ func requireShed(t *testing.T, rec *httptest.ResponseRecorder, what string) {
 
 func TestAdmissionLimitsKeepSlotsForExecutors(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, handlers.AdmissionLimits{Lease: handlers.DefaultLeaseMaxInFlight, Claim: 4, Default: 3, MaxWaiting: 64},
+	require.Equal(t, handlers.AdmissionLimits{Lease: handlers.DefaultLeaseMaxInFlight, Report: 3, Claim: 4, Default: 3, MaxWaiting: 64},
 		handlers.Admission{MaxInFlight: 4}.Limits())
-	require.Equal(t, handlers.AdmissionLimits{Lease: 6, Claim: 18, Default: 16, MaxWaiting: 192},
+	require.Equal(t, handlers.AdmissionLimits{Lease: 6, Report: 5, Claim: 18, Default: 16, MaxWaiting: 192},
 		handlers.Admission{MaxInFlight: 18, LeaseMaxInFlight: 6}.Limits())
-	// Below two slots claims could not keep a reserve of their own; two is the floor.
-	require.Equal(t, handlers.AdmissionLimits{Lease: 1, Claim: 2, Default: 1, MaxWaiting: 24},
+	// Below two slots claims could not keep a reserve of their own; two is the floor. One lease
+	// slot keeps no reserve for heartbeats: reports need a slot too.
+	require.Equal(t, handlers.AdmissionLimits{Lease: 1, Report: 1, Claim: 2, Default: 1, MaxWaiting: 24},
 		handlers.Admission{MaxInFlight: 1, LeaseMaxInFlight: 1}.Limits())
 }
 
@@ -177,7 +184,7 @@ func TestClassifyRequest(t *testing.T) {
 		{"GET", "/openapi.yaml", "", handlers.ClassExempt},
 		{"GET", "/docs", "", handlers.ClassExempt},
 		{"POST", "/api/v1/runs/claim", "", handlers.ClassClaim},
-		{"POST", "/api/v1/runs/12/heartbeat", "", handlers.ClassLease},
+		{"POST", "/api/v1/runs/12/heartbeat", "", handlers.ClassHeartbeat},
 		{"POST", "/api/v1/runs/12/release", "", handlers.ClassLease},
 		{"PATCH", "/api/v1/dags/d/runs/manual__2024-01-01T00:00:00Z", "", handlers.ClassLease},
 		{"GET", "/api/v1/dags/d/runs/manual__2024-01-01T00:00:00Z", "", handlers.ClassDefault},
@@ -241,8 +248,8 @@ func TestAdmissionShedsReadsFirstAndNeverProbes(t *testing.T) {
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	}
 	admitted, shed := obs.counts()
-	require.Equal(t, map[string]int{"default": 3, "claim": 1, "lease": 1}, admitted)
-	require.Equal(t, map[string]int{"default": 1, "claim": 1, "lease": 1}, shed)
+	require.Equal(t, map[string]int{"default": 3, "claim": 1, "heartbeat": 1}, admitted)
+	require.Equal(t, map[string]int{"default": 1, "claim": 1, "heartbeat": 1}, shed)
 
 	// Every slot came back.
 	for range 4 {
@@ -333,6 +340,35 @@ func TestAdmissionKeepsReservesForExecutors(t *testing.T) {
 		pending = append(pending, held(t, h, g, heartbeatReq, "heartbeat"))
 	}
 	g.open("get", "claim", "heartbeat")
+	for _, p := range pending {
+		require.Equal(t, http.StatusOK, (<-p).Code)
+	}
+}
+
+// Reports and releases leave heartbeats a reserve of the lease slots: a report waits for its
+// backfill's row while another transaction holds it (up to LOCK_WAIT), and reports of one
+// held backfill must not shed the heartbeats of every other run (an audit, 2026-12-06: a
+// healthy run lost its lease).
+func TestAdmissionKeepsAReserveForHeartbeats(t *testing.T) {
+	t.Parallel()
+	g := newGateStore()
+	h, err := handlers.New(handlers.Options{
+		Store:     g,
+		Admission: &handlers.Admission{MaxInFlight: 4, LeaseMaxInFlight: 4, Wait: 20 * time.Millisecond, LongWait: 20 * time.Millisecond},
+	})
+	require.NoError(t, err)
+	lim := handlers.Admission{MaxInFlight: 4, LeaseMaxInFlight: 4}.Limits()
+	require.Equal(t, 3, lim.Report)
+	var pending []<-chan *httptest.ResponseRecorder
+	for range lim.Report {
+		pending = append(pending, held(t, h, g, releaseReq, "release"))
+	}
+	shedWithin(t, h, releaseReq, "a release with the report slots held")
+	for range lim.Lease - lim.Report {
+		pending = append(pending, held(t, h, g, heartbeatReq, "heartbeat"))
+	}
+	shedWithin(t, h, heartbeatReq, "a heartbeat with every lease slot held")
+	g.open("release", "heartbeat")
 	for _, p := range pending {
 		require.Equal(t, http.StatusOK, (<-p).Code)
 	}

@@ -246,9 +246,14 @@ func (s *Store) RunHeartbeat(ctx context.Context, runPK int64, workerID string) 
 		LeaseExpiresAt  time.Time `db:"lease_expires_at"`
 		CancelRequested bool      `db:"cancel_requested"`
 	}
-	// One statement on the lease pool: it locks only the run, which its lease holder alone
-	// changes, so it needs no transaction of its own for a lock_timeout.
-	err := sqlx.GetContext(ctx, s.hot(ctx, s.leaseDB, s.leaseDB, runHeartbeatSQL), &row, runHeartbeatSQL, runPK, workerID)
+	// One statement on the lease pool, which locks only the run. Its lease holder alone
+	// changes the run, but anyone may hold its row (an operator's SQL, a migration): the
+	// statement bounds its wait by LOCK_WAIT like every write of one statement, so that
+	// heartbeats of a held run answer 503 busy instead of keeping lease slots for as long as
+	// the holder likes (an audit, 2026-12-06: 14 s, with every other heartbeat shed meanwhile).
+	err := s.withRetry(ctx, func(a attempt) error {
+		return sqlx.GetContext(ctx, s.hot(ctx, s.leaseDB, s.leaseDB, runHeartbeatSQL), &row, runHeartbeatSQL, runPK, workerID, a.lockWait)
+	})
 	if isNoRows(err) {
 		return Heartbeat{}, leaseLost(ctx, s.leaseDB, runPK)
 	}
@@ -259,10 +264,11 @@ func (s *Store) RunHeartbeat(ctx context.Context, runPK int64, workerID string) 
 }
 
 // runHeartbeatSQL is RunHeartbeat's statement, prepared on the lease pool (prepared.go).
-const runHeartbeatSQL = `
+var runHeartbeatSQL = `
 	WITH hb AS (
 		UPDATE dag_runs SET lease_expires_at = backfill_now() + make_interval(secs => lease_seconds)
 		WHERE id = $1 AND state = 'running' AND worker_id = $2 AND lease_expires_at > backfill_now()
+			AND ` + statementLockWait("$3") + `
 		RETURNING lease_expires_at, backfill_id
 	)
 	SELECT hb.lease_expires_at, coalesce(b.state = 'canceling', false) AS cancel_requested

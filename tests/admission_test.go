@@ -91,14 +91,14 @@ func TestOverloadShedsReadsWithBusyWhileHeartbeatsAreAdmitted(t *testing.T) {
 
 	hb := adm.Do(http.MethodPost, fmt.Sprintf("/api/v1/runs/%d/heartbeat", run.Id), map[string]any{"worker_id": "w1"})
 	require.Equal(t, http.StatusOK, hb.Status, "a heartbeat while reads are shed: %s", hb.Body)
-	require.Equal(t, "lease", <-obs.admitted)
+	require.Equal(t, "heartbeat", <-obs.admitted)
 
 	require.Equal(t, http.StatusOK, adm.Do(http.MethodGet, "/healthz", nil).Status)
 	metricsRes := adm.Do(http.MethodGet, "/metrics", nil)
 	require.Equal(t, http.StatusOK, metricsRes.Status)
 	require.Contains(t, string(metricsRes.Body), `backfill_admission_shed_total{class="default"} 1`)
 	require.Contains(t, string(metricsRes.Body), `backfill_admission_shed_wait_seconds_count{class="default"} 1`)
-	require.Contains(t, string(metricsRes.Body), `backfill_admission_admitted_total{class="lease"} 1`)
+	require.Contains(t, string(metricsRes.Body), `backfill_admission_admitted_total{class="heartbeat"} 1`)
 	require.True(t, strings.Contains(string(metricsRes.Body), fmt.Sprintf(`backfill_admission_in_flight{class="default"} %d`, limits.Default)),
 		"the held reads are in flight:\n%s", metricsRes.Body)
 

@@ -173,7 +173,7 @@ func TestAHeldBackfillShedsNoHeartbeatAndParksNoClaim(t *testing.T) {
 	admitted, shed := obs.counts()
 	t.Logf("claims: %d answered %v, %d runs claimed, slowest %s (sent %s into the hold); admitted %v, shed %v",
 		len(answers), statuses, claimed, slowest, slowestAt, admitted, shed)
-	require.Zero(t, shed["lease"], "heartbeats or reports shed")
+	require.Zero(t, shed["lease"]+shed["heartbeat"], "heartbeats or reports shed")
 	require.Less(t, slowest, lockWait, "a claim waited on the held backfill")
 	require.Positive(t, claimed, "claims kept handing out runs of the other backfill")
 
@@ -232,4 +232,82 @@ func TestAReportOnAHeldBackfillAnswersBusyAfterLockWait(t *testing.T) {
 	rep := adm.PatchRun(run.DagId, run.RunId, "success", "w1")
 	require.Equal(t, http.StatusOK, rep.Status, "%s", rep.Body)
 	require.True(t, strings.Contains(string(rep.Body), `"success"`))
+}
+
+// Reports waiting for a held backfill do not shed the heartbeats of other runs: they may take
+// all but a reserve of the lease slots (handlers.AdmissionLimits.Report), and a heartbeat
+// locks only its own run. Before the reserve, four reports of one held backfill took every
+// lease slot for LOCK_WAIT and the heartbeats of unrelated runs were shed: a healthy worker
+// lost its lease (an audit, 2026-12-06).
+func TestReportsOnAHeldBackfillLeaveHeartbeatsTheirSlots(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const lockWait = 2 * time.Second
+	adm, _ := productionShape(t, e, lockWait)
+	a := adm.DailyBackfill("held_reports_a", day(1, 1), day(1, 8), "max_active_runs", 8)
+	held := adm.ClaimWithN(8, map[string]any{"worker_id": "wa", "limit": 8, "dag_id": "held_reports_a"})
+	adm.DailyBackfill("held_reports_b", day(1, 1), day(1, 1))
+	other := adm.ClaimWithN(1, map[string]any{"worker_id": "wb", "limit": 1, "dag_id": "held_reports_b"})[0]
+
+	ctx := context.Background()
+	hold, err := e.DB.BeginTxx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = hold.Rollback() }()
+	_, err = hold.ExecContext(ctx, fmt.Sprintf(`SELECT 1 FROM backfills WHERE id = %d FOR UPDATE`, a.Id))
+	require.NoError(t, err)
+
+	// Eight reports of the held backfill, more than the lease slots, all waiting for its row.
+	reports := startTogether(len(held), len(held), func(i int) error {
+		run := held[i]
+		res, err := adm.do(http.MethodPatch, runPath(run.DagId, run.RunId), map[string]any{"state": "success", "worker_id": "wa"})
+		if err != nil {
+			return err
+		}
+		if res.Status != http.StatusServiceUnavailable {
+			return fmt.Errorf("report of a held backfill: %d %s", res.Status, res.Body)
+		}
+		return nil
+	})
+	// Once the reports wait on the row (as many as their slots allow), heartbeats of the other
+	// backfill's run are answered at once, again and again.
+	require.Eventually(t, func() bool {
+		return e.Count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) >= 3
+	}, 10*time.Second, 5*time.Millisecond)
+	for range 5 {
+		start := time.Now()
+		res := adm.Heartbeat(other.Id, "wb")
+		require.Equal(t, http.StatusOK, res.Status, "a heartbeat of an unrelated run: %s", res.Body)
+		require.Less(t, time.Since(start), lockWait, "the heartbeat waited behind the reports")
+	}
+	require.NoError(t, <-reports)
+	require.NoError(t, hold.Rollback())
+}
+
+// A heartbeat of a run whose row another transaction holds waits LOCK_WAIT, then answers 503
+// busy, nothing written: before, it waited as long as the holder liked (an audit: 14 s).
+func TestAHeartbeatOfAHeldRunAnswersBusyAfterLockWait(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const lockWait = 500 * time.Millisecond
+	adm, _ := productionShape(t, e, lockWait)
+	adm.DailyBackfill("held_run", day(1, 1), day(1, 1))
+	run := adm.ClaimN(1, "w1", 1)[0]
+
+	ctx := context.Background()
+	hold, err := e.DB.BeginTxx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = hold.Rollback() }()
+	_, err = hold.ExecContext(ctx, fmt.Sprintf(`SELECT 1 FROM dag_runs WHERE id = %d FOR UPDATE`, run.Id))
+	require.NoError(t, err)
+
+	start := time.Now()
+	res := adm.Heartbeat(run.Id, "w1")
+	took := time.Since(start)
+	p := requireProblem(t, res, http.StatusServiceUnavailable, "busy")
+	require.Equal(t, "waited LOCK_WAIT for a row another request holds; nothing was written", p.Detail)
+	require.GreaterOrEqual(t, took, lockWait-lockBudgetSlack)
+	// A generous bound: it came back instead of waiting for the holder.
+	require.Less(t, took, lockWait+10*time.Second)
+	require.NoError(t, hold.Rollback())
+	require.Equal(t, http.StatusOK, adm.Heartbeat(run.Id, "w1").Status, "once the hold ends")
 }
