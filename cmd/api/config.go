@@ -223,6 +223,23 @@ func sessionDSN(raw string, statementTimeout time.Duration) (dsn, error) {
 	return d, nil
 }
 
+// poolSessionDSN is the DSN of the pools that serve requests: d with lock_timeout = LOCK_WAIT
+// as every session's default. Transactions and the writes of one statement set their own
+// share of LOCK_WAIT for the row locks they wait for (repo.lockBudget), but they do so once
+// the statement runs: the table locks a statement takes first (an operator's LOCK TABLE, a
+// migration's ALTER TABLE queued for its lock, which every later statement queues behind)
+// and every read were bounded only by statement_timeout (an audit, 2026-12-06: PATCHes and
+// reads waited 7–12 s behind a held table lock, then answered 200 or nothing at all). Not
+// behind a transaction pooler, which refuses unknown startup parameters (there the
+// database's own setting applies, docs/HA.md), and not for the direct sessions: a migration
+// waits for its locks as long as it must.
+func poolSessionDSN(d dsn, lockWait time.Duration, pooler string) dsn {
+	if pooler == poolerTransaction {
+		return d
+	}
+	return d.withDefault("lock_timeout", strconv.FormatInt(max(lockWait.Milliseconds(), 1), 10))
+}
+
 // logAttrs is every setting for the startup line, keyed by its variable's name in lower case,
 // so that an operator can read from the log what the process runs with. The password in
 // DATABASE_URL is masked and API_TOKEN is only counted.

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -252,12 +253,15 @@ func (d dsn) check() error {
 	return nil
 }
 
-// withDefault sets k unless the operator gave it.
+// withDefault is d with k set to v unless the operator gave it. d itself is left as it was
+// (the pools' DSN adds to the direct sessions' one).
 func (d dsn) withDefault(k, v string) dsn {
-	if _, ok := d.params[k]; !ok {
-		d.params[k] = v
+	if _, ok := d.params[k]; ok {
+		return d
 	}
-	return d
+	params := maps.Clone(d.params)
+	params[k] = v
+	return dsn{params: params}
 }
 
 // String is the key=value form lib/pq reads, keys sorted so that it is stable.

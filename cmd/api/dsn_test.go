@@ -96,6 +96,27 @@ func TestSessionDSNAddsSettingsAndKeepsTheOperators(t *testing.T) {
 	require.Equal(t, "UTC", cfg.Runtime["timezone"])
 }
 
+// The pools' sessions wait LOCK_WAIT at most for any lock by default (table locks come
+// before a statement can set its own share); the operator's own lock_timeout is kept, a
+// transaction pooler gets none (it refuses unknown startup parameters), and the direct
+// sessions (migrations, LISTEN) are left as they were.
+func TestPoolSessionDSNBoundsLockWaits(t *testing.T) {
+	direct, err := sessionDSN("postgres://u@h/db?sslmode=disable", 30*time.Second)
+	require.NoError(t, err)
+	pool := poolSessionDSN(direct, 2*time.Second, poolerNone)
+	require.Equal(t, "2000", pool.params["lock_timeout"])
+	require.NotContains(t, direct.params, "lock_timeout", "the direct sessions' DSN is unchanged")
+	cfg, err := pq.NewConfig(pool.String())
+	require.NoError(t, err)
+	require.Equal(t, "2000", cfg.Runtime["lock_timeout"])
+
+	require.NotContains(t, poolSessionDSN(direct, 2*time.Second, poolerTransaction).params, "lock_timeout")
+
+	own, err := sessionDSN("host=h dbname=db lock_timeout=500", 30*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "500", poolSessionDSN(own, 2*time.Second, poolerNone).params["lock_timeout"])
+}
+
 // The startup log never shows the password.
 func TestRedactedDSNMasksThePassword(t *testing.T) {
 	for _, raw := range []string{

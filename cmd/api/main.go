@@ -60,7 +60,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	connector, err := dsn.connector()
+	connector, err := poolSessionDSN(dsn, cfg.LockWait, cfg.DBPooler).connector()
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
