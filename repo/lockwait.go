@@ -77,7 +77,13 @@ func newLockBudget(lockWait time.Duration) lockBudget {
 	return lockBudget{deadline: time.Now().Add(lockWait)}
 }
 
-// next is the next attempt's share, or false when too little is left to try again.
+// first is the first attempt's share: half of LOCK_WAIT, however short LOCK_WAIT is.
+func (b lockBudget) first() attempt {
+	return attempt{lockWait: lockWaitMillis(time.Until(b.deadline) / 2)}
+}
+
+// next is the share of the attempt after one that timed out, or false when too little is
+// left to try again.
 func (b lockBudget) next() (attempt, bool) {
 	share := time.Until(b.deadline) / 2
 	if share < lockWaitFloor {
