@@ -428,7 +428,7 @@ type Backfill struct {
 	CompletedAt *time.Time `json:"completed_at"`
 	CreatedAt   time.Time  `json:"created_at"`
 
-	// DagId 1-250 characters of `[A-Za-z0-9_.-]`.
+	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
 	//
 	// Example: sales_daily
 	DagId DagId `json:"dag_id"`
@@ -487,7 +487,7 @@ type BackfillCollection struct {
 
 // BackfillCreate defines model for BackfillCreate.
 type BackfillCreate struct {
-	// DagId 1-250 characters of `[A-Za-z0-9_.-]`.
+	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
 	//
 	// Example: sales_daily
 	DagId DagId `json:"dag_id"`
@@ -505,7 +505,7 @@ type BackfillCreate struct {
 	// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
 	MaxFailedRuns *MaxFailedRuns `json:"max_failed_runs,omitempty"`
 
-	// Pool A pool's name, 1-250 characters of `[A-Za-z0-9_.-]` (like a `dag_id`).
+	// Pool A pool's name, 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..` (like a `dag_id`).
 	//
 	// Example: warehouse
 	Pool *PoolName `json:"pool,omitempty"`
@@ -594,7 +594,7 @@ type BackfillState string
 
 // ClaimRequest defines model for ClaimRequest.
 type ClaimRequest struct {
-	// DagId 1-250 characters of `[A-Za-z0-9_.-]`.
+	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
 	//
 	// Example: sales_daily
 	DagId *DagId `json:"dag_id,omitempty"`
@@ -605,7 +605,7 @@ type ClaimRequest struct {
 	// Limit The most runs to claim.
 	Limit *int `json:"limit,omitempty"`
 
-	// Pool A pool's name, 1-250 characters of `[A-Za-z0-9_.-]` (like a `dag_id`).
+	// Pool A pool's name, 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..` (like a `dag_id`).
 	//
 	// Example: warehouse
 	Pool     *PoolName `json:"pool,omitempty"`
@@ -624,7 +624,7 @@ type Conf = json.RawMessage
 type Dag struct {
 	CreatedAt time.Time `json:"created_at"`
 
-	// DagId 1-250 characters of `[A-Za-z0-9_.-]`.
+	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
 	//
 	// Example: sales_daily
 	DagId       DagId   `json:"dag_id"`
@@ -657,7 +657,7 @@ type DagCollection struct {
 	TotalEntries int64   `json:"total_entries"`
 }
 
-// DagId 1-250 characters of `[A-Za-z0-9_.-]`.
+// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
 //
 // Example: sales_daily
 type DagId = string
@@ -694,7 +694,7 @@ type DagRun struct {
 	// Conf Free-form run configuration; null when none was given.
 	Conf *Conf `json:"conf"`
 
-	// DagId 1-250 characters of `[A-Za-z0-9_.-]`.
+	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
 	//
 	// Example: sales_daily
 	DagId             DagId      `json:"dag_id"`
@@ -746,7 +746,7 @@ type DagRunCreate struct {
 	Conf        *Conf     `json:"conf,omitempty"`
 	LogicalDate time.Time `json:"logical_date"`
 
-	// Pool A pool's name, 1-250 characters of `[A-Za-z0-9_.-]` (like a `dag_id`).
+	// Pool A pool's name, 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..` (like a `dag_id`).
 	//
 	// Example: warehouse
 	Pool *PoolName `json:"pool,omitempty"`
@@ -793,7 +793,7 @@ type DryRunEntry struct {
 type Event struct {
 	BackfillId int64 `json:"backfill_id"`
 
-	// DagId 1-250 characters of `[A-Za-z0-9_.-]`.
+	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
 	//
 	// Example: sales_daily
 	DagId DagId     `json:"dag_id"`
@@ -862,7 +862,7 @@ type Pool struct {
 	CreatedAt   time.Time `json:"created_at"`
 	Description *string   `json:"description"`
 
-	// Name A pool's name, 1-250 characters of `[A-Za-z0-9_.-]` (like a `dag_id`).
+	// Name A pool's name, 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..` (like a `dag_id`).
 	//
 	// Example: warehouse
 	Name PoolName `json:"name"`
@@ -884,7 +884,7 @@ type PoolCollection struct {
 	TotalEntries int64  `json:"total_entries"`
 }
 
-// PoolName A pool's name, 1-250 characters of `[A-Za-z0-9_.-]` (like a `dag_id`).
+// PoolName A pool's name, 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..` (like a `dag_id`).
 //
 // Example: warehouse
 type PoolName = string
@@ -1014,7 +1014,7 @@ type BackfillIdPath = int64
 // Cursor defines model for Cursor.
 type Cursor = string
 
-// DagIdPath 1-250 characters of `[A-Za-z0-9_.-]`.
+// DagIdPath 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
 //
 // Example: sales_daily
 type DagIdPath = DagId
@@ -1037,7 +1037,7 @@ type Limit = int
 // Offset defines model for Offset.
 type Offset = int
 
-// PoolPath A pool's name, 1-250 characters of `[A-Za-z0-9_.-]` (like a `dag_id`).
+// PoolPath A pool's name, 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..` (like a `dag_id`).
 //
 // Example: warehouse
 type PoolPath = PoolName

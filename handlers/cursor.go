@@ -48,10 +48,10 @@ func isLogicalDateKey(k string) bool {
 	return err == nil && t.Year() >= 1 && t.Year() <= 9999
 }
 
-// isDagIDKey: the DagId schema's pattern, ^[A-Za-z0-9_.-]{1,250}$, which every stored dag_id
-// matches.
+// isDagIDKey: the DagId schema's pattern, 1-250 characters of [A-Za-z0-9_.-] but not . or ..,
+// which every stored dag_id matches.
 func isDagIDKey(k string) bool {
-	if len(k) == 0 || len(k) > 250 {
+	if len(k) == 0 || len(k) > 250 || k == "." || k == ".." {
 		return false
 	}
 	for i := 0; i < len(k); i++ {

@@ -63,7 +63,7 @@ func (f *fakeStore) call(name string, write bool, problems ...string) error {
 }
 
 var (
-	fakeDagID          = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,250}$`)
+	fakeDagID          = regexp.MustCompile(`^(?:[A-Za-z0-9_-][A-Za-z0-9_.-]{0,249}|\.[A-Za-z0-9_-][A-Za-z0-9_.-]{0,248}|\.\.[A-Za-z0-9_.-]{1,248})$`)
 	fakeIdempotencyKey = regexp.MustCompile(`^[\x20-\x7E]{1,255}$`)
 )
 

@@ -203,6 +203,11 @@ func TestMalformedRequestsAreRejectedWithoutWriting(t *testing.T) {
 		bad("run id with invalid UTF-8", "GET", "/api/v1/dags/m/runs/%ff", nil),
 		bad("report run id with a lone surrogate's bytes", "PATCH", "/api/v1/dags/m/runs/%ed%a0%80", `{"state":"success"}`),
 		bad("run id with NUL", "GET", "/api/v1/dags/m/runs/a%00b", nil),
+		// A dot segment as a name: no client that normalises URLs could reach it again.
+		bad("dag_id of one dot", "PUT", "/api/v1/dags/.", `{"schedule":"@daily"}`),
+		bad("dag_id of two dots", "PUT", "/api/v1/dags/..", `{"schedule":"@daily"}`),
+		bad("pool named two dots", "PUT", "/api/v1/pools/..", `{"slots":1}`),
+		bad("backfill in a pool named one dot", "POST", "/api/v1/backfills", valid("pool", `"."`)),
 		bad("query with invalid UTF-8", "GET", "/api/v1/backfills?x=%ff", nil),
 		{"webhook port 99999", "POST", "/api/v1/webhooks", `{"url":"https://example.com:99999/h"}`, nil, http.StatusUnprocessableEntity, "invalid_webhook"},
 		{"webhook port 0", "POST", "/api/v1/webhooks", `{"url":"http://example.com:0/h"}`, nil, http.StatusUnprocessableEntity, "invalid_webhook"},

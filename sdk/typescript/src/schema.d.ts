@@ -1015,7 +1015,7 @@ export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
         /**
-         * @description 1-250 characters of `[A-Za-z0-9_.-]`.
+         * @description 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
          * @example sales_daily
          */
         DagId: string;
@@ -1165,7 +1165,7 @@ export interface components {
             note: string | null;
         };
         /**
-         * @description A pool's name, 1-250 characters of `[A-Za-z0-9_.-]` (like a `dag_id`).
+         * @description A pool's name, 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..` (like a `dag_id`).
          * @example warehouse
          */
         PoolName: string;
