@@ -86,7 +86,7 @@ func New() *Metrics {
 		}, []string{"route", "method"}),
 		admitted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backfill_admission_admitted_total",
-			Help: "Requests admitted, by admission class (lease, claim, default).",
+			Help: "Requests admitted, by admission class (heartbeat, lease, claim, default).",
 		}, []string{"class"}),
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backfill_admission_shed_total",
