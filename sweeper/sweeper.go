@@ -5,12 +5,14 @@ package sweeper
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/backfillsvc/backfill/internal/defaults"
 	"github.com/backfillsvc/backfill/internal/startstop"
+	"github.com/backfillsvc/backfill/repo"
 )
 
 // Defaults of Config, exported so that the service's configuration reuses them.
@@ -88,7 +90,13 @@ func (s *Sweeper) loop(ctx context.Context) {
 		if s.cfg.OnPass != nil {
 			s.cfg.OnPass(time.Since(start), err)
 		}
-		if err != nil && ctx.Err() == nil {
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case errors.Is(err, repo.ErrLockWait):
+			// A row or table another transaction held past LOCK_WAIT (an operator's LOCK
+			// TABLE, a migration): the next pass takes it up, nothing is wrong here.
+			s.log.Warn("sweep pass met a held lock; the next pass goes on", "err", err)
+		default:
 			s.log.Error("sweep pass failed", "err", err)
 		}
 		select {

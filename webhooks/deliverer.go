@@ -189,6 +189,10 @@ func (d *Deliverer) loop(ctx context.Context) {
 			case repo.IsUnavailable(err):
 				// An outage: every poll would say so; /readyz and the sweep report it too.
 				d.log.Warn("webhook delivery: database unavailable", "err", err)
+			case errors.Is(err, repo.ErrLockWait):
+				// A table or row held past LOCK_WAIT (an operator's LOCK TABLE, a migration):
+				// the next poll goes on.
+				d.log.Warn("webhook delivery claim met a held lock", "err", err)
 			default:
 				d.log.Error("webhook delivery claim failed", "err", err)
 			}
