@@ -77,9 +77,11 @@ func newLockBudget(lockWait time.Duration) lockBudget {
 	return lockBudget{deadline: time.Now().Add(lockWait)}
 }
 
-// first is the first attempt's share: half of LOCK_WAIT, however short LOCK_WAIT is.
-func (b lockBudget) first() attempt {
-	return attempt{lockWait: lockWaitMillis(time.Until(b.deadline) / 2)}
+// firstAttempt is the first attempt's share: half of LOCK_WAIT, however short LOCK_WAIT is.
+// The Store formats it once, so that the reads and writes that never meet a held lock, nearly
+// all of them, pay nothing but the budget's clock read for it.
+func firstAttempt(lockWait time.Duration) attempt {
+	return attempt{lockWait: lockWaitMillis(lockWait / 2)}
 }
 
 // next is the share of the attempt after one that timed out, or false when too little is

@@ -67,6 +67,7 @@ type Store struct {
 	db              *sqlx.DB
 	leaseDB         *sqlx.DB
 	lockWait        time.Duration
+	firstAttempt    attempt // firstAttempt(lockWait)
 	observer        Observer
 	maxBackfillRuns int
 	maxAttempts     int
@@ -103,6 +104,7 @@ func New(db *sqlx.DB, cfg Config) *Store {
 		lockWait = DefaultLockWait
 	}
 	s.lockWait = lockWait
+	s.firstAttempt = firstAttempt(lockWait)
 	s.leaseDB = cfg.LeaseDB
 	if s.leaseDB == nil {
 		s.leaseDB = db

@@ -54,7 +54,7 @@ func (s *Store) withRetry(ctx context.Context, attemptFn func(a attempt) error) 
 		firstLost     time.Time
 		locks         = newLockBudget(s.lockWait)
 	)
-	a := locks.first()
+	a := s.firstAttempt
 	for {
 		err := attemptFn(a)
 		if err == nil {
