@@ -33,79 +33,82 @@ func (s *Store) WebhookFanOut(ctx context.Context) error {
 // Event writers used to do this in their own transaction; it is here so that writing an
 // event costs one row (migrations/00015_events_lean_writer.sql).
 //
-// Like every reader of the outbox it reads only below the horizon (00014), so an event that
-// commits later always has a larger id than the cursor. One transaction at a time moves the
-// cursor (fanOutLock): the others skip the fan-out rather than wait. A delivery already made
-// (by the trigger before 00015) is left as it is.
+// It follows the outbox by snapshots (migrations/00021_webhook_fanout_by_snapshot.sql): it
+// takes the events whose writers committed since the last fan-out's snapshot, so an event is
+// taken as soon as its writer commits, however long an older transaction stays open. One
+// transaction at a time does it (fanOutLock): the others skip the fan-out rather than wait.
+// A delivery already made is left as it is.
 //
 // The caller prepares webhookFanOutSQL before BEGIN (Store.prepareHot).
 func (s *Store) webhookFanOut(ctx context.Context, tx *sqlx.Tx) error {
-	var after int64
-	// The cursor is read after the lock is taken, in a statement of its own: in READ
+	_, err := s.webhookFanOutPage(ctx, tx, fanOutBatch)
+	return err
+}
+
+// webhookFanOutPage takes one page of at most limit events and answers how many it took.
+func (s *Store) webhookFanOutPage(ctx context.Context, tx *sqlx.Tx, limit int) (int, error) {
+	// The cursor is read after the lock is taken, by a statement of its own: in READ
 	// COMMITTED it then sees what the previous holder committed.
 	var locked bool
 	if err := tx.GetContext(ctx, &locked, `SELECT pg_try_advisory_xact_lock($1)`, int64(fanOutLock)); err != nil {
-		return fmt.Errorf("webhook fan-out lock: %w", err)
+		return 0, fmt.Errorf("webhook fan-out lock: %w", err)
 	}
 	if !locked {
-		return nil // another replica is fanning out now
+		return 0, nil // another replica is fanning out now
 	}
-	if err := tx.GetContext(ctx, &after, `SELECT after_event FROM webhook_fanout`); err != nil {
-		return fmt.Errorf("webhook fan-out cursor: %w", err)
+	var taken int
+	if err := sqlx.GetContext(ctx, s.hot(ctx, s.db, tx, webhookFanOutSQL), &taken, webhookFanOutSQL, limit); err != nil {
+		return 0, fmt.Errorf("webhook fan-out: %w", err)
 	}
-	for attempt := 0; ; attempt++ {
-		var page struct {
-			Next *int64 `db:"next"` // the cursor after this page; nil when it made nothing
-			Held bool   `db:"held"`
-		}
-		err := sqlx.GetContext(ctx, s.hot(ctx, s.db, tx, webhookFanOutSQL), &page, webhookFanOutSQL, after, fanOutBatch)
-		if err != nil {
-			return fmt.Errorf("webhook fan-out: %w", err)
-		}
-		// Events that committed but wait behind an older transaction still in flight: a
-		// writer's transaction usually ends within milliseconds, so when nothing could be
-		// made, wait a little for them (each statement reads a new snapshot) rather than
-		// leave them to the next claim. When something was made, the next claim comes soon:
-		// under a steady stream of writers some event is nearly always held, and waiting
-		// would only re-read the horizon.
-		if !page.Held || page.Next != nil || attempt >= fanOutHeldTries {
-			return nil
-		}
-		if err := sleepCtx(ctx, eventHeldBackoff(attempt)); err != nil {
-			return nil
-		}
-	}
+	return taken, nil
 }
 
-// fanOutHeldTries bounds the waits for held events (eventHeldBackoff: about 60 ms in all).
-const fanOutHeldTries = 5
-
-// webhookFanOutSQL makes the deliveries of one page of events after $1 (at most $2), below
-// the horizon, and moves the cursor past them. Prepared (Store.hot): planned at every call,
-// its plan cost about as much as its run (pgbench, 2026-12-04: 1.75 ms a call unnamed, 1.06
-// prepared, for a page of 450 events), and it runs twice a second.
-// The page is cut as every reader of the outbox cuts it (pageBoundCTE): the exact horizon,
-// which reads pg_stat_activity, only when the page reaches past the snapshot's xmin, so that
-// a fan-out with nothing new to read, the idle case, reads none.
+// webhookFanOutSQL makes the deliveries of one page of at most $1 events, in id order, of the
+// batch the cursor is in, and moves the cursor past them. A batch is the events whose writers
+// hi sees committed and lo did not: those at or past lo's xmax ("fresh") and those in lo's
+// list of transactions in flight ("late"); an event's id is its writer's transaction id
+// shifted left 12 bits plus an ordinal (00014), so each is a range of the primary key. hi is
+// this statement's own snapshot when a batch starts, and the batch's stored snapshot while
+// one is paged through (then events committed since are left to the next batch). A short
+// page ends the batch: hi becomes the cursor. A fan-out that finds nothing writes nothing.
+// Prepared (Store.hot): planned at every call, its plan cost about as much as its run
+// (pgbench, 2026-12-04), and it runs twice a second.
 const webhookFanOutSQL = `
-	WITH snap AS (SELECT pg_current_snapshot() AS s),
+	WITH cursor AS (
+		SELECT after_snapshot AS lo, coalesce(batch_snapshot, pg_current_snapshot()) AS hi,
+			coalesce(batch_after, -1) AS done, batch_snapshot IS NOT NULL AS paging
+		FROM webhook_fanout),
+	fresh AS (
+		SELECT e.id, e.type FROM events e
+		WHERE e.id >= (SELECT greatest(pg_snapshot_xmax(lo)::text::bigint << 12, done + 1) FROM cursor)
+		  AND pg_visible_in_snapshot((e.id >> 12)::text::xid8, (SELECT hi FROM cursor))
+		ORDER BY e.id LIMIT $1),
+	late AS (
+		SELECT l.id, l.type FROM cursor c, pg_snapshot_xip(c.lo) AS x,
+		LATERAL (
+			SELECT e.id, e.type FROM events e
+			WHERE e.id >= greatest(x::text::bigint << 12, c.done + 1)
+			  AND e.id < (x::text::bigint + 1) << 12
+			  AND pg_visible_in_snapshot((e.id >> 12)::text::xid8, c.hi)
+			ORDER BY e.id LIMIT $1) AS l
+		ORDER BY l.id LIMIT $1),
 	page AS (
-		SELECT id, type FROM events
-		WHERE id > $1
-		ORDER BY id LIMIT $2),
-	` + pageBoundCTE + `,
-	batch AS (
-		SELECT page.* FROM page, bound WHERE page.id < bound.horizon),
+		SELECT id, type FROM (SELECT * FROM fresh UNION ALL SELECT * FROM late) AS u
+		ORDER BY id LIMIT $1),
 	made AS (
 		INSERT INTO webhook_deliveries (webhook_id, event_id, next_attempt_at, created_at)
-		SELECT w.id, b.id, backfill_now(), backfill_now()
-		FROM batch b
-		JOIN webhooks w ON w.deleted_at IS NULL AND b.type = ANY (w.event_types)
-			AND b.id >= w.first_event
-			AND NOT coalesce(pg_visible_in_snapshot((b.id >> 12)::text::xid8, w.created_snapshot), false)
+		SELECT w.id, p.id, backfill_now(), backfill_now()
+		FROM page p
+		JOIN webhooks w ON w.deleted_at IS NULL AND p.type = ANY (w.event_types)
+			AND p.id >= w.first_event
+			AND NOT coalesce(pg_visible_in_snapshot((p.id >> 12)::text::xid8, w.created_snapshot), false)
 		ON CONFLICT DO NOTHING),
+	took AS (SELECT count(*) AS n, max(id) AS last FROM page),
 	moved AS (
-		UPDATE webhook_fanout SET after_event = (SELECT max(id) FROM batch)
-		WHERE EXISTS (SELECT 1 FROM batch))
-	SELECT (SELECT max(id) FROM batch) AS next,
-		EXISTS (SELECT 1 FROM page, bound WHERE page.id >= bound.horizon) AS held`
+		UPDATE webhook_fanout f SET
+			after_snapshot = CASE WHEN took.n < $1 THEN c.hi ELSE f.after_snapshot END,
+			batch_snapshot = CASE WHEN took.n < $1 THEN NULL ELSE c.hi END,
+			batch_after = CASE WHEN took.n < $1 THEN NULL ELSE took.last END
+		FROM cursor c, took
+		WHERE took.n > 0 OR c.paging)
+	SELECT n FROM took`

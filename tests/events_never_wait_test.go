@@ -325,6 +325,75 @@ func TestWebhookHangingEndpointDelaysNoOther(t *testing.T) {
 	require.Positive(t, hang.total.Load())
 }
 
+// A transaction that stays open for seconds holds no other writer's event back from the
+// webhooks: while it holds a row of another backfill (so it has a transaction id older than
+// every event written meanwhile), an endpoint receives each event within 2 s of its commit.
+// The feed serves events in id order and waits for it (its promise is that order); the
+// webhooks promise no order, and the fan-out takes what has committed.
+func TestWebhookEventsAreNotHeldBackByALongTransaction(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var mu sync.Mutex
+	arrived := map[int]time.Time{} // max_active_runs of the snapshot → arrival
+	rcv := newReceiver(t, func(_ int, r *http.Request) int {
+		var ev struct {
+			Type string `json:"type"`
+			Data struct {
+				Backfill struct {
+					MaxActiveRuns int `json:"max_active_runs"`
+				} `json:"backfill"`
+			} `json:"data"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&ev); err == nil && ev.Type == "backfill.updated" {
+			mu.Lock()
+			arrived[ev.Data.Backfill.MaxActiveRuns] = time.Now()
+			mu.Unlock()
+		}
+		return http.StatusNoContent
+	})
+	e.createWebhook(rcv.URL)
+	held := e.DailyBackfill("lt-held", day(1, 1), day(1, 3))
+	b := e.DailyBackfill("lt-free", day(1, 1), day(1, 3))
+
+	ctx := context.Background()
+	tx, err := e.DB.BeginTxx(ctx, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback() })
+	_, err = tx.ExecContext(ctx, `UPDATE backfills SET description = 'held' WHERE id = $1`, held.Id)
+	require.NoError(t, err)
+
+	d := e.newDeliverer(webhooks.Config{AllowLocal: true, Interval: 200 * time.Millisecond})
+	d.Start(context.Background())
+	defer d.Stop()
+
+	const events = 15
+	committed := map[int]time.Time{}
+	for i := range events {
+		mar := 100 + i
+		e.PatchBackfill(b.Id, map[string]any{"max_active_runs": mar})
+		committed[mar] = time.Now()
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(arrived) == events
+	}, 5*time.Second, 20*time.Millisecond, "the endpoint got every event while the transaction stayed open")
+	var open bool
+	require.NoError(t, tx.GetContext(ctx, &open, `SELECT pg_current_xact_id_if_assigned() IS NOT NULL`))
+	require.True(t, open, "the long transaction was still open, with its transaction id")
+
+	mu.Lock()
+	defer mu.Unlock()
+	var worst time.Duration
+	for mar, at := range committed {
+		lag := arrived[mar].Sub(at)
+		worst = max(worst, lag)
+		require.Less(t, lag, 2*time.Second, "event with max_active_runs %d", mar)
+	}
+	t.Logf("%d events beside a transaction held open: worst lag %s", events, worst.Round(time.Millisecond))
+}
+
 // A PATCH that changes nothing answers 200 with the backfill as it was: no event, and
 // updated_at stays.
 func TestPatchThatChangesNothingWritesNoEvent(t *testing.T) {

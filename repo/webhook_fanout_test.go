@@ -1,0 +1,122 @@
+package repo
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/backfillsvc/backfill/internal/pgtest"
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/require"
+)
+
+// fanOutFixture is a Store on a fresh migrated database with one webhook that takes every
+// event type.
+type fanOutFixture struct {
+	t       *testing.T
+	s       *Store
+	db      *sqlx.DB
+	webhook int64
+}
+
+func newFanOutFixture(t *testing.T) *fanOutFixture {
+	t.Helper()
+	db, _ := pgtest.Open(t)
+	s := New(db, Config{})
+	w, _, err := s.WebhookCreate(context.Background(), WebhookCreateParams{
+		URL: "https://example.com/hook", EventTypes: []string{"backfill.updated"}, Secret: "whsec_x",
+	})
+	require.NoError(t, err)
+	return &fanOutFixture{t: t, s: s, db: db, webhook: w.ID}
+}
+
+// writeEvents writes n events in a transaction of its own, as an event writer does: their
+// ids carry the transaction's id.
+func (f *fanOutFixture) writeEvents(ex sqlx.ExecerContext, n int) {
+	f.t.Helper()
+	_, err := ex.ExecContext(context.Background(), `
+		INSERT INTO events (type, backfill_id, dag_id, occurred_at, data)
+		SELECT 'backfill.updated', 1, 'd', now(), '{}' FROM generate_series(1, $1)`, n)
+	require.NoError(f.t, err)
+}
+
+// page runs one fan-out page of at most limit events in a transaction of its own and answers
+// how many it took, and whether the transaction wrote anything.
+func (f *fanOutFixture) page(limit int) (taken int, wrote bool) {
+	f.t.Helper()
+	ctx := context.Background()
+	tx, err := f.db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	require.NoError(f.t, err)
+	defer func() { _ = tx.Rollback() }()
+	taken, err = f.s.webhookFanOutPage(ctx, tx, limit)
+	require.NoError(f.t, err)
+	require.NoError(f.t, tx.GetContext(ctx, &wrote, `SELECT pg_current_xact_id_if_assigned() IS NOT NULL`))
+	require.NoError(f.t, tx.Commit())
+	return taken, wrote
+}
+
+// missing answers how many events have no delivery to the webhook (its primary key allows one
+// an event at most).
+func (f *fanOutFixture) missing() int {
+	f.t.Helper()
+	var n int
+	require.NoError(f.t, f.db.Get(&n, `SELECT count(*) FROM events e WHERE NOT EXISTS (
+		SELECT 1 FROM webhook_deliveries d WHERE d.event_id = e.id AND d.webhook_id = $1)`, f.webhook))
+	return n
+}
+
+// A batch taken in pages smaller than it, while more writers commit between the pages and a
+// transaction that began before all of them stays open: every committed event is taken once,
+// those that commit during the paging are left to the next batch (not skipped), and the long
+// transaction's events are taken when it commits, not held back by it nor lost behind the
+// cursor.
+func TestWebhookFanOutPagesABatchAndTakesALongTransactionLate(t *testing.T) {
+	t.Parallel()
+	f := newFanOutFixture(t)
+	ctx := context.Background()
+
+	long, err := f.db.BeginTxx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = long.Rollback() }()
+	f.writeEvents(long, 3) // its id is older than every event below
+
+	for i := range 10 { // 1, 2, 3, 1, 2, 3, 1, 2, 3, 1: 19 events
+		f.writeEvents(f.db, 1+i%3)
+	}
+
+	var takenInPages int
+	for range 2 { // part of the batch: 8 of its 19 events
+		n, wrote := f.page(4)
+		require.Equal(t, 4, n)
+		require.True(t, wrote)
+		takenInPages += n
+	}
+	f.writeEvents(f.db, 2) // commits in the middle of the batch's paging
+	for {
+		n, _ := f.page(4)
+		takenInPages += n
+		if n < 4 {
+			break
+		}
+	}
+	require.Equal(t, 19, takenInPages, "the batch's own events, once each")
+	require.Equal(t, 2, f.missing(), "those that committed while the batch was paged")
+
+	n, _ := f.page(4)
+	require.Equal(t, 2, n, "the next batch takes what committed while the last one was paged")
+	require.Zero(t, f.missing(), "every committed event (the long transaction's are not yet)")
+
+	n, wrote := f.page(4)
+	require.Zero(t, n)
+	require.False(t, wrote, "a fan-out with nothing to take writes nothing")
+
+	f.writeEvents(f.db, 1)
+	require.NoError(t, long.Commit())
+	n, _ = f.page(100)
+	require.Equal(t, 1+3, n, "the long transaction's events once it committed, and the newer one")
+	require.Zero(t, f.missing())
+	var deliveries, events int
+	require.NoError(t, f.db.Get(&deliveries, `SELECT count(*) FROM webhook_deliveries WHERE webhook_id = $1`, f.webhook))
+	require.NoError(t, f.db.Get(&events, `SELECT count(*) FROM events`))
+	require.Equal(t, events, deliveries)
+}
