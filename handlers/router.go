@@ -10,10 +10,11 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 )
 
-// New builds the service's HTTP handler: admission control, request id (echoed in
-// X-Request-Id), access log, metrics, panic recovery, bearer tokens, body limit and spec
-// validation, then the generated router. The recoverer sits inside the access log and metrics
-// so that a panic's 500 is logged and counted like any other answer.
+// New builds the service's HTTP handler: escapes of unreserved characters decoded, admission
+// control, request id (echoed in X-Request-Id), access log, metrics, panic recovery, bearer
+// tokens, body limit and spec validation, then the generated router. The recoverer sits
+// inside the access log and metrics so that a panic's 500 is logged and counted like any
+// other answer.
 func New(opts Options) (http.Handler, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -56,13 +57,13 @@ func New(opts Options) (http.Handler, error) {
 		r.Use(opts.Instrument)
 	}
 	r.Use(s.recoverer, requireToken(opts.APITokens), limitBody, admitWrites, validator.middleware)
-	return api.HandlerWithOptions(s, api.ChiServerOptions{
+	return decodeUnreservedEscapes(api.HandlerWithOptions(s, api.ChiServerOptions{
 		BaseRouter: r,
 		// Parameters the validator let through but the generated binder cannot read.
 		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeProblem(w, badRequest(err.Error(), fieldErr("request", err.Error())))
 		},
-	}), nil
+	})), nil
 }
 
 func passThrough(next http.Handler) http.Handler { return next }
