@@ -142,6 +142,11 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 	if err != nil {
 		return err
 	}
+	// Refused rather than served: on such a database every new event would be lost to the
+	// feed's readers and the webhooks, silently.
+	if err := repo.CheckEventIDsAhead(ctx, db); err != nil {
+		return err
+	}
 	m := metrics.New()
 	// The wake-up of every replica's event streams after this replica's changes (the outbox's
 	// writers send none: it would make them commit one at a time).
