@@ -270,24 +270,7 @@ func TestWebhookHangingEndpointDelaysNoOther(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	hang := newHangingReceiver(t)
-	var mu sync.Mutex
-	arrived := map[int]time.Time{} // max_active_runs of the snapshot → arrival
-	healthy := newReceiver(t, func(_ int, r *http.Request) int {
-		var ev struct {
-			Type string `json:"type"`
-			Data struct {
-				Backfill struct {
-					MaxActiveRuns int `json:"max_active_runs"`
-				} `json:"backfill"`
-			} `json:"data"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&ev); err == nil && ev.Type == "backfill.updated" {
-			mu.Lock()
-			arrived[ev.Data.Backfill.MaxActiveRuns] = time.Now()
-			mu.Unlock()
-		}
-		return http.StatusNoContent
-	})
+	healthy := newUpdateTimer(t)
 	e.createWebhook(hang.URL)
 	e.createWebhook(healthy.URL)
 	b := e.DailyBackfill("hh", day(1, 1), day(1, 3))
@@ -298,27 +281,9 @@ func TestWebhookHangingEndpointDelaysNoOther(t *testing.T) {
 	defer d.Stop()
 
 	const events = 30
-	committed := map[int]time.Time{}
-	for i := range events {
-		mar := 100 + i
-		e.PatchBackfill(b.Id, map[string]any{"max_active_runs": mar})
-		committed[mar] = time.Now()
-		time.Sleep(100 * time.Millisecond)
-	}
-	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(arrived) == events
-	}, 10*time.Second, 20*time.Millisecond, "the healthy endpoint got every event")
-
-	var worst time.Duration
-	mu.Lock()
-	for mar, at := range committed {
-		lag := arrived[mar].Sub(at)
-		worst = max(worst, lag)
-		require.Less(t, lag, 2*time.Second, "event with max_active_runs %d", mar)
-	}
-	mu.Unlock()
+	healthy.patchEvery(e, b.Id, events, 100*time.Millisecond)
+	healthy.requireAll(t, events, 10*time.Second, "the healthy endpoint got every event")
+	worst := healthy.requireLagUnder(t, 2*time.Second)
 	t.Logf("healthy endpoint: %d events, worst lag %s; hanging endpoint: %d requests, at most %d at once",
 		events, worst.Round(time.Millisecond), hang.total.Load(), hang.maxSeen.Load())
 	require.LessOrEqual(t, hang.maxSeen.Load(), int64(concurrency), "the hanging endpoint's attempts in flight")
@@ -333,24 +298,7 @@ func TestWebhookHangingEndpointDelaysNoOther(t *testing.T) {
 func TestWebhookEventsAreNotHeldBackByALongTransaction(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	var mu sync.Mutex
-	arrived := map[int]time.Time{} // max_active_runs of the snapshot → arrival
-	rcv := newReceiver(t, func(_ int, r *http.Request) int {
-		var ev struct {
-			Type string `json:"type"`
-			Data struct {
-				Backfill struct {
-					MaxActiveRuns int `json:"max_active_runs"`
-				} `json:"backfill"`
-			} `json:"data"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&ev); err == nil && ev.Type == "backfill.updated" {
-			mu.Lock()
-			arrived[ev.Data.Backfill.MaxActiveRuns] = time.Now()
-			mu.Unlock()
-		}
-		return http.StatusNoContent
-	})
+	rcv := newUpdateTimer(t)
 	e.createWebhook(rcv.URL)
 	held := e.DailyBackfill("lt-held", day(1, 1), day(1, 3))
 	b := e.DailyBackfill("lt-free", day(1, 1), day(1, 3))
@@ -367,30 +315,12 @@ func TestWebhookEventsAreNotHeldBackByALongTransaction(t *testing.T) {
 	defer d.Stop()
 
 	const events = 15
-	committed := map[int]time.Time{}
-	for i := range events {
-		mar := 100 + i
-		e.PatchBackfill(b.Id, map[string]any{"max_active_runs": mar})
-		committed[mar] = time.Now()
-		time.Sleep(100 * time.Millisecond)
-	}
-	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(arrived) == events
-	}, 5*time.Second, 20*time.Millisecond, "the endpoint got every event while the transaction stayed open")
+	rcv.patchEvery(e, b.Id, events, 100*time.Millisecond)
+	rcv.requireAll(t, events, 5*time.Second, "the endpoint got every event while the transaction stayed open")
 	var open bool
 	require.NoError(t, tx.GetContext(ctx, &open, `SELECT pg_current_xact_id_if_assigned() IS NOT NULL`))
 	require.True(t, open, "the long transaction was still open, with its transaction id")
-
-	mu.Lock()
-	defer mu.Unlock()
-	var worst time.Duration
-	for mar, at := range committed {
-		lag := arrived[mar].Sub(at)
-		worst = max(worst, lag)
-		require.Less(t, lag, 2*time.Second, "event with max_active_runs %d", mar)
-	}
+	worst := rcv.requireLagUnder(t, 2*time.Second)
 	t.Logf("%d events beside a transaction held open: worst lag %s", events, worst.Round(time.Millisecond))
 }
 
@@ -422,3 +352,71 @@ func requireTimingRun(t *testing.T) {
 
 // timingRun reports whether wall-clock bounds are checked in this run (make test-timing).
 func timingRun() bool { return os.Getenv("BACKFILL_TIMING_TESTS") != "" }
+
+// updateTimer is an endpoint that times each backfill.updated event from its commit to its
+// arrival. The events are told apart by their snapshot's max_active_runs, which patchEvery
+// sets to a new value for each.
+type updateTimer struct {
+	*receiver
+	mu        sync.Mutex
+	committed map[int]time.Time // max_active_runs → when its PATCH answered
+	arrived   map[int]time.Time // max_active_runs → when its event arrived
+}
+
+func newUpdateTimer(t *testing.T) *updateTimer {
+	u := &updateTimer{committed: map[int]time.Time{}, arrived: map[int]time.Time{}}
+	u.receiver = newReceiver(t, func(_ int, r *http.Request) int {
+		var ev struct {
+			Type string `json:"type"`
+			Data struct {
+				Backfill struct {
+					MaxActiveRuns int `json:"max_active_runs"`
+				} `json:"backfill"`
+			} `json:"data"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&ev); err == nil && ev.Type == "backfill.updated" {
+			u.mu.Lock()
+			u.arrived[ev.Data.Backfill.MaxActiveRuns] = time.Now()
+			u.mu.Unlock()
+		}
+		return http.StatusNoContent
+	})
+	return u
+}
+
+// patchEvery changes the backfill's max_active_runs n times, every gap, noting each commit.
+func (u *updateTimer) patchEvery(e *env, backfillID int64, n int, gap time.Duration) {
+	for i := range n {
+		mar := 100 + i
+		e.PatchBackfill(backfillID, map[string]any{"max_active_runs": mar})
+		u.mu.Lock()
+		u.committed[mar] = time.Now()
+		u.mu.Unlock()
+		time.Sleep(gap)
+	}
+}
+
+// requireAll waits up to within for n events to have arrived.
+func (u *updateTimer) requireAll(t *testing.T, n int, within time.Duration, msg string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		return len(u.arrived) == n
+	}, within, 20*time.Millisecond, msg)
+}
+
+// requireLagUnder checks that every event arrived within bound of its commit, and answers
+// the longest lag.
+func (u *updateTimer) requireLagUnder(t *testing.T, bound time.Duration) time.Duration {
+	t.Helper()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var worst time.Duration
+	for mar, at := range u.committed {
+		lag := u.arrived[mar].Sub(at)
+		worst = max(worst, lag)
+		require.Less(t, lag, bound, "event with max_active_runs %d", mar)
+	}
+	return worst
+}
