@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -53,6 +54,9 @@ type ExecutorConfig struct {
 	// OnRunEnd, when set, is called once for each run the loop is done with, after its
 	// report or release, with what became of it and the note reported (failed runs only).
 	OnRunEnd func(run DagRun, outcome RunOutcome, note string)
+
+	// reportWait is the first wait before a report is sent again (200ms; tests shorten it).
+	reportWait time.Duration
 }
 
 // RunOutcome is what became of a claimed run, as OnRunEnd hears it.
@@ -85,8 +89,17 @@ func (cfg *ExecutorConfig) defaults() error {
 	if cfg.LeaseSeconds < 10 || cfg.LeaseSeconds > 3600 {
 		return fmt.Errorf("client: ExecutorConfig.LeaseSeconds must be 10..3600, not %d", cfg.LeaseSeconds)
 	}
+	lease := time.Duration(cfg.LeaseSeconds) * time.Second
 	if cfg.HeartbeatEvery <= 0 {
-		cfg.HeartbeatEvery = time.Duration(cfg.LeaseSeconds) * time.Second / 3
+		cfg.HeartbeatEvery = lease / 3
+	}
+	if cfg.HeartbeatEvery >= lease {
+		// The lease would run out between two heartbeats: every run longer than the lease
+		// would be handed out again while it runs, and never be reported.
+		return fmt.Errorf("client: ExecutorConfig.HeartbeatEvery (%s) must be shorter than the lease (%s)", cfg.HeartbeatEvery, lease)
+	}
+	if cfg.reportWait <= 0 {
+		cfg.reportWait = 200 * time.Millisecond
 	}
 	if cfg.IdleBackoff <= 0 {
 		cfg.IdleBackoff = 250 * time.Millisecond
@@ -111,7 +124,10 @@ func (cfg *ExecutorConfig) defaults() error {
 // gone (nothing is reported then: the run is no longer this worker's). A panic in work is
 // reported as failed.
 //
-// A failed run is reported with the work's error as its note (at most 4,096 characters).
+// A failed run is reported with the work's error as its note (at most 4,096 characters, NUL
+// and invalid UTF-8 replaced by U+FFFD). A report the service does not take for a temporary
+// reason (a network error, a 503) is sent again for as long as the run's lease lasts; the
+// heartbeats go on until the work returns, even after ctx ends.
 //
 // RunExecutor returns when ctx is done, after every work function has returned. A run whose
 // work was cut short by ctx (or that was claimed just as ctx ended) is released: handed back
@@ -144,6 +160,9 @@ func (c *Client) RunExecutor(ctx context.Context, cfg ExecutorConfig, work func(
 				break more
 			}
 		}
+		// Every run the claim answers was leased at or after this instant: the lease's end
+		// is reckoned from it on this machine's clock, never from the server's.
+		claimSent := time.Now()
 		runs, err := c.claim(ctx, cfg, log, free, &idle)
 		for range free - len(runs) {
 			<-slots
@@ -180,7 +199,7 @@ func (c *Client) RunExecutor(ctx context.Context, cfg ExecutorConfig, work func(
 			log.Debug("claimed run", "dag_id", run.DagId, "run_id", run.RunId, "attempt", run.Attempt)
 			wg.Go(func() {
 				defer func() { <-slots }()
-				c.execute(ctx, cfg, log, run, work)
+				c.execute(ctx, cfg, log, run, newLeaseClock(claimSent, cfg.LeaseSeconds), work)
 			})
 		}
 	}
@@ -230,13 +249,17 @@ func (cfg ExecutorConfig) runEnded(run DagRun, outcome RunOutcome, note string) 
 }
 
 // execute works on one claimed run: work, heartbeats alongside, then the report.
-func (c *Client) execute(ctx context.Context, cfg ExecutorConfig, log *slog.Logger, run DagRun, work func(context.Context, DagRun) error) {
+//
+// The heartbeats go on until the work returns, even after ctx ends: work told to stop may
+// take its grace period to do so (a program given SIGTERM), and a lease that ran out
+// meanwhile would hand the run to another worker while this one still runs it.
+func (c *Client) execute(ctx context.Context, cfg ExecutorConfig, log *slog.Logger, run DagRun, lease *leaseClock, work func(context.Context, DagRun) error) {
 	log = log.With("dag_id", run.DagId, "run_id", run.RunId)
 	workCtx, cancelWork := context.WithCancelCause(ctx)
 	defer cancelWork(nil)
-	hbCtx, stopHeartbeats := context.WithCancel(ctx)
+	hbCtx, stopHeartbeats := context.WithCancel(context.WithoutCancel(ctx))
 	var hbDone sync.WaitGroup
-	hbDone.Go(func() { c.heartbeats(hbCtx, cfg, log, run, cancelWork) })
+	hbDone.Go(func() { c.heartbeats(hbCtx, cfg, log, run, lease, cancelWork) })
 
 	started := time.Now()
 	err := callWork(workCtx, run, work)
@@ -268,9 +291,9 @@ func (c *Client) execute(ctx context.Context, cfg ExecutorConfig, log *slog.Logg
 	// A finished run is reported even while the executor stops.
 	note := ""
 	if state == DagRunStateFailed {
-		note = truncateNote(err.Error())
+		note = noteOf(err.Error())
 	}
-	if err := c.report(context.WithoutCancel(ctx), run, state, cfg.WorkerID, note); err != nil {
+	if err := c.report(context.WithoutCancel(ctx), cfg, run, state, note, lease); err != nil {
 		log.Error("report failed", "state", state, "err", err)
 		cfg.runEnded(run, OutcomeUnreported, note)
 		return
@@ -291,7 +314,7 @@ func callWork(ctx context.Context, run DagRun, work func(context.Context, DagRun
 
 // heartbeats keeps the run's lease until ctx ends, telling the work to stop when the
 // backfill is being canceled or the lease is gone.
-func (c *Client) heartbeats(ctx context.Context, cfg ExecutorConfig, log *slog.Logger, run DagRun, cancelWork context.CancelCauseFunc) {
+func (c *Client) heartbeats(ctx context.Context, cfg ExecutorConfig, log *slog.Logger, run DagRun, lease *leaseClock, cancelWork context.CancelCauseFunc) {
 	t := time.NewTicker(cfg.HeartbeatEvery)
 	defer t.Stop()
 	for {
@@ -300,6 +323,7 @@ func (c *Client) heartbeats(ctx context.Context, cfg ExecutorConfig, log *slog.L
 			return
 		case <-t.C:
 		}
+		sent := time.Now()
 		hb, err := c.HeartbeatRun(ctx, run.Id, cfg.WorkerID)
 		switch {
 		case ctx.Err() != nil:
@@ -310,33 +334,75 @@ func (c *Client) heartbeats(ctx context.Context, cfg ExecutorConfig, log *slog.L
 		case err != nil:
 			// Transient: the lease outlasts several missed heartbeats.
 			log.Warn("heartbeat failed", "err", err)
+			continue
 		case hb.CancelRequested:
 			// Keep heartbeating: the lease must hold until the work stops and reports.
 			cancelWork(ErrCancelRequested)
 		}
+		lease.renewed(sent)
 	}
 }
 
-// reportAttempts bounds the retries of a report; a report that never lands costs a lease
-// expiry, and the run is handed out again.
-const reportAttempts = 5
+// reportMaxWait bounds the wait between two sends of a report.
+const reportMaxWait = 5 * time.Second
 
-func (c *Client) report(ctx context.Context, run DagRun, state DagRunState, workerID, note string) error {
-	wait := 200 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		_, err := c.ReportRun(ctx, run.DagId, run.RunId, RunReport{State: state, WorkerID: workerID, Note: note})
+// report sends the run's outcome, and sends it again after a temporary failure (a network
+// error, a 503) for as long as this worker's lease lasts: until then the run is still this
+// worker's, its work is done, and a report that lands saves running it again (a restart or a
+// failover of the service takes seconds; the lease, a minute by default). A report sent
+// twice is answered like the first (the service takes the same outcome from the same worker
+// again). After the lease the run may be another worker's, and the report is given up.
+func (c *Client) report(ctx context.Context, cfg ExecutorConfig, run DagRun, state DagRunState, note string, lease *leaseClock) error {
+	wait := cfg.reportWait
+	for {
+		rctx, cancel := context.WithDeadline(ctx, lease.until())
+		_, err := c.ReportRun(rctx, run.DagId, run.RunId, RunReport{State: state, WorkerID: cfg.WorkerID, Note: note})
+		cancel()
 		var p *ProblemError
-		if err == nil || attempt == reportAttempts || (errors.As(err, &p) && !p.Temporary()) {
+		if err == nil || (errors.As(err, &p) && !p.Temporary()) {
 			return err
 		}
 		if p != nil {
 			wait = max(wait, p.RetryAfter)
 		}
+		if time.Now().Add(wait).After(lease.until()) {
+			return fmt.Errorf("%w (the lease has run out by now)", err)
+		}
+		cfg.Logger.Warn("report failed; sending it again", "dag_id", run.DagId, "run_id", run.RunId, "err", err)
 		if !sleep(ctx, jitter(wait)) {
 			return err
 		}
-		wait *= 2
+		wait = min(wait*2, reportMaxWait)
 	}
+}
+
+// leaseClock is when a run's lease runs out at the latest, on this machine's clock: the
+// lease's length after the last request that set it (the claim, then each heartbeat) was
+// sent, since the service started it after it received that request.
+type leaseClock struct {
+	length time.Duration
+	mu     sync.Mutex
+	end    time.Time
+}
+
+func newLeaseClock(claimSent time.Time, leaseSeconds int) *leaseClock {
+	length := time.Duration(leaseSeconds) * time.Second
+	return &leaseClock{length: length, end: claimSent.Add(length)}
+}
+
+// renewed records a heartbeat sent at sent that the service answered.
+func (l *leaseClock) renewed(sent time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if end := sent.Add(l.length); end.After(l.end) {
+		l.end = end
+	}
+}
+
+func (l *leaseClock) until() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.end
 }
 
 // releaseTimeout bounds a release at shutdown: a stopping process must not hang on it, and
@@ -363,8 +429,12 @@ func (c *Client) release(ctx context.Context, log *slog.Logger, run DagRun, work
 // maxNoteRunes is the service's limit on a report's note.
 const maxNoteRunes = 4096
 
-// truncateNote keeps a note within the service's limit, cutting at a character boundary.
-func truncateNote(s string) string {
+// noteOf makes a work's error text a note the service stores: valid UTF-8 without NUL
+// (PostgreSQL's text cannot hold either, and the service refuses them with 400, which no
+// retry mends: the run would wait for its lease and run again), within the service's limit,
+// cut at a character boundary.
+func noteOf(s string) string {
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 	if utf8.RuneCountInString(s) <= maxNoteRunes {
 		return s
 	}

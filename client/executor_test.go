@@ -22,6 +22,11 @@ type fakeExecutorAPI struct {
 	reports   map[string]DagRunPatch
 	reported  chan string
 	released  []string // "<id> <worker_id>" of each release
+	// refuseReports answers this many reports 503 before it takes one; patches counts
+	// every report received.
+	refuseReports int
+	patches       int
+	beats         []time.Time // when each heartbeat arrived
 }
 
 func newFakeExecutorAPI(runs ...DagRun) *fakeExecutorAPI {
@@ -49,6 +54,7 @@ func (f *fakeExecutorAPI) handler() http.Handler {
 		id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
 		f.mu.Lock()
 		hbf := f.heartbeat
+		f.beats = append(f.beats, time.Now())
 		f.mu.Unlock()
 		if hbf == nil {
 			writeJSON(w, http.StatusOK, HeartbeatResponse{LeaseExpiresAt: time.Now().Add(time.Minute)})
@@ -73,6 +79,12 @@ func (f *fakeExecutorAPI) handler() http.Handler {
 		var body DagRunPatch
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		f.mu.Lock()
+		f.patches++
+		if f.patches <= f.refuseReports {
+			f.mu.Unlock()
+			writeProblem(w, Problem{Type: "about:blank", Title: "Service Unavailable", Status: 503, Detail: "restarting", Code: ProblemCodeUnavailable})
+			return
+		}
 		f.reports[r.PathValue("run")] = body
 		f.mu.Unlock()
 		f.reported <- r.PathValue("run")
@@ -236,4 +248,74 @@ func TestRunExecutorStopsWhenTheClaimIsRefused(t *testing.T) {
 
 	err = c.RunExecutor(context.Background(), ExecutorConfig{}, nil)
 	require.ErrorContains(t, err, "WorkerID")
+}
+
+// A report that the service refuses for a while (a restart, a failover) is sent again for as
+// long as the lease lasts, not a fixed five times: a run whose work is done is not run again
+// because the service was away for seconds when it finished.
+func TestRunExecutorReportRidesOutAnOutageWithinTheLease(t *testing.T) {
+	t.Parallel()
+	f := newFakeExecutorAPI(run(1, "finished"))
+	f.refuseReports = 8
+	c := serve(t, f.handler(), "")
+	startExecutor(t, c, ExecutorConfig{WorkerID: "w1", IdleBackoff: time.Millisecond, reportWait: time.Millisecond},
+		func(context.Context, DagRun) error { return nil })
+	require.Equal(t, "finished", awaitReport(t, f))
+	p, ok := f.report("finished")
+	require.True(t, ok)
+	require.Equal(t, DagRunStateSuccess, p.State)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Equal(t, 9, f.patches, "eight refusals, then the report that landed")
+}
+
+// Work told to stop keeps its lease while it stops: the heartbeats go on until it returns, so
+// that the run is not handed to another worker while a program given SIGTERM uses its grace.
+func TestRunExecutorHeartbeatsUntilStoppedWorkReturns(t *testing.T) {
+	t.Parallel()
+	f := newFakeExecutorAPI(run(1, "slow-to-stop"))
+	c := serve(t, f.handler(), "")
+	started := make(chan struct{})
+	stop := startExecutor(t, c, ExecutorConfig{WorkerID: "w1", IdleBackoff: time.Millisecond, LeaseSeconds: 10, HeartbeatEvery: 20 * time.Millisecond},
+		func(ctx context.Context, r DagRun) error {
+			close(started)
+			<-ctx.Done()
+			time.Sleep(300 * time.Millisecond) // its grace
+			return ctx.Err()
+		})
+	<-started
+	stopped := time.Now()
+	require.NoError(t, stop())
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	after := 0
+	for _, at := range f.beats {
+		if at.After(stopped) {
+			after++
+		}
+	}
+	require.GreaterOrEqual(t, after, 5, "heartbeats while the stopped work took its grace")
+	require.Equal(t, []string{"1 w1"}, f.released, "then the run is handed back")
+}
+
+// A failed run's note is text the service can store: a NUL or invalid UTF-8 in the work's
+// error would make the service refuse the report (400), and the run would run again.
+func TestRunExecutorReportsANoteWithoutNULOrInvalidUTF8(t *testing.T) {
+	t.Parallel()
+	f := newFakeExecutorAPI(run(1, "binary"))
+	c := serve(t, f.handler(), "")
+	startExecutor(t, c, ExecutorConfig{WorkerID: "w1", IdleBackoff: time.Millisecond},
+		func(context.Context, DagRun) error { return errors.New("bad row a\x00b \xff end") })
+	require.Equal(t, "binary", awaitReport(t, f))
+	p, _ := f.report("binary")
+	require.Equal(t, DagRunStateFailed, p.State)
+	require.Equal(t, "bad row a\uFFFDb \uFFFD end", *p.Note)
+}
+
+// A heartbeat as long as the lease would let the lease run out between two heartbeats.
+func TestRunExecutorRefusesAHeartbeatNoShorterThanTheLease(t *testing.T) {
+	t.Parallel()
+	c := serve(t, http.NotFoundHandler(), "")
+	err := c.RunExecutor(context.Background(), ExecutorConfig{WorkerID: "w1", LeaseSeconds: 15, HeartbeatEvery: 15 * time.Second}, nil)
+	require.ErrorContains(t, err, "HeartbeatEvery (15s) must be shorter than the lease (15s)")
 }
