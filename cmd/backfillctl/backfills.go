@@ -131,7 +131,7 @@ var backfillColumns = columns[client.Backfill]{
 	header: []string{"ID", "DAG_ID", "STATE", "FROM_DATE", "TO_DATE", "DONE", "SUCCESS", "FAILED", "CANCELED", "SKIPPED", "CREATED_AT"},
 	row: func(b client.Backfill) []string {
 		p := b.Progress
-		return []string{fmt.Sprint(b.Id), b.DagId, string(b.State), stamp(b.FromDate), stamp(b.ToDate),
+		return []string{fmt.Sprint(b.Id), b.DagId, string(b.State), instant(b.FromDate), instant(b.ToDate),
 			fmt.Sprintf("%d/%d", p.Done(), p.Total), fmt.Sprint(p.Success), fmt.Sprint(p.Failed), fmt.Sprint(p.Canceled),
 			fmt.Sprint(p.Skipped), stamp(b.CreatedAt)}
 	},

@@ -109,7 +109,7 @@ func (l *runLines) start(run client.DagRun, pid int) {
 	if l.json {
 		fmt.Fprintln(l.w, jsonLine(map[string]any{
 			"event": "start", "time": now.UTC().Format(time.RFC3339Nano), "id": run.Id, "dag_id": run.DagId,
-			"run_id": run.RunId, "logical_date": stamp(run.LogicalDate), "attempt": run.Attempt, "pid": pid,
+			"run_id": run.RunId, "logical_date": instant(run.LogicalDate), "attempt": run.Attempt, "pid": pid,
 		}))
 		return
 	}
@@ -128,7 +128,7 @@ func (l *runLines) end(run client.DagRun, outcome client.RunOutcome, note string
 	if l.json {
 		line := map[string]any{
 			"event": "end", "time": time.Now().UTC().Format(time.RFC3339Nano), "id": run.Id, "dag_id": run.DagId,
-			"run_id": run.RunId, "logical_date": stamp(run.LogicalDate), "attempt": run.Attempt,
+			"run_id": run.RunId, "logical_date": instant(run.LogicalDate), "attempt": run.Attempt,
 			"outcome": outcome, "duration_seconds": took.Seconds(),
 		}
 		if note != "" {

@@ -68,8 +68,8 @@ func (c *cli) printBackfill(b client.Backfill) error {
 		{"ID:", fmt.Sprint(b.Id)},
 		{"DAG ID:", b.DagId},
 		{"STATE:", state},
-		{"FROM DATE:", stamp(b.FromDate)},
-		{"TO DATE:", stamp(b.ToDate)},
+		{"FROM DATE:", instant(b.FromDate)},
+		{"TO DATE:", instant(b.ToDate)},
 		{"PROGRESS:", fmt.Sprintf("%d/%d done (%s)", p.Done(), p.Total, percent(p.Done(), p.Total))},
 		{"RUNS:", countsLine(p)},
 		{"REPROCESS BEHAVIOR:", string(b.ReprocessBehavior)},
@@ -94,7 +94,7 @@ func (c *cli) printDryRun(l client.DryRunCollection) error {
 	actions := map[client.DryRunAction]int{}
 	for _, e := range l.Runs {
 		actions[e.Action]++
-		rows = append(rows, []string{fmt.Sprint(e.SortOrdinal), stamp(e.LogicalDate), string(e.Action), deref(e.ExceptionReason)})
+		rows = append(rows, []string{fmt.Sprint(e.SortOrdinal), instant(e.LogicalDate), string(e.Action), deref(e.ExceptionReason)})
 	}
 	if err := c.table(rows); err != nil {
 		return err
@@ -114,7 +114,7 @@ var slotColumns = columns[client.BackfillDagRun]{
 		if s.Attempt != nil {
 			attempt = fmt.Sprint(*s.Attempt)
 		}
-		return []string{fmt.Sprint(s.SortOrdinal), stamp(s.LogicalDate), deref(s.RunId), state, attempt,
+		return []string{fmt.Sprint(s.SortOrdinal), instant(s.LogicalDate), deref(s.RunId), state, attempt,
 			deref(s.ExceptionReason), oneLine(deref(s.Note))}
 	},
 }
@@ -141,7 +141,12 @@ func oneLine(s string) string {
 	return s
 }
 
+// stamp is a moment of the service's bookkeeping (created, updated, completed), to the second.
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// instant is a moment that names something (a logical date, a window's bound), whole: two
+// runs a microsecond apart are two runs.
+func instant(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 func deref(s *string) string {
 	if s == nil || *s == "" {

@@ -30,7 +30,7 @@ type programRun struct {
 // and in the {{ ... }} templates of its arguments.
 type runValues struct {
 	RunID       string
-	LogicalDate string // RFC 3339, UTC
+	LogicalDate string // RFC 3339 in UTC, with the fraction of a second when it has one
 	DS          string // YYYY-MM-DD of the logical date, UTC
 	Conf        string // JSON; "null" when the run has none
 	Attempt     int
@@ -44,7 +44,7 @@ func valuesOf(run client.DagRun) runValues {
 	ld := run.LogicalDate.UTC()
 	return runValues{
 		RunID:       run.RunId,
-		LogicalDate: ld.Format(time.RFC3339),
+		LogicalDate: ld.Format(time.RFC3339Nano),
 		DS:          ld.Format(time.DateOnly),
 		Conf:        conf,
 		Attempt:     int(run.Attempt),

@@ -17,7 +17,7 @@ var runColumns = columns[client.DagRun]{
 		if r.BackfillId != nil {
 			backfill = strconv.FormatInt(*r.BackfillId, 10)
 		}
-		return []string{fmt.Sprint(r.Id), r.RunId, stamp(r.LogicalDate), string(r.State), fmt.Sprint(r.Attempt),
+		return []string{fmt.Sprint(r.Id), r.RunId, instant(r.LogicalDate), string(r.State), fmt.Sprint(r.Attempt),
 			deref(r.WorkerId), backfill, oneLine(deref(r.Note))}
 	},
 }
