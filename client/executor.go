@@ -293,7 +293,7 @@ func (c *Client) execute(ctx context.Context, cfg ExecutorConfig, log *slog.Logg
 	if state == DagRunStateFailed {
 		note = noteOf(err.Error())
 	}
-	if err := c.report(context.WithoutCancel(ctx), cfg, run, state, note, lease); err != nil {
+	if err := c.report(ctx, cfg, run, state, note, lease); err != nil {
 		log.Error("report failed", "state", state, "err", err)
 		cfg.runEnded(run, OutcomeUnreported, note)
 		return
@@ -352,10 +352,23 @@ const reportMaxWait = 5 * time.Second
 // failover of the service takes seconds; the lease, a minute by default). A report sent
 // twice is answered like the first (the service takes the same outcome from the same worker
 // again). After the lease the run may be another worker's, and the report is given up.
+// ctx is the executor's: a finished run is reported even while the executor stops, but once
+// it stops the report has releaseTimeout more at the most, as a release has, so that a
+// stopping executor exits in time.
 func (c *Client) report(ctx context.Context, cfg ExecutorConfig, run DagRun, state DagRunState, note string, lease *leaseClock) error {
 	wait := cfg.reportWait
+	var stopBy time.Time // set once ctx has ended
+	giveUpAt := func() time.Time {
+		if ctx.Err() != nil && stopBy.IsZero() {
+			stopBy = time.Now().Add(releaseTimeout)
+		}
+		if end := lease.until(); stopBy.IsZero() || end.Before(stopBy) {
+			return end
+		}
+		return stopBy
+	}
 	for {
-		rctx, cancel := context.WithDeadline(ctx, lease.until())
+		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), giveUpAt())
 		_, err := c.ReportRun(rctx, run.DagId, run.RunId, RunReport{State: state, WorkerID: cfg.WorkerID, Note: note})
 		cancel()
 		var p *ProblemError
@@ -365,13 +378,11 @@ func (c *Client) report(ctx context.Context, cfg ExecutorConfig, run DagRun, sta
 		if p != nil {
 			wait = max(wait, p.RetryAfter)
 		}
-		if time.Now().Add(wait).After(lease.until()) {
-			return fmt.Errorf("%w (the lease has run out by now)", err)
+		if time.Now().Add(wait).After(giveUpAt()) {
+			return fmt.Errorf("%w (given up: the lease has run out, or the executor is stopping)", err)
 		}
 		cfg.Logger.Warn("report failed; sending it again", "dag_id", run.DagId, "run_id", run.RunId, "err", err)
-		if !sleep(ctx, jitter(wait)) {
-			return err
-		}
+		time.Sleep(jitter(wait))
 		wait = min(wait*2, reportMaxWait)
 	}
 }

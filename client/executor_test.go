@@ -319,3 +319,31 @@ func TestRunExecutorRefusesAHeartbeatNoShorterThanTheLease(t *testing.T) {
 	err := c.RunExecutor(context.Background(), ExecutorConfig{WorkerID: "w1", LeaseSeconds: 15, HeartbeatEvery: 15 * time.Second}, nil)
 	require.ErrorContains(t, err, "HeartbeatEvery (15s) must be shorter than the lease (15s)")
 }
+
+// A stopping executor does not wait out the lease for a report the service refuses: once
+// it is told to stop, the report gets what a release gets (releaseTimeout), and the run is
+// left to its lease.
+func TestRunExecutorStoppingGivesAReportNoMoreThanAReleaseGets(t *testing.T) {
+	t.Parallel()
+	f := newFakeExecutorAPI(run(1, "done-while-stopping"))
+	f.refuseReports = 1 << 30
+	c := serve(t, f.handler(), "")
+	started := make(chan struct{})
+	var ended RunOutcome
+	stop := startExecutor(t, c, ExecutorConfig{WorkerID: "w1", IdleBackoff: time.Millisecond, reportWait: 50 * time.Millisecond,
+		OnRunEnd: func(_ DagRun, o RunOutcome, _ string) { ended = o }},
+		func(ctx context.Context, r DagRun) error {
+			close(started)
+			<-ctx.Done()
+			return nil // it finished anyway: reported, not released
+		})
+	<-started
+	began := time.Now()
+	require.NoError(t, stop())
+	took := time.Since(began)
+	require.Less(t, took, releaseTimeout+time.Second, "not the lease's minute")
+	require.Equal(t, OutcomeUnreported, ended)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Greater(t, f.patches, 3, "the report was sent again meanwhile")
+}
