@@ -50,6 +50,9 @@ func (f *fanOutFixture) page(limit int) (taken int, wrote bool) {
 	defer func() { _ = tx.Rollback() }()
 	taken, err = f.s.webhookFanOutPage(ctx, tx, limit)
 	require.NoError(f.t, err)
+	var jit string
+	require.NoError(f.t, tx.GetContext(ctx, &jit, `SELECT current_setting('jit')`))
+	require.Equal(f.t, "off", jit, "the fan-out's statements are never JIT-compiled")
 	require.NoError(f.t, tx.GetContext(ctx, &wrote, `SELECT pg_current_xact_id_if_assigned() IS NOT NULL`))
 	require.NoError(f.t, tx.Commit())
 	return taken, wrote

@@ -109,12 +109,16 @@ func TestPoolSessionDSNBoundsLockWaits(t *testing.T) {
 	cfg, err := pq.NewConfig(pool.String())
 	require.NoError(t, err)
 	require.Equal(t, "2000", cfg.Runtime["lock_timeout"])
+	require.Equal(t, "off", cfg.Runtime["jit"], "no JIT for the service's short statements")
 
 	require.NotContains(t, poolSessionDSN(direct, 2*time.Second, poolerTransaction).params, "lock_timeout")
 
 	own, err := sessionDSN("host=h dbname=db lock_timeout=500", 30*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, "500", poolSessionDSN(own, 2*time.Second, poolerNone).params["lock_timeout"])
+	withJIT, err := sessionDSN("host=h dbname=db jit=on", 30*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "on", poolSessionDSN(withJIT, 2*time.Second, poolerNone).params["jit"], "the operator's choice stands")
 }
 
 // The startup log never shows the password.
