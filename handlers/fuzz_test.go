@@ -332,6 +332,10 @@ func (f *fakeStore) BackfillCancel(ctx context.Context, id int64) (repo.Backfill
 	return b, err
 }
 
+func (f *fakeStore) TerminalEventStored(ctx context.Context, backfillID, after int64) (bool, error) {
+	return false, f.call("TerminalEventStored", false, checkPos("backfill_id", backfillID))
+}
+
 func (f *fakeStore) EventList(ctx context.Context, p repo.EventListParams) ([]domain.Event, error) {
 	problems := []string{checkRange("limit", p.Limit, 1, 1000)}
 	if p.After < 0 {

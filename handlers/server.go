@@ -50,6 +50,7 @@ type Store interface {
 	BackfillPatch(ctx context.Context, p repo.BackfillPatchParams) (repo.Backfill, error)
 	BackfillRetry(ctx context.Context, p repo.BackfillRetryParams) (repo.Backfill, bool, error)
 	EventList(ctx context.Context, p repo.EventListParams) ([]domain.Event, error)
+	TerminalEventStored(ctx context.Context, backfillID, after int64) (bool, error)
 	BackfillProgressMany(ctx context.Context, ids []int64) ([]repo.Backfill, time.Time, error)
 }
 

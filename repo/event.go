@@ -175,6 +175,21 @@ func (s *Store) EventLastID(ctx context.Context) (int64, error) {
 	return id, nil
 }
 
+// TerminalEventStored reports whether the backfill's terminal event, with an id above
+// after, is in the outbox, servable or not: a stream of a terminal backfill whose replay did
+// not reach it knows from this that an older transaction still holds it back (and waits for
+// it), rather than that retention pruned it (and ends).
+func (s *Store) TerminalEventStored(ctx context.Context, backfillID, after int64) (bool, error) {
+	var stored bool
+	err := sqlx.GetContext(ctx, s.db, &stored, `
+		SELECT EXISTS (SELECT 1 FROM events WHERE backfill_id = $1 AND id > $2 AND type = ANY ($3))`,
+		backfillID, after, pq.StringArray{string(domain.EventBackfillSucceeded), string(domain.EventBackfillFailed), string(domain.EventBackfillCanceled)})
+	if err != nil {
+		return false, fmt.Errorf("find terminal event of backfill %d: %w", backfillID, err)
+	}
+	return stored, nil
+}
+
 // eventsMayBeWritten tells Config.OnEvents that a change that may have written events is over
 // (committed or not: a needless wake-up costs one read of the outbox). The methods that can
 // change a backfill's state or settings call it; the others never write events.

@@ -364,3 +364,56 @@ func TestEventStreamPollingFallback(t *testing.T) {
 	require.Equal(t, "backfill.canceled", s.NextEvent().Type)
 	s.RequireEnd()
 }
+
+// A stream opened on a terminal backfill while an older transaction of the database is still
+// open: the terminal event has committed, but the outbox serves it only once that transaction
+// ends. The stream waits for it and then ends, instead of ending at once without it (an
+// audit, 2026-12-06: the stream sent only backfill.created and closed).
+func TestEventStreamOfATerminalBackfillWaitsForItsHeldTerminalEvent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.PutDag("held_other", "@daily", "UTC")
+	b := e.DailyBackfill("held_terminal", day(1, 1), day(1, 3))
+
+	ctx := context.Background()
+	hold, err := e.DB.BeginTxx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = hold.Rollback() }()
+	_, err = hold.ExecContext(ctx, `UPDATE dags SET max_active_runs = max_active_runs WHERE dag_id = 'held_other'`)
+	require.NoError(t, err)
+	require.Equal(t, "canceled", string(e.ActionOK(b.Id, "cancel").State), "nothing ran: canceled at once")
+
+	s := evOpenStream(t, e, b.Id)
+	type got struct {
+		types []string
+		err   error
+	}
+	done := make(chan got, 1)
+	go func() {
+		var g got
+		for {
+			m, err := s.Next()
+			if err != nil {
+				g.err = err
+				done <- g
+				return
+			}
+			if m.Event != "" && m.Event != "progress" {
+				g.types = append(g.types, m.Event)
+			}
+		}
+	}()
+	select {
+	case g := <-done:
+		t.Fatalf("the stream ended while its terminal event was held back, after %v (%v)", g.types, g.err)
+	case <-time.After(time.Second):
+	}
+	require.NoError(t, hold.Rollback())
+	select {
+	case g := <-done:
+		require.ErrorIs(t, g.err, io.EOF, "the stream ended cleanly")
+		require.Equal(t, []string{"backfill.created", "backfill.canceled"}, g.types)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the terminal event never came once the older transaction ended")
+	}
+}
