@@ -290,6 +290,33 @@ func TestWebhookHangingEndpointDelaysNoOther(t *testing.T) {
 	require.Positive(t, hang.total.Load())
 }
 
+// More hanging endpoints than the replica's attempts in flight can hold at Concurrency each:
+// a healthy endpoint created after them still receives every event within 2 s of its commit.
+// Before, the hanging ones filled MaxInFlight and the replica claimed nothing until their
+// attempts timed out (here 30 s).
+func TestWebhookManyHangingEndpointsLeaveRoomForAHealthyOne(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const concurrency, maxInFlight, hanging = 4, 8, 3
+	for range hanging {
+		e.createWebhook(newHangingReceiver(t).URL)
+	}
+	healthy := newUpdateTimer(t)
+	e.createWebhook(healthy.URL)
+	b := e.DailyBackfill("many_hang", day(1, 1), day(1, 3))
+
+	d := e.newDeliverer(webhooks.Config{AllowLocal: true, Concurrency: concurrency, MaxInFlight: maxInFlight,
+		Timeout: 30 * time.Second, Interval: 200 * time.Millisecond})
+	d.Start(context.Background())
+	defer d.Stop()
+
+	const events = 15
+	healthy.patchEvery(e, b.Id, events, 100*time.Millisecond)
+	healthy.requireAll(t, events, 10*time.Second, "the healthy endpoint got every event")
+	worst := healthy.requireLagUnder(t, 2*time.Second)
+	t.Logf("%d hanging endpoints, MaxInFlight %d: the healthy one's worst lag %s", hanging, maxInFlight, worst.Round(time.Millisecond))
+}
+
 // A transaction that stays open for seconds holds no other writer's event back from the
 // webhooks: while it holds a row of another backfill (so it has a transaction id older than
 // every event written meanwhile), an endpoint receives each event within 2 s of its commit.

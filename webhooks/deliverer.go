@@ -27,6 +27,7 @@ type Store interface {
 	WebhookDeliveryClaim(ctx context.Context, p repo.WebhookClaimParams) ([]repo.WebhookDue, error)
 	WebhookDeliveryRecord(ctx context.Context, o repo.WebhookOutcome) (bool, error)
 	WebhookPurgeDeleted(ctx context.Context, batch int) (int, error)
+	WebhookFanOut(ctx context.Context) error
 }
 
 // Observer is told the outcome of every attempt, for metrics.
@@ -155,13 +156,25 @@ func (d *Deliverer) InFlight(webhookID int64) int {
 
 // room is what the next claim may take: per endpoint with attempts in flight, its free
 // slots, and in all.
+//
+// When endpoints with attempts in flight could fill MaxInFlight between them (64 hanging
+// endpoints at 4 attempts each fill 256), each of them may hold only its share of it, less
+// one endpoint's Concurrency kept for the endpoints with nothing in flight: otherwise the
+// replica claimed nothing at all until a hung attempt timed out, and a healthy endpoint
+// waited behind endpoints it has nothing to do with (an audit, 2026-12-06: 70 hanging
+// endpoints, a healthy one's events up to 10 s late). An endpoint above its share keeps
+// what it has in flight and gets no more until it is under it.
 func (d *Deliverer) room() (map[int64]int, int) {
 	d.fmu.Lock()
 	defer d.fmu.Unlock()
 	free := make(map[int64]int, len(d.inFlight))
+	share := d.cfg.Concurrency
+	if busy := len(d.inFlight); busy > 0 {
+		share = min(share, max(1, (d.cfg.MaxInFlight-d.cfg.Concurrency)/busy))
+	}
 	total := 0
 	for id, n := range d.inFlight {
-		free[id] = d.cfg.Concurrency - n
+		free[id] = max(0, share-n)
 		total += n
 	}
 	return free, d.cfg.MaxInFlight - total
@@ -182,6 +195,13 @@ func (d *Deliverer) loop(ctx context.Context) {
 	fanOut := true
 	for {
 		free, total := d.room()
+		if total <= 0 && fanOut {
+			// No slot to claim into: the new events still get their deliveries now, so that
+			// they are in the log and due the moment a slot frees.
+			if err := d.store.WebhookFanOut(ctx); err != nil && ctx.Err() == nil {
+				d.log.Warn("webhook fan-out failed", "err", err)
+			}
+		}
 		if total > 0 {
 			due, err := d.claim(ctx, free, total, fanOut)
 			switch {

@@ -24,6 +24,8 @@ func (s *slowPurges) WebhookDeliveryRecord(context.Context, repo.WebhookOutcome)
 	return true, nil
 }
 
+func (s *slowPurges) WebhookFanOut(context.Context) error { return nil }
+
 func (s *slowPurges) WebhookPurgeDeleted(context.Context, int) (int, error) {
 	s.began = append(s.began, time.Now())
 	defer func() { s.over = append(s.over, time.Now()) }()
