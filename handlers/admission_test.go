@@ -264,11 +264,7 @@ func TestAdmissionShedsReadsFirstAndNeverProbes(t *testing.T) {
 func TestAdmissionAdmitsAWaiterWhenASlotFrees(t *testing.T) {
 	t.Parallel()
 	g, obs := newGateStore(), newCountingObserver()
-	h, err := handlers.New(handlers.Options{
-		Store:     g,
-		Admission: &handlers.Admission{MaxInFlight: 2, Wait: time.Minute, LongWait: time.Minute, Observer: obs},
-	})
-	require.NoError(t, err)
+	h := admitting(t, g, handlers.Admission{MaxInFlight: 2, Wait: time.Minute, LongWait: time.Minute, Observer: obs})
 	first := held(t, h, g, getReq, "get") // default has 1 slot at 2
 	waiter := make(chan *httptest.ResponseRecorder, 1)
 	go func() { waiter <- serveOne(t, h, getReq.method, getReq.path, getReq.body) }()
@@ -288,11 +284,7 @@ func TestAdmissionQueuesABurstInsteadOfSheddingIt(t *testing.T) {
 	// requests must all arrive within it to count as one burst, which a loaded machine can
 	// stretch past 20 ms (seen: one of them answered 503).
 	const wait = 250 * time.Millisecond
-	h, err := handlers.New(handlers.Options{
-		Store:     g,
-		Admission: &handlers.Admission{MaxInFlight: 2, Wait: wait, LongWait: time.Minute, Observer: obs},
-	})
-	require.NoError(t, err)
+	h := admitting(t, g, handlers.Admission{MaxInFlight: 2, Wait: wait, LongWait: time.Minute, Observer: obs})
 	first := held(t, h, g, getReq, "get")
 	const burst = 6
 	var pending []<-chan *httptest.ResponseRecorder
@@ -321,11 +313,7 @@ func TestAdmissionQueuesABurstInsteadOfSheddingIt(t *testing.T) {
 func TestAdmissionKeepsReservesForExecutors(t *testing.T) {
 	t.Parallel()
 	g := newGateStore()
-	h, err := handlers.New(handlers.Options{
-		Store:     g,
-		Admission: &handlers.Admission{MaxInFlight: 4, LeaseMaxInFlight: 2, Wait: 20 * time.Millisecond, LongWait: 20 * time.Millisecond},
-	})
-	require.NoError(t, err)
+	h := admitting(t, g, handlers.Admission{MaxInFlight: 4, LeaseMaxInFlight: 2, Wait: 20 * time.Millisecond, LongWait: 20 * time.Millisecond})
 	lim := handlers.Admission{MaxInFlight: 4, LeaseMaxInFlight: 2}.Limits()
 	var pending []<-chan *httptest.ResponseRecorder
 	for range lim.Default {
@@ -340,9 +328,7 @@ func TestAdmissionKeepsReservesForExecutors(t *testing.T) {
 		pending = append(pending, held(t, h, g, heartbeatReq, "heartbeat"))
 	}
 	g.open("get", "claim", "heartbeat")
-	for _, p := range pending {
-		require.Equal(t, http.StatusOK, (<-p).Code)
-	}
+	requireAllOK(t, pending)
 }
 
 // Reports and releases leave heartbeats a reserve of the lease slots: a report waits for its
@@ -352,11 +338,7 @@ func TestAdmissionKeepsReservesForExecutors(t *testing.T) {
 func TestAdmissionKeepsAReserveForHeartbeats(t *testing.T) {
 	t.Parallel()
 	g := newGateStore()
-	h, err := handlers.New(handlers.Options{
-		Store:     g,
-		Admission: &handlers.Admission{MaxInFlight: 4, LeaseMaxInFlight: 4, Wait: 20 * time.Millisecond, LongWait: 20 * time.Millisecond},
-	})
-	require.NoError(t, err)
+	h := admitting(t, g, handlers.Admission{MaxInFlight: 4, LeaseMaxInFlight: 4, Wait: 20 * time.Millisecond, LongWait: 20 * time.Millisecond})
 	lim := handlers.Admission{MaxInFlight: 4, LeaseMaxInFlight: 4}.Limits()
 	require.Equal(t, 3, lim.Report)
 	var pending []<-chan *httptest.ResponseRecorder
@@ -369,9 +351,7 @@ func TestAdmissionKeepsAReserveForHeartbeats(t *testing.T) {
 	}
 	shedWithin(t, h, heartbeatReq, "a heartbeat with every lease slot held")
 	g.open("release", "heartbeat")
-	for _, p := range pending {
-		require.Equal(t, http.StatusOK, (<-p).Code)
-	}
+	requireAllOK(t, pending)
 }
 
 // Once MaxWaiting requests of a class wait, the next one is shed at once instead of joining a
@@ -379,11 +359,7 @@ func TestAdmissionKeepsAReserveForHeartbeats(t *testing.T) {
 func TestAdmissionBoundsTheQueue(t *testing.T) {
 	t.Parallel()
 	g, obs := newGateStore(), newCountingObserver()
-	h, err := handlers.New(handlers.Options{
-		Store:     g,
-		Admission: &handlers.Admission{MaxInFlight: 2, LeaseMaxInFlight: 1, Wait: time.Minute, LongWait: time.Minute, Observer: obs},
-	})
-	require.NoError(t, err)
+	h := admitting(t, g, handlers.Admission{MaxInFlight: 2, LeaseMaxInFlight: 1, Wait: time.Minute, LongWait: time.Minute, Observer: obs})
 	lim := handlers.Admission{MaxInFlight: 2, LeaseMaxInFlight: 1}.Limits()
 	first := held(t, h, g, getReq, "get")
 	pending := []<-chan *httptest.ResponseRecorder{first}
@@ -404,4 +380,20 @@ func TestAdmissionBoundsTheQueue(t *testing.T) {
 	}
 	_, shed := obs.counts()
 	require.Equal(t, map[string]int{"default": 1}, shed)
+}
+
+// admitting is the service's handler over g, with admission control a.
+func admitting(t *testing.T, g handlers.Store, a handlers.Admission) http.Handler {
+	t.Helper()
+	h, err := handlers.New(handlers.Options{Store: g, Admission: &a})
+	require.NoError(t, err)
+	return h
+}
+
+// requireAllOK requires every pending request to answer 200.
+func requireAllOK(t *testing.T, pending []<-chan *httptest.ResponseRecorder) {
+	t.Helper()
+	for _, p := range pending {
+		require.Equal(t, http.StatusOK, (<-p).Code)
+	}
 }
