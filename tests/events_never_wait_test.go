@@ -172,13 +172,8 @@ func TestEventWritersDoNotWaitOnAHeldWebhookOrBackfill(t *testing.T) {
 	b := e.DailyBackfill("free", day(1, 1), day(1, 3))
 
 	ctx := context.Background()
-	tx, err := e.DB.BeginTxx(ctx, nil)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback() }()
-	_, err = tx.ExecContext(ctx, `SELECT 1 FROM webhooks WHERE id = $1 FOR UPDATE`, w.Id)
-	require.NoError(t, err)
-	_, err = tx.ExecContext(ctx, `UPDATE backfills SET description = 'held' WHERE id = $1`, held.Id)
-	require.NoError(t, err)
+	tx := e.hold(fmt.Sprintf(`SELECT 1 FROM webhooks WHERE id = %d FOR UPDATE`, w.Id),
+		fmt.Sprintf(`UPDATE backfills SET description = 'held' WHERE id = %d`, held.Id))
 
 	holdUntil := time.Now().Add(5 * time.Second)
 	var lats []time.Duration
@@ -327,11 +322,7 @@ func TestWebhookEventsAreNotHeldBackByALongTransaction(t *testing.T) {
 	b := e.DailyBackfill("lt-free", day(1, 1), day(1, 3))
 
 	ctx := context.Background()
-	tx, err := e.DB.BeginTxx(ctx, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = tx.Rollback() })
-	_, err = tx.ExecContext(ctx, `UPDATE backfills SET description = 'held' WHERE id = $1`, held.Id)
-	require.NoError(t, err)
+	tx := e.hold(fmt.Sprintf(`UPDATE backfills SET description = 'held' WHERE id = %d`, held.Id))
 
 	d := e.newDeliverer(webhooks.Config{AllowLocal: true, Interval: 200 * time.Millisecond})
 	d.Start(context.Background())

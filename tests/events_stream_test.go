@@ -375,12 +375,7 @@ func TestEventStreamOfATerminalBackfillWaitsForItsHeldTerminalEvent(t *testing.T
 	e.PutDag("held_other", "@daily", "UTC")
 	b := e.DailyBackfill("held_terminal", day(1, 1), day(1, 3))
 
-	ctx := context.Background()
-	hold, err := e.DB.BeginTxx(ctx, nil)
-	require.NoError(t, err)
-	defer func() { _ = hold.Rollback() }()
-	_, err = hold.ExecContext(ctx, `UPDATE dags SET max_active_runs = max_active_runs WHERE dag_id = 'held_other'`)
-	require.NoError(t, err)
+	hold := e.hold(`UPDATE dags SET max_active_runs = max_active_runs WHERE dag_id = 'held_other'`)
 	require.Equal(t, "canceled", string(e.ActionOK(b.Id, "cancel").State), "nothing ran: canceled at once")
 
 	s := evOpenStream(t, e, b.Id)

@@ -25,19 +25,12 @@ func TestOneStatementWritesOfAHeldRowAnswerBusyAfterLockWait(t *testing.T) {
 	adm.PutPool("held_pool", 3, http.StatusCreated)
 	hook := adm.createWebhook("https://example.com/held", "backfill.paused")
 
-	ctx := context.Background()
-	hold, err := e.DB.BeginTxx(ctx, nil)
-	require.NoError(t, err)
-	defer func() { _ = hold.Rollback() }() // a no-op once rolled back below
-	for _, q := range []string{
+	hold := e.hold(
 		`SELECT 1 FROM dags WHERE dag_id = 'held_rows' FOR UPDATE`,
 		fmt.Sprintf(`SELECT 1 FROM backfills WHERE id = %d FOR UPDATE`, b.Id),
 		`SELECT 1 FROM pools WHERE name = 'held_pool' FOR UPDATE`,
 		fmt.Sprintf(`SELECT 1 FROM webhooks WHERE id = %d FOR UPDATE`, hook.Id),
-	} {
-		_, err = hold.ExecContext(ctx, q)
-		require.NoError(t, err, q)
-	}
+	)
 
 	writes := []struct {
 		method, path string

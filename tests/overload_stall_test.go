@@ -86,12 +86,7 @@ func TestAHeldBackfillShedsNoHeartbeatAndParksNoClaim(t *testing.T) {
 	longRun := <-started
 	require.Equal(t, held.Id, *longRun.BackfillId)
 
-	ctx := context.Background()
-	hold, err := e.DB.BeginTxx(ctx, nil)
-	require.NoError(t, err)
-	defer func() { _ = hold.Rollback() }() // a no-op once rolled back below
-	_, err = hold.ExecContext(ctx, `SELECT id FROM backfills WHERE id = $1 FOR UPDATE`, held.Id)
-	require.NoError(t, err)
+	hold := e.hold(fmt.Sprintf(`SELECT id FROM backfills WHERE id = %d FOR UPDATE`, held.Id))
 
 	type claimAnswer struct {
 		status int
@@ -199,12 +194,7 @@ func TestAReportOnAHeldBackfillAnswersBusyAfterLockWait(t *testing.T) {
 	b := adm.DailyBackfill("held_report", day(1, 1), day(1, 3))
 	run := adm.Claim("w1", 1)[0]
 
-	ctx := context.Background()
-	hold, err := e.DB.BeginTxx(ctx, nil)
-	require.NoError(t, err)
-	defer func() { _ = hold.Rollback() }()
-	_, err = hold.ExecContext(ctx, `SELECT id FROM backfills WHERE id = $1 FOR UPDATE`, b.Id)
-	require.NoError(t, err)
+	hold := e.hold(fmt.Sprintf(`SELECT id FROM backfills WHERE id = %d FOR UPDATE`, b.Id))
 
 	for _, req := range []struct{ method, path string }{
 		{http.MethodPatch, runPath(run.DagId, run.RunId)},
@@ -249,12 +239,7 @@ func TestReportsOnAHeldBackfillLeaveHeartbeatsTheirSlots(t *testing.T) {
 	adm.DailyBackfill("held_reports_b", day(1, 1), day(1, 1))
 	other := adm.ClaimWithN(1, map[string]any{"worker_id": "wb", "limit": 1, "dag_id": "held_reports_b"})[0]
 
-	ctx := context.Background()
-	hold, err := e.DB.BeginTxx(ctx, nil)
-	require.NoError(t, err)
-	defer func() { _ = hold.Rollback() }()
-	_, err = hold.ExecContext(ctx, fmt.Sprintf(`SELECT 1 FROM backfills WHERE id = %d FOR UPDATE`, a.Id))
-	require.NoError(t, err)
+	hold := e.hold(fmt.Sprintf(`SELECT 1 FROM backfills WHERE id = %d FOR UPDATE`, a.Id))
 
 	// Eight reports of the held backfill, more than the lease slots, all waiting for its row.
 	reports := startTogether(len(held), len(held), func(i int) error {
@@ -293,12 +278,7 @@ func TestAHeartbeatOfAHeldRunAnswersBusyAfterLockWait(t *testing.T) {
 	adm.DailyBackfill("held_run", day(1, 1), day(1, 1))
 	run := adm.ClaimN(1, "w1", 1)[0]
 
-	ctx := context.Background()
-	hold, err := e.DB.BeginTxx(ctx, nil)
-	require.NoError(t, err)
-	defer func() { _ = hold.Rollback() }()
-	_, err = hold.ExecContext(ctx, fmt.Sprintf(`SELECT 1 FROM dag_runs WHERE id = %d FOR UPDATE`, run.Id))
-	require.NoError(t, err)
+	hold := e.hold(fmt.Sprintf(`SELECT 1 FROM dag_runs WHERE id = %d FOR UPDATE`, run.Id))
 
 	start := time.Now()
 	res := adm.Heartbeat(run.Id, "w1")
