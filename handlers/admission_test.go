@@ -131,6 +131,16 @@ func held(t *testing.T, h http.Handler, g *gateStore, r struct{ method, path, bo
 	return done
 }
 
+// heldN sends n requests r, each held as held holds one.
+func heldN(t *testing.T, h http.Handler, g *gateStore, r struct{ method, path, body string }, want string, n int) []<-chan *httptest.ResponseRecorder {
+	t.Helper()
+	out := make([]<-chan *httptest.ResponseRecorder, 0, n)
+	for range n {
+		out = append(out, held(t, h, g, r, want))
+	}
+	return out
+}
+
 // shedWithin sends a request that must be shed: if it were admitted instead, the gate store
 // would hold it until this generous bound and the answer would not be busy.
 func shedWithin(t *testing.T, h http.Handler, r struct{ method, path, body string }, what string) {
@@ -223,10 +233,7 @@ func TestAdmissionShedsReadsFirstAndNeverProbes(t *testing.T) {
 	})
 	require.NoError(t, err)
 	// Limits: default 3, claim 4 (the default's and one more), lease 1 of its own.
-	var pending []<-chan *httptest.ResponseRecorder
-	for range 3 {
-		pending = append(pending, held(t, h, g, getReq, "get"))
-	}
+	pending := heldN(t, h, g, getReq, "get", 3)
 	start := time.Now()
 	shedWithin(t, h, getReq, "a fourth read")
 	// Not a timing assertion: a generous bound that an unbounded queue could never meet.
@@ -315,18 +322,11 @@ func TestAdmissionKeepsReservesForExecutors(t *testing.T) {
 	g := newGateStore()
 	h := admitting(t, g, handlers.Admission{MaxInFlight: 4, LeaseMaxInFlight: 2, Wait: 20 * time.Millisecond, LongWait: 20 * time.Millisecond})
 	lim := handlers.Admission{MaxInFlight: 4, LeaseMaxInFlight: 2}.Limits()
-	var pending []<-chan *httptest.ResponseRecorder
-	for range lim.Default {
-		pending = append(pending, held(t, h, g, getReq, "get"))
-	}
+	pending := heldN(t, h, g, getReq, "get", lim.Default)
 	shedWithin(t, h, getReq, "a read with the read slots held")
-	for range lim.Claim - lim.Default {
-		pending = append(pending, held(t, h, g, claimReq, "claim"))
-	}
+	pending = append(pending, heldN(t, h, g, claimReq, "claim", lim.Claim-lim.Default)...)
 	shedWithin(t, h, claimReq, "a claim with every main slot held")
-	for range lim.Lease {
-		pending = append(pending, held(t, h, g, heartbeatReq, "heartbeat"))
-	}
+	pending = append(pending, heldN(t, h, g, heartbeatReq, "heartbeat", lim.Lease)...)
 	g.open("get", "claim", "heartbeat")
 	requireAllOK(t, pending)
 }
@@ -341,14 +341,9 @@ func TestAdmissionKeepsAReserveForHeartbeats(t *testing.T) {
 	h := admitting(t, g, handlers.Admission{MaxInFlight: 4, LeaseMaxInFlight: 4, Wait: 20 * time.Millisecond, LongWait: 20 * time.Millisecond})
 	lim := handlers.Admission{MaxInFlight: 4, LeaseMaxInFlight: 4}.Limits()
 	require.Equal(t, 3, lim.Report)
-	var pending []<-chan *httptest.ResponseRecorder
-	for range lim.Report {
-		pending = append(pending, held(t, h, g, releaseReq, "release"))
-	}
+	pending := heldN(t, h, g, releaseReq, "release", lim.Report)
 	shedWithin(t, h, releaseReq, "a release with the report slots held")
-	for range lim.Lease - lim.Report {
-		pending = append(pending, held(t, h, g, heartbeatReq, "heartbeat"))
-	}
+	pending = append(pending, heldN(t, h, g, heartbeatReq, "heartbeat", lim.Lease-lim.Report)...)
 	shedWithin(t, h, heartbeatReq, "a heartbeat with every lease slot held")
 	g.open("release", "heartbeat")
 	requireAllOK(t, pending)
