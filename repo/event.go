@@ -84,19 +84,11 @@ func eventList(ctx context.Context, q sqlx.QueryerContext, p EventListParams) (e
 	if p.DataOnlyFor != nil {
 		dataOnlyFor = pq.Int64Array(p.DataOnlyFor)
 	}
-	err = sqlx.SelectContext(ctx, q, &rows, `
-		WITH snap AS (SELECT pg_current_snapshot() AS s),
-		page AS (
-			SELECT id, type, backfill_id, dag_id, occurred_at,
-				CASE WHEN $5::bigint[] IS NULL OR backfill_id = ANY ($5) THEN event_data(events) END AS rendered
-			FROM events
-			WHERE id > $1 AND ($2::bigint IS NULL OR backfill_id = $2) AND ($3::text IS NULL OR type = $3)
-			ORDER BY id LIMIT $4),
-		`+pageBoundCTE+`
-		SELECT page.*, bound.horizon
-		FROM page, bound
-		ORDER BY page.id`,
-		p.After, p.BackfillID, p.Type, p.Limit, dataOnlyFor)
+	stmt, args := eventPageSQL, []any{p.After, p.Type, p.Limit, dataOnlyFor}
+	if p.BackfillID != nil {
+		stmt, args = backfillEventPageSQL, append(args, *p.BackfillID)
+	}
+	err = sqlx.SelectContext(ctx, q, &rows, stmt, args...)
 	if err != nil {
 		return nil, false, fmt.Errorf("list events: %w", err)
 	}
@@ -109,6 +101,31 @@ func eventList(ctx context.Context, q sqlx.QueryerContext, p EventListParams) (e
 		events = append(events, r.Event)
 	}
 	return events, false, nil
+}
+
+// eventPageSQL reads one page of every backfill's events, backfillEventPageSQL one of the
+// events of backfill $5 (along the primary key from the backfill's bound: backfill_events,
+// migrations/00022). $1 is the reader's after, $2 the type (NULL: every type), $3 the page's
+// size, $4 the backfills whose events' data the page renders (NULL: every event's). Each
+// event comes with the horizon of the same snapshot (eventList).
+var (
+	eventPageSQL = eventPageStatement(
+		`events WHERE id > $1 AND ($2::text IS NULL OR type = $2) ORDER BY id LIMIT $3`)
+	backfillEventPageSQL = eventPageStatement(
+		`backfill_events($5, $1, CASE WHEN $2::text IS NULL THEN NULL ELSE ARRAY[$2::text] END, $3) AS events`)
+)
+
+func eventPageStatement(source string) string {
+	return `
+	WITH snap AS (SELECT pg_current_snapshot() AS s),
+	page AS (
+		SELECT id, type, backfill_id, dag_id, occurred_at,
+			CASE WHEN $4::bigint[] IS NULL OR backfill_id = ANY ($4) THEN event_data(events) END AS rendered
+		FROM ` + source + `),
+	` + pageBoundCTE + `
+	SELECT page.*, bound.horizon
+	FROM page, bound
+	ORDER BY page.id`
 }
 
 // pageBoundCTE is bound, the horizon that cuts the page of events read by the CTEs snap and
@@ -182,7 +199,7 @@ func (s *Store) EventLastID(ctx context.Context) (int64, error) {
 func (s *Store) TerminalEventStored(ctx context.Context, backfillID, after int64) (bool, error) {
 	var stored bool
 	err := sqlx.GetContext(ctx, s.db, &stored, `
-		SELECT EXISTS (SELECT 1 FROM events WHERE backfill_id = $1 AND id > $2 AND type = ANY ($3))`,
+		SELECT EXISTS (SELECT 1 FROM backfill_events($1, $2, $3, 1))`,
 		backfillID, after, pq.StringArray{string(domain.EventBackfillSucceeded), string(domain.EventBackfillFailed), string(domain.EventBackfillCanceled)})
 	if err != nil {
 		return false, fmt.Errorf("find terminal event of backfill %d: %w", backfillID, err)
