@@ -8,7 +8,8 @@ import (
 )
 
 // CheckEventIDsAhead refuses a database whose outbox holds events written by a transaction
-// id this cluster has not reached yet. An event's id is its writer's transaction id shifted
+// id this cluster has not reached yet, or whose backfills' events_from (the id their events'
+// reads start from, migrations/00022) is past it. An event's id is its writer's transaction id shifted
 // left 12 bits (migrations/00014_events_without_lock.sql), so on such a cluster every new
 // event would sort before the old ones: the feed's readers, who ask after the last id they
 // saw, and the webhook fan-out, which follows transaction ids, would never see it. It happens
@@ -18,11 +19,12 @@ import (
 // documentation asks of such restores; docs/OPERATIONS.md).
 func CheckEventIDsAhead(ctx context.Context, db sqlx.QueryerContext) error {
 	var ids struct {
-		Newest int64 `db:"newest"` // the newest event's writer's transaction id
+		Newest int64 `db:"newest"` // the newest event's writer's transaction id, or a backfill's bound's
 		Next   int64 `db:"next"`   // the cluster's next transaction id
 	}
 	err := sqlx.GetContext(ctx, db, &ids, `
-		SELECT coalesce((SELECT max(id) FROM events) >> 12, 0) AS newest,
+		SELECT greatest(coalesce((SELECT max(id) FROM events), 0),
+				coalesce((SELECT max(events_from) FROM backfills), 0)) >> 12 AS newest,
 			pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next`)
 	if err != nil {
 		return fmt.Errorf("check event ids: %w", err)
@@ -30,7 +32,7 @@ func CheckEventIDsAhead(ctx context.Context, db sqlx.QueryerContext) error {
 	if ids.Newest < ids.Next {
 		return nil
 	}
-	return fmt.Errorf("the newest event was written by transaction %d, at or past this cluster's next transaction id %d: "+
+	return fmt.Errorf("the outbox holds event ids of transaction %d (the newest event's, or a backfill's events_from), at or past this cluster's next transaction id %d: "+
 		"event ids come from transaction ids, so events written now would sort before it and readers that follow the ids "+
 		"would never see them (a logical restore into another cluster does this); stop PostgreSQL, run "+
 		"`pg_resetwal -e %d` on its data directory, start it again (docs/OPERATIONS.md, \"Backups, restores and upgrades\")",

@@ -27,6 +27,23 @@ func TestCheckEventIDsAheadRefusesEventsFromAheadOfTheCluster(t *testing.T) {
 		VALUES (((3::bigint << 32) + 77) << 12, 'backfill.updated', 1, 'd', now(), '{}')`)
 	require.NoError(t, err)
 	err = CheckEventIDsAhead(ctx, db)
-	require.ErrorContains(t, err, "the newest event was written by transaction 12884901965")
+	require.ErrorContains(t, err, "event ids of transaction 12884901965")
+	require.ErrorContains(t, err, "pg_resetwal -e 4")
+
+	// With no event left (all pruned), a backfill's bound from that cluster is refused too:
+	// the backfill's new events would sort before where its reads start.
+	_, err = db.Exec(`DELETE FROM events`)
+	require.NoError(t, err)
+	require.NoError(t, CheckEventIDsAhead(ctx, db), "no events")
+	_, err = db.Exec(`
+		INSERT INTO dags (dag_id, schedule, timezone, max_active_runs, is_paused, created_at, updated_at)
+		VALUES ('d', '@daily', 'UTC', 16, false, now(), now());
+		INSERT INTO backfills (dag_id, from_date, to_date, run_backwards, reprocess_behavior, max_active_runs,
+			state, created_at, updated_at, events_from)
+		VALUES ('d', '2024-01-01', '2024-01-02', false, 'none', 1, 'running', now(), now(), ((3::bigint << 32) + 90) << 12);
+		DELETE FROM events`)
+	require.NoError(t, err)
+	err = CheckEventIDsAhead(ctx, db)
+	require.ErrorContains(t, err, "event ids of transaction 12884901978")
 	require.ErrorContains(t, err, "pg_resetwal -e 4")
 }
