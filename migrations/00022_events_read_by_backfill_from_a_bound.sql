@@ -25,6 +25,13 @@
 -- open across a creation leaves the bound at its id, so the backfill's reads start there. It
 -- is the column's default, so every writer of a backfill, old code included, sets it.
 --
+-- A backfill deleted with its DAG leaves its events in the outbox for their retention: its
+-- bound goes to deleted_backfills, by a trigger on every deletion, and stays there twice the
+-- events' retention (the sweep prunes it). So a read of a backfill that has neither a row nor
+-- a tombstone, which never existed, finds nothing at once, rather than walking the whole
+-- outbox for events that cannot be there: an id in GET /events?backfill_id= costs what the
+-- backfill's own history costs, whoever asks.
+--
 -- backfills' row type is events.snapshot's type: the column is added without a default and
 -- gets it in a second statement (00015).
 
@@ -38,11 +45,39 @@ UPDATE backfills b SET events_from = least(
     event_horizon(pg_current_snapshot()));
 ALTER TABLE backfills ALTER COLUMN events_from SET DEFAULT event_horizon(pg_current_snapshot());
 ALTER TABLE backfills ALTER COLUMN events_from SET NOT NULL;
+
+CREATE TABLE deleted_backfills (
+    id          bigint      PRIMARY KEY,
+    events_from bigint      NOT NULL,
+    deleted_at  timestamptz NOT NULL
+);
+-- Backfills deleted before now whose events are still stored (a DAG deleted in the last days).
+INSERT INTO deleted_backfills (id, events_from, deleted_at)
+SELECT e.backfill_id, min(e.id), backfill_now() FROM events e
+WHERE NOT EXISTS (SELECT 1 FROM backfills b WHERE b.id = e.backfill_id)
+GROUP BY e.backfill_id;
+
+-- +goose StatementBegin
+CREATE FUNCTION backfills_keep_deleted_bounds() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO deleted_backfills (id, events_from, deleted_at)
+    SELECT id, events_from, backfill_now() FROM gone
+    ON CONFLICT (id) DO NOTHING;
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+CREATE TRIGGER backfills_keep_deleted_bounds AFTER DELETE ON backfills
+    REFERENCING OLD TABLE AS gone
+    FOR EACH STATEMENT EXECUTE FUNCTION backfills_keep_deleted_bounds();
+
 DROP INDEX events_by_backfill;
 
 -- The events of one backfill after after_id, of the given types (NULL: all), in id order, at
--- most max_events (NULL: all): a walk of the primary key from the backfill's events_from, or
--- from the start for a backfill no longer stored. The walk is the only plan: left to itself,
+-- most max_events (NULL: all): a walk of the primary key from the backfill's events_from (a
+-- deleted backfill's tombstone's; nothing for a backfill that never existed: its bound is the
+-- largest id). The walk is the only plan: left to itself,
 -- the planner scans the whole outbox and sorts whenever it has no statistics of events to
 -- tell it that ids follow the table's order (a database that autovacuum does not analyze),
 -- which is every read costing the whole outbox. A function's SET holds while its body is
@@ -57,7 +92,10 @@ SET enable_bitmapscan = off
 AS $$
     SELECT e.* FROM events e
     WHERE e.id > after_id
-      AND e.id >= coalesce((SELECT b.events_from FROM backfills b WHERE b.id = backfill), 0)
+      AND e.id >= coalesce(
+          (SELECT b.events_from FROM backfills b WHERE b.id = backfill),
+          (SELECT d.events_from FROM deleted_backfills d WHERE d.id = backfill),
+          9223372036854775807)
       AND e.backfill_id = backfill
       AND (types IS NULL OR e.type = ANY (types))
     ORDER BY e.id
@@ -68,4 +106,7 @@ $$;
 -- +goose Down
 DROP FUNCTION backfill_events(bigint, bigint, text[], integer);
 CREATE INDEX events_by_backfill ON events (backfill_id, id);
+DROP TRIGGER backfills_keep_deleted_bounds ON backfills;
+DROP FUNCTION backfills_keep_deleted_bounds();
+DROP TABLE deleted_backfills;
 ALTER TABLE backfills DROP COLUMN events_from;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"testing"
+	"time"
 
 	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/internal/pgtest"
@@ -19,6 +20,44 @@ func otherEvents(t *testing.T, db *sqlx.DB, n int) {
 	require.NoError(t, err)
 }
 
+// eventRowsRead is how many rows of events scans have read so far, from the table's
+// statistics flushed first: a function's inner scan does not show in EXPLAIN. The caller's db
+// has one connection (SetMaxOpenConns(1)), so nothing it did earlier is flushed in between.
+func eventRowsRead(t *testing.T, db *sqlx.DB) int64 {
+	t.Helper()
+	_, err := db.Exec(`SELECT pg_stat_force_next_flush()`)
+	require.NoError(t, err)
+	var n int64
+	require.NoError(t, db.Get(&n, `
+		SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables
+		WHERE relid = 'events'::regclass`))
+	return n
+}
+
+// createBackfill inserts a running backfill of DAG dag, creating the DAG, and answers its id.
+func createBackfill(t *testing.T, db *sqlx.DB, dag string) int64 {
+	t.Helper()
+	_, err := db.Exec(`
+		INSERT INTO dags (dag_id, schedule, timezone, max_active_runs, is_paused, created_at, updated_at)
+		VALUES ($1, '@daily', 'UTC', 16, false, now(), now())`, dag)
+	require.NoError(t, err)
+	var id int64
+	require.NoError(t, db.Get(&id, `
+		INSERT INTO backfills (dag_id, from_date, to_date, run_backwards, reprocess_behavior, max_active_runs,
+			state, created_at, updated_at)
+		VALUES ($1, '2024-01-01', '2024-01-02', false, 'none', 1, 'running', now(), now()) RETURNING id`, dag))
+	return id
+}
+
+// eventTypes lists the types of evs in order.
+func eventTypes(evs []domain.Event) []domain.EventType {
+	var types []domain.EventType
+	for _, e := range evs {
+		types = append(types, e.Type)
+	}
+	return types
+}
+
 // A backfill's events are read from its bound, not through an index by backfill: a read of
 // them never scans the events written before the backfill was created, however many.
 func TestBackfillEventsAreReadFromTheBackfillsBound(t *testing.T) {
@@ -30,54 +69,60 @@ func TestBackfillEventsAreReadFromTheBackfillsBound(t *testing.T) {
 	for range 5 { // a transaction writes at most 4,096 events
 		otherEvents(t, db, 1000)
 	}
-	_, err := db.Exec(`
-		INSERT INTO dags (dag_id, schedule, timezone, max_active_runs, is_paused, created_at, updated_at)
-		VALUES ('d', '@daily', 'UTC', 16, false, now(), now())`)
-	require.NoError(t, err)
-	var id int64
-	require.NoError(t, db.Get(&id, `
-		INSERT INTO backfills (dag_id, from_date, to_date, run_backwards, reprocess_behavior, max_active_runs,
-			state, created_at, updated_at)
-		VALUES ('d', '2024-01-01', '2024-01-02', false, 'none', 1, 'running', now(), now()) RETURNING id`))
+	id := createBackfill(t, db, "d")
 	for _, n := range []int{2, 3} {
 		_, err := s.BackfillPatch(ctx, BackfillPatchParams{ID: id, MaxActiveRuns: &n})
 		require.NoError(t, err)
 	}
 	otherEvents(t, db, 100)
 
+	before := eventRowsRead(t, db)
 	evs, err := s.EventList(ctx, EventListParams{After: 0, Limit: 100, BackfillID: &id})
 	require.NoError(t, err)
-	var types []domain.EventType
-	for _, e := range evs {
-		types = append(types, e.Type)
-	}
-	require.Equal(t, []domain.EventType{domain.EventBackfillCreated, domain.EventBackfillUpdated, domain.EventBackfillUpdated}, types)
-
-	// Rows read, from the table's statistics flushed before and after: the function's inner
-	// scan does not show in EXPLAIN. Every statement of this test runs on the one connection
-	// (SetMaxOpenConns above), so nothing it did before is flushed in between.
-	rowsRead := func() int64 {
-		t.Helper()
-		_, err := db.ExecContext(ctx, `SELECT pg_stat_force_next_flush()`)
-		require.NoError(t, err)
-		var n int64
-		require.NoError(t, db.GetContext(ctx, &n, `
-			SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables
-			WHERE relid = 'events'::regclass`))
-		return n
-	}
-	before := rowsRead()
-	var page []struct {
-		ID      int64  `db:"id"`
-		Horizon int64  `db:"horizon"`
-		Type    string `db:"type"`
-	}
-	require.NoError(t, sqlx.SelectContext(ctx, db, &page,
-		`SELECT id, horizon, type FROM (`+backfillEventPageSQL+`) AS p`, 0, nil, 100, nil, id))
-	require.Len(t, page, 3)
-	read := rowsRead() - before
+	read := eventRowsRead(t, db) - before
+	require.Equal(t, []domain.EventType{domain.EventBackfillCreated, domain.EventBackfillUpdated, domain.EventBackfillUpdated},
+		eventTypes(evs))
 	// The backfill's 3 events and the 100 written after it; none of the 5,000 before.
 	require.LessOrEqual(t, read, int64(3+100), "events rows read")
+}
+
+// A backfill deleted with its DAG keeps its bound while its events remain, so its events are
+// still read from there; a backfill that never existed has none, and a read of its events
+// reads no row at all (not the whole outbox). The sweep prunes a deleted backfill's bound
+// only past its age.
+func TestBackfillEventsOfDeletedAndUnknownBackfills(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, _ := pgtest.Open(t)
+	db.SetMaxOpenConns(1)
+	s := New(db, Config{})
+	otherEvents(t, db, 1000)
+	id := createBackfill(t, db, "d")
+	_, err := s.BackfillCancel(ctx, id)
+	require.NoError(t, err)
+	otherEvents(t, db, 100)
+	require.NoError(t, s.DagDelete(ctx, "d"))
+
+	before := eventRowsRead(t, db)
+	evs, err := s.EventList(ctx, EventListParams{After: 0, Limit: 100, BackfillID: &id})
+	require.NoError(t, err)
+	read := eventRowsRead(t, db) - before
+	require.Equal(t, []domain.EventType{domain.EventBackfillCreated, domain.EventBackfillCanceled}, eventTypes(evs))
+	require.LessOrEqual(t, read, int64(2+100), "events rows read for the deleted backfill")
+
+	never := id + 1000
+	before = eventRowsRead(t, db)
+	evs, err = s.EventList(ctx, EventListParams{After: 0, Limit: 100, BackfillID: &never})
+	require.NoError(t, err)
+	require.Empty(t, evs)
+	require.Zero(t, eventRowsRead(t, db)-before, "events rows read for a backfill that never existed")
+
+	n, err := s.SweepPruneDeletedBackfills(ctx, time.Hour, 100)
+	require.NoError(t, err)
+	require.Zero(t, n, "a bound deleted just now is kept")
+	n, err = s.SweepPruneDeletedBackfills(ctx, 0, 100)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
 }
 
 // A transaction that took its id before a backfill was created and changes the backfill in
@@ -89,22 +134,13 @@ func TestBackfillEventsFromIsBelowEveryEventOfTheBackfill(t *testing.T) {
 	ctx := context.Background()
 	db, _ := pgtest.Open(t)
 	s := New(db, Config{})
-	_, err := db.Exec(`
-		INSERT INTO dags (dag_id, schedule, timezone, max_active_runs, is_paused, created_at, updated_at)
-		VALUES ('d', '@daily', 'UTC', 16, false, now(), now())`)
-	require.NoError(t, err)
-
 	early, err := db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	require.NoError(t, err)
 	defer func() { _ = early.Rollback() }()
 	var earlyXid int64
 	require.NoError(t, early.Get(&earlyXid, `SELECT pg_current_xact_id()::text::bigint`))
 
-	var id int64
-	require.NoError(t, db.Get(&id, `
-		INSERT INTO backfills (dag_id, from_date, to_date, run_backwards, reprocess_behavior, max_active_runs,
-			state, created_at, updated_at)
-		VALUES ('d', '2024-01-01', '2024-01-02', false, 'none', 1, 'running', now(), now()) RETURNING id`))
+	id := createBackfill(t, db, "d")
 	_, err = early.Exec(`UPDATE backfills SET state = 'paused', pause_reason = 'user' WHERE id = $1`, id)
 	require.NoError(t, err)
 	require.NoError(t, early.Commit())
@@ -117,11 +153,7 @@ func TestBackfillEventsFromIsBelowEveryEventOfTheBackfill(t *testing.T) {
 
 	evs, err := s.EventList(ctx, EventListParams{After: 0, Limit: 100, BackfillID: &id})
 	require.NoError(t, err)
-	var types []domain.EventType
-	for _, e := range evs {
-		types = append(types, e.Type)
-	}
-	require.ElementsMatch(t, []domain.EventType{domain.EventBackfillCreated, domain.EventBackfillPaused}, types)
+	require.ElementsMatch(t, []domain.EventType{domain.EventBackfillCreated, domain.EventBackfillPaused}, eventTypes(evs))
 	stored, err := s.TerminalEventStored(ctx, id, 0)
 	require.NoError(t, err)
 	require.False(t, stored)

@@ -143,9 +143,17 @@ var pruneEventsStatement = `DELETE FROM events WHERE id IN (
 	AND occurred_at < backfill_now() - make_interval(secs => $1)`
 
 var (
-	pruneEvents          = pruning{"events", pruneEventsStatement}
-	pruneIdempotencyKeys = pruning{"idempotency keys", pruneStatement("idempotency_keys", "key", "created_at")}
+	pruneEvents           = pruning{"events", pruneEventsStatement}
+	pruneIdempotencyKeys  = pruning{"idempotency keys", pruneStatement("idempotency_keys", "key", "created_at")}
+	pruneDeletedBackfills = pruning{"deleted backfills' bounds", pruneStatement("deleted_backfills", "id", "deleted_at")}
 )
+
+// SweepPruneDeletedBackfills deletes up to batch bounds of deleted backfills kept longer than
+// maxAge (migrations/00022): a read of a deleted backfill's events starts at its bound while
+// any of them may remain, so maxAge is more than the events' retention.
+func (s *Store) SweepPruneDeletedBackfills(ctx context.Context, maxAge time.Duration, batch int) (int, error) {
+	return s.prune(ctx, pruneDeletedBackfills, maxAge, batch)
+}
 
 // prune deletes one batch of what p prunes and says how many rows went.
 func (s *Store) prune(ctx context.Context, p pruning, maxAge time.Duration, batch int) (int, error) {

@@ -31,6 +31,7 @@ type Store interface {
 	SweepFinalize(ctx context.Context, batch int) (int, error)
 	SweepPruneIdempotencyKeys(ctx context.Context, maxAge time.Duration, batch int) (int, error)
 	SweepPruneEvents(ctx context.Context, maxAge time.Duration, batch int) (int, error)
+	SweepPruneDeletedBackfills(ctx context.Context, maxAge time.Duration, batch int) (int, error)
 }
 
 // Config tunes a Sweeper. Zero values take defaults.
@@ -109,7 +110,7 @@ func (s *Sweeper) loop(ctx context.Context) {
 
 // RunOnce runs one pass: expire leases, then finalize backfills (so that a run failed by its
 // last expiry lets its backfill finish in the same pass), then prune idempotency keys and
-// events past their retention. Each step runs in bounded batches of short transactions.
+// events past their retention, and deleted backfills' bounds past theirs. Each step runs in bounded batches of short transactions.
 func (s *Sweeper) RunOnce(ctx context.Context) error {
 	expired, err := s.batches(ctx, s.store.SweepExpireLeases)
 	if err != nil {
@@ -131,9 +132,17 @@ func (s *Sweeper) RunOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("prune events: %w", err)
 	}
-	if expired+finalized+pruned+eventsPruned > 0 {
+	// A deleted backfill's bound is kept while any of its events may be: its last event is
+	// older than its deletion, and the events' prune may run late, so twice their retention.
+	boundsPruned, err := s.batches(ctx, func(ctx context.Context, batch int) (int, error) {
+		return s.store.SweepPruneDeletedBackfills(ctx, 2*s.cfg.EventTTL, batch)
+	})
+	if err != nil {
+		return fmt.Errorf("prune deleted backfills' bounds: %w", err)
+	}
+	if expired+finalized+pruned+eventsPruned+boundsPruned > 0 {
 		s.log.Info("sweep pass", "leases_expired", expired, "backfills_finalized", finalized, "keys_pruned", pruned,
-			"events_pruned", eventsPruned)
+			"events_pruned", eventsPruned, "deleted_backfill_bounds_pruned", boundsPruned)
 	}
 	return nil
 }
