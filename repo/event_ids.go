@@ -9,14 +9,15 @@ import (
 
 // CheckEventIDsAhead refuses a database whose outbox holds events written by a transaction
 // id this cluster has not reached yet, or whose backfills' events_from (the id their events'
-// reads start from, migrations/00022) is past it. An event's id is its writer's transaction id shifted
-// left 12 bits (migrations/00014_events_without_lock.sql), so on such a cluster every new
-// event would sort before the old ones: the feed's readers, who ask after the last id they
-// saw, and the webhook fan-out, which follows transaction ids, would never see it. It happens
-// after a logical restore (pg_dump) into another cluster, whose transaction ids start over;
-// a physical restore or pg_upgrade keeps them. The remedy is a larger transaction id epoch
-// for the new cluster, which PostgreSQL itself does not use (pg_resetwal -e, as PgQ's
-// documentation asks of such restores; docs/OPERATIONS.md).
+// reads start from, migrations/00022) is past it. An event's id is its writer's transaction
+// id shifted left 12 bits (migrations/00014_events_without_lock.sql), so on such a cluster
+// every new event would sort before the old ones: the feed's readers, who ask after the last
+// id they saw, and the webhook fan-out, which follows transaction ids, would never see it,
+// and a backfill's reads would start after its new events. It happens after a logical
+// restore (pg_dump) into another cluster, whose transaction ids start over; a physical
+// restore or pg_upgrade keeps them. The remedy is a larger transaction id epoch for the new
+// cluster, which PostgreSQL itself does not use (pg_resetwal -e, as PgQ's documentation asks
+// of such restores; docs/OPERATIONS.md).
 func CheckEventIDsAhead(ctx context.Context, db sqlx.QueryerContext) error {
 	var ids struct {
 		Newest int64 `db:"newest"` // the newest event's writer's transaction id, or a backfill's bound's

@@ -110,7 +110,8 @@ func (s *Sweeper) loop(ctx context.Context) {
 
 // RunOnce runs one pass: expire leases, then finalize backfills (so that a run failed by its
 // last expiry lets its backfill finish in the same pass), then prune idempotency keys and
-// events past their retention, and deleted backfills' bounds past theirs. Each step runs in bounded batches of short transactions.
+// events past their retention, and deleted backfills' bounds past theirs. Each step runs in
+// bounded batches of short transactions.
 func (s *Sweeper) RunOnce(ctx context.Context) error {
 	expired, err := s.batches(ctx, s.store.SweepExpireLeases)
 	if err != nil {
