@@ -178,7 +178,7 @@ func TestBackfillEventsFromIsBelowEveryEventOfTheBackfill(t *testing.T) {
 	require.NoError(t, db.Get(&from, `SELECT events_from FROM backfills WHERE id = $1`, id))
 	require.LessOrEqual(t, from, pausedID)
 
-	evs, err := s.EventList(ctx, EventListParams{After: 0, Limit: 100, BackfillID: &id})
+	evs, err := s.EventList(ctx, EventListParams{After: 0, Limit: 100, BackfillID: &id, Wait: 10 * time.Second})
 	require.NoError(t, err)
 	require.ElementsMatch(t, []domain.EventType{domain.EventBackfillCreated, domain.EventBackfillPaused}, eventTypes(evs))
 	stored, err := s.TerminalEventStored(ctx, id, 0)
