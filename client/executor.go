@@ -293,7 +293,7 @@ func (c *Client) execute(ctx context.Context, cfg ExecutorConfig, log *slog.Logg
 	if state == DagRunStateFailed {
 		note = noteOf(err.Error())
 	}
-	if err := c.report(ctx, cfg, run, state, note, lease); err != nil {
+	if err := c.report(ctx, cfg, log, run, state, note, lease); err != nil {
 		log.Error("report failed", "state", state, "err", err)
 		cfg.runEnded(run, OutcomeUnreported, note)
 		return
@@ -355,7 +355,7 @@ const reportMaxWait = 5 * time.Second
 // ctx is the executor's: a finished run is reported even while the executor stops, but once
 // it stops the report has releaseTimeout more at the most, as a release has, so that a
 // stopping executor exits in time.
-func (c *Client) report(ctx context.Context, cfg ExecutorConfig, run DagRun, state DagRunState, note string, lease *leaseClock) error {
+func (c *Client) report(ctx context.Context, cfg ExecutorConfig, log *slog.Logger, run DagRun, state DagRunState, note string, lease *leaseClock) error {
 	wait := cfg.reportWait
 	var stopBy time.Time // set once ctx has ended
 	giveUpAt := func() time.Time {
@@ -381,7 +381,7 @@ func (c *Client) report(ctx context.Context, cfg ExecutorConfig, run DagRun, sta
 		if time.Now().Add(wait).After(giveUpAt()) {
 			return fmt.Errorf("%w (given up: the lease has run out, or the executor is stopping)", err)
 		}
-		cfg.Logger.Warn("report failed; sending it again", "dag_id", run.DagId, "run_id", run.RunId, "err", err)
+		log.Warn("report failed; sending it again", "err", err)
 		time.Sleep(jitter(wait))
 		wait = min(wait*2, reportMaxWait)
 	}
