@@ -15,9 +15,7 @@ import (
 // otherEvents writes n events of a backfill that does not exist, in a transaction of its own.
 func otherEvents(t *testing.T, db *sqlx.DB, n int) {
 	t.Helper()
-	_, err := db.Exec(`INSERT INTO events (type, backfill_id, dag_id, occurred_at, data)
-		SELECT 'backfill.updated', -1, 'other', now(), '{}' FROM generate_series(1, $1)`, n)
-	require.NoError(t, err)
+	writeEventsOf(t, db, -1, n)
 }
 
 // eventRowsRead is how many rows of events scans have read so far, from the table's

@@ -30,14 +30,21 @@ func newFanOutFixture(t *testing.T) *fanOutFixture {
 	return &fanOutFixture{t: t, s: s, db: db, webhook: w.ID}
 }
 
-// writeEvents writes n events in a transaction of its own, as an event writer does: their
-// ids carry the transaction's id.
+// writeEvents writes n events in ex's transaction (writeEventsOf).
 func (f *fanOutFixture) writeEvents(ex sqlx.ExecerContext, n int) {
 	f.t.Helper()
+	writeEventsOf(f.t, ex, 1, n)
+}
+
+// writeEventsOf writes n events of the backfill in ex's transaction (one of its own for a
+// pool), as an event writer does: their ids carry the transaction's id. The backfill need not
+// exist.
+func writeEventsOf(t *testing.T, ex sqlx.ExecerContext, backfillID int64, n int) {
+	t.Helper()
 	_, err := ex.ExecContext(context.Background(), `
 		INSERT INTO events (type, backfill_id, dag_id, occurred_at, data)
-		SELECT 'backfill.updated', 1, 'd', now(), '{}' FROM generate_series(1, $1)`, n)
-	require.NoError(f.t, err)
+		SELECT 'backfill.updated', $1, 'd', now(), '{}' FROM generate_series(1, $2)`, backfillID, n)
+	require.NoError(t, err)
 }
 
 // page runs one fan-out page of at most limit events in a transaction of its own and answers
