@@ -28,24 +28,36 @@ func (c cursor) encode() *string {
 // A listing is a collection paged by cursor: its name inside its cursors, and the form of its
 // entries' sort keys. A cursor is not signed, so its key is checked here against that form:
 // a key the database cannot read as the listing's type (a forged or mangled cursor) is the
-// client's mistake, a 400, never the database's error.
+// client's mistake, a 400, never the database's error. Each check accepts exactly the keys
+// the listing writes (nextCursor's key function), so a key that parses is also a key
+// PostgreSQL reads as the same value.
 type listing struct {
 	name     string
 	keyValid func(string) bool
 }
 
 var (
-	backfillListing = listing{"backfills", func(k string) bool { _, err := strconv.ParseInt(k, 10, 64); return err == nil }}
-	slotListing     = listing{"slots", func(k string) bool { _, err := strconv.ParseInt(k, 10, 32); return err == nil }}
+	backfillListing = listing{"backfills", func(k string) bool { return isDecimalKey(k, 64) }}
+	slotListing     = listing{"slots", func(k string) bool { return isDecimalKey(k, 32) }}
 	runListing      = listing{"runs", isLogicalDateKey}
 	dagListing      = listing{"dags", isDagIDKey}
 )
 
-// isLogicalDateKey: an RFC 3339 time in the years PostgreSQL's timestamptz and Go share (year
-// 0 parses in Go and does not exist in PostgreSQL).
+// isDecimalKey: an integer of the given size as strconv writes it, so without a sign, leading
+// zeros or spaces (ParseInt alone takes "+1" and "01").
+func isDecimalKey(k string, bits int) bool {
+	n, err := strconv.ParseInt(k, 10, bits)
+	return err == nil && strconv.FormatInt(n, 10) == k
+}
+
+// isLogicalDateKey: a time as the runs listing writes it, in UTC RFC 3339 with at most
+// microseconds, in the years PostgreSQL's timestamptz and Go share (year 0 parses in Go and
+// does not exist in PostgreSQL). Go's parser takes any offset below 24 hours and a minute of
+// 60; PostgreSQL refuses offsets beyond ±15:59 (SQLSTATE 22009), so only Z is taken.
 func isLogicalDateKey(k string) bool {
 	t, err := time.Parse(time.RFC3339Nano, k)
-	return err == nil && t.Year() >= 1 && t.Year() <= 9999
+	return err == nil && t.Year() >= 1 && t.Year() <= 9999 && t.Nanosecond()%1000 == 0 &&
+		t.UTC().Format(time.RFC3339Nano) == k
 }
 
 // isDagIDKey: the DagId schema's pattern, 1-250 characters of [A-Za-z0-9_.-] but not . or ..,
