@@ -93,6 +93,10 @@ func (v *specValidator) middleware(next http.Handler) http.Handler {
 			writeProblem(w, *p)
 			return
 		}
+		if p := checkPathIDs(route, pathParams); p != nil {
+			writeProblem(w, *p)
+			return
+		}
 		if p := checkContentType(r, route.Operation); p != nil {
 			writeProblem(w, *p)
 			return
