@@ -973,7 +973,7 @@ type WebhookDelivery struct {
 	AttemptedAt time.Time  `json:"attempted_at"`
 	DeliveredAt *time.Time `json:"delivered_at"`
 
-	// Error The kind of failure, never an address or other network detail: `timeout` (no answer in time, or the process making the attempt stopped before recording one), `connection_refused` (refused, reset or closed before an answer), `dns` (the host name did not resolve), `tls` (handshake or certificate), `refused_address` (the target resolved to a loopback, link-local or unspecified address), `http_status` (an answer other than 2xx; `status_code` says which, redirects are not followed). Null when it delivered, and while the attempt is in flight.
+	// Error The kind of failure, never an address or other network detail: `timeout` (no answer in time, or the process making the attempt stopped before recording one), `connection_refused` (refused, reset or closed before an answer), `dns` (the host name did not resolve), `tls` (handshake or certificate), `refused_address` (the target resolved to a loopback, link-local, unspecified, cloud metadata or carrier-grade NAT address), `http_status` (an answer other than 2xx; `status_code` says which, redirects are not followed). Null when it delivered, and while the attempt is in flight.
 	Error   *WebhookDeliveryError `json:"error"`
 	EventId int64                 `json:"event_id"`
 
@@ -984,7 +984,7 @@ type WebhookDelivery struct {
 	StatusCode *int32 `json:"status_code"`
 }
 
-// WebhookDeliveryError The kind of failure, never an address or other network detail: `timeout` (no answer in time, or the process making the attempt stopped before recording one), `connection_refused` (refused, reset or closed before an answer), `dns` (the host name did not resolve), `tls` (handshake or certificate), `refused_address` (the target resolved to a loopback, link-local or unspecified address), `http_status` (an answer other than 2xx; `status_code` says which, redirects are not followed). Null when it delivered, and while the attempt is in flight.
+// WebhookDeliveryError The kind of failure, never an address or other network detail: `timeout` (no answer in time, or the process making the attempt stopped before recording one), `connection_refused` (refused, reset or closed before an answer), `dns` (the host name did not resolve), `tls` (handshake or certificate), `refused_address` (the target resolved to a loopback, link-local, unspecified, cloud metadata or carrier-grade NAT address), `http_status` (an answer other than 2xx; `status_code` says which, redirects are not followed). Null when it delivered, and while the attempt is in flight.
 type WebhookDeliveryError string
 
 // WebhookDeliveryCollection defines model for WebhookDeliveryCollection.

@@ -978,7 +978,7 @@ type WebhookDelivery struct {
 	AttemptedAt time.Time  `json:"attempted_at"`
 	DeliveredAt *time.Time `json:"delivered_at"`
 
-	// Error The kind of failure, never an address or other network detail: `timeout` (no answer in time, or the process making the attempt stopped before recording one), `connection_refused` (refused, reset or closed before an answer), `dns` (the host name did not resolve), `tls` (handshake or certificate), `refused_address` (the target resolved to a loopback, link-local or unspecified address), `http_status` (an answer other than 2xx; `status_code` says which, redirects are not followed). Null when it delivered, and while the attempt is in flight.
+	// Error The kind of failure, never an address or other network detail: `timeout` (no answer in time, or the process making the attempt stopped before recording one), `connection_refused` (refused, reset or closed before an answer), `dns` (the host name did not resolve), `tls` (handshake or certificate), `refused_address` (the target resolved to a loopback, link-local, unspecified, cloud metadata or carrier-grade NAT address), `http_status` (an answer other than 2xx; `status_code` says which, redirects are not followed). Null when it delivered, and while the attempt is in flight.
 	Error   *WebhookDeliveryError `json:"error"`
 	EventId int64                 `json:"event_id"`
 
@@ -989,7 +989,7 @@ type WebhookDelivery struct {
 	StatusCode *int32 `json:"status_code"`
 }
 
-// WebhookDeliveryError The kind of failure, never an address or other network detail: `timeout` (no answer in time, or the process making the attempt stopped before recording one), `connection_refused` (refused, reset or closed before an answer), `dns` (the host name did not resolve), `tls` (handshake or certificate), `refused_address` (the target resolved to a loopback, link-local or unspecified address), `http_status` (an answer other than 2xx; `status_code` says which, redirects are not followed). Null when it delivered, and while the attempt is in flight.
+// WebhookDeliveryError The kind of failure, never an address or other network detail: `timeout` (no answer in time, or the process making the attempt stopped before recording one), `connection_refused` (refused, reset or closed before an answer), `dns` (the host name did not resolve), `tls` (handshake or certificate), `refused_address` (the target resolved to a loopback, link-local, unspecified, cloud metadata or carrier-grade NAT address), `http_status` (an answer other than 2xx; `status_code` says which, redirects are not followed). Null when it delivered, and while the attempt is in flight.
 type WebhookDeliveryError string
 
 // WebhookDeliveryCollection defines model for WebhookDeliveryCollection.
@@ -2150,9 +2150,11 @@ type ClientInterface interface {
 	//
 	// The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 	// here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-	// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
-	// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
-	// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+	// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local,
+	// unspecified, cloud metadata (`[fd00:ec2::254]`, `100.100.100.200`, ...) or
+	// carrier-grade NAT (100.64.0.0/10) address literally (an IP such as `127.0.0.1`,
+	// `[::1]`, `169.254.169.254`, `0.0.0.0`, or `localhost`) unless the server runs with
+	// `WEBHOOK_ALLOW_LOCAL=true`.
 	// Names that resolve to such addresses are refused at delivery (on the address dialed),
 	// with the same exception.
 	//
@@ -2184,9 +2186,11 @@ type ClientInterface interface {
 	//
 	// The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 	// here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-	// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
-	// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
-	// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+	// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local,
+	// unspecified, cloud metadata (`[fd00:ec2::254]`, `100.100.100.200`, ...) or
+	// carrier-grade NAT (100.64.0.0/10) address literally (an IP such as `127.0.0.1`,
+	// `[::1]`, `169.254.169.254`, `0.0.0.0`, or `localhost`) unless the server runs with
+	// `WEBHOOK_ALLOW_LOCAL=true`.
 	// Names that resolve to such addresses are refused at delivery (on the address dialed),
 	// with the same exception.
 	//
@@ -3472,9 +3476,11 @@ func (c *RawClient) ListWebhooks(ctx context.Context, params *ListWebhooksParams
 //
 // The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 // here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
-// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
-// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local,
+// unspecified, cloud metadata (`[fd00:ec2::254]`, `100.100.100.200`, ...) or
+// carrier-grade NAT (100.64.0.0/10) address literally (an IP such as `127.0.0.1`,
+// `[::1]`, `169.254.169.254`, `0.0.0.0`, or `localhost`) unless the server runs with
+// `WEBHOOK_ALLOW_LOCAL=true`.
 // Names that resolve to such addresses are refused at delivery (on the address dialed),
 // with the same exception.
 //
@@ -3516,9 +3522,11 @@ func (c *RawClient) CreateWebhookWithBody(ctx context.Context, params *CreateWeb
 //
 // The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 // here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
-// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
-// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local,
+// unspecified, cloud metadata (`[fd00:ec2::254]`, `100.100.100.200`, ...) or
+// carrier-grade NAT (100.64.0.0/10) address literally (an IP such as `127.0.0.1`,
+// `[::1]`, `169.254.169.254`, `0.0.0.0`, or `localhost`) unless the server runs with
+// `WEBHOOK_ALLOW_LOCAL=true`.
 // Names that resolve to such addresses are refused at delivery (on the address dialed),
 // with the same exception.
 //
@@ -6763,9 +6771,11 @@ type ClientWithResponsesInterface interface {
 	//
 	// The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 	// here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-	// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
-	// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
-	// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+	// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local,
+	// unspecified, cloud metadata (`[fd00:ec2::254]`, `100.100.100.200`, ...) or
+	// carrier-grade NAT (100.64.0.0/10) address literally (an IP such as `127.0.0.1`,
+	// `[::1]`, `169.254.169.254`, `0.0.0.0`, or `localhost`) unless the server runs with
+	// `WEBHOOK_ALLOW_LOCAL=true`.
 	// Names that resolve to such addresses are refused at delivery (on the address dialed),
 	// with the same exception.
 	//
@@ -6797,9 +6807,11 @@ type ClientWithResponsesInterface interface {
 	//
 	// The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 	// here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-	// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
-	// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
-	// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+	// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local,
+	// unspecified, cloud metadata (`[fd00:ec2::254]`, `100.100.100.200`, ...) or
+	// carrier-grade NAT (100.64.0.0/10) address literally (an IP such as `127.0.0.1`,
+	// `[::1]`, `169.254.169.254`, `0.0.0.0`, or `localhost`) unless the server runs with
+	// `WEBHOOK_ALLOW_LOCAL=true`.
 	// Names that resolve to such addresses are refused at delivery (on the address dialed),
 	// with the same exception.
 	//
@@ -11520,9 +11532,11 @@ func (c *ClientWithResponses) ListWebhooksWithResponse(ctx context.Context, para
 //
 // The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 // here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
-// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
-// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local,
+// unspecified, cloud metadata (`[fd00:ec2::254]`, `100.100.100.200`, ...) or
+// carrier-grade NAT (100.64.0.0/10) address literally (an IP such as `127.0.0.1`,
+// `[::1]`, `169.254.169.254`, `0.0.0.0`, or `localhost`) unless the server runs with
+// `WEBHOOK_ALLOW_LOCAL=true`.
 // Names that resolve to such addresses are refused at delivery (on the address dialed),
 // with the same exception.
 //
@@ -11560,9 +11574,11 @@ func (c *ClientWithResponses) CreateWebhookWithBodyWithResponse(ctx context.Cont
 //
 // The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
 // here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
-// unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
-// `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+// URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local,
+// unspecified, cloud metadata (`[fd00:ec2::254]`, `100.100.100.200`, ...) or
+// carrier-grade NAT (100.64.0.0/10) address literally (an IP such as `127.0.0.1`,
+// `[::1]`, `169.254.169.254`, `0.0.0.0`, or `localhost`) unless the server runs with
+// `WEBHOOK_ALLOW_LOCAL=true`.
 // Names that resolve to such addresses are refused at delivery (on the address dialed),
 // with the same exception.
 //

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/repo"
 )
 
@@ -193,28 +194,20 @@ func attemptOut(a repo.WebhookAttempt) api.WebhookDelivery {
 	return out
 }
 
-// localHost names the kind of local address a URL's host states literally ("loopback",
-// "link-local", "unspecified"), or "" for any other host. `localhost` and names under it are
-// loopback by definition (RFC 6761). Such a URL can only ever be refused at delivery, so it
-// is refused at creation, where the person registering it sees why; names that merely
-// resolve there are still caught at delivery, on the address dialed.
+// localHost names the kind of address a URL's host states literally that deliveries refuse
+// (domain.RefusedAddressKind: loopback, link-local, unspecified, cloud metadata,
+// carrier-grade NAT), or "" for any other host. `localhost` and names under it are loopback
+// by definition (RFC 6761). Such a URL can only ever be refused at delivery, so it is refused
+// at creation, where the person registering it sees why; names that merely resolve there are
+// still caught at delivery, on the address dialed.
 func localHost(host string) string {
 	name := strings.TrimSuffix(strings.ToLower(host), ".")
 	if name == "localhost" || strings.HasSuffix(name, ".localhost") {
-		return "loopback"
+		return domain.AddressLoopback
 	}
 	addr, err := netip.ParseAddr(host)
 	if err != nil {
 		return ""
 	}
-	addr = addr.Unmap()
-	switch {
-	case addr.IsLoopback():
-		return "loopback"
-	case addr.IsLinkLocalUnicast(), addr.IsLinkLocalMulticast():
-		return "link-local"
-	case addr.IsUnspecified():
-		return "unspecified"
-	}
-	return ""
+	return domain.RefusedAddressKind(addr)
 }

@@ -6,10 +6,13 @@ import (
 	"net/netip"
 	"syscall"
 	"time"
+
+	"github.com/backfillsvc/backfill/domain"
 )
 
 // RefusedAddressError is an attempt refused because the address dialed is one a webhook
-// must not reach: loopback, link-local or unspecified.
+// must not reach (domain.RefusedAddressKind): loopback, link-local, unspecified, a cloud
+// metadata endpoint or carrier-grade NAT.
 type RefusedAddressError struct {
 	Addr   netip.Addr
 	Reason string
@@ -19,17 +22,11 @@ func (e *RefusedAddressError) Error() string {
 	return fmt.Sprintf("refused to connect to %s: %s address (set WEBHOOK_ALLOW_LOCAL=true to allow)", e.Addr, e.Reason)
 }
 
-// checkAddr refuses loopback, link-local (169.254.0.0/16, fe80::/10) and unspecified
-// addresses. IPv4-mapped IPv6 addresses are judged as the IPv4 address they carry.
+// checkAddr refuses the addresses domain.RefusedAddressKind names, the same rule that
+// registration applies to a literal address.
 func checkAddr(addr netip.Addr) error {
-	addr = addr.Unmap()
-	switch {
-	case addr.IsLoopback():
-		return &RefusedAddressError{addr, "loopback"}
-	case addr.IsLinkLocalUnicast():
-		return &RefusedAddressError{addr, "link-local"}
-	case addr.IsUnspecified():
-		return &RefusedAddressError{addr, "unspecified"}
+	if kind := domain.RefusedAddressKind(addr); kind != "" {
+		return &RefusedAddressError{addr.Unmap(), kind}
 	}
 	return nil
 }

@@ -100,3 +100,18 @@ func TestClassifyFailureNamesKindsWithoutAddresses(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckAddrRefusesCloudMetadataAndCarrierNAT(t *testing.T) {
+	for addr, refused := range map[string]bool{
+		"fd00:ec2::254": true, "fd00:ec2::23": true, "fd20:ce::254": true, "fd00:c1::a9fe:a9fe": true,
+		"100.100.100.200": true, "168.63.129.16": true, "192.0.0.192": true, "169.254.170.2": true,
+		"100.64.0.0": true, "100.127.255.255": true, "::ffff:100.100.100.200": true,
+		"64:ff9b::a9fe:a9fe": true, "64:ff9b::7f00:1": true, "fe80::1%eth0": true,
+		"100.63.255.255": false, "100.128.0.0": false, "fd00:ec2::1": false, "64:ff9b::808:808": false,
+	} {
+		err := checkAddr(netip.MustParseAddr(addr))
+		if (err != nil) != refused {
+			t.Errorf("%s: %v, want refused=%v", addr, err, refused)
+		}
+	}
+}
