@@ -96,11 +96,14 @@ func (s *Store) poolListOnce(ctx context.Context, p ListParams) ([]Pool, int, er
 	return pools, total, nil
 }
 
-// PoolDelete deletes a pool that no active backfill and no queued or running manual run
-// names. The pool row is locked first, in its own statement: a creation or PATCH that names
-// the pool holds a key-share lock on it (its foreign key check) until it commits, so the lock
-// waits for it, and the check that follows, a new statement under READ COMMITTED, sees it.
-// One that comes later waits for the delete and then fails its foreign key (pool_not_found).
+// PoolDelete deletes a pool that no backfill and no queued or running manual run names. A
+// finished backfill counts too: its record never changes again, and the foreign key's ON
+// DELETE SET NULL would rewrite it (and the event trigger would write a backfill.updated
+// after its terminal event). The pool row is locked first, in its own statement: a creation
+// or PATCH that names the pool holds a key-share lock on it (its foreign key check) until it
+// commits, so the lock waits for it, and the check that follows, a new statement under READ
+// COMMITTED, sees it. One that comes later waits for the delete and then fails its foreign
+// key (pool_not_found).
 func (s *Store) PoolDelete(ctx context.Context, name string) error {
 	return s.inTx(ctx, func(tx *sqlx.Tx) error {
 		var found bool
@@ -111,16 +114,23 @@ func (s *Store) PoolDelete(ctx context.Context, name string) error {
 		if err != nil {
 			return fmt.Errorf("lock pool %q: %w", name, err)
 		}
-		var inUse bool
-		err = sqlx.GetContext(ctx, tx, &inUse, `
-			SELECT EXISTS (SELECT 1 FROM backfills WHERE pool = $1 AND state IN `+activeStatesSQL+`)
-			    OR EXISTS (SELECT 1 FROM dag_runs WHERE pool = $1 AND backfill_id IS NULL
-			               AND state IN ('queued', 'running'))`, name)
+		var use string
+		err = sqlx.GetContext(ctx, tx, &use, `
+			SELECT CASE
+			    WHEN EXISTS (SELECT 1 FROM backfills WHERE pool = $1 AND state IN `+activeStatesSQL+`)
+			      OR EXISTS (SELECT 1 FROM dag_runs WHERE pool = $1 AND backfill_id IS NULL
+			                 AND state IN ('queued', 'running')) THEN 'active'
+			    WHEN EXISTS (SELECT 1 FROM backfills WHERE pool = $1) THEN 'finished'
+			    ELSE '' END`, name)
 		if err != nil {
 			return fmt.Errorf("check pool %q in use: %w", name, err)
 		}
-		if inUse {
-			return fmt.Errorf("%w: %s", ErrPoolInUse, name)
+		switch use {
+		case "active":
+			return fmt.Errorf("%w: an active backfill or a queued or running run names the pool", ErrPoolInUse)
+		case "finished":
+			return fmt.Errorf("%w: finished backfills name the pool, and a finished backfill's record never changes; "+
+				"the pool stays while they exist (deleting their DAG removes them)", ErrPoolInUse)
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM pools WHERE name = $1`, name); err != nil {
 			return fmt.Errorf("delete pool %q: %w", name, err)

@@ -191,10 +191,11 @@ func TestPatchOfPoolWritesUpdatedEvent(t *testing.T) {
 	checkInvariants(t, e.DB)
 }
 
-// Deleting a pool clears it from the finished backfills that named it (the foreign key's SET
-// NULL): a change of a setting that no PATCH made, which the event trigger writes as one
-// backfill.updated (migrations/00016).
-func TestPoolDeleteWritesUpdatedEventOfTheBackfillsItClears(t *testing.T) {
+// A finished backfill's record never changes again, so a pool it names cannot be deleted:
+// the foreign key's SET NULL would rewrite the record and write a backfill.updated after its
+// terminal event. The delete is 409 pool_in_use and changes nothing; once the history goes
+// (deleting the DAG), the pool can go.
+func TestPoolDeleteLeavesFinishedBackfillsUntouched(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.PutDag("pool_gone", "@daily", "UTC")
@@ -203,12 +204,20 @@ func TestPoolDeleteWritesUpdatedEventOfTheBackfillsItClears(t *testing.T) {
 	e.ActionOK(bf.Id, "cancel")
 	before := evTypes(evOf(e, bf.Id))
 	require.Equal(t, "backfill.canceled", before[len(before)-1])
+	record := evGetRaw(e, bf.Id)
 
-	res, err := e.do(http.MethodDelete, poolPath("gone"), nil)
+	p := call[api.Problem](e, http.StatusConflict, http.MethodDelete, poolPath("gone"), nil)
+	require.Equal(t, api.ProblemCode("pool_in_use"), p.Code)
+	require.Contains(t, p.Detail, "finished backfill")
+	require.JSONEq(t, string(record), string(evGetRaw(e, bf.Id)), "the finished backfill is as it was")
+	require.Equal(t, before, evTypes(evOf(e, bf.Id)), "no event after the terminal one")
+	e.GetPool("gone")
+
+	res, err := e.do(http.MethodDelete, "/api/v1/dags/pool_gone", nil)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusNoContent, res.Status, "body: %s", res.Body)
-	require.Nil(t, e.GetBackfill(bf.Id).Pool)
-	evs := evOf(e, bf.Id)
-	require.Equal(t, append(before, "backfill.updated"), evTypes(evs))
-	evRequireSnapshot(t, evs[len(evs)-1], evGetRaw(e, bf.Id))
+	res, err = e.do(http.MethodDelete, poolPath("gone"), nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNoContent, res.Status, "body: %s", res.Body)
+	checkInvariants(t, e.DB)
 }
