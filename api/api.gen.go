@@ -912,6 +912,16 @@ type Problem struct {
 	// Errors Present on 400; one entry per offending field.
 	Errors *[]FieldError `json:"errors,omitempty"`
 
+	// MaxBackfillRuns Present with `too_many_runs`: the most slots one backfill may have (`MAX_BACKFILL_RUNS`).
+	//
+	// Example: 100000
+	MaxBackfillRuns *int64 `json:"max_backfill_runs,omitempty"`
+
+	// Slots Present with `too_many_runs` when the window's slots were counted exactly: how many the window holds. Counting stops 1,000,000 slots past the cap; a window larger than that has no `slots`, and `detail` says "more than".
+	//
+	// Example: 150000
+	Slots *int64 `json:"slots,omitempty"`
+
 	// Status The HTTP status code.
 	Status int32 `json:"status"`
 

@@ -917,6 +917,16 @@ type Problem struct {
 	// Errors Present on 400; one entry per offending field.
 	Errors *[]FieldError `json:"errors,omitempty"`
 
+	// MaxBackfillRuns Present with `too_many_runs`: the most slots one backfill may have (`MAX_BACKFILL_RUNS`).
+	//
+	// Example: 100000
+	MaxBackfillRuns *int64 `json:"max_backfill_runs,omitempty"`
+
+	// Slots Present with `too_many_runs` when the window's slots were counted exactly: how many the window holds. Counting stops 1,000,000 slots past the cap; a window larger than that has no `slots`, and `detail` says "more than".
+	//
+	// Example: 150000
+	Slots *int64 `json:"slots,omitempty"`
+
 	// Status The HTTP status code.
 	Status int32 `json:"status"`
 
@@ -1418,7 +1428,8 @@ type ClientInterface interface {
 	// `from_date <= t <= to_date` whose interval has ended (`next(t) <= now`), sorted
 	// ascending, or descending with `run_backwards`. `sort_ordinal` numbers them 1..N in
 	// that order, skipped slots included. N is capped by `MAX_BACKFILL_RUNS` (default
-	// 100000); more is 422 `too_many_runs`.
+	// 100000); more is 422 `too_many_runs`, whose `slots` and `max_backfill_runs` say how
+	// many the window holds and the cap.
 	//
 	// **Each slot**, given the run that exists for that date, if any:
 	//
@@ -1482,7 +1493,8 @@ type ClientInterface interface {
 	// `from_date <= t <= to_date` whose interval has ended (`next(t) <= now`), sorted
 	// ascending, or descending with `run_backwards`. `sort_ordinal` numbers them 1..N in
 	// that order, skipped slots included. N is capped by `MAX_BACKFILL_RUNS` (default
-	// 100000); more is 422 `too_many_runs`.
+	// 100000); more is 422 `too_many_runs`, whose `slots` and `max_backfill_runs` say how
+	// many the window holds and the cap.
 	//
 	// **Each slot**, given the run that exists for that date, if any:
 	//
@@ -2355,7 +2367,8 @@ func (c *RawClient) ListBackfills(ctx context.Context, params *ListBackfillsPara
 // `from_date <= t <= to_date` whose interval has ended (`next(t) <= now`), sorted
 // ascending, or descending with `run_backwards`. `sort_ordinal` numbers them 1..N in
 // that order, skipped slots included. N is capped by `MAX_BACKFILL_RUNS` (default
-// 100000); more is 422 `too_many_runs`.
+// 100000); more is 422 `too_many_runs`, whose `slots` and `max_backfill_runs` say how
+// many the window holds and the cap.
 //
 // **Each slot**, given the run that exists for that date, if any:
 //
@@ -2429,7 +2442,8 @@ func (c *RawClient) CreateBackfillWithBody(ctx context.Context, params *CreateBa
 // `from_date <= t <= to_date` whose interval has ended (`next(t) <= now`), sorted
 // ascending, or descending with `run_backwards`. `sort_ordinal` numbers them 1..N in
 // that order, skipped slots included. N is capped by `MAX_BACKFILL_RUNS` (default
-// 100000); more is 422 `too_many_runs`.
+// 100000); more is 422 `too_many_runs`, whose `slots` and `max_backfill_runs` say how
+// many the window holds and the cap.
 //
 // **Each slot**, given the run that exists for that date, if any:
 //
@@ -6009,7 +6023,8 @@ type ClientWithResponsesInterface interface {
 	// `from_date <= t <= to_date` whose interval has ended (`next(t) <= now`), sorted
 	// ascending, or descending with `run_backwards`. `sort_ordinal` numbers them 1..N in
 	// that order, skipped slots included. N is capped by `MAX_BACKFILL_RUNS` (default
-	// 100000); more is 422 `too_many_runs`.
+	// 100000); more is 422 `too_many_runs`, whose `slots` and `max_backfill_runs` say how
+	// many the window holds and the cap.
 	//
 	// **Each slot**, given the run that exists for that date, if any:
 	//
@@ -6073,7 +6088,8 @@ type ClientWithResponsesInterface interface {
 	// `from_date <= t <= to_date` whose interval has ended (`next(t) <= now`), sorted
 	// ascending, or descending with `run_backwards`. `sort_ordinal` numbers them 1..N in
 	// that order, skipped slots included. N is capped by `MAX_BACKFILL_RUNS` (default
-	// 100000); more is 422 `too_many_runs`.
+	// 100000); more is 422 `too_many_runs`, whose `slots` and `max_backfill_runs` say how
+	// many the window holds and the cap.
 	//
 	// **Each slot**, given the run that exists for that date, if any:
 	//
@@ -10537,7 +10553,8 @@ func (c *ClientWithResponses) ListBackfillsWithResponse(ctx context.Context, par
 // `from_date <= t <= to_date` whose interval has ended (`next(t) <= now`), sorted
 // ascending, or descending with `run_backwards`. `sort_ordinal` numbers them 1..N in
 // that order, skipped slots included. N is capped by `MAX_BACKFILL_RUNS` (default
-// 100000); more is 422 `too_many_runs`.
+// 100000); more is 422 `too_many_runs`, whose `slots` and `max_backfill_runs` say how
+// many the window holds and the cap.
 //
 // **Each slot**, given the run that exists for that date, if any:
 //
@@ -10607,7 +10624,8 @@ func (c *ClientWithResponses) CreateBackfillWithBodyWithResponse(ctx context.Con
 // `from_date <= t <= to_date` whose interval has ended (`next(t) <= now`), sorted
 // ascending, or descending with `run_backwards`. `sort_ordinal` numbers them 1..N in
 // that order, skipped slots included. N is capped by `MAX_BACKFILL_RUNS` (default
-// 100000); more is 422 `too_many_runs`.
+// 100000); more is 422 `too_many_runs`, whose `slots` and `max_backfill_runs` say how
+// many the window holds and the cap.
 //
 // **Each slot**, given the run that exists for that date, if any:
 //

@@ -112,8 +112,8 @@ func PlanSlots(scheduleExpr, timezone string, req BackfillRequest, now time.Time
 		return nil, fmt.Errorf("%w: from_date and to_date are both in the future", ErrInvalidBackfill)
 	}
 	ticks, err := sched.Slots(req.FromDate, req.ToDate, now, maxRuns)
-	if errors.Is(err, schedule.ErrTooManySlots) {
-		return nil, fmt.Errorf("%w: the window has more than %d slots", ErrTooManyRuns, maxRuns)
+	if tm := (*schedule.TooManySlotsError)(nil); errors.As(err, &tm) {
+		return nil, &TooManyRunsError{Slots: tm.Count, Exact: tm.Exact, MaxRuns: maxRuns}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("compute slots: %w", err)

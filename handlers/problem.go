@@ -101,7 +101,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, repo.ErrNoRunsToCreate):
 		writeProblem(w, problem(http.StatusUnprocessableEntity, "no_runs_to_create", err.Error()))
 	case errors.Is(err, domain.ErrTooManyRuns):
-		writeProblem(w, problem(http.StatusUnprocessableEntity, "too_many_runs", err.Error()))
+		writeProblem(w, tooManyRuns(err))
 	case errors.Is(err, repo.ErrIdempotencyKeyReused):
 		writeProblem(w, problem(http.StatusUnprocessableEntity, "idempotency_key_reused",
 			"this Idempotency-Key was used with a different request"))
@@ -151,4 +151,21 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 
 func (s *Server) log(r *http.Request) *slog.Logger {
 	return s.logger.With("request_id", middleware.GetReqID(r.Context()), "method", r.Method, "path", r.URL.Path)
+}
+
+// tooManyRuns is the 422 of a window over MAX_BACKFILL_RUNS, with the window's slot count
+// (when it was counted exactly) and the cap as members, so that a program can split the
+// window without reading the detail.
+func tooManyRuns(err error) api.Problem {
+	p := problem(http.StatusUnprocessableEntity, "too_many_runs", err.Error())
+	var tm *domain.TooManyRunsError
+	if errors.As(err, &tm) {
+		limit := int64(tm.MaxRuns)
+		p.MaxBackfillRuns = &limit
+		if tm.Exact {
+			n := int64(tm.Slots)
+			p.Slots = &n
+		}
+	}
+	return p
 }

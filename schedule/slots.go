@@ -19,9 +19,10 @@ const maxPrealloc = 1 << 17
 
 // Slots returns the ticks t with from <= t <= to whose interval has ended
 // (Next(t) <= now), ascending, all in UTC. If more than max would be returned
-// it returns nil and an error wrapping ErrTooManySlots, having computed no
-// more than max+1 slots. A window with from after to has no slots. A max below
-// zero is treated as zero.
+// it returns nil and a *TooManySlotsError (which is ErrTooManySlots), having
+// listed no more than max slots and counted at most CountBeyond more, so that
+// the error can say how many the window holds. A window with from after to has
+// no slots. A max below zero is treated as zero.
 func (s *Schedule) Slots(from, to, now time.Time, max int) ([]Slot, error) {
 	if from.After(to) {
 		return []Slot{}, nil
@@ -40,8 +41,33 @@ func (s *Schedule) Slots(from, to, now time.Time, max int) ([]Slot, error) {
 		return []Slot{}, nil
 	}
 
-	if max <= 0 {
-		return nil, fmt.Errorf("%w: the window has more than %d", ErrTooManySlots, max)
+	if max < 0 {
+		max = 0
+	}
+	lastTo := floorUnix(to)
+	// tooMany counts on from (tick, next), the first slot over max, without listing.
+	tooMany := func(counted int) error {
+		limit := max + CountBeyond
+		if limit < max { // overflow
+			limit = max
+		}
+		for {
+			if counted >= limit {
+				return &TooManySlotsError{Max: max, Count: counted}
+			}
+			counted++
+			tick = next
+			if tick > lastTo {
+				break
+			}
+			if next, ok = it.atOrAfter(tick + 1); !ok || next > endBound {
+				break
+			}
+		}
+		return &TooManySlotsError{Max: max, Count: counted, Exact: true}
+	}
+	if max == 0 {
+		return nil, tooMany(0)
 	}
 	// The first interval is a good guess at the spacing of the rest.
 	est := min((last-tick)/(next-tick)+1, maxPrealloc)
@@ -49,10 +75,9 @@ func (s *Schedule) Slots(from, to, now time.Time, max int) ([]Slot, error) {
 		est = int64(max)
 	}
 	slots := make([]Slot, 0, int(est))
-	lastTo := floorUnix(to)
 	for {
 		if len(slots) >= max {
-			return nil, fmt.Errorf("%w: the window has more than %d", ErrTooManySlots, max)
+			return nil, tooMany(len(slots))
 		}
 		slots = append(slots, Slot{
 			LogicalDate: time.Unix(tick, 0).UTC(),
@@ -88,3 +113,26 @@ func ceilUnix(t time.Time) int64 {
 	}
 	return u
 }
+
+// CountBeyond bounds the ticks Slots counts past its max to say how many a window holds:
+// about 100-250 ms of counting at worst, so that a window of decades of minutes costs a
+// bounded amount to refuse.
+const CountBeyond = 1_000_000
+
+// TooManySlotsError is Slots' error when a window holds more than Max slots: it holds Count
+// of them if Exact, else more than Count (counting stopped at Max + CountBeyond).
+type TooManySlotsError struct {
+	Max   int
+	Count int
+	Exact bool
+}
+
+func (e *TooManySlotsError) Error() string {
+	if e.Exact {
+		return fmt.Sprintf("%v: the window has %d slots, more than %d", ErrTooManySlots, e.Count, e.Max)
+	}
+	return fmt.Sprintf("%v: the window has more than %d slots, more than %d", ErrTooManySlots, e.Count, e.Max)
+}
+
+// Is makes the error ErrTooManySlots for errors.Is.
+func (e *TooManySlotsError) Is(target error) bool { return target == ErrTooManySlots }
