@@ -136,7 +136,7 @@ func loadLocation(name string) (*time.Location, error) {
 	}
 	loc, err := time.LoadLocation(name)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %q: %v", ErrInvalidTimezone, name, err)
+		return nil, fmt.Errorf("%w: %q is not an IANA time zone name%s", ErrInvalidTimezone, name, didYouMean(name))
 	}
 	locations.Store(name, loc)
 	return loc, nil

@@ -26,3 +26,12 @@ func TestTooManyRunsSaysTheWindowsSlotsAndTheCap(t *testing.T) {
 		require.EqualValues(t, 100, *p.MaxBackfillRuns, path)
 	}
 }
+
+// An unknown time zone is 422 invalid_dag naming the nearest real zone.
+func TestUnknownTimezoneSuggestsTheNearestName(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	res := e.Do(http.MethodPut, "/api/v1/dags/tz_typo", map[string]any{"schedule": "@daily", "timezone": "Europe/Berln"})
+	p := requireProblem(t, res, http.StatusUnprocessableEntity, "invalid_dag")
+	require.Contains(t, p.Detail, `did you mean "Europe/Berlin"?`)
+}
