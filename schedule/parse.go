@@ -28,9 +28,15 @@ const allHours = uint64(1)<<24 - 1
 
 // presets are the only descriptors accepted; robfig also knows @every, which
 // describes durations rather than calendar ticks and so has no slots.
-var presets = map[string]bool{
-	"@hourly": true, "@daily": true, "@midnight": true, "@weekly": true,
-	"@monthly": true, "@yearly": true, "@annually": true,
+var presets = map[string]bool{}
+
+// presetNames are the presets in the order an error lists them.
+var presetNames = []string{"@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", "@annually"}
+
+func init() {
+	for _, p := range presetNames {
+		presets[p] = true
+	}
 }
 
 // neverFiresProbe is the fixed instant after which a schedule must tick within
@@ -95,7 +101,9 @@ func parseSpec(expr string) (*cron.SpecSchedule, error) {
 		return nil, fmt.Errorf("%w: empty expression", ErrInvalidSchedule)
 	case strings.HasPrefix(e, "@"):
 		if !presets[e] {
-			return nil, fmt.Errorf("%w: unsupported descriptor %q", ErrInvalidSchedule, e)
+			return nil, fmt.Errorf("%w: unsupported descriptor %q; the supported ones are %s, "+
+				"or write a 5-field cron expression (minute hour day-of-month month day-of-week)%s",
+				ErrInvalidSchedule, e, strings.Join(presetNames, ", "), everyAsCron(e))
 		}
 	case strings.Contains(e, "="):
 		return nil, fmt.Errorf("%w: timezone prefixes are not accepted, use the timezone field: %q", ErrInvalidSchedule, e)

@@ -35,3 +35,13 @@ func TestUnknownTimezoneSuggestsTheNearestName(t *testing.T) {
 	p := requireProblem(t, res, http.StatusUnprocessableEntity, "invalid_dag")
 	require.Contains(t, p.Detail, `did you mean "Europe/Berlin"?`)
 }
+
+// An unsupported schedule descriptor is 422 invalid_dag listing the supported ones.
+func TestUnsupportedDescriptorListsTheSupportedOnes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	res := e.Do(http.MethodPut, "/api/v1/dags/every", map[string]any{"schedule": "@every 5m"})
+	p := requireProblem(t, res, http.StatusUnprocessableEntity, "invalid_dag")
+	require.Contains(t, p.Detail, "@hourly, @daily, @midnight, @weekly, @monthly, @yearly, @annually")
+	require.Contains(t, p.Detail, `"*/5 * * * *"`)
+}
