@@ -186,7 +186,8 @@ export interface paths {
          *     `from_date <= t <= to_date` whose interval has ended (`next(t) <= now`), sorted
          *     ascending, or descending with `run_backwards`. `sort_ordinal` numbers them 1..N in
          *     that order, skipped slots included. N is capped by `MAX_BACKFILL_RUNS` (default
-         *     100000); more is 422 `too_many_runs`.
+         *     100000); more is 422 `too_many_runs`, whose `slots` and `max_backfill_runs` say how
+         *     many the window holds and the cap.
          *
          *     **Each slot**, given the run that exists for that date, if any:
          *
@@ -681,9 +682,10 @@ export interface paths {
         post?: never;
         /**
          * Delete a pool
-         * @description Deletes the pool (204). It is 409 `pool_in_use` while an active backfill, or a queued
-         *     or running run outside backfills, names it; finished backfills that named it then name
-         *     no pool.
+         * @description Deletes the pool (204). It is 409 `pool_in_use` while any backfill names it, active or
+         *     finished (a finished backfill's record never changes, so its pool is kept: the pool
+         *     stays until its DAG is deleted), or while a queued or running run outside backfills
+         *     does. Finished runs outside backfills that named it then name no pool.
          */
         delete: operations["deletePool"];
         options?: never;
@@ -722,9 +724,11 @@ export interface paths {
          *
          *     The answer carries `secret` (`whsec_` + base64 of 32 random bytes); it is shown only
          *     here. `event_types` defaults to every type. A `url` that is not an absolute http(s)
-         *     URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local or
-         *     unspecified address literally (an IP such as `127.0.0.1`, `[::1]`, `169.254.169.254`,
-         *     `0.0.0.0`, or `localhost`) unless the server runs with `WEBHOOK_ALLOW_LOCAL=true`.
+         *     URL is 422 `invalid_webhook`, and so is one whose host names a loopback, link-local,
+         *     unspecified, cloud metadata (`[fd00:ec2::254]`, `100.100.100.200`, ...) or
+         *     carrier-grade NAT (100.64.0.0/10) address literally (an IP such as `127.0.0.1`,
+         *     `[::1]`, `169.254.169.254`, `0.0.0.0`, or `localhost`) unless the server runs with
+         *     `WEBHOOK_ALLOW_LOCAL=true`.
          *     Names that resolve to such addresses are refused at delivery (on the address dialed),
          *     with the same exception.
          *
@@ -1498,6 +1502,18 @@ export interface components {
             active_backfill_id?: number;
             /** @description Present with `plan_changed`; the digest of the plan as it is now. */
             current_plan_hash?: string;
+            /**
+             * Format: int64
+             * @description Present with `too_many_runs` when the window's slots were counted exactly: how many the window holds. Counting stops 1,000,000 slots past the cap; a window larger than that has no `slots`, and `detail` says "more than".
+             * @example 150000
+             */
+            slots?: number;
+            /**
+             * Format: int64
+             * @description Present with `too_many_runs`: the most slots one backfill may have (`MAX_BACKFILL_RUNS`).
+             * @example 100000
+             */
+            max_backfill_runs?: number;
         };
         /**
          * @description The type of a lifecycle event.
@@ -1555,7 +1571,7 @@ export interface components {
              */
             status_code: number | null;
             /**
-             * @description The kind of failure, never an address or other network detail: `timeout` (no answer in time, or the process making the attempt stopped before recording one), `connection_refused` (refused, reset or closed before an answer), `dns` (the host name did not resolve), `tls` (handshake or certificate), `refused_address` (the target resolved to a loopback, link-local or unspecified address), `http_status` (an answer other than 2xx; `status_code` says which, redirects are not followed). Null when it delivered, and while the attempt is in flight.
+             * @description The kind of failure, never an address or other network detail: `timeout` (no answer in time, or the process making the attempt stopped before recording one), `connection_refused` (refused, reset or closed before an answer), `dns` (the host name did not resolve), `tls` (handshake or certificate), `refused_address` (the target resolved to a loopback, link-local, unspecified, cloud metadata or carrier-grade NAT address), `http_status` (an answer other than 2xx; `status_code` says which, redirects are not followed). Null when it delivered, and while the attempt is in flight.
              * @enum {string|null}
              */
             error: "timeout" | "connection_refused" | "dns" | "tls" | "refused_address" | "http_status" | null;
