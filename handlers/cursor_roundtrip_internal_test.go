@@ -59,3 +59,27 @@ func TestCursorKeysRoundTripAndOtherSpellingsAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// Whatever a forged runs cursor holds, a key that is taken is one PostgreSQL reads as the
+// same instant: UTC, years 1-9999, microseconds at most, written as the listing writes it.
+func FuzzRunCursorKey(f *testing.F) {
+	for _, k := range []string{
+		"2024-01-01T00:00:00Z", "2024-01-01T00:00:00.5Z", "2024-01-01T00:00:00+16:00",
+		"2024-01-01T00:00:00-23:59", "2024-01-01T00:00:00+00:60", "0000-12-31T23:00:00-01:00",
+		"9999-12-31T23:59:59.999999Z", "2024-01-01T00:00:00.1234567Z",
+	} {
+		f.Add(k)
+	}
+	f.Fuzz(func(t *testing.T, k string) {
+		if !runListing.keyValid(k) {
+			return
+		}
+		ts, err := time.Parse(time.RFC3339Nano, k)
+		require.NoError(t, err)
+		_, off := ts.Zone()
+		require.Zero(t, off, k)
+		require.True(t, ts.Year() >= 1 && ts.Year() <= 9999, k)
+		require.Zero(t, ts.Nanosecond()%1000, k)
+		require.Equal(t, k, ts.UTC().Format(time.RFC3339Nano))
+	})
+}
