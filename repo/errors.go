@@ -51,8 +51,7 @@ var (
 	// ErrUnknownPool: a write named a pool that does not exist (422, where ErrPoolNotFound is
 	// the 404 of the pool's own path).
 	ErrUnknownPool = errors.New("unknown pool")
-	// ErrPoolInUse: a backfill (active or finished) or an unfinished run names the pool. Its
-	// wrapping error's text says which, and is fit for a client.
+	// ErrPoolInUse: an active backfill or an unfinished run names the pool.
 	ErrPoolInUse = errors.New("pool in use")
 
 	ErrWebhookNotFound = errors.New("webhook not found")

@@ -96,14 +96,14 @@ func (s *Store) poolListOnce(ctx context.Context, p ListParams) ([]Pool, int, er
 	return pools, total, nil
 }
 
-// PoolDelete deletes a pool that no backfill and no queued or running manual run names. A
-// finished backfill counts too: its record never changes again, and the foreign key's ON
-// DELETE SET NULL would rewrite it (and the event trigger would write a backfill.updated
-// after its terminal event). The pool row is locked first, in its own statement: a creation
-// or PATCH that names the pool holds a key-share lock on it (its foreign key check) until it
-// commits, so the lock waits for it, and the check that follows, a new statement under READ
-// COMMITTED, sees it. One that comes later waits for the delete and then fails its foreign
-// key (pool_not_found).
+// PoolDelete deletes a pool that no active backfill and no queued or running manual run
+// names. Finished backfills keep the pool's name as a record of where they ran: the reference
+// is checked when a backfill is written (migrations/00024), and nothing happens to them on
+// the pool's side. The pool row is locked first, in its own statement: a creation or PATCH
+// that names the pool holds a key-share lock on it (its reference check) until it commits,
+// so the lock waits for it, and the check that follows, a new statement under READ
+// COMMITTED, sees it. One that comes later waits for the delete and then fails its reference
+// check (pool_not_found).
 func (s *Store) PoolDelete(ctx context.Context, name string) error {
 	return s.inTx(ctx, func(tx *sqlx.Tx) error {
 		var found bool
@@ -114,23 +114,16 @@ func (s *Store) PoolDelete(ctx context.Context, name string) error {
 		if err != nil {
 			return fmt.Errorf("lock pool %q: %w", name, err)
 		}
-		var use string
-		err = sqlx.GetContext(ctx, tx, &use, `
-			SELECT CASE
-			    WHEN EXISTS (SELECT 1 FROM backfills WHERE pool = $1 AND state IN `+activeStatesSQL+`)
-			      OR EXISTS (SELECT 1 FROM dag_runs WHERE pool = $1 AND backfill_id IS NULL
-			                 AND state IN ('queued', 'running')) THEN 'active'
-			    WHEN EXISTS (SELECT 1 FROM backfills WHERE pool = $1) THEN 'finished'
-			    ELSE '' END`, name)
+		var inUse bool
+		err = sqlx.GetContext(ctx, tx, &inUse, `
+			SELECT EXISTS (SELECT 1 FROM backfills WHERE pool = $1 AND state IN `+activeStatesSQL+`)
+			    OR EXISTS (SELECT 1 FROM dag_runs WHERE pool = $1 AND backfill_id IS NULL
+			               AND state IN ('queued', 'running'))`, name)
 		if err != nil {
 			return fmt.Errorf("check pool %q in use: %w", name, err)
 		}
-		switch use {
-		case "active":
-			return fmt.Errorf("%w: an active backfill or a queued or running run names the pool", ErrPoolInUse)
-		case "finished":
-			return fmt.Errorf("%w: finished backfills name the pool, and a finished backfill's record never changes; "+
-				"the pool stays while they exist (deleting their DAG removes them)", ErrPoolInUse)
+		if inUse {
+			return fmt.Errorf("%w: %s", ErrPoolInUse, name)
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM pools WHERE name = $1`, name); err != nil {
 			return fmt.Errorf("delete pool %q: %w", name, err)
@@ -139,9 +132,10 @@ func (s *Store) PoolDelete(ctx context.Context, name string) error {
 	})
 }
 
-// poolMissing maps a foreign key violation on a pool reference to ErrUnknownPool: a write
-// that names a pool relies on the foreign key instead of reading the pool first, so that the
-// check and the write cannot be separated by a concurrent delete.
+// poolMissing maps a failed pool reference to ErrUnknownPool: a write that names a pool
+// relies on the reference check in its own statement (dag_runs' foreign key, backfills'
+// trigger raising the same error) instead of reading the pool first, so that the check and
+// the write cannot be separated by a concurrent delete.
 func poolMissing(err error) error {
 	if pqErr := pq.As(err, pqerror.ForeignKeyViolation); pqErr != nil {
 		switch pqErr.Constraint {

@@ -191,10 +191,9 @@ func TestPatchOfPoolWritesUpdatedEvent(t *testing.T) {
 	checkInvariants(t, e.DB)
 }
 
-// A finished backfill's record never changes again, so a pool it names cannot be deleted:
-// the foreign key's SET NULL would rewrite the record and write a backfill.updated after its
-// terminal event. The delete is 409 pool_in_use and changes nothing; once the history goes
-// (deleting the DAG), the pool can go.
+// A pool's deletion leaves the finished backfills that ran in it as they were: the same
+// record, pool included, and no event after their terminal one (a foreign key's SET NULL
+// would rewrite them, and the settings trigger would write a backfill.updated).
 func TestPoolDeleteLeavesFinishedBackfillsUntouched(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -206,18 +205,16 @@ func TestPoolDeleteLeavesFinishedBackfillsUntouched(t *testing.T) {
 	require.Equal(t, "backfill.canceled", before[len(before)-1])
 	record := evGetRaw(e, bf.Id)
 
-	p := call[api.Problem](e, http.StatusConflict, http.MethodDelete, poolPath("gone"), nil)
-	require.Equal(t, api.ProblemCode("pool_in_use"), p.Code)
-	require.Contains(t, p.Detail, "finished backfill")
-	require.JSONEq(t, string(record), string(evGetRaw(e, bf.Id)), "the finished backfill is as it was")
+	res, err := e.do(http.MethodDelete, poolPath("gone"), nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNoContent, res.Status, "body: %s", res.Body)
+	require.JSONEq(t, string(record), string(evGetRaw(e, bf.Id)), "the finished backfill is as it was, pool included")
 	require.Equal(t, before, evTypes(evOf(e, bf.Id)), "no event after the terminal one")
-	e.GetPool("gone")
 
-	res, err := e.do(http.MethodDelete, "/api/v1/dags/pool_gone", nil)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusNoContent, res.Status, "body: %s", res.Body)
-	res, err = e.do(http.MethodDelete, poolPath("gone"), nil)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusNoContent, res.Status, "body: %s", res.Body)
+	// The name is free again, and a new backfill naming a pool that is gone is refused.
+	p := call[api.Problem](e, http.StatusUnprocessableEntity, http.MethodPost, "/api/v1/backfills", map[string]any{
+		"dag_id": "pool_gone", "from_date": day(4, 1), "to_date": day(4, 2), "pool": "gone"})
+	require.Equal(t, api.ProblemCode("pool_not_found"), p.Code)
+	e.PutPool("gone", 3, http.StatusCreated)
 	checkInvariants(t, e.DB)
 }
