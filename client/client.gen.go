@@ -1981,10 +1981,10 @@ type ClientInterface interface {
 
 	// DeletePool Delete a pool
 	//
-	// Deletes the pool (204). It is 409 `pool_in_use` while any backfill names it, active or
-	// finished (a finished backfill's record never changes, so its pool is kept: the pool
-	// stays until its DAG is deleted), or while a queued or running run outside backfills
-	// does. Finished runs outside backfills that named it then name no pool.
+	// Deletes the pool (204). It is 409 `pool_in_use` while an active backfill, or a queued
+	// or running run outside backfills, names it. Finished backfills are left as they were:
+	// they keep the name of the pool they ran in. Finished runs outside backfills that named
+	// it then name no pool.
 	//
 	// Corresponds with DELETE /api/v1/pools/{pool} (the `DeletePool` operationId).
 	DeletePool(ctx context.Context, pool PoolPath, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3200,10 +3200,10 @@ func (c *RawClient) ListPools(ctx context.Context, params *ListPoolsParams, reqE
 
 // DeletePool Delete a pool
 //
-// Deletes the pool (204). It is 409 `pool_in_use` while any backfill names it, active or
-// finished (a finished backfill's record never changes, so its pool is kept: the pool
-// stays until its DAG is deleted), or while a queued or running run outside backfills
-// does. Finished runs outside backfills that named it then name no pool.
+// Deletes the pool (204). It is 409 `pool_in_use` while an active backfill, or a queued
+// or running run outside backfills, names it. Finished backfills are left as they were:
+// they keep the name of the pool they ran in. Finished runs outside backfills that named
+// it then name no pool.
 //
 // Corresponds with DELETE /api/v1/pools/{pool} (the `DeletePool` operationId).
 func (c *RawClient) DeletePool(ctx context.Context, pool PoolPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6602,10 +6602,10 @@ type ClientWithResponsesInterface interface {
 
 	// DeletePoolWithResponse Delete a pool
 	//
-	// Deletes the pool (204). It is 409 `pool_in_use` while any backfill names it, active or
-	// finished (a finished backfill's record never changes, so its pool is kept: the pool
-	// stays until its DAG is deleted), or while a queued or running run outside backfills
-	// does. Finished runs outside backfills that named it then name no pool.
+	// Deletes the pool (204). It is 409 `pool_in_use` while an active backfill, or a queued
+	// or running run outside backfills, names it. Finished backfills are left as they were:
+	// they keep the name of the pool they ran in. Finished runs outside backfills that named
+	// it then name no pool.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11300,10 +11300,10 @@ func (c *ClientWithResponses) ListPoolsWithResponse(ctx context.Context, params 
 
 // DeletePoolWithResponse Delete a pool
 //
-// Deletes the pool (204). It is 409 `pool_in_use` while any backfill names it, active or
-// finished (a finished backfill's record never changes, so its pool is kept: the pool
-// stays until its DAG is deleted), or while a queued or running run outside backfills
-// does. Finished runs outside backfills that named it then name no pool.
+// Deletes the pool (204). It is 409 `pool_in_use` while an active backfill, or a queued
+// or running run outside backfills, names it. Finished backfills are left as they were:
+// they keep the name of the pool they ran in. Finished runs outside backfills that named
+// it then name no pool.
 //
 // Returns a wrapper object for the known response body format(s).
 //

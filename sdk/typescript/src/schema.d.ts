@@ -682,10 +682,10 @@ export interface paths {
         post?: never;
         /**
          * Delete a pool
-         * @description Deletes the pool (204). It is 409 `pool_in_use` while any backfill names it, active or
-         *     finished (a finished backfill's record never changes, so its pool is kept: the pool
-         *     stays until its DAG is deleted), or while a queued or running run outside backfills
-         *     does. Finished runs outside backfills that named it then name no pool.
+         * @description Deletes the pool (204). It is 409 `pool_in_use` while an active backfill, or a queued
+         *     or running run outside backfills, names it. Finished backfills are left as they were:
+         *     they keep the name of the pool they ran in. Finished runs outside backfills that named
+         *     it then name no pool.
          */
         delete: operations["deletePool"];
         options?: never;
