@@ -71,12 +71,17 @@ func executorCommand(ctx context.Context, c *cli, flagArgs, program []string) er
 	}
 	err = api.RunExecutor(ctx, cfg, func(ctx context.Context, run client.DagRun) error {
 		v := valuesOf(run)
-		args := make([]string, len(program)-1)
-		for i, a := range program[1:] {
-			args[i] = v.expand(a)
+		args, err := v.expandArgs(program[1:])
+		if err != nil {
+			return err
 		}
+		env, cleanup, err := v.runEnv()
+		if err != nil {
+			return &programError{what: err.Error()}
+		}
+		defer cleanup()
 		return programRun{
-			path: path, args: args, env: v.env(),
+			path: path, args: args, env: env,
 			stdout: errOut, stderr: errOut,
 			timeout: *timeout, grace: *grace,
 			started: func(pid int) { lines.start(run, pid) },

@@ -62,7 +62,8 @@ Executor (runs a program per run; docs/EXECUTOR.md):
         Claims runs and runs PROGRAM once per run, directly (no shell unless PROGRAM is one),
         with {{ run_id }}, {{ logical_date }}, {{ ds }}, {{ conf }} filled in ARGS and
         BACKFILL_RUN_ID, BACKFILL_LOGICAL_DATE, BACKFILL_DS, BACKFILL_CONF, BACKFILL_ATTEMPT
-        in its environment. Exit 0 reports success; anything else failed, with the last
+        in its environment (a conf over 128 KiB comes as a file named by BACKFILL_CONF_FILE
+        instead, and fails a run that puts it in {{ conf }}). Exit 0 reports success; anything else failed, with the last
         4 KiB of its stderr as the note. A cancel of the backfill, or SIGINT/SIGTERM, stops
         its process group (SIGTERM, SIGKILL after --grace) and releases the run. One line
         per run start and end (JSON lines with -o json); exit 0 on a clean stop.
