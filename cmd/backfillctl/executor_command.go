@@ -29,7 +29,7 @@ func executorCommand(ctx context.Context, c *cli, flagArgs, program []string) er
 	lease := fs.Int("lease-seconds", 60, "lease asked for with each claim, 10..3600")
 	heartbeat := fs.Duration("heartbeat", 0, "time between heartbeats (default a third of the lease)")
 	timeout := fs.Duration("timeout", 0, "stop a program that runs longer and report its run failed (default: no limit)")
-	grace := fs.Duration("grace", 10*time.Second, "time between SIGTERM and SIGKILL when a program is stopped")
+	grace := fs.Duration("grace", 10*time.Second, "time between SIGTERM and SIGKILL when a program is stopped (a lease no heartbeat renewed starts the stop this long before its end)")
 	untilIdle := fs.Bool("until-idle", false, "exit once a claim finds nothing and no program runs")
 	verbose := fs.Bool("verbose", false, "also log claims")
 	pos, err := parse(fs, flagArgs)
@@ -66,7 +66,7 @@ func executorCommand(ctx context.Context, c *cli, flagArgs, program []string) er
 
 	cfg := client.ExecutorConfig{
 		WorkerID: *workerID, DagID: *dagID, Pool: *pool, Limit: *concurrency, LeaseSeconds: *lease,
-		HeartbeatEvery: *heartbeat, Logger: logger, UntilIdle: *untilIdle,
+		HeartbeatEvery: *heartbeat, StopGrace: *grace, Logger: logger, UntilIdle: *untilIdle,
 		ReleaseOnCancel: true, OnRunEnd: lines.end,
 	}
 	err = api.RunExecutor(ctx, cfg, func(ctx context.Context, run client.DagRun) error {

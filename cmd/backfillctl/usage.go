@@ -65,7 +65,9 @@ Executor (runs a program per run; docs/EXECUTOR.md):
         in its environment (a conf over 128 KiB comes as a file named by BACKFILL_CONF_FILE
         instead, and fails a run that puts it in {{ conf }}). Exit 0 reports success; anything else failed, with the last
         4 KiB of its stderr as the note. A cancel of the backfill, or SIGINT/SIGTERM, stops
-        its process group (SIGTERM, SIGKILL after --grace) and releases the run. One line
+        its process group (SIGTERM, SIGKILL after --grace) and releases the run. So does a
+        lease that no heartbeat renewed: the program is gone by the lease's end less a
+        margin (1 s + 1% of the lease), and the run is never reported success. One line
         per run start and end (JSON lines with -o json); exit 0 on a clean stop.
   executor [--worker-id ID] [--dag-id ID] [--limit N] [--sleep 1s] [--fail-rate 0]
         Without -- PROGRAM, a demo: "works" on each run for --sleep, heartbeats, and reports
