@@ -53,8 +53,11 @@ type ExecutorConfig struct {
 	MaxIdleBackoff time.Duration
 	// Logger receives claims, reports and errors; nil discards them.
 	Logger *slog.Logger
-	// UntilIdle makes RunExecutor return once a claim finds nothing and no work it started
-	// still runs, instead of backing off and claiming again.
+	// UntilIdle makes RunExecutor return once a claim finds nothing, no work it started still
+	// runs, and nothing within DagID and Pool is queued or running on any worker, instead of
+	// backing off and claiming again. Runs waiting behind a slot another worker holds keep it
+	// polling until they are done, so that it runs them when the slot frees. So do the queued
+	// runs of a paused backfill or DAG, until it is unpaused or canceled.
 	UntilIdle bool
 	// ReleaseOnCancel releases a run whose work stopped because its backfill is being
 	// canceled, instead of reporting it canceled: the service then ends it canceled, and the
@@ -207,10 +210,19 @@ func (c *Client) RunExecutor(ctx context.Context, cfg ExecutorConfig, work func(
 			log.Warn("claim failed; backing off", "err", err)
 		}
 		if len(runs) == 0 {
-			// Every slot token is back once no work runs: idle, with nothing left to wait for.
+			// Every slot token is back once no work of this worker runs; idle means that
+			// nothing in the filters is queued or running on any worker either.
 			if cfg.UntilIdle && err == nil && len(slots) == 0 {
-				log.Info("nothing to claim and nothing running; stopping (until idle)")
-				return nil
+				idleAll, ierr := c.idleEverywhere(ctx, cfg)
+				switch {
+				case ierr != nil && ctx.Err() == nil:
+					log.Warn("could not tell whether runs are still queued or running; polling on", "err", ierr)
+				case idleAll:
+					log.Info("nothing queued or running in this executor's filters; stopping (until idle)")
+					return nil
+				default:
+					log.Debug("nothing to claim, but runs in this executor's filters are queued or running; polling on (until idle)")
+				}
 			}
 			if !sleep(ctx, jitter(idle)) {
 				return nil

@@ -30,7 +30,7 @@ func executorCommand(ctx context.Context, c *cli, flagArgs, program []string) er
 	heartbeat := fs.Duration("heartbeat", 0, "time between heartbeats (default a third of the lease)")
 	timeout := fs.Duration("timeout", 0, "stop a program that runs longer and report its run failed (default: no limit)")
 	grace := fs.Duration("grace", 10*time.Second, "time between SIGTERM and SIGKILL when a program is stopped (a lease no heartbeat renewed starts the stop this long before its end)")
-	untilIdle := fs.Bool("until-idle", false, "exit once a claim finds nothing and no program runs")
+	untilIdle := fs.Bool("until-idle", false, "exit once nothing in the filters is queued or running anywhere (runs waiting for another worker's slot are waited for)")
 	verbose := fs.Bool("verbose", false, "also log claims")
 	pos, err := parse(fs, flagArgs)
 	if err != nil {

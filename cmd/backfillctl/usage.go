@@ -69,6 +69,8 @@ Executor (runs a program per run; docs/EXECUTOR.md):
         lease that no heartbeat renewed: the program is gone by the lease's end less a
         margin (1 s + 1% of the lease), and the run is never reported success. One line
         per run start and end (JSON lines with -o json); exit 0 on a clean stop.
+        --until-idle exits once nothing in the filters is queued or running anywhere:
+        runs waiting for a slot another worker holds are waited for.
   executor [--worker-id ID] [--dag-id ID] [--limit N] [--sleep 1s] [--fail-rate 0]
         Without -- PROGRAM, a demo: "works" on each run for --sleep, heartbeats, and reports
         success (or failed, at random with --fail-rate), until interrupted.
