@@ -83,7 +83,7 @@ func executorCommand(ctx context.Context, c *cli, flagArgs, program []string) er
 		return programRun{
 			path: path, args: args, env: env,
 			stdout: errOut, stderr: errOut,
-			timeout: *timeout, grace: *grace,
+			timeout: *timeout, grace: *grace, scope: newScopeToken(),
 			started: func(pid int) { lines.start(run, pid) },
 		}.run(ctx)
 	})

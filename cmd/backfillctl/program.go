@@ -25,6 +25,7 @@ type programRun struct {
 	stderr  io.Writer
 	timeout time.Duration // 0: none
 	grace   time.Duration
+	scope   string // the run's token in BACKFILL_RUN_SCOPE (procscope.go)
 	started func(pid int)
 }
 
