@@ -1,12 +1,15 @@
 package tests
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/backfillsvc/backfill/client"
 	"github.com/stretchr/testify/require"
 )
 
@@ -76,4 +79,38 @@ func TestExecutorUntilIdleWaitsForItsPool(t *testing.T) {
 	require.Zero(t, runStates(t, e.DB, b.Id)["queued"])
 	p := e.GetPool("idle_pool")
 	require.Zero(t, p.Queued+p.Running)
+}
+
+// The Go SDK's UntilIdle is the same rule, here with no filter at all: a run of any DAG
+// queued behind another worker's keeps RunExecutor claiming until it is done.
+func TestSDKUntilIdleWithoutFiltersWaitsForEveryDAG(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.DailyBackfill("idle_sdk_free", day(8, 1), day(8, 1))
+	b := e.DailyBackfill("idle_sdk_held", day(8, 1), day(8, 2), "max_active_runs", 1)
+	held := e.ClaimWithN(1, map[string]any{"worker_id": "other", "dag_id": "idle_sdk_held"})[0]
+	c, err := client.New(e.URL, "")
+	require.NoError(t, err)
+	var ran atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		done <- c.RunExecutor(context.Background(), client.ExecutorConfig{
+			WorkerID: "sdk", UntilIdle: true, IdleBackoff: 50 * time.Millisecond, MaxIdleBackoff: 200 * time.Millisecond,
+		}, func(context.Context, client.DagRun) error { ran.Add(1); return nil })
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("RunExecutor returned (%v) while a run was queued behind another worker's", err)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	require.EqualValues(t, 1, ran.Load(), "only the free DAG's run was claimable")
+	e.Report(held, "success")
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("RunExecutor did not return once every DAG was idle")
+	}
+	require.EqualValues(t, 2, ran.Load())
+	require.EqualValues(t, map[string]int64{"success": 2}, runStates(t, e.DB, b.Id))
 }
