@@ -20,6 +20,10 @@ var (
 	// ErrLeaseLost: the run is no longer leased to this worker (it expired and the run was
 	// handed out again, or an operator marked it). Nothing is reported for it.
 	ErrLeaseLost = errors.New("client: lease lost")
+	// ErrLeaseExpired: no heartbeat was answered for so long that the lease may be over on
+	// the service's side (see LeaseMargin), so the run may be handed to another worker: the
+	// work must stop now. The run is released, or left to its lease; never reported success.
+	ErrLeaseExpired = errors.New("client: the lease ran out on this worker's clock (no heartbeat answered)")
 )
 
 // ExecutorConfig configures RunExecutor. Only WorkerID is required.
@@ -38,14 +42,22 @@ type ExecutorConfig struct {
 	// HeartbeatEvery is the time between heartbeats of a running run (default a third of
 	// the lease). It is also how soon a cancel of the backfill reaches the work.
 	HeartbeatEvery time.Duration
+	// StopGrace is how long the work may take to stop once its context ends (a program's
+	// time between SIGTERM and SIGKILL). A lease not renewed is ended this much earlier on
+	// the work's context, so that the work is gone by the lease's local deadline. Heartbeat
+	// period + StopGrace + LeaseMargin must be shorter than the lease.
+	StopGrace time.Duration
 	// IdleBackoff is the first wait after a claim found nothing (default 250ms); it doubles,
 	// with jitter, up to MaxIdleBackoff (default 5s), and resets once runs are claimed.
 	IdleBackoff    time.Duration
 	MaxIdleBackoff time.Duration
 	// Logger receives claims, reports and errors; nil discards them.
 	Logger *slog.Logger
-	// UntilIdle makes RunExecutor return once a claim finds nothing and no work it started
-	// still runs, instead of backing off and claiming again.
+	// UntilIdle makes RunExecutor return once a claim finds nothing, no work it started still
+	// runs, and nothing within DagID and Pool is queued or running on any worker, instead of
+	// backing off and claiming again. Runs waiting behind a slot another worker holds keep it
+	// polling until they are done, so that it runs them when the slot frees. So do the queued
+	// runs of a paused backfill or DAG, until it is unpaused or canceled.
 	UntilIdle bool
 	// ReleaseOnCancel releases a run whose work stopped because its backfill is being
 	// canceled, instead of reporting it canceled: the service then ends it canceled, and the
@@ -98,6 +110,14 @@ func (cfg *ExecutorConfig) defaults() error {
 		// would be handed out again while it runs, and never be reported.
 		return fmt.Errorf("client: ExecutorConfig.HeartbeatEvery (%s) must be shorter than the lease (%s)", cfg.HeartbeatEvery, lease)
 	}
+	if cfg.StopGrace < 0 {
+		return fmt.Errorf("client: ExecutorConfig.StopGrace cannot be negative")
+	}
+	if margin := LeaseMargin(cfg.LeaseSeconds); cfg.HeartbeatEvery+cfg.StopGrace+margin >= lease {
+		// The work would be told to stop before a single heartbeat could renew the lease.
+		return fmt.Errorf("client: the heartbeat period (%s) + the stop grace (%s) + the lease margin (%s) must be shorter than the lease (%s)",
+			cfg.HeartbeatEvery, cfg.StopGrace, margin, lease)
+	}
 	if cfg.reportWait <= 0 {
 		cfg.reportWait = 200 * time.Millisecond
 	}
@@ -123,6 +143,13 @@ func (cfg *ExecutorConfig) defaults() error {
 // answers that the backfill is being canceled, and with ErrLeaseLost when the lease is
 // gone (nothing is reported then: the run is no longer this worker's). A panic in work is
 // reported as failed.
+//
+// The lease is the work's own deadline: when no heartbeat has been answered for so long that
+// the lease may have run out on the service (its length after the last answered request was
+// sent, less LeaseMargin and cfg.StopGrace), work's context is canceled with ErrLeaseExpired,
+// whatever the network says, so that work stops before the run can be handed to another
+// worker. Whatever work then returns, even nil, the run is not reported success: it is
+// released if the service still hears this worker, else left to its lease (OutcomeLeaseLost).
 //
 // A failed run is reported with the work's error as its note (at most 4,096 characters, NUL
 // and invalid UTF-8 replaced by U+FFFD). A report the service does not take for a temporary
@@ -183,10 +210,19 @@ func (c *Client) RunExecutor(ctx context.Context, cfg ExecutorConfig, work func(
 			log.Warn("claim failed; backing off", "err", err)
 		}
 		if len(runs) == 0 {
-			// Every slot token is back once no work runs: idle, with nothing left to wait for.
+			// Every slot token is back once no work of this worker runs; idle means that
+			// nothing in the filters is queued or running on any worker either.
 			if cfg.UntilIdle && err == nil && len(slots) == 0 {
-				log.Info("nothing to claim and nothing running; stopping (until idle)")
-				return nil
+				idleAll, ierr := c.idleEverywhere(ctx, cfg)
+				switch {
+				case ierr != nil && ctx.Err() == nil:
+					log.Warn("could not tell whether runs are still queued or running; polling on", "err", ierr)
+				case idleAll:
+					log.Info("nothing queued or running in this executor's filters; stopping (until idle)")
+					return nil
+				default:
+					log.Debug("nothing to claim, but runs in this executor's filters are queued or running; polling on (until idle)")
+				}
 			}
 			if !sleep(ctx, jitter(idle)) {
 				return nil
@@ -260,6 +296,9 @@ func (c *Client) execute(ctx context.Context, cfg ExecutorConfig, log *slog.Logg
 	hbCtx, stopHeartbeats := context.WithCancel(context.WithoutCancel(ctx))
 	var hbDone sync.WaitGroup
 	hbDone.Go(func() { c.heartbeats(hbCtx, cfg, log, run, lease, cancelWork) })
+	hbDone.Go(func() {
+		lease.expire(hbCtx, LeaseMargin(cfg.LeaseSeconds)+cfg.StopGrace, func() { cancelWork(ErrLeaseExpired) })
+	})
 
 	started := time.Now()
 	err := callWork(workCtx, run, work)
@@ -272,6 +311,17 @@ func (c *Client) execute(ctx context.Context, cfg ExecutorConfig, log *slog.Logg
 	case errors.Is(cause, ErrLeaseLost):
 		log.Warn("lease lost; not reporting", "work_err", err)
 		cfg.runEnded(run, OutcomeLeaseLost, "")
+		return
+	case errors.Is(cause, ErrLeaseExpired):
+		// The work may have run past the lease: its result cannot be trusted to be the
+		// run's only one, so it is never reported success. A release hands the run back if
+		// the service still counts it as this worker's; it refuses it otherwise.
+		log.Warn("the lease ran out on this worker's clock; the work was stopped and is not reported", "work_err", err)
+		outcome := c.release(ctx, log, run, cfg.WorkerID)
+		if outcome == OutcomeUnreported {
+			outcome = OutcomeLeaseLost
+		}
+		cfg.runEnded(run, outcome, "")
 		return
 	case err != nil && ctx.Err() != nil:
 		log.Info("stopped before the run finished; releasing it", "work_err", err)
@@ -385,35 +435,6 @@ func (c *Client) report(ctx context.Context, cfg ExecutorConfig, log *slog.Logge
 		time.Sleep(jitter(wait))
 		wait = min(wait*2, reportMaxWait)
 	}
-}
-
-// leaseClock is when a run's lease runs out at the latest, on this machine's clock: the
-// lease's length after the last request that set it (the claim, then each heartbeat) was
-// sent, since the service started it after it received that request.
-type leaseClock struct {
-	length time.Duration
-	mu     sync.Mutex
-	end    time.Time
-}
-
-func newLeaseClock(claimSent time.Time, leaseSeconds int) *leaseClock {
-	length := time.Duration(leaseSeconds) * time.Second
-	return &leaseClock{length: length, end: claimSent.Add(length)}
-}
-
-// renewed records a heartbeat sent at sent that the service answered.
-func (l *leaseClock) renewed(sent time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if end := sent.Add(l.length); end.After(l.end) {
-		l.end = end
-	}
-}
-
-func (l *leaseClock) until() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.end
 }
 
 // releaseTimeout bounds a release at shutdown: a stopping process must not hang on it, and

@@ -29,8 +29,8 @@ func executorCommand(ctx context.Context, c *cli, flagArgs, program []string) er
 	lease := fs.Int("lease-seconds", 60, "lease asked for with each claim, 10..3600")
 	heartbeat := fs.Duration("heartbeat", 0, "time between heartbeats (default a third of the lease)")
 	timeout := fs.Duration("timeout", 0, "stop a program that runs longer and report its run failed (default: no limit)")
-	grace := fs.Duration("grace", 10*time.Second, "time between SIGTERM and SIGKILL when a program is stopped")
-	untilIdle := fs.Bool("until-idle", false, "exit once a claim finds nothing and no program runs")
+	grace := fs.Duration("grace", 10*time.Second, "time between SIGTERM and SIGKILL when a program is stopped (a lease no heartbeat renewed starts the stop this long before its end)")
+	untilIdle := fs.Bool("until-idle", false, "exit once nothing in the filters is queued or running anywhere (runs waiting for another worker's slot are waited for)")
 	verbose := fs.Bool("verbose", false, "also log claims")
 	pos, err := parse(fs, flagArgs)
 	if err != nil {
@@ -66,19 +66,24 @@ func executorCommand(ctx context.Context, c *cli, flagArgs, program []string) er
 
 	cfg := client.ExecutorConfig{
 		WorkerID: *workerID, DagID: *dagID, Pool: *pool, Limit: *concurrency, LeaseSeconds: *lease,
-		HeartbeatEvery: *heartbeat, Logger: logger, UntilIdle: *untilIdle,
+		HeartbeatEvery: *heartbeat, StopGrace: *grace, Logger: logger, UntilIdle: *untilIdle,
 		ReleaseOnCancel: true, OnRunEnd: lines.end,
 	}
 	err = api.RunExecutor(ctx, cfg, func(ctx context.Context, run client.DagRun) error {
 		v := valuesOf(run)
-		args := make([]string, len(program)-1)
-		for i, a := range program[1:] {
-			args[i] = v.expand(a)
+		args, err := v.expandArgs(program[1:])
+		if err != nil {
+			return err
 		}
+		env, cleanup, err := v.runEnv()
+		if err != nil {
+			return &programError{what: err.Error()}
+		}
+		defer cleanup()
 		return programRun{
-			path: path, args: args, env: v.env(),
+			path: path, args: args, env: env,
 			stdout: errOut, stderr: errOut,
-			timeout: *timeout, grace: *grace,
+			timeout: *timeout, grace: *grace, scope: newScopeToken(),
 			started: func(pid int) { lines.start(run, pid) },
 		}.run(ctx)
 	})

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -23,6 +25,7 @@ type programRun struct {
 	stderr  io.Writer
 	timeout time.Duration // 0: none
 	grace   time.Duration
+	scope   string // the run's token in BACKFILL_RUN_SCOPE (procscope.go)
 	started func(pid int)
 }
 
@@ -62,11 +65,18 @@ func (v runValues) env() []string {
 	}
 }
 
-// templateRef matches {{ name }} with any spacing inside the braces.
-var templateRef = regexp.MustCompile(`\{\{\s*([a-z_]+)\s*\}\}`)
+// templateRef matches {{ name }} where name is a bare word (letters, digits, _), with any
+// spacing inside the braces. Such a name must be one of templateNames exactly, in the same
+// case: "{{ DS }}" or "{{ds1}}" is a typo, refused before anything is claimed. Brace text that
+// is not a bare word ("{{.State}}", "{{ json . }}") belongs to another template language (a
+// program's own -f flag, say) and is passed as written.
+var templateRef = regexp.MustCompile(`\{\{\s*([A-Za-z0-9_]+)\s*\}\}`)
 
-// expand substitutes the run's values into one argument. A name it does not know is left as
-// written, so that an argument meant for another template language passes through.
+// templateNames are the templates the executor fills in.
+var templateNames = []string{"run_id", "logical_date", "ds", "conf"}
+
+// expand substitutes the run's values into one argument; checkTemplates has refused any other
+// name before the first claim.
 func (v runValues) expand(arg string) string {
 	return templateRef.ReplaceAllStringFunc(arg, func(m string) string {
 		switch templateRef.FindStringSubmatch(m)[1] {
@@ -88,11 +98,14 @@ func (v runValues) expand(arg string) string {
 func checkTemplates(args []string) error {
 	for _, a := range args {
 		for _, m := range templateRef.FindAllStringSubmatch(a, -1) {
-			switch m[1] {
-			case "run_id", "logical_date", "ds", "conf":
-			default:
-				return usageErrorf("unknown template %s in %q (known: run_id, logical_date, ds, conf)", m[0], a)
+			if slices.Contains(templateNames, m[1]) {
+				continue
 			}
+			hint := ""
+			if lower := strings.ToLower(m[1]); slices.Contains(templateNames, lower) {
+				hint = fmt.Sprintf("; names are case-sensitive: did you mean {{ %s }}?", lower)
+			}
+			return usageErrorf("unknown template %s in %q (known: %s)%s", m[0], a, strings.Join(templateNames, ", "), hint)
 		}
 	}
 	return nil

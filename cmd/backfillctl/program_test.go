@@ -26,3 +26,19 @@ func TestRunValuesKeepTheLogicalDatesFraction(t *testing.T) {
 		require.Equal(t, c.want, instant(c.at))
 	}
 }
+
+// Template names are matched as written: a bare word between the braces that is not one of
+// the four names, in any case or with any suffix, is refused before anything is claimed,
+// while brace text of another template language passes through.
+func TestCheckTemplatesRefusesUnknownNamesCaseSensitively(t *testing.T) {
+	for _, arg := range []string{"{{ DS }}", "{{ds1}}", "--day={{ Run_Id }}", "{{conf}}{{ CONF }}", "{{ _ds }}"} {
+		err := checkTemplates([]string{"ok", arg})
+		require.Error(t, err, "%q", arg)
+		require.Contains(t, err.Error(), "unknown template")
+	}
+	for _, arg := range []string{"{{ ds }}", "{{ds}}", "{{run_id}}-{{ logical_date }}", "{{  conf  }}", "{{.State}}", "{{ json . }}", "{ds}"} {
+		require.NoError(t, checkTemplates([]string{arg}), "%q", arg)
+	}
+	err := checkTemplates([]string{"{{ DS }}"})
+	require.ErrorContains(t, err, "{{ ds }}", "the message names the template the user likely meant")
+}

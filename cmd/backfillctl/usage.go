@@ -60,12 +60,21 @@ Executor (runs a program per run; docs/EXECUTOR.md):
   executor [--concurrency N] [--dag-id ID] [--pool NAME] [--timeout D] [--grace 10s]
            [--until-idle] [--worker-id ID] -- PROGRAM [ARGS...]
         Claims runs and runs PROGRAM once per run, directly (no shell unless PROGRAM is one),
-        with {{ run_id }}, {{ logical_date }}, {{ ds }}, {{ conf }} filled in ARGS and
-        BACKFILL_RUN_ID, BACKFILL_LOGICAL_DATE, BACKFILL_DS, BACKFILL_CONF, BACKFILL_ATTEMPT
-        in its environment. Exit 0 reports success; anything else failed, with the last
-        4 KiB of its stderr as the note. A cancel of the backfill, or SIGINT/SIGTERM, stops
-        its process group (SIGTERM, SIGKILL after --grace) and releases the run. One line
-        per run start and end (JSON lines with -o json); exit 0 on a clean stop.
+        with {{ run_id }}, {{ logical_date }}, {{ ds }}, {{ conf }} filled in ARGS (names
+        are case-sensitive; an unknown one is refused) and BACKFILL_RUN_ID,
+        BACKFILL_LOGICAL_DATE, BACKFILL_DS, BACKFILL_CONF, BACKFILL_ATTEMPT in its
+        environment. A conf over 128 KiB comes as a file named by BACKFILL_CONF_FILE
+        instead, and fails a run that puts it in {{ conf }}. Exit 0 reports success;
+        anything else failed, with the last 4 KiB of its stderr as the note. A cancel of the
+        backfill, or SIGINT/SIGTERM, stops its process group (SIGTERM, SIGKILL after --grace)
+        and releases the run. So does a lease that no heartbeat renewed: the program is gone
+        by the lease's end less a margin (1 s + 1% of the lease), and the run is never
+        reported success. A child that left the group (setsid) is found by
+        BACKFILL_RUN_SCOPE in its environment (Linux only) and stopped with the run, at its
+        end and on --timeout; one that also drops that variable is not. One line per run
+        start and end (JSON lines with -o json); exit 0 on a clean stop. --until-idle exits
+        once nothing in the filters is queued or running anywhere: runs waiting for a slot
+        another worker holds are waited for.
   executor [--worker-id ID] [--dag-id ID] [--limit N] [--sleep 1s] [--fail-rate 0]
         Without -- PROGRAM, a demo: "works" on each run for --sleep, heartbeats, and reports
         success (or failed, at random with --fail-rate), until interrupted.
