@@ -131,6 +131,7 @@ lint:
 	@echo '--- TypeScript SDK (types match the spec, tsc) and spec lint (redocly)'
 	cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent check
 
+# promtool comes from Debian's prometheus package (.ci/run installs it).
 # deploy/ is a module of its own: helm (pinned there as a tool) and k8s.io/api for the
 # chart's test would add about a hundred modules to the service's go.mod. Its tests render
 # the chart and decode every object strictly into the Kubernetes API types.
@@ -140,6 +141,8 @@ lint-deploy:
 	cd deploy && $(GO) vet ./...
 	cd deploy && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	cd deploy && $(GO) mod tidy -diff
+	promtool check rules deploy/prometheus/alerts.yaml
+	cd deploy/prometheus && promtool test rules alerts_test.yaml
 	cd deploy && $(GO) test -count=1 ./...
 
 build:
