@@ -2,6 +2,8 @@ package tests
 
 import (
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -118,3 +120,35 @@ func names(spans []sdktrace.ReadOnlySpan) []string {
 }
 
 func attr(k, v string) attribute.KeyValue { return attribute.String(k, v) }
+
+// backfillctl executor gives the program the claimed run's traceparent as TRACEPARENT and
+// sends it back on the report, whose server span is then the run span's child.
+func TestExecutorPassesTraceparentToItsProgramAndBackOnItsReport(t *testing.T) {
+	t.Parallel()
+	bin := buildCLI(t)
+	exp := tracetest.NewInMemoryExporter()
+	e := newEnv(t, withTracer(tracing.NewWithExporter(exp, tracing.Config{})))
+	e.DailyBackfill("exec_traced", day(1, 1), day(1, 2))
+	out := filepath.Join(t.TempDir(), "traceparent")
+	r := runCLI(t, bin, e, "executor", "--until-idle", "--", "sh", "-c", `printf %s "$TRACEPARENT" > "$1"`, "sh", out)
+	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
+
+	got, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.NotEmpty(t, got)
+	// The file holds the last program's; every run's report is its run span's child.
+	var runs int
+	var found bool
+	for _, s := range exp.GetSpans().Snapshots() {
+		if s.Name() != "run exec_traced" {
+			continue
+		}
+		runs++
+		sc := s.SpanContext()
+		found = found || "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-01" == string(got)
+		report := requireChild(t, exp.GetSpans().Snapshots(), s, "PATCH /api/v1/dags/{dag_id}/runs/{run_id}")
+		require.Equal(t, trace.SpanKindServer, report.SpanKind())
+	}
+	require.Positive(t, runs)
+	require.True(t, found, "TRACEPARENT %q is no run span's", got)
+}
