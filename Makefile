@@ -134,7 +134,9 @@ lint:
 # promtool comes from Debian's prometheus package (.ci/run installs it).
 # deploy/ is a module of its own: helm (pinned there as a tool) and k8s.io/api for the
 # chart's test would add about a hundred modules to the service's go.mod. Its tests render
-# the chart and decode every object strictly into the Kubernetes API types.
+# the chart and decode every object strictly into the Kubernetes API types, and check the
+# rules' and the dashboard's metric names against the metrics package, which deploy/ takes
+# from this module (replace ../): after a change to go.mod here, run go mod tidy in deploy/.
 STATICCHECK_VERSION = $(shell $(GO) list -m -f '{{.Version}}' honnef.co/go/tools)
 lint-deploy:
 	cd deploy && $(GO) tool helm lint --strict helm/backfill --set database.url=postgres://lint@db/backfill
