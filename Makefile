@@ -12,7 +12,7 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/backfill?sslmode=disable
 # (TEST_DATABASE_URL, else PostgreSQL on 127.0.0.1:5432, else Docker).
 TEST_TIMEOUT ?= 12m
 
-.PHONY: help run createdb test test-short test-timing test-faults chaos ha-test fuzz bench bench-smoke generate lint build
+.PHONY: help run createdb test test-short test-timing test-faults chaos ha-test fuzz bench bench-smoke generate lint lint-deploy build
 
 help:
 	@echo 'make run       run the API against $$DATABASE_URL (creates the database if missing)'
@@ -126,8 +126,26 @@ lint:
 	if [ -n "$$dirty" ]; then \
 		echo 'new or changed files under api/ or client/ after go generate (commit them):'; echo "$$dirty"; exit 1; \
 	fi
+	@echo '--- deploy/ (its own module): the chart, the alert rules, the dashboard'
+	$(MAKE) lint-deploy
 	@echo '--- TypeScript SDK (types match the spec, tsc) and spec lint (redocly)'
 	cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent check
+
+# promtool comes from Debian's prometheus package (.ci/run installs it).
+# deploy/ is a module of its own: helm (pinned there as a tool) and k8s.io/api for the
+# chart's test would add about a hundred modules to the service's go.mod. Its tests render
+# the chart and decode every object strictly into the Kubernetes API types, and check the
+# rules' and the dashboard's metric names against the metrics package, which deploy/ takes
+# from this module (replace ../): after a change to go.mod here, run go mod tidy in deploy/.
+STATICCHECK_VERSION = $(shell $(GO) list -m -f '{{.Version}}' honnef.co/go/tools)
+lint-deploy:
+	cd deploy && $(GO) tool helm lint --strict helm/backfill --set database.url=postgres://lint@db/backfill
+	cd deploy && $(GO) vet ./...
+	cd deploy && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	cd deploy && $(GO) mod tidy -diff
+	promtool check rules deploy/prometheus/alerts.yaml
+	cd deploy/prometheus && promtool test rules alerts_test.yaml
+	cd deploy && $(GO) test -count=1 ./...
 
 build:
 	$(GO) build -o bin/api ./cmd/api

@@ -727,6 +727,9 @@ type DagRun struct {
 	// State `queued` (waiting for a claim), `running` (claimed and leased to a worker), and the terminal `success`, `failed`, `canceled`.
 	State DagRunState `json:"state"`
 
+	// Traceparent Only on the runs a claim answers, and only while the service exports traces (OTEL_TRACES_EXPORTER=otlp): the W3C traceparent of the run's span. An executor gives it to its program as `TRACEPARENT` and sends it back as the `traceparent` header of the run's report, so that the program's work and the report join the claim's trace.
+	Traceparent *string `json:"traceparent,omitempty"`
+
 	// WorkerId The worker that claimed the run.
 	WorkerId *string `json:"worker_id"`
 }

@@ -419,7 +419,7 @@ func (c *Client) report(ctx context.Context, cfg ExecutorConfig, log *slog.Logge
 	}
 	for {
 		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), giveUpAt())
-		_, err := c.ReportRun(rctx, run.DagId, run.RunId, RunReport{State: state, WorkerID: cfg.WorkerID, Note: note})
+		_, err := c.ReportRun(rctx, run.DagId, run.RunId, RunReport{State: state, WorkerID: cfg.WorkerID, Note: note, Traceparent: traceparentOf(run)})
 		cancel()
 		var p *ProblemError
 		if err == nil || (errors.As(err, &p) && !p.Temporary()) {
@@ -489,4 +489,12 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// traceparentOf is the run's traceparent, "" when the service does not trace.
+func traceparentOf(run DagRun) string {
+	if run.Traceparent == nil {
+		return ""
+	}
+	return *run.Traceparent
 }

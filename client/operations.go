@@ -139,7 +139,14 @@ func (c *Client) HeartbeatRun(ctx context.Context, id int64, workerID string) (H
 // ReportRun reports a run's outcome (success, failed or canceled), with the worker that
 // holds it and a note as RunReport says.
 func (c *Client) ReportRun(ctx context.Context, dagID, runID string, report RunReport) (DagRun, error) {
-	resp, err := c.raw().PatchDagRun(ctx, dagID, runID, report.patch())
+	var editors []RequestEditorFn
+	if report.Traceparent != "" {
+		editors = append(editors, func(_ context.Context, req *http.Request) error {
+			req.Header.Set("traceparent", report.Traceparent)
+			return nil
+		})
+	}
+	resp, err := c.raw().PatchDagRun(ctx, dagID, runID, report.patch(), editors...)
 	r, _, err := decode[DagRun](resp, err, http.StatusOK)
 	return r, err
 }

@@ -156,6 +156,9 @@ type RunReport struct {
 	WorkerID string
 	// Note says why (at most 4,096 characters); empty sends none.
 	Note string
+	// Traceparent, when not empty, is sent as the W3C traceparent header: a claimed run's
+	// (DagRun.Traceparent), so that the report joins the run's trace.
+	Traceparent string
 }
 
 func (r RunReport) patch() DagRunPatch {

@@ -32,7 +32,14 @@ func (s *Server) ClaimRuns(w http.ResponseWriter, r *http.Request, hp api.ClaimR
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
-	s.writeJSON(w, r, http.StatusOK, api.ClaimResponse{Runs: convertAll(runs, runOut)})
+	out := convertAll(runs, runOut)
+	if s.tracer != nil {
+		for i := range out {
+			tp := s.tracer.RunSpan(r.Context(), out[i].Id, out[i].DagId, out[i].RunId)
+			out[i].Traceparent = &tp
+		}
+	}
+	s.writeJSON(w, r, http.StatusOK, api.ClaimResponse{Runs: out})
 }
 
 // HeartbeatRun extends a lease.

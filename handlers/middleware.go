@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/backfillsvc/backfill/tracing"
 	"github.com/go-chi/chi/v5/middleware"
 )
 
@@ -159,6 +160,9 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 			slog.String("method", r.Method), slog.String("path", r.URL.Path),
 			slog.Int("status", ww.Status()), slog.Int("bytes", ww.BytesWritten()),
 			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000))
+		if s.tracer != nil {
+			rec.AddAttrs(slog.String("trace_id", tracing.TraceID(r.Context())))
+		}
 		_ = h.Handle(r.Context(), rec) // a log that cannot be written has nowhere to say so
 	})
 }

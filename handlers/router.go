@@ -29,6 +29,7 @@ func New(opts Options) (http.Handler, error) {
 		streamKeepAlive: opts.StreamKeepAlive,
 
 		webhookAllowLocal: opts.WebhookAllowLocal,
+		tracer:            opts.Tracer,
 	}
 	if s.streamKeepAlive <= 0 {
 		s.streamKeepAlive = DefaultStreamKeepAlive
@@ -52,7 +53,9 @@ func New(opts Options) (http.Handler, error) {
 		admit, admitWrites = a.beforeAll, a.afterBody
 	}
 	r.Use(admit)
-	r.Use(middleware.RequestID, echoRequestID, s.accessLog)
+	// The server span goes inside the request id, which it records, and outside the access
+	// log, which logs its trace id; with tracing off Middleware adds no handler at all.
+	r.Use(middleware.RequestID, echoRequestID, opts.Tracer.Middleware, s.accessLog)
 	if opts.Instrument != nil {
 		r.Use(opts.Instrument)
 	}

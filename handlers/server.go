@@ -11,6 +11,7 @@ import (
 	"github.com/backfillsvc/backfill/api"
 	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/repo"
+	"github.com/backfillsvc/backfill/tracing"
 )
 
 // Store is what the handlers need from the repository.
@@ -79,6 +80,8 @@ type Options struct {
 	// WebhookAllowLocal accepts webhook URLs that name a loopback, link-local or unspecified
 	// address literally (WEBHOOK_ALLOW_LOCAL=true); otherwise they are 422 at creation.
 	WebhookAllowLocal bool
+	// Tracer traces requests (server spans by route, trace_id in the access log); nil is off.
+	Tracer *tracing.Tracer
 }
 
 // Server implements api.ServerInterface.
@@ -96,6 +99,8 @@ type Server struct {
 	globalStreamPoll time.Duration
 	// webhookAllowLocal: see Options.WebhookAllowLocal.
 	webhookAllowLocal bool
+	// tracer: see Options.Tracer.
+	tracer *tracing.Tracer
 }
 
 var _ api.ServerInterface = (*Server)(nil)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/backfillsvc/backfill/tracing"
 	"github.com/jmoiron/sqlx"
 )
 
@@ -60,6 +61,8 @@ type Config struct {
 	// PrepareStatements prepares the hot statements (status read, claim, report, heartbeat)
 	// once per pooled connection (prepared.go). Off behind a transaction pooler (DB_POOLER).
 	PrepareStatements bool
+	// Tracer records a span per transaction or read, named by the Store method; nil is off.
+	Tracer *tracing.Tracer
 }
 
 // Store is the repository over one connection pool.
@@ -74,6 +77,7 @@ type Store struct {
 	reconnectWait   time.Duration
 	onEvents        func()
 	prepared        *preparedStatements
+	tracer          *tracing.Tracer
 }
 
 // New returns a Store over db.
@@ -86,6 +90,7 @@ func New(db *sqlx.DB, cfg Config) *Store {
 		reconnectWait:   cfg.ReconnectWait,
 		onEvents:        cfg.OnEvents,
 		prepared:        &preparedStatements{enabled: cfg.PrepareStatements},
+		tracer:          cfg.Tracer,
 	}
 	if s.observer == nil {
 		s.observer = nopObserver{}

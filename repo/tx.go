@@ -47,7 +47,11 @@ func (s *Store) inTxWithRetry(ctx context.Context, level sql.IsolationLevel, fn 
 // statement may have committed on its own; the session reports that as ErrOutcomeUnknown, and
 // database/sql has already run again one that failed before anything was sent), and a failure
 // to connect has already been waited out by Connector.
-func (s *Store) withRetry(ctx context.Context, attemptFn func(a attempt) error) error {
+func (s *Store) withRetry(ctx context.Context, attemptFn func(a attempt) error) (err error) {
+	if s.tracer != nil {
+		_, end := s.tracer.StartOperation(ctx, "github.com/backfillsvc/backfill/repo", "repo")
+		defer func() { end(err) }()
+	}
 	var (
 		serialization int
 		reconnects    int

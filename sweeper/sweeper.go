@@ -13,6 +13,8 @@ import (
 	"github.com/backfillsvc/backfill/internal/defaults"
 	"github.com/backfillsvc/backfill/internal/startstop"
 	"github.com/backfillsvc/backfill/repo"
+	"github.com/backfillsvc/backfill/tracing"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of Config, exported so that the service's configuration reuses them.
@@ -53,6 +55,8 @@ type Config struct {
 	Logger   *slog.Logger
 	// OnPass, when set, is told the duration and outcome of every pass (for metrics).
 	OnPass func(d time.Duration, err error)
+	// Tracer records a span per pass, its transactions under it; nil is off.
+	Tracer *tracing.Tracer
 }
 
 // Sweeper is a start/stop background service: Start spawns the loop (one pass at once, then
@@ -111,8 +115,18 @@ func (s *Sweeper) loop(ctx context.Context) {
 // RunOnce runs one pass: expire leases, then finalize backfills (so that a run failed by its
 // last expiry lets its backfill finish in the same pass), then prune idempotency keys and
 // events past their retention, and deleted backfills' bounds past theirs. Each step runs in
-// bounded batches of short transactions.
-func (s *Sweeper) RunOnce(ctx context.Context) error {
+// bounded batches of short transactions. With a tracer, the pass is a span over its
+// transactions' spans.
+func (s *Sweeper) RunOnce(ctx context.Context) (err error) {
+	if s.cfg.Tracer != nil {
+		var span trace.Span
+		ctx, span = s.cfg.Tracer.Start(ctx, "sweep")
+		defer func() { s.cfg.Tracer.End(span, err) }()
+	}
+	return s.runOnce(ctx)
+}
+
+func (s *Sweeper) runOnce(ctx context.Context) error {
 	expired, err := s.batches(ctx, s.store.SweepExpireLeases)
 	if err != nil {
 		return fmt.Errorf("expire leases: %w", err)

@@ -25,6 +25,7 @@ import (
 	"github.com/backfillsvc/backfill/metrics"
 	"github.com/backfillsvc/backfill/repo"
 	"github.com/backfillsvc/backfill/sweeper"
+	"github.com/backfillsvc/backfill/tracing"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
@@ -102,6 +103,8 @@ type envOptions struct {
 	// localWebhooksRefused runs the API without WEBHOOK_ALLOW_LOCAL: the tests' receivers
 	// listen on 127.0.0.1, so the default env allows local webhook URLs.
 	localWebhooksRefused bool
+	// tracer traces the requests, transactions and sweeps (nil: off, as by default).
+	tracer *tracing.Tracer
 }
 
 type envOption func(*envOptions)
@@ -119,7 +122,8 @@ func withWriteTimeout(d time.Duration) envOption {
 func withListenPoll(every time.Duration) envOption {
 	return func(o *envOptions) { o.pollEach = every }
 }
-func withProxy() envOption { return func(o *envOptions) { o.proxied = true } }
+func withProxy() envOption                   { return func(o *envOptions) { o.proxied = true } }
+func withTracer(t *tracing.Tracer) envOption { return func(o *envOptions) { o.tracer = t } }
 func withStoreDSN(f func(dsn string) string) envOption {
 	return func(o *envOptions) { o.storeDSN = f }
 }
@@ -184,6 +188,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		// As cmd/api with DB_POOLER=none, except under PgBouncer in transaction mode, where
 		// the service runs with DB_POOLER=transaction.
 		PrepareStatements: addr == "",
+		Tracer:            o.tracer,
 	})
 	m.WatchStates(store.StateCounts)
 	m.WatchPools(func(ctx context.Context) (map[string]metrics.PoolFigures, error) {
@@ -215,6 +220,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		Instrument:      m.Instrument,
 
 		WebhookAllowLocal: !o.localWebhooksRefused,
+		Tracer:            o.tracer,
 	})
 	require.NoError(t, err)
 	srv := httptest.NewUnstartedServer(h)
@@ -229,7 +235,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		DSN:   dsn,
 		Store: store,
 		Clock: clk,
-		Sweep: sweeper.New(store, sweeper.Config{Batch: 100}),
+		Sweep: sweeper.New(store, sweeper.Config{Batch: 100, Tracer: o.tracer}),
 		Hub:   hub,
 		URL:   srv.URL,
 		HTTP:  srv.Client(),

@@ -20,6 +20,8 @@ import (
 	"github.com/backfillsvc/backfill/internal/defaults"
 	"github.com/backfillsvc/backfill/internal/startstop"
 	"github.com/backfillsvc/backfill/repo"
+	"github.com/backfillsvc/backfill/tracing"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // Store is what delivery needs from the repository.
@@ -78,6 +80,8 @@ type Config struct {
 	AllowLocal bool
 	Logger     *slog.Logger
 	Observer   Observer
+	// Tracer records a span per attempt; nil is off.
+	Tracer *tracing.Tracer
 }
 
 // Deliverer is a start/stop background service: the delivery loop and the purge of deleted
@@ -353,7 +357,12 @@ func (d *Deliverer) claim(ctx context.Context, free map[int64]int, total int, fa
 }
 
 // deliver makes one attempt and records its outcome.
-func (d *Deliverer) deliver(ctx context.Context, item repo.WebhookDue) error {
+func (d *Deliverer) deliver(ctx context.Context, item repo.WebhookDue) (err error) {
+	if d.cfg.Tracer != nil {
+		var end func(error)
+		ctx, end = d.cfg.Tracer.WebhookAttempt(ctx, item.WebhookID, item.ID, item.Attempt)
+		defer func() { end(err) }()
+	}
 	start := time.Now()
 	status, attemptErr := d.post(ctx, item)
 	elapsed := time.Since(start)
@@ -391,6 +400,7 @@ func (d *Deliverer) deliver(ctx context.Context, item repo.WebhookDue) error {
 		return fmt.Errorf("event %d to webhook %d: %w", item.ID, item.WebhookID, err)
 	}
 	d.cfg.Observer.WebhookAttempted(outcome)
+	tracing.SetAttributes(ctx, attribute.String("webhook.outcome", outcome))
 	if out.Delivered {
 		// Both ends on the database's clock: the event's occurred_at and the claim's now.
 		d.cfg.Observer.WebhookDelivered(item.Now.Sub(item.OccurredAt) + elapsed)

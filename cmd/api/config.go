@@ -12,6 +12,7 @@ import (
 	"github.com/backfillsvc/backfill/handlers"
 	"github.com/backfillsvc/backfill/repo"
 	"github.com/backfillsvc/backfill/sweeper"
+	"github.com/backfillsvc/backfill/tracing"
 	"github.com/backfillsvc/backfill/webhooks"
 )
 
@@ -75,6 +76,9 @@ type config struct {
 	// AdmissionMaxInFlight bounds the requests served at once; by default the pool less
 	// admissionPoolReserve, so that an admitted request never queues for a connection.
 	AdmissionMaxInFlight int
+	// Tracing is where traces go (the OTEL_* variables, tracing_config.go); nil is off.
+	Tracing  *tracing.Config
+	otelVars tracingSettings
 }
 
 // admissionPoolReserve is the pool's share kept out of admission: the sweep and the
@@ -131,6 +135,10 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	if v := getenv("HTTP_ADDR"); v != "" {
 		cfg.HTTPAddr = v
+	}
+	var err error
+	if cfg.Tracing, cfg.otelVars, err = loadTracing(getenv); err != nil {
+		errs = append(errs, err)
 	}
 	durationVar(getenv, "SWEEP_INTERVAL", &cfg.SweepInterval, &errs)
 	durationVar(getenv, "DB_STATEMENT_TIMEOUT", &cfg.StatementTimeout, &errs)
@@ -250,7 +258,7 @@ func poolSessionDSN(d dsn, lockWait time.Duration, pooler string) dsn {
 // so that an operator can read from the log what the process runs with. The password in
 // DATABASE_URL is masked and API_TOKEN is only counted.
 func (c config) logAttrs() []any {
-	return []any{
+	return append([]any{
 		"database_url", redactedDSN(c.DatabaseURL),
 		"direct_database_url", redactedDSN(c.DirectDatabaseURL),
 		"db_pooler", c.DBPooler,
@@ -274,5 +282,5 @@ func (c config) logAttrs() []any {
 		"admission_long_wait", c.AdmissionLongWait.String(),
 		"db_lease_max_conns", c.DBLeaseMaxConns,
 		"lock_wait", c.LockWait.String(),
-	}
+	}, c.otelVars.logAttrs()...)
 }

@@ -61,6 +61,15 @@ func TestDocsStateTheDefaultsConfigApplies(t *testing.T) {
 		"ADMISSION_LONG_WAIT":  cfg.AdmissionLongWait,
 		"DB_LEASE_MAX_CONNS":   fmt.Sprint(cfg.DBLeaseMaxConns),
 		"LOCK_WAIT":            cfg.LockWait,
+		// OpenTelemetry's variables (tracing_config.go); unset, tracing is off.
+		"OTEL_TRACES_EXPORTER":               "(none)",
+		"OTEL_EXPORTER_OTLP_ENDPOINT":        "(none)",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "(OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces)",
+		"OTEL_EXPORTER_OTLP_PROTOCOL":        "http/protobuf",
+		"OTEL_EXPORTER_OTLP_HEADERS":         "(none)",
+		"OTEL_SERVICE_NAME":                  "backfill",
+		"OTEL_TRACES_SAMPLER":                "parentbased_always_on",
+		"OTEL_TRACES_SAMPLER_ARG":            "1",
 		// Derived from the pool; the docs state the rule, checked here against the value.
 		"ADMISSION_MAX_IN_FLIGHT": "DB_MAX_CONNS` − 2 (at least 3)",
 	}

@@ -148,6 +148,12 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 		return err
 	}
 	m := metrics.New()
+	tracer, err := newTracer(cfg.Tracing)
+	if err != nil {
+		return err
+	}
+	// Flushed last, after the drain and the background services have ended their spans.
+	defer shutdownTracer(tracer, logger)
 	// The wake-up of every replica's event streams after this replica's changes (the outbox's
 	// writers send none: it would make them commit one at a time).
 	notifier := events.NewNotifier(func(ctx context.Context, statement string) error {
@@ -169,6 +175,7 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 		// Behind a transaction pooler a statement prepared on a server connection is not
 		// there for the next transaction.
 		PrepareStatements: cfg.DBPooler == poolerNone,
+		Tracer:            tracer,
 	})
 	m.WatchStates(store.StateCounts)
 	m.WatchPools(poolCounter(store))
@@ -205,6 +212,7 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 			Observer:         m,
 		},
 		WebhookAllowLocal: cfg.WebhookAllowLocal,
+		Tracer:            tracer,
 	})
 	if err != nil {
 		return err
@@ -233,6 +241,7 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 		Interval: cfg.SweepInterval,
 		Logger:   logger.With("component", "sweeper"),
 		OnPass:   m.SweepPassed,
+		Tracer:   tracer,
 	})
 	if err := sweep.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("start sweeper: %w", err)
@@ -244,6 +253,7 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 		Concurrency: cfg.WebhookConcurrency,
 		Logger:      logger.With("component", "webhooks"),
 		Observer:    m,
+		Tracer:      tracer,
 	})
 	if err := deliver.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("start webhook delivery: %w", err)

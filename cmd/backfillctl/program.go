@@ -37,6 +37,9 @@ type runValues struct {
 	DS          string // YYYY-MM-DD of the logical date, UTC
 	Conf        string // JSON; "null" when the run has none
 	Attempt     int
+	// Traceparent is the run's span in the service's trace ("" when the service does not
+	// trace), given to the program as TRACEPARENT so that its own spans join the trace.
+	Traceparent string
 }
 
 func valuesOf(run client.DagRun) runValues {
@@ -45,24 +48,33 @@ func valuesOf(run client.DagRun) runValues {
 		conf = string(*run.Conf)
 	}
 	ld := run.LogicalDate.UTC()
+	traceparent := ""
+	if run.Traceparent != nil {
+		traceparent = *run.Traceparent
+	}
 	return runValues{
 		RunID:       run.RunId,
 		LogicalDate: ld.Format(time.RFC3339Nano),
 		DS:          ld.Format(time.DateOnly),
 		Conf:        conf,
 		Attempt:     int(run.Attempt),
+		Traceparent: traceparent,
 	}
 }
 
 // env is the run's part of the program's environment.
 func (v runValues) env() []string {
-	return []string{
+	env := []string{
 		"BACKFILL_RUN_ID=" + v.RunID,
 		"BACKFILL_LOGICAL_DATE=" + v.LogicalDate,
 		"BACKFILL_DS=" + v.DS,
 		"BACKFILL_CONF=" + v.Conf,
 		"BACKFILL_ATTEMPT=" + strconv.Itoa(v.Attempt),
 	}
+	if v.Traceparent != "" {
+		env = append(env, "TRACEPARENT="+v.Traceparent)
+	}
+	return env
 }
 
 // templateRef matches {{ name }} where name is a bare word (letters, digits, _), with any

@@ -1167,6 +1167,8 @@ export interface components {
             lease_expires_at: string | null;
             /** @description What the last report said about the outcome (for example why the run failed); null when none. A new claim of the run clears it. */
             note: string | null;
+            /** @description Only on the runs a claim answers, and only while the service exports traces (OTEL_TRACES_EXPORTER=otlp): the W3C traceparent of the run's span. An executor gives it to its program as `TRACEPARENT` and sends it back as the `traceparent` header of the run's report, so that the program's work and the report join the claim's trace. */
+            traceparent?: string;
         };
         /**
          * @description A pool's name, 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..` (like a `dag_id`).
