@@ -92,9 +92,10 @@ export async function backfillPage(id, nav) {
     render();
   };
 
+  // Clean before the read, not after: progress that arrives during it marks the grid again.
   const refreshGrid = async () => {
-    await grid.refresh();
     state.gridDirty = false;
+    await grid.refresh();
   };
 
   const refreshEvents = async () => {
