@@ -135,7 +135,7 @@ func testCLIMistakes(t *testing.T, bin string) {
 
 	r = runCLI(t, bin, e, "dags", "list", "--limt", "5")
 	require.Equal(t, 3, r.code)
-	require.Equal(t, "backfillctl dags list: flag provided but not defined: --limt\nRun 'backfillctl dags list -h' for usage.\n", r.stderr)
+	require.Equal(t, "backfillctl dags list: flag provided but not defined: --limt; did you mean --limit?\nRun 'backfillctl dags list -h' for usage.\n", r.stderr)
 
 	r = runCLI(t, bin, e, "backfills")
 	require.Equal(t, 3, r.code)

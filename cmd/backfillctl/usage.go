@@ -16,8 +16,8 @@ DAGs:
 Backfills:
   backfills create --dag-id ID --from-date DATE --to-date DATE [--reprocess-behavior none|failed|completed]
                    [--max-active-runs N] [--run-backwards] [--dag-run-conf JSON] [--description TEXT]
-                   [--max-failed-runs N] [--if-match PLAN_HASH]
-                   [--idempotency-key KEY] [--dry-run] [--wait [--interval 1s] [--timeout 0] [--wait-through-pause]]
+                   [--max-failed-runs N] [--pool NAME] [--if-match PLAN_HASH]
+                   [--idempotency-key KEY] [--dry-run] [--wait [--interval D] [--timeout 0] [--wait-through-pause]]
         The window takes every slot (schedule tick) whose logical date is from --from-date to
         --to-date, both inclusive: 2024-03-31 is midnight UTC, so @daily's March 31 slot is in
         and an hourly DAG's later ticks on March 31 are not.
@@ -33,7 +33,8 @@ Backfills:
   backfills patch ID [--max-active-runs N] [--max-failed-runs N|none] [--description TEXT]
         Changes a running or paused backfill's settings; the next claim obeys them.
   backfills retry ID [--max-active-runs N] [--max-failed-runs N] [--dag-run-conf JSON]
-                   [--description TEXT] [--idempotency-key KEY] [--if-match PLAN_HASH] [--wait]
+                   [--description TEXT] [--idempotency-key KEY] [--if-match PLAN_HASH]
+                   [--wait [--interval D] [--timeout 0] [--wait-through-pause]]
         A new backfill of the failed and canceled slots of a finished backfill.
   watch ID [--interval 1s] [--timeout 0] [--wait-through-pause]
         Live progress until the backfill is succeeded, failed or canceled: a bar of done/total
@@ -58,7 +59,8 @@ Runs (what an executor does, by hand):
 ` + poolsUsage + `
 Executor (runs a program per run; docs/EXECUTOR.md):
   executor [--concurrency N] [--dag-id ID] [--pool NAME] [--timeout D] [--grace 10s]
-           [--until-idle] [--worker-id ID] -- PROGRAM [ARGS...]
+           [--until-idle] [--worker-id ID] [--lease-seconds 60] [--heartbeat D] [--verbose]
+           -- PROGRAM [ARGS...]
         Claims runs and runs PROGRAM once per run, directly (no shell unless PROGRAM is one),
         with {{ run_id }}, {{ logical_date }}, {{ ds }}, {{ conf }} filled in ARGS and
         BACKFILL_RUN_ID, BACKFILL_LOGICAL_DATE, BACKFILL_DS, BACKFILL_CONF, BACKFILL_ATTEMPT
@@ -67,6 +69,7 @@ Executor (runs a program per run; docs/EXECUTOR.md):
         its process group (SIGTERM, SIGKILL after --grace) and releases the run. One line
         per run start and end (JSON lines with -o json); exit 0 on a clean stop.
   executor [--worker-id ID] [--dag-id ID] [--limit N] [--sleep 1s] [--fail-rate 0]
+           [--lease-seconds 60] [--heartbeat D] [--verbose]
         Without -- PROGRAM, a demo: "works" on each run for --sleep, heartbeats, and reports
         success (or failed, at random with --fail-rate), until interrupted.
 
