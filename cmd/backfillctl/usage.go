@@ -21,7 +21,9 @@ Backfills:
         The window takes every slot (schedule tick) whose logical date is from --from-date to
         --to-date, both inclusive: 2024-03-31 is midnight UTC, so @daily's March 31 slot is in
         and an hourly DAG's later ticks on March 31 are not.
-  backfills dry-run --dag-id ID --from-date DATE --to-date DATE [same flags as create]
+  backfills dry-run --dag-id ID --from-date DATE --to-date DATE [same flags as create] [--summary] [--limit N]
+        What create would do, writing nothing: a row per slot (at most --limit N), the counts
+        by action, the first and last slot, and the plan hash; --summary prints only those.
   backfills get ID
   backfills list [--dag-id ID] [--state STATE] [--active[=false]] [--order-by id|-id] [--limit N] [--offset N]
   backfills runs ID [--state STATE] [--order-by sort_ordinal|-sort_ordinal] [--limit N] [--offset N | --cursor C]
