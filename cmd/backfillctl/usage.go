@@ -38,14 +38,18 @@ Backfills:
                    [--description TEXT] [--idempotency-key KEY] [--if-match PLAN_HASH]
                    [--wait [--interval D] [--timeout 0] [--wait-through-pause]]
         A new backfill of the failed and canceled slots of a finished backfill.
-  watch ID [--interval 1s] [--timeout 0] [--wait-through-pause]
+  watch ID [--interval D] [--timeout 0] [--wait-through-pause]
         Live progress until the backfill is succeeded, failed or canceled: a bar of done/total
         (done = success + failed + canceled + skipped), counts per state, rate and ETA (from
         what this watch sees live, "--" until two readings; or the service's estimate), and at
         the end the backfill's own duration. A pause stops the watch with why and what to do
         (exit code 4) unless --wait-through-pause; the same holds for create --wait.
-        Redrawn in place on a terminal, one line per change otherwise (with --output json the
-        progress goes to stderr and the final backfill, as JSON, to stdout).
+        Redrawn in place on a terminal. Otherwise (a pipe, a CI log) no replay of past events:
+        a line at once, then one per --interval (default 10s; on a terminal it is the poll
+        interval against a server without event streams, default 1s), each with its UTC time
+        (with --output json the progress goes to stderr and the final backfill, as JSON, to
+        stdout). A backfill that is already finished ends the watch at once, with its exit
+        code, even when its events have been pruned.
 
 Runs (what an executor does, by hand):
   runs list DAG_ID [--state STATE] [--backfill-id ID] [--limit N] [--offset N | --cursor C]
