@@ -44,7 +44,7 @@ func testCLIWatchRate(t *testing.T, bin string) {
 	start, err := c.GetBackfill(context.Background(), b.Id)
 	require.NoError(t, err)
 	began := time.Now()
-	r := runCLI(t, bin, e, "watch", strconv.FormatInt(b.Id, 10), "--timeout", "6s")
+	r := runCLI(t, bin, e, "watch", strconv.FormatInt(b.Id, 10), "--interval", "1s", "--timeout", "6s")
 	end, err := c.GetBackfill(context.Background(), b.Id)
 	require.NoError(t, err)
 	trueRate := float64(end.Progress.Done()-start.Progress.Done()) / time.Since(began).Seconds()
@@ -57,7 +57,7 @@ func testCLIWatchRate(t *testing.T, bin string) {
 	t.Logf("true rate %.1f runs/s, watch showed %.1f runs/s\n%s", trueRate, shown, r.stdout)
 	require.Greater(t, trueRate, 1.0, "the executor made progress")
 	require.InDelta(t, 1.0, shown/trueRate, 0.5, "within 2x: shown %.1f, true %.1f", shown, trueRate)
-	require.Regexp(t, `(?m)^running .*-- runs/s`, r.stdout, "no rate before two live readings")
+	require.Regexp(t, `(?m)^\S+ running .*-- runs/s`, r.stdout, "no rate before two live readings")
 }
 
 // --wait on a backfill that the failure budget pauses stops with exit code 4, says why in
@@ -135,7 +135,7 @@ func testCLIMistakes(t *testing.T, bin string) {
 
 	r = runCLI(t, bin, e, "dags", "list", "--limt", "5")
 	require.Equal(t, 3, r.code)
-	require.Equal(t, "backfillctl dags list: flag provided but not defined: --limt\nRun 'backfillctl dags list -h' for usage.\n", r.stderr)
+	require.Equal(t, "backfillctl dags list: flag provided but not defined: --limt; did you mean --limit?\nRun 'backfillctl dags list -h' for usage.\n", r.stderr)
 
 	r = runCLI(t, bin, e, "backfills")
 	require.Equal(t, 3, r.code)

@@ -74,22 +74,40 @@ func readmeWalkthrough(t *testing.T) []walkthroughCommand {
 	return cmds
 }
 
-// TestReadmeCLIWalkthroughRunsAsWritten runs the README's CLI walkthrough, command by
-// command through bash from the repository root, against what its first block starts by
-// hand: a server sweeping every second and the demo executor. Every command must exit as the
-// README says (0 unless its comment says otherwise) and print what the README says it prints.
-func TestReadmeCLIWalkthroughRunsAsWritten(t *testing.T) {
+// TestReadmeWalkthroughsRunInOrderOnOneService runs the README's curl walk-through and then
+// its CLI walk-through against one fresh service sweeping every second, as a reader who
+// follows the README does: the two must not collide (DAG ids, idempotency keys, backfill
+// ids), and the curl one must leave nothing running (its backfill ends canceled at once, not
+// when a lease expires).
+func TestReadmeWalkthroughsRunInOrderOnOneService(t *testing.T) {
 	t.Parallel()
-	cmds := readmeWalkthrough(t)
-	require.GreaterOrEqual(t, len(cmds), 10, "the walkthrough blocks are found")
-	require.Equal(t, "make build", strings.Fields(cmds[0].line)[0]+" "+strings.Fields(cmds[0].line)[1],
-		"the walkthrough builds the CLI first")
-
 	e := newEnv(t)
 	// Terminal 1: SWEEP_INTERVAL=1s.
 	sweep := sweeper.New(e.Store, sweeper.Config{Interval: time.Second})
 	sweep.Start(context.Background())
 	t.Cleanup(sweep.Stop)
+
+	runCurlWalkthrough(t, e)
+	// The curl walk-through's backfill is #1; canceled, with its one claimed run reported,
+	// the next sweep finishes it.
+	deadline := time.Now().Add(30 * time.Second)
+	for e.GetBackfill(1).State != "canceled" {
+		require.True(t, time.Now().Before(deadline), "the curl walk-through's backfill is still %s", e.GetBackfill(1).State)
+		time.Sleep(200 * time.Millisecond)
+	}
+	runCLIWalkthrough(t, e)
+}
+
+// runCLIWalkthrough runs the README's CLI walkthrough, command by command through bash from
+// the repository root, against what its first block starts by hand: the demo executor. Every
+// command must exit as the README says (0 unless its comment says otherwise) and print what
+// the README says it prints.
+func runCLIWalkthrough(t *testing.T, e *env) {
+	t.Helper()
+	cmds := readmeWalkthrough(t)
+	require.GreaterOrEqual(t, len(cmds), 10, "the walkthrough blocks are found")
+	require.Equal(t, "make build", strings.Fields(cmds[0].line)[0]+" "+strings.Fields(cmds[0].line)[1],
+		"the walkthrough builds the CLI first")
 
 	root, err := filepath.Abs("..")
 	require.NoError(t, err)
@@ -126,11 +144,11 @@ var (
 	curlStatusGot    = regexp.MustCompile(`(?m)^README_HTTP_STATUS (\d{3})$`)
 )
 
-// TestReadmeCurlWalkthroughRunsAsWritten runs the README's curl block as one bash script
-// (its lines share the H variable) against a fresh server, with localhost:8080 pointed at
-// it and curl wrapped to report each answer's status, which must be the one its "# →" says.
-func TestReadmeCurlWalkthroughRunsAsWritten(t *testing.T) {
-	t.Parallel()
+// runCurlWalkthrough runs the README's curl block as one bash script (its lines share the H
+// variable) against e, with localhost:8080 pointed at it and curl wrapped to report each
+// answer's status, which must be the one its "# →" says.
+func runCurlWalkthrough(t *testing.T, e *env) {
+	t.Helper()
 	readme, err := os.ReadFile("../README.md")
 	require.NoError(t, err)
 	block := regexp.MustCompile("(?s)```sh curl-walkthrough\n(.*?)```").FindSubmatch(readme)
@@ -142,7 +160,6 @@ func TestReadmeCurlWalkthroughRunsAsWritten(t *testing.T) {
 	}
 	require.Len(t, want, strings.Count(script, "curl "), "every request states its status")
 
-	e := newEnv(t)
 	realCurl, err := exec.LookPath("curl")
 	require.NoError(t, err, "the README's walkthrough uses curl")
 	shimDir := t.TempDir()
@@ -161,4 +178,16 @@ func TestReadmeCurlWalkthroughRunsAsWritten(t *testing.T) {
 	}
 	require.Equal(t, want, got, "stdout: %s", stdout.String())
 	require.Contains(t, stdout.String(), `"code":"backfill_already_running"`)
+}
+
+// The README's first screen keeps the two commands a newcomer needs: run the service, run the
+// tests.
+func TestReadmeFirstScreenRunsTheServiceAndTheTests(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	first := regexp.MustCompile("(?s)```sh\n(.*?)```").FindSubmatch(readme)
+	require.NotNil(t, first)
+	require.Less(t, strings.Count(string(readme[:strings.Index(string(readme), string(first[0]))]), "\n"), 25, "the first block is on the first screen")
+	require.Contains(t, string(first[1]), "make run")
+	require.Contains(t, string(first[1]), "make test")
 }

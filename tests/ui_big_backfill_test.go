@@ -35,8 +35,8 @@ func TestConsoleShowsA43848SlotBackfillWhole(t *testing.T) {
 
 	// The preview: every slot counted, 100 of them drawn.
 	preview()
-	require.Equal(t, "43848", b.text(t, "#count-total strong"))
-	require.Equal(t, "43848", b.text(t, "#count-create strong"))
+	require.Equal(t, "43,848", b.text(t, "#count-total strong"))
+	require.Equal(t, "43,848", b.text(t, "#count-create strong"))
 	require.Equal(t, 100, eval[int](t, b, `document.querySelectorAll("#preview-rows tr").length`))
 	require.Equal(t, "Slots 1–100 of 43,848", b.text(t, "#preview-range"))
 	require.Zero(t, eval[int](t, b, `document.querySelectorAll("#preview-warning").length`), "something would run")
@@ -96,7 +96,7 @@ func TestConsoleShowsA43848SlotBackfillWhole(t *testing.T) {
 
 	// Previewing the same window again: every slot is in flight, so nothing would run.
 	preview()
-	require.Equal(t, "43848", b.text(t, "#count-skip strong"))
+	require.Equal(t, "43,848", b.text(t, "#count-skip strong"))
 	require.Contains(t, b.text(t, "#preview-warning"), "Nothing would run: all 43,848 slots are skipped (already existing: 1, in flight: 43,847)")
 	require.True(t, eval[bool](t, b, `document.querySelector("#create-button").disabled`))
 
@@ -123,7 +123,7 @@ func TestConsoleShowsA43848SlotBackfillWhole(t *testing.T) {
 	require.True(t, eval[bool](t, b, `document.querySelector("#create-button").disabled`))
 	b.screenshot(t, "ui-preview-nothing")
 	b.do(t, chromedp.SetValue(chromedp.CSS("#create-reprocess"), "failed"), chromedp.Click(chromedp.CSS("#preview-button")))
-	b.waitFor(t, `document.querySelector("#count-reprocess strong").textContent === "43848"`)
+	b.waitFor(t, `document.querySelector("#count-reprocess strong").textContent === "43,848"`)
 	require.Zero(t, eval[int](t, b, `document.querySelectorAll("#preview-warning").length`))
 	require.False(t, eval[bool](t, b, `document.querySelector("#create-button").disabled`))
 

@@ -72,7 +72,7 @@ var backfillsCreate = do(none, func(fs *flag.FlagSet) action[struct{}] {
 			req.MaxFailedRuns = budget.n
 		}
 		if *dryRun {
-			return c.dryRun(ctx, api, req)
+			return c.dryRun(ctx, api, req, dryRunView{})
 		}
 		b, err := api.CreateBackfill(ctx, req, client.CreateOptions{IdempotencyKey: *key, IfPlan: *ifMatch})
 		if err != nil {
@@ -86,21 +86,27 @@ var backfillsCreate = do(none, func(fs *flag.FlagSet) action[struct{}] {
 var backfillsDryRun = do(none, func(fs *flag.FlagSet) action[struct{}] {
 	var bf backfillFlags
 	bf.register(fs)
+	var view dryRunView
+	fs.BoolVar(&view.summary, "summary", false, "print only the counts by action and the first and last slot, not a row per slot")
+	fs.IntVar(&view.limit, "limit", 0, "print at most `N` slots (0: all); the counts are always of the whole plan")
 	return func(ctx context.Context, c *cli, api *client.Client, _ struct{}) error {
+		if view.limit < 0 {
+			return usageErrorf("--limit must be 0 (all) or more")
+		}
 		req, err := bf.request(fs)
 		if err != nil {
 			return err
 		}
-		return c.dryRun(ctx, api, req)
+		return c.dryRun(ctx, api, req, view)
 	}
 })
 
-func (c *cli) dryRun(ctx context.Context, api *client.Client, req client.BackfillCreate) error {
+func (c *cli) dryRun(ctx context.Context, api *client.Client, req client.BackfillCreate, view dryRunView) error {
 	l, err := api.DryRunBackfill(ctx, req)
 	if err != nil {
 		return err
 	}
-	return c.printDryRun(l)
+	return c.printDryRun(l, view)
 }
 
 // showOrWatch ends a command that created a backfill: it shows it, or with --wait says

@@ -38,7 +38,7 @@ var nouns = []noun{
 		{"retry", "ID [flags]", backfillsRetry},
 	}},
 	{"", []command{
-		{"watch", "ID [--interval 1s] [--timeout 0] [--wait-through-pause]", watch},
+		{"watch", "ID [--interval D] [--timeout 0] [--wait-through-pause]", watch},
 	}},
 	{"runs", []command{
 		{"list", "DAG_ID [--state STATE] [--backfill-id ID] [--limit N] [--offset N | --cursor C]", runsList},

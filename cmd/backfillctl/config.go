@@ -188,7 +188,13 @@ func parseQuietly(fs *flag.FlagSet, args []string) error {
 		usage()
 		return err
 	}
-	return &usageError{msg: dashDash(err.Error())}
+	msg := dashDash(err.Error())
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		if s := suggestFlag(fs, name); s != "" {
+			msg += "; " + s
+		}
+	}
+	return &usageError{msg: msg}
 }
 
 // dashDash rewrites the flag package's "-name" in an error as "--name".

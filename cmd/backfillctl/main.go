@@ -74,19 +74,48 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	cmd, rest, ok := lookup(args)
 	if !ok {
-		// A noun alone (backfillctl backfills) asks what it can do: its part of the usage.
+		// A noun alone (backfillctl backfills) asks what it can do: its part of the usage;
+		// asked with --help (or -h, or help), that is the answer, not a mistake.
 		if text := nounUsage(args[0]); text != "" {
+			if len(args) > 1 && isHelp(args[1]) {
+				fmt.Fprint(stdout, text)
+				return exitOK
+			}
 			if len(args) > 1 {
-				fmt.Fprintf(stderr, "backfillctl: unknown command %q; the %s commands are:\n", joinWords(args, 2), args[0])
+				fmt.Fprintf(stderr, "backfillctl: unknown command %q%s; the %s commands are:\n", joinWords(args, 2), parenthesized(suggestCommand(args)), args[0])
 			}
 			fmt.Fprint(stderr, text)
 			return exitError
 		}
-		fmt.Fprintf(stderr, "backfillctl: unknown command %q\nRun 'backfillctl help' for usage.\n", joinWords(args, 2))
+		fmt.Fprintf(stderr, "backfillctl: unknown command %q%s\nRun 'backfillctl help' for usage.\n", joinWords(args, 2), suffix(suggestCommand(args)))
 		return exitError
 	}
 	fs := newFlagSet(cmd.name, strings.TrimSpace(cmd.name+" "+cmd.synopsis), &c.g, c.stderr)
 	return c.exitCode(ctx, cmd.name, cmd.run(ctx, c, fs, rest))
+}
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "help":
+		return true
+	}
+	return false
+}
+
+// parenthesized is " (s)", or "" for no s.
+func parenthesized(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (" + s + ")"
+}
+
+func suffix(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "; " + s
 }
 
 // lookup finds the command named by the first one or two words of args.

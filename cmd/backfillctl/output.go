@@ -86,21 +86,65 @@ func (c *cli) printBackfill(b client.Backfill) error {
 	})
 }
 
-func (c *cli) printDryRun(l client.DryRunCollection) error {
+// dryRunView is how much of a plan dry-run prints: every slot (the default), the first
+// limit of them, or only the summary.
+type dryRunView struct {
+	summary bool
+	limit   int
+}
+
+// dryRunSummary is a plan in a few numbers: the --summary of dry-run, also its JSON.
+type dryRunSummary struct {
+	TotalEntries int64                       `json:"total_entries"`
+	Actions      map[client.DryRunAction]int `json:"actions"`
+	First        *client.DryRunEntry         `json:"first"`
+	Last         *client.DryRunEntry         `json:"last"`
+	PlanHash     string                      `json:"plan_hash"`
+}
+
+func summarize(l client.DryRunCollection) dryRunSummary {
+	s := dryRunSummary{TotalEntries: l.TotalEntries, PlanHash: l.PlanHash, Actions: map[client.DryRunAction]int{
+		client.DryRunActionCreate: 0, client.DryRunActionReprocess: 0, client.DryRunActionSkip: 0}}
+	for _, e := range l.Runs {
+		s.Actions[e.Action]++
+	}
+	if n := len(l.Runs); n > 0 {
+		s.First, s.Last = &l.Runs[0], &l.Runs[n-1]
+	}
+	return s
+}
+
+func (c *cli) printDryRun(l client.DryRunCollection, view dryRunView) error {
+	sum := summarize(l)
+	if view.limit > 0 && len(l.Runs) > view.limit {
+		l.Runs = l.Runs[:view.limit]
+	}
 	if c.g.output == "json" {
+		if view.summary {
+			return c.printJSON(sum)
+		}
 		return c.printJSON(l)
 	}
-	rows := [][]string{{"SORT_ORDINAL", "LOGICAL_DATE", "ACTION", "REASON"}}
-	actions := map[client.DryRunAction]int{}
-	for _, e := range l.Runs {
-		actions[e.Action]++
-		rows = append(rows, []string{fmt.Sprint(e.SortOrdinal), instant(e.LogicalDate), string(e.Action), deref(e.ExceptionReason)})
+	if !view.summary {
+		rows := [][]string{{"SORT_ORDINAL", "LOGICAL_DATE", "ACTION", "REASON"}}
+		for _, e := range l.Runs {
+			rows = append(rows, []string{fmt.Sprint(e.SortOrdinal), instant(e.LogicalDate), string(e.Action), deref(e.ExceptionReason)})
+		}
+		if err := c.table(rows); err != nil {
+			return err
+		}
+		if more := sum.TotalEntries - int64(len(l.Runs)); more > 0 {
+			fmt.Fprintf(c.stdout, "... and %d more slots (--limit 0 prints them all)\n", more)
+		}
 	}
-	if err := c.table(rows); err != nil {
-		return err
+	fmt.Fprintf(c.stdout, "%d slots: %d create, %d reprocess, %d skip (nothing was written)\n", sum.TotalEntries,
+		sum.Actions[client.DryRunActionCreate], sum.Actions[client.DryRunActionReprocess], sum.Actions[client.DryRunActionSkip])
+	if sum.First != nil {
+		fmt.Fprintf(c.stdout, "first slot #%d %s (%s), last slot #%d %s (%s)\n",
+			sum.First.SortOrdinal, instant(sum.First.LogicalDate), sum.First.Action,
+			sum.Last.SortOrdinal, instant(sum.Last.LogicalDate), sum.Last.Action)
 	}
-	_, err := fmt.Fprintf(c.stdout, "%d slots: %d create, %d reprocess, %d skip (nothing was written)\nplan hash %s (create exactly this plan with --if-match %s)\n", l.TotalEntries,
-		actions[client.DryRunActionCreate], actions[client.DryRunActionReprocess], actions[client.DryRunActionSkip], l.PlanHash, l.PlanHash)
+	_, err := fmt.Fprintf(c.stdout, "plan hash %s (create exactly this plan with --if-match %s)\n", l.PlanHash, l.PlanHash)
 	return err
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -18,8 +19,11 @@ const (
 )
 
 // progress draws a watched backfill: on a terminal, a bar and the counts per state redrawn
-// in place; elsewhere (a pipe, a log file), one plain line whenever the counts change.
+// in place; elsewhere (a pipe, a CI log), one plain line stamped with its UTC time at once,
+// then one per tick (the watch's --interval), however often the counts change. Its methods
+// may be called from the watch and from its ticker at once.
 type progress struct {
+	mu    sync.Mutex
 	w     io.Writer
 	tty   bool
 	width int // terminal columns; lines are cut to fit so that the redraw stays in place
@@ -31,8 +35,11 @@ type progress struct {
 	// at serverETAAt; nil when it has none.
 	serverETA   *float64
 	serverETAAt time.Time
-	drawn       int    // lines on the terminal from the last draw
-	last        string // the state and counts of the last plain line
+	drawn       int // lines on the terminal from the last draw
+	// latest is the backfill a plain line shows at the next tick; printed, whether any
+	// plain line was printed yet.
+	latest  *client.Backfill
+	printed bool
 }
 
 type sample struct {
@@ -50,41 +57,75 @@ func newProgress(w io.Writer, tty bool, width int, now func() time.Time) *progre
 // update takes the backfill as it is now (a poll, or a progress message): a sample of the
 // rate as well as what to draw.
 func (p *progress) update(b client.Backfill) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	at := p.now()
 	p.samples = append(p.samples, sample{at: at, done: b.Progress.Done()})
 	for len(p.samples) > 2 && at.Sub(p.samples[1].at) >= rateWindow {
 		p.samples = p.samples[1:]
 	}
-	p.draw(b)
+	p.drawLocked(b)
 }
 
 // show draws a backfill as it was at some moment, not necessarily now: an event's snapshot,
 // replayed from the outbox when the watch starts. It is no sample of the rate: a snapshot
 // taken at creation and read a millisecond before the current counts would make a rate of
 // thousands of runs a second.
-func (p *progress) show(b client.Backfill) { p.draw(b) }
+func (p *progress) show(b client.Backfill) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.drawLocked(b)
+}
 
 // serverEstimate keeps the service's ETA from a progress message (seconds; nil for none).
 func (p *progress) serverEstimate(eta *float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.serverETA, p.serverETAAt = eta, p.now()
 }
 
-func (p *progress) draw(b client.Backfill) {
+// drawNow is draw that also prints a plain line at once (the backfill a watch ends on).
+func (p *progress) drawNow(b client.Backfill) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.drawLocked(b)
+	if !p.tty && p.latest != nil {
+		p.printLocked(*p.latest)
+	}
+}
+
+// drawLocked shows b: redrawn on a terminal; otherwise kept for the next tick, and printed
+// at once if it is the first. p.mu is held.
+func (p *progress) drawLocked(b client.Backfill) {
 	if p.tty {
 		p.redraw(p.lines(b, true))
 		return
 	}
-	key := string(b.State) + " " + countsLine(b.Progress)
-	if key == p.last {
-		return
+	p.latest = &b
+	if !p.printed {
+		p.printLocked(b)
 	}
-	p.last = key
-	fmt.Fprintln(p.w, strings.Join(p.lines(b, false), "  "))
+}
+
+// tick prints the latest plain line; nothing on a terminal, which redraws as it goes.
+func (p *progress) tick() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.tty && p.latest != nil {
+		p.printLocked(*p.latest)
+	}
+}
+
+func (p *progress) printLocked(b client.Backfill) {
+	p.printed = true
+	fmt.Fprintln(p.w, p.now().UTC().Format(time.RFC3339)+" "+strings.Join(p.lines(b, false), "  "))
 }
 
 // finish ends the view with the terminal backfill and a summary line.
 func (p *progress) finish(b client.Backfill) {
-	p.end()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.endLocked()
 	pr := b.Progress
 	fmt.Fprintf(p.w, "backfill %d %s: %d/%d done (success %d, failed %d, canceled %d, skipped %d) in %s\n",
 		b.Id, b.State, pr.Done(), pr.Total, pr.Success, pr.Failed, pr.Canceled, pr.Skipped, duration(p.took(b)))
@@ -102,6 +143,12 @@ func (p *progress) took(b client.Backfill) time.Duration {
 
 // end leaves the cursor on a fresh line below the drawing.
 func (p *progress) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.endLocked()
+}
+
+func (p *progress) endLocked() {
 	if p.tty && p.drawn > 0 {
 		fmt.Fprintln(p.w)
 		p.drawn = 0

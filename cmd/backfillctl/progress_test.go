@@ -60,20 +60,27 @@ func TestTerminalProgressCutsLinesToTheWidth(t *testing.T) {
 	}
 }
 
-func TestPlainProgressPrintsALineOnlyWhenCountsChange(t *testing.T) {
+// Without a terminal: the first reading at once, then one line per tick (the watch's
+// --interval) whatever happened in between, each stamped with its UTC time; a rate only from
+// the second live reading.
+func TestPlainProgressPrintsOneStampedLinePerTick(t *testing.T) {
 	var out bytes.Buffer
 	clk := &fakeClock{t: time.Unix(0, 0)}
 	p := newProgress(&out, false, 0, clk.now)
 	p.update(backfillAt(client.BackfillStateRunning, 0, 0, 4))
-	p.update(backfillAt(client.BackfillStateRunning, 0, 0, 4))
+	p.update(backfillAt(client.BackfillStateRunning, 1, 0, 3))
 	p.update(backfillAt(client.BackfillStateRunning, 2, 0, 2))
+	require.Equal(t, 1, strings.Count(out.String(), "\n"), "nothing between ticks: %s", out.String())
+	p.tick()
+	p.tick()
 	p.finish(backfillAt(client.BackfillStateSucceeded, 4, 0, 0))
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	require.Len(t, lines, 3, out.String())
-	require.Equal(t, "running     0%  0/4  -- runs/s  ETA --  success 0  failed 0  canceled 0  skipped 0  running 0  queued 4", lines[0])
-	require.Contains(t, lines[1], "50%  2/4  1.0 runs/s  ETA 2s")
+	require.Len(t, lines, 4, out.String())
+	require.Equal(t, "1970-01-01T00:00:03Z running     0%  0/4  -- runs/s  ETA --  success 0  failed 0  canceled 0  skipped 0  running 0  queued 4", lines[0])
+	require.Regexp(t, `^1970-01-01T00:00:\d\dZ running    50%  2/4  \d+\.\d runs/s  ETA \d+s  `, lines[1])
+	require.NotEqual(t, lines[1][:20], lines[2][:20], "each line has its own time")
 	require.NotContains(t, out.String(), "\r")
-	require.Equal(t, "backfill 9 succeeded: 4/4 done (success 4, failed 0, canceled 0, skipped 0) in 4s", lines[2])
+	require.Equal(t, "backfill 9 succeeded: 4/4 done (success 4, failed 0, canceled 0, skipped 0) in 7s", lines[3])
 }
 
 func TestRateLooksAtTheRecentWindowOnly(t *testing.T) {
@@ -106,8 +113,9 @@ func TestPausedAndCanceledProgressShowNoRateOrETA(t *testing.T) {
 		p.update(backfillAt(client.BackfillStateRunning, 0, 0, 10))
 		clk.t = clk.t.Add(time.Second)
 		p.update(backfillAt(state, 5, 0, 5))
+		p.tick()
 		require.Contains(t, out.String(), string(state), state)
-		require.NotRegexp(t, `(?m)^`+string(state)+`.*runs/s`, out.String(), "%s shows no rate", state)
-		require.NotRegexp(t, `(?m)^`+string(state)+`.*ETA [0-9]`, out.String(), "%s shows no ETA", state)
+		require.NotRegexp(t, `(?m)^\S+ `+string(state)+`.*runs/s`, out.String(), "%s shows no rate", state)
+		require.NotRegexp(t, `(?m)^\S+ `+string(state)+`.*ETA [0-9]`, out.String(), "%s shows no ETA", state)
 	}
 }

@@ -16,12 +16,14 @@ DAGs:
 Backfills:
   backfills create --dag-id ID --from-date DATE --to-date DATE [--reprocess-behavior none|failed|completed]
                    [--max-active-runs N] [--run-backwards] [--dag-run-conf JSON] [--description TEXT]
-                   [--max-failed-runs N] [--if-match PLAN_HASH]
-                   [--idempotency-key KEY] [--dry-run] [--wait [--interval 1s] [--timeout 0] [--wait-through-pause]]
+                   [--max-failed-runs N] [--pool NAME] [--if-match PLAN_HASH]
+                   [--idempotency-key KEY] [--dry-run] [--wait [--interval D] [--timeout 0] [--wait-through-pause]]
         The window takes every slot (schedule tick) whose logical date is from --from-date to
         --to-date, both inclusive: 2024-03-31 is midnight UTC, so @daily's March 31 slot is in
         and an hourly DAG's later ticks on March 31 are not.
-  backfills dry-run --dag-id ID --from-date DATE --to-date DATE [same flags as create]
+  backfills dry-run --dag-id ID --from-date DATE --to-date DATE [same flags as create] [--summary] [--limit N]
+        What create would do, writing nothing: a row per slot (at most --limit N), the counts
+        by action, the first and last slot, and the plan hash; --summary prints only those.
   backfills get ID
   backfills list [--dag-id ID] [--state STATE] [--active[=false]] [--order-by id|-id] [--limit N] [--offset N]
   backfills runs ID [--state STATE] [--order-by sort_ordinal|-sort_ordinal] [--limit N] [--offset N | --cursor C]
@@ -33,16 +35,21 @@ Backfills:
   backfills patch ID [--max-active-runs N] [--max-failed-runs N|none] [--description TEXT]
         Changes a running or paused backfill's settings; the next claim obeys them.
   backfills retry ID [--max-active-runs N] [--max-failed-runs N] [--dag-run-conf JSON]
-                   [--description TEXT] [--idempotency-key KEY] [--if-match PLAN_HASH] [--wait]
+                   [--description TEXT] [--idempotency-key KEY] [--if-match PLAN_HASH]
+                   [--wait [--interval D] [--timeout 0] [--wait-through-pause]]
         A new backfill of the failed and canceled slots of a finished backfill.
-  watch ID [--interval 1s] [--timeout 0] [--wait-through-pause]
+  watch ID [--interval D] [--timeout 0] [--wait-through-pause]
         Live progress until the backfill is succeeded, failed or canceled: a bar of done/total
         (done = success + failed + canceled + skipped), counts per state, rate and ETA (from
         what this watch sees live, "--" until two readings; or the service's estimate), and at
         the end the backfill's own duration. A pause stops the watch with why and what to do
         (exit code 4) unless --wait-through-pause; the same holds for create --wait.
-        Redrawn in place on a terminal, one line per change otherwise (with --output json the
-        progress goes to stderr and the final backfill, as JSON, to stdout).
+        Redrawn in place on a terminal. Otherwise (a pipe, a CI log) no replay of past events:
+        a line at once, then one per --interval (default 10s; on a terminal it is the poll
+        interval against a server without event streams, default 1s), each with its UTC time
+        (with --output json the progress goes to stderr and the final backfill, as JSON, to
+        stdout). A backfill that is already finished ends the watch at once, with its exit
+        code, even when its events have been pruned.
 
 Runs (what an executor does, by hand):
   runs list DAG_ID [--state STATE] [--backfill-id ID] [--limit N] [--offset N | --cursor C]
@@ -58,7 +65,8 @@ Runs (what an executor does, by hand):
 ` + poolsUsage + `
 Executor (runs a program per run; docs/EXECUTOR.md):
   executor [--concurrency N] [--dag-id ID] [--pool NAME] [--timeout D] [--grace 10s]
-           [--until-idle] [--worker-id ID] -- PROGRAM [ARGS...]
+           [--until-idle] [--worker-id ID] [--lease-seconds 60] [--heartbeat D] [--verbose]
+           -- PROGRAM [ARGS...]
         Claims runs and runs PROGRAM once per run, directly (no shell unless PROGRAM is one),
         with {{ run_id }}, {{ logical_date }}, {{ ds }}, {{ conf }} filled in ARGS (names
         are case-sensitive; an unknown one is refused) and BACKFILL_RUN_ID,
@@ -76,6 +84,7 @@ Executor (runs a program per run; docs/EXECUTOR.md):
         once nothing in the filters is queued or running anywhere: runs waiting for a slot
         another worker holds are waited for.
   executor [--worker-id ID] [--dag-id ID] [--limit N] [--sleep 1s] [--fail-rate 0]
+           [--lease-seconds 60] [--heartbeat D] [--verbose]
         Without -- PROGRAM, a demo: "works" on each run for --sleep, heartbeats, and reports
         success (or failed, at random with --fail-rate), until interrupted.
 

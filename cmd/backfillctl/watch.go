@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/backfillsvc/backfill/client"
@@ -18,7 +20,7 @@ type waitFlags struct {
 }
 
 func (w *waitFlags) register(fs *flag.FlagSet) {
-	fs.DurationVar(&w.interval, "interval", time.Second, "time between polls of the backfill, against a server without event streams")
+	fs.DurationVar(&w.interval, "interval", 0, "without a terminal, time between progress lines (default 10s); on a terminal, time between polls against a server without event streams (default 1s)")
 	fs.DurationVar(&w.timeout, "timeout", 0, "stop watching after this long, exit code 3 (0: never)")
 	fs.BoolVar(&w.throughPause, "wait-through-pause", false, "keep watching while the backfill is paused, instead of exiting with code 4 and why it paused")
 }
@@ -42,12 +44,28 @@ var watch = do(backfillID, func(fs *flag.FlagSet) action[int64] {
 
 var errWatchTimeout = errors.New("watch timeout")
 
+// Default --interval: a terminal redraws in place and can poll every second; a log gets a
+// line every ten, enough to see it move without burying everything else in it.
+const (
+	ttyInterval   = time.Second
+	plainInterval = 10 * time.Second
+)
+
+// idleCheck is how long the event stream may bring nothing before the watch reads the
+// backfill itself: a backfill that ended while its terminal event was already pruned from
+// the outbox would otherwise be followed forever, one reconnect (two outbox scans) every
+// few seconds.
+var idleCheck = 15 * time.Second
+
+// errEndedWithoutEvent stops following a backfill that a read found terminal.
+var errEndedWithoutEvent = errors.New("the backfill ended; its stream has no terminal event")
+
 // watchBackfill shows a backfill's progress until it is terminal. It follows the server's
 // event stream, and polls every --interval against a server that has none. It answers nil
 // when the backfill succeeded and a *stateExit when it failed or was canceled. With
 // --output json the progress goes to stderr and the final backfill to stdout.
 func (c *cli) watchBackfill(ctx context.Context, api *client.Client, id int64, wf waitFlags) error {
-	if wf.interval <= 0 {
+	if wf.interval < 0 {
 		return usageErrorf("--interval must be positive")
 	}
 	out := c.stdout
@@ -56,6 +74,12 @@ func (c *cli) watchBackfill(ctx context.Context, api *client.Client, id int64, w
 	}
 	width, tty := terminalWidth(out)
 	tty = tty && c.getenv("TERM") != "dumb"
+	if wf.interval == 0 {
+		wf.interval = plainInterval
+		if tty {
+			wf.interval = ttyInterval
+		}
+	}
 	p := newProgress(out, tty, width, time.Now)
 	wctx := ctx
 	if wf.timeout > 0 {
@@ -78,15 +102,54 @@ func (c *cli) watchBackfill(ctx context.Context, api *client.Client, id int64, w
 			stopFollowing(errPausedWatch)
 		}
 	}
-	live := func(b client.Backfill) { p.update(b); checkPause(b) }
-	snapshot := func(b client.Backfill) { p.show(b); checkPause(b) }
-	b, err := followBackfill(fctx, api, id, live, snapshot, p.serverEstimate)
-	if errors.Is(err, client.ErrStreamUnsupported) {
-		b, err = api.WaitBackfill(fctx, id, wf.interval, live)
+	// The backfill as it is now: the first live reading, and the end at once for a backfill
+	// that is already terminal (its events may be long pruned; none need replaying).
+	b, err := api.GetBackfill(wctx, id)
+	if err != nil {
+		return err
+	}
+	p.update(b)
+	checkPause(b)
+	if !tty {
+		stopTicks := tickEvery(wf.interval, p.tick)
+		defer stopTicks()
+	}
+	if !b.State.Terminal() && paused == nil {
+		var heard atomic.Int64 // when the stream last brought anything, UnixNano
+		heard.Store(time.Now().UnixNano())
+		var ended *client.Backfill
+		stopIdle := tickEvery(idleCheck, func() {
+			if time.Since(time.Unix(0, heard.Load())) < idleCheck {
+				return
+			}
+			if now, err := api.GetBackfill(fctx, id); err == nil && now.State.Terminal() {
+				ended = &now
+				stopFollowing(errEndedWithoutEvent)
+			}
+		})
+		seen := b.UpdatedAt
+		live := func(b client.Backfill) { heard.Store(time.Now().UnixNano()); p.update(b); checkPause(b) }
+		snapshot := func(b client.Backfill) {
+			heard.Store(time.Now().UnixNano())
+			// A replayed event is older than the reading above: it is history, not news.
+			if !b.UpdatedAt.After(seen) {
+				return
+			}
+			p.show(b)
+			checkPause(b)
+		}
+		b, err = followBackfill(fctx, api, id, b, live, snapshot, p.serverEstimate)
+		if errors.Is(err, client.ErrStreamUnsupported) {
+			b, err = api.WaitBackfill(fctx, id, wf.interval, live)
+		}
+		stopIdle()
+		if ended != nil && errors.Is(context.Cause(fctx), errEndedWithoutEvent) {
+			b, err = *ended, nil
+		}
 	}
 	if paused != nil {
 		p.end()
-		p.draw(*paused)
+		p.drawNow(*paused)
 		p.end()
 		fmt.Fprintln(out, pauseExplanation(*paused))
 		if c.g.output == "json" {
@@ -123,10 +186,11 @@ func (c *cli) watchBackfill(ctx context.Context, api *client.Client, id int64, w
 
 // followBackfill shows the backfill from its event stream until the terminal event: each
 // event's snapshot (as it was then: snapshot), and progress messages (as it is now: live)
-// applied to the last snapshot, with the service's estimate (eta). It answers the terminal
-// snapshot, or the last one seen with the error that ended the stream.
-func followBackfill(ctx context.Context, api *client.Client, id int64, live, snapshot func(client.Backfill), eta func(*float64)) (client.Backfill, error) {
-	var last client.Backfill
+// applied to the last snapshot, or to from (the backfill as read before following) while
+// no event has come, with the service's estimate (eta). It answers the terminal snapshot, or
+// the last one seen with the error that ended the stream.
+func followBackfill(ctx context.Context, api *client.Client, id int64, from client.Backfill, live, snapshot func(client.Backfill), eta func(*float64)) (client.Backfill, error) {
+	last := from
 	for msg, err := range api.FollowBackfill(ctx, id, 0) {
 		if err != nil {
 			return last, err
@@ -146,6 +210,27 @@ func followBackfill(ctx context.Context, api *client.Client, id int64, live, sna
 		return last, fmt.Errorf("the event stream of backfill %d ended before the backfill did", id)
 	}
 	return last, nil
+}
+
+// tickEvery calls f every d in a goroutine until the returned stop, which waits for it.
+func tickEvery(d time.Duration, f func()) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				f()
+			}
+		}
+	}()
+	return sync.OnceFunc(func() { close(done); wg.Wait() })
 }
 
 // errPausedWatch ends a watch that met a pause.

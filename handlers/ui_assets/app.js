@@ -4,7 +4,8 @@
 
 import { h, $, show, showError } from "./dom.js";
 import { TOKEN_KEY, api } from "./api.js";
-import { done, progressBar, stateBadge } from "./format.js";
+import { count, done, progressBar, stateBadge } from "./format.js";
+import { dateInput, isoUTC } from "./dates.js";
 import { fmtTime } from "./time.js";
 import { backfillPage } from "./backfill.js";
 import { previewSection } from "./preview.js";
@@ -46,11 +47,15 @@ async function route() {
   const gen = ++routeGen;
   showError(null);
   const hash = location.hash || "#/backfills";
-  const [, page, id] = hash.match(/^#\/([a-z]+)(?:\/(\d+))?/) || [];
+  const [, page, id] = hash.match(/^#\/([a-z]+)(?:\/([^/?]*))?/) || [];
   for (const a of document.querySelectorAll("nav a[data-nav]")) {
     if (a.dataset.nav === page) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
   }
   try {
+    // A backfill address whose id is not a number names no backfill: an error, not the list.
+    if (page === "backfills" && id !== undefined && !/^[1-9]\d{0,18}$/.test(id)) {
+      throw new Error(`No backfill "${decodeURIComponent(id)}": a backfill id is a positive number (#/backfills/42).`);
+    }
     if (page === "backfills" && id) await backfillPage(Number(id), nav(gen));
     else if (page === "create") await createPage();
     else if (page === "dags") await dagsPage({ api, h, show: (...n) => { if (current(gen)) show(...n); }, showError });
@@ -87,10 +92,10 @@ async function backfillsPage() {
       h("td", {}, h("a", { href: `#/backfills/${b.id}` }, `#${b.id}`)),
       h("td", {}, b.dag_id),
       h("td", {}, stateBadge(b.state)),
-      h("td", {}, progressBar(b.progress), h("div", { class: "progress-text" }, `${done(b.progress)}/${b.progress.total}`)),
+      h("td", {}, progressBar(b.progress), h("div", { class: "progress-text" }, `${count(done(b.progress))}/${count(b.progress.total)}`)),
       h("td", {}, `${fmtTime(b.from_date)} → ${fmtTime(b.to_date)}`),
       h("td", {}, fmtTime(b.created_at)))));
-    summary.textContent = `${data.backfills.length} of ${data.total_entries} backfills, newest first`;
+    summary.textContent = `${count(data.backfills.length)} of ${count(data.total_entries)} backfills, newest first`;
   };
   const gen = routeGen;
   const { data: dags } = await api("GET", "/dags?limit=1000");
@@ -121,8 +126,8 @@ async function createPage() {
   const { data: dags } = await api("GET", "/dags?limit=1000");
   if (!current(gen)) return;
   const dag = h("select", { id: "create-dag", required: true }, ...dags.dags.map((d) => h("option", { value: d.dag_id }, `${d.dag_id} (${d.schedule}, ${d.timezone})`)));
-  const from = h("input", { id: "create-from", type: "datetime-local", required: true, step: 1 });
-  const to = h("input", { id: "create-to", type: "datetime-local", required: true, step: 1 });
+  const from = dateInput(h, "create-from");
+  const to = dateInput(h, "create-to");
   const mar = h("input", { id: "create-max-active-runs", type: "number", min: 1, max: 1000, value: 10 });
   const mfr = h("input", { id: "create-max-failed-runs", type: "number", min: 1, placeholder: "no limit" });
   const reprocess = h("select", { id: "create-reprocess" }, ...["none", "failed", "completed"].map((v) => h("option", { value: v }, v)));
@@ -130,11 +135,10 @@ async function createPage() {
   const conf = h("textarea", { id: "create-conf", placeholder: '{"full_refresh": true}' });
   const description = h("input", { id: "create-description", type: "text", maxlength: 1000 });
   const preview = h("section", { id: "preview", "aria-live": "polite" });
-  const utc = (v) => (v.length === 16 ? `${v}:00Z` : `${v}Z`);
 
   const request = () => {
     const body = {
-      dag_id: dag.value, from_date: utc(from.value), to_date: utc(to.value),
+      dag_id: dag.value, from_date: isoUTC("From", from.value), to_date: isoUTC("To", to.value),
       max_active_runs: Number(mar.value), reprocess_behavior: reprocess.value, run_backwards: backwards.checked,
     };
     if (mfr.value !== "") body.max_failed_runs = Number(mfr.value);
@@ -173,38 +177,60 @@ async function createPage() {
           const { data: b } = await api("POST", "/backfills", { body, headers: { "If-Match": etag } });
           location.hash = `#/backfills/${b.id}`;
         } catch (err) {
-          showError(err.problem && err.problem.code === "plan_changed"
-            ? new Error("The plan changed since this preview (a run or the schedule changed): preview again.") : err);
+          showError(createError(err));
         }
       };
       preview.replaceChildren(...previewSection(data, etag, create, { h }));
     } catch (err) {
-      showError(err);
+      showError(createError(err));
     }
   });
   show(h("h2", {}, "New backfill"), dags.dags.length ? form : h("p", {}, "No DAG yet: ", h("a", { href: "#/dags" }, "create one"), " first."), preview);
 }
 
+// createError says what a refused create means and, for a 409 on the DAG's active backfill,
+// links that backfill: the person's next step is to look at it.
+function createError(err) {
+  const code = err.problem && err.problem.code;
+  if (code === "plan_changed") {
+    return new Error("The plan changed since this preview (a run or the schedule changed): preview again.");
+  }
+  if (code === "backfill_already_running" && err.problem.active_backfill_id) {
+    const id = err.problem.active_backfill_id;
+    const e = new Error(`This DAG already has an active backfill, #${id}: wait for it to finish or cancel it.`);
+    e.link = { href: `#/backfills/${id}`, text: `Open backfill #${id}` };
+    return e;
+  }
+  return err;
+}
+
 // ---- Pools -----------------------------------------------------------------------------
 
 // poolsPage lists pools with their slots, running and queued runs, read again every 2 s
-// while the page is shown (a pool's figures move with every claim and report).
+// while the page is shown (a pool's figures move with every claim and report). The heading
+// and the table are drawn once; each read replaces only the rows, so the page does not
+// jump or lose the reader's place.
 async function poolsPage() {
   const gen = routeGen;
+  const tbody = h("tbody");
+  const empty = h("p", {}, "No pool yet: create one with PUT /api/v1/pools/{name} or backfillctl pools put.");
+  const table = h("table", { id: "pools" },
+    h("thead", {}, h("tr", {}, ...["Pool", "Slots", "Running", "Queued", "In use", "Description"].map((t) => h("th", { scope: "col" }, t)))),
+    tbody);
+  const updated = h("p", { class: "muted", id: "pools-updated" });
   const draw = async () => {
     const { data } = await api("GET", "/pools?limit=1000");
     if (!current(gen)) return;
-    show(h("h2", {}, "Pools"),
-      data.pools.length === 0
-        ? h("p", {}, "No pool yet: create one with PUT /api/v1/pools/{name} or backfillctl pools put.")
-        : h("table", { id: "pools" },
-          h("thead", {}, h("tr", {}, ...["Pool", "Slots", "Running", "Queued", "In use", "Description"].map((t) => h("th", { scope: "col" }, t)))),
-          h("tbody", {}, ...data.pools.map((p) => h("tr", { "data-pool": p.name },
-            h("td", {}, p.name), h("td", { class: "slots" }, p.slots), h("td", { class: "running" }, p.running),
-            h("td", { class: "queued" }, p.queued), h("td", {}, poolBar(p)), h("td", {}, p.description ?? ""))))));
+    empty.hidden = data.pools.length > 0;
+    table.hidden = data.pools.length === 0;
+    tbody.replaceChildren(...data.pools.map((p) => h("tr", { "data-pool": p.name },
+      h("td", {}, p.name), h("td", { class: "slots" }, count(p.slots)), h("td", { class: "running" }, count(p.running)),
+      h("td", { class: "queued" }, count(p.queued)), h("td", {}, poolBar(p)), h("td", {}, p.description ?? ""))));
+    updated.textContent = `Live: read every 2 s; last read ${new Date().toISOString().slice(11, 19)} UTC.`;
   };
   await draw();
   if (!current(gen)) return;
+  show(h("h2", {}, "Pools"), updated, empty, table);
   const timer = setInterval(() => draw().catch(showError), 2000);
   leave = () => clearInterval(timer);
 }

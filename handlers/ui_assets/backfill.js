@@ -5,7 +5,8 @@
 
 import { h, show, showError } from "./dom.js";
 import { API, api, token } from "./api.js";
-import { TERMINAL, SLOT_STATES, stateBadge, progressBar, progressText } from "./format.js";
+import { TERMINAL, SLOT_STATES, count as fmt, stateBadge, progressBar, progressText } from "./format.js";
+import { describeChanges } from "./changes.js";
 import { fmtTime } from "./time.js";
 import { confirmAction, count } from "./confirm.js";
 import { failedRunsSection } from "./failed_runs.js";
@@ -33,8 +34,8 @@ export async function backfillPage(id, nav) {
       ...row("Window", `${fmtTime(b.from_date)} → ${fmtTime(b.to_date)}${b.run_backwards ? " (backwards)" : ""}`),
       ...row("State", b.state + (b.pause_reason ? ` (${b.pause_reason === "failure_budget" ? "failure budget reached" : "paused by a user"})` : "")),
       ...row("Reprocess", b.reprocess_behavior),
-      ...row("Max active runs", b.max_active_runs),
-      ...row("Max failed runs", b.max_failed_runs ?? "no limit"),
+      ...row("Max active runs", fmt(b.max_active_runs)),
+      ...row("Max failed runs", b.max_failed_runs === null || b.max_failed_runs === undefined ? "no limit" : fmt(b.max_failed_runs)),
       ...row("Conf", b.dag_run_conf === null ? "—" : JSON.stringify(b.dag_run_conf)),
       ...row("Description", b.description ?? "—"),
       ...(b.parent_backfill_id ? row("Retry of", h("a", { href: `#/backfills/${b.parent_backfill_id}` }, `#${b.parent_backfill_id}`)) : []),
@@ -92,16 +93,18 @@ export async function backfillPage(id, nav) {
     render();
   };
 
+  // Clean before the read, not after: progress that arrives during it marks the grid again.
   const refreshGrid = async () => {
-    await grid.refresh();
     state.gridDirty = false;
+    await grid.refresh();
   };
 
   const refreshEvents = async () => {
     const { data } = await api("GET", `/backfills/${id}/events?limit=200`);
-    events.replaceChildren(...data.events.map((e) => h("tr", {},
+    const changes = describeChanges(data.events);
+    events.replaceChildren(...data.events.map((e) => h("tr", { "data-type": e.type },
       h("td", {}, e.id), h("td", {}, e.type), h("td", {}, fmtTime(e.occurred_at)),
-      h("td", {}, e.data && e.data.reason ? e.data.reason : ""))));
+      h("td", { class: "details" }, changes.get(e.id) ?? (e.data && e.data.reason ? e.data.reason : "")))));
   };
 
   const run = async (fn) => {
@@ -120,7 +123,7 @@ export async function backfillPage(id, nav) {
     h("h3", {}, "Slots"), legend, grid.node,
     failed.node,
     h("h3", {}, "Events"), h("div", { class: "scroll" }, h("table", {},
-      h("thead", {}, h("tr", {}, ...["Id", "Type", "When", "Reason"].map((t) => h("th", { scope: "col" }, t)))), events)));
+      h("thead", {}, h("tr", {}, ...["Id", "Type", "When", "Details"].map((t) => h("th", { scope: "col" }, t)))), events)));
 
   // Live: the backfill's event stream; progress messages move the bar, lifecycle events
   // refresh the page. The grid follows at most once a second.

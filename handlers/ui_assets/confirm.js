@@ -18,5 +18,4 @@ export function confirmAction(h, message, actionLabel) {
   });
 }
 
-// count writes a number with thousands separators ("1,982"), the same in every locale.
-export const count = (n) => Number(n).toLocaleString("en-US");
+export { count } from "./format.js";

@@ -25,9 +25,12 @@ export function show(...nodes) {
   view.replaceChildren(...nodes);
 }
 
+// showError shows err in the banner (null hides it). An error with a `link` ({ href, text })
+// ends with that link: the way out it names, such as the backfill a 409 is about.
 export function showError(err) {
   const box = $("#error");
-  if (!err) { box.hidden = true; box.textContent = ""; return; }
+  if (!err) { box.hidden = true; box.replaceChildren(); return; }
   box.hidden = false;
-  box.textContent = err.message || String(err);
+  box.replaceChildren(err.message || String(err));
+  if (err.link) box.append(" ", h("a", { href: err.link.href, id: "error-link" }, err.link.text));
 }

@@ -3,10 +3,12 @@
 // that a page deep in a 40,000-slot backfill costs what the first does.
 
 import { fmtTime } from "./time.js";
+import { count as fmt } from "./format.js";
 
 const PAGE = 50;
 
-// failedRunsSection makes the section; refresh() re-reads the current page.
+// failedRunsSection makes the section; refresh() re-reads the current page. With no failed run
+// it is one line: no header, no table, no pager.
 export function failedRunsSection(id, { api, h, onError }) {
   const count = h("p", { class: "muted", id: "failed-count" });
   const body = h("tbody", { id: "failed-runs" });
@@ -28,10 +30,12 @@ export function failedRunsSection(id, { api, h, onError }) {
     if (read !== reads) return;
     nextCursor = data.next_cursor;
     const first = page * PAGE + 1;
-    count.textContent = data.total_entries === 0 ? "No failed runs."
-      : `${data.total_entries} failed run${data.total_entries === 1 ? "" : "s"}; showing ${first}–${first + data.backfill_dag_runs.length - 1}.`;
+    const none = data.total_entries === 0;
+    count.textContent = none ? "No failed runs."
+      : `${fmt(data.total_entries)} failed run${data.total_entries === 1 ? "" : "s"}; showing ${fmt(first)}–${fmt(first + data.backfill_dag_runs.length - 1)}.`;
+    for (const el of [header, table, pager]) el.hidden = none;
     body.replaceChildren(...data.backfill_dag_runs.map((s) => h("tr", { "data-run-id": s.run_id },
-      h("td", {}, s.sort_ordinal),
+      h("td", {}, fmt(s.sort_ordinal)),
       h("td", {}, fmtTime(s.logical_date)),
       h("td", {}, s.run_id ?? "—"),
       h("td", {}, s.attempt ?? "—"),
@@ -48,11 +52,11 @@ export function failedRunsSection(id, { api, h, onError }) {
     load().catch(onError);
   });
 
-  const node = h("section", { id: "failed-section" },
-    h("h3", {}, "Failed runs"), count,
-    h("div", { class: "scroll" }, h("table", {},
-      h("thead", {}, h("tr", {}, ...["#", "Logical date", "Run", "Attempt", "Note"].map((t) => h("th", { scope: "col" }, t)))),
-      body)),
-    h("div", { class: "actions" }, prev, next));
+  const header = h("h3", {}, "Failed runs");
+  const table = h("div", { class: "scroll" }, h("table", {},
+    h("thead", {}, h("tr", {}, ...["#", "Logical date", "Run", "Attempt", "Note"].map((t) => h("th", { scope: "col" }, t)))),
+    body));
+  const pager = h("div", { class: "actions" }, prev, next);
+  const node = h("section", { id: "failed-section" }, header, count, table, pager);
   return { node, refresh: load };
 }

@@ -2,6 +2,10 @@
 
 import { h } from "./dom.js";
 
+// count writes a number with thousands separators ("43,801"), the same in every locale; every
+// number the console shows goes through it.
+export const count = (n) => (n === null || n === undefined || n === "" ? "" : Number(n).toLocaleString("en-US"));
+
 export const TERMINAL = new Set(["succeeded", "failed", "canceled"]);
 export const SLOT_STATES = ["queued", "running", "success", "failed", "canceled", "skipped"];
 
@@ -13,10 +17,10 @@ export function done(p) { return p.success + p.failed + p.canceled + p.skipped; 
 
 export function progressBar(p) {
   const total = Math.max(p.total, 1);
-  const part = (n, cls, label) => n > 0 ? h("span", { class: cls, style: { width: `${(100 * n) / total}%` }, title: `${label} ${n}` }) : null;
+  const part = (n, cls, label) => n > 0 ? h("span", { class: cls, style: { width: `${(100 * n) / total}%` }, title: `${label} ${count(n)}` }) : null;
   return h("div", {
     class: "bar", role: "progressbar", "aria-valuemin": 0, "aria-valuemax": p.total, "aria-valuenow": done(p),
-    "aria-label": `${done(p)} of ${p.total} slots done`,
+    "aria-label": `${count(done(p))} of ${count(p.total)} slots done`,
   },
   part(p.success, "b-success", "success"), part(p.failed, "b-failed", "failed"),
   part(p.canceled, "b-canceled", "canceled"), part(p.skipped, "b-skipped", "skipped"),
@@ -26,7 +30,7 @@ export function progressBar(p) {
 export function progressText(b, eta) {
   const p = b.progress;
   const pct = p.total ? Math.floor((100 * done(p)) / p.total) : 100;
-  let text = `${done(p)}/${p.total} done (${pct}%) · success ${p.success} · failed ${p.failed} · canceled ${p.canceled} · skipped ${p.skipped} · running ${p.running} · queued ${p.queued}`;
+  let text = `${count(done(p))}/${count(p.total)} done (${pct}%) · success ${count(p.success)} · failed ${count(p.failed)} · canceled ${count(p.canceled)} · skipped ${count(p.skipped)} · running ${count(p.running)} · queued ${count(p.queued)}`;
   if (b.state === "running" && eta !== undefined && eta !== null) text += ` · ETA ${formatSeconds(eta)}`;
   if (b.state === "paused") text += " · paused, no ETA";
   return text;

@@ -38,7 +38,7 @@ export function previewSection(data, etag, onCreate, { h }) {
   const draw = () => {
     const rows = data.runs.slice(page * ROWS, (page + 1) * ROWS);
     body.replaceChildren(...rows.map((r) => h("tr", {},
-      h("td", {}, r.sort_ordinal), h("td", {}, fmtTime(r.logical_date)), h("td", {}, r.action), h("td", {}, r.exception_reason ?? ""))));
+      h("td", {}, count(r.sort_ordinal)), h("td", {}, fmtTime(r.logical_date)), h("td", {}, r.action), h("td", {}, r.exception_reason ?? ""))));
     range.textContent = rows.length === 0 ? "" : `Slots ${count(page * ROWS + 1)}–${count(page * ROWS + rows.length)} of ${count(data.runs.length)}`;
     prev.disabled = page === 0;
     next.disabled = (page + 1) * ROWS >= data.runs.length;
@@ -50,10 +50,10 @@ export function previewSection(data, etag, onCreate, { h }) {
   return [
     h("h3", {}, "Preview"),
     h("div", { class: "counts" },
-      h("div", { id: "count-total" }, h("strong", {}, data.total_entries), "slots"),
-      h("div", { id: "count-create" }, h("strong", {}, counts.create), "create"),
-      h("div", { id: "count-reprocess" }, h("strong", {}, counts.reprocess), "reprocess"),
-      h("div", { id: "count-skip" }, h("strong", {}, counts.skip), "skip")),
+      h("div", { id: "count-total" }, h("strong", {}, count(data.total_entries)), "slots"),
+      h("div", { id: "count-create" }, h("strong", {}, count(counts.create)), "create"),
+      h("div", { id: "count-reprocess" }, h("strong", {}, count(counts.reprocess)), "reprocess"),
+      h("div", { id: "count-skip" }, h("strong", {}, count(counts.skip)), "skip")),
     warning,
     h("p", { class: "muted" }, `Created only if the plan is still this one (If-Match: ${etag}).`),
     createBtn,

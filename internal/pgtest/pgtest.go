@@ -37,13 +37,15 @@ const (
 	localURL       = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	containerImage = "postgres:16-alpine"
 
-	// Every database the harness creates starts with one of these prefixes, which is how
-	// the stale-database sweep recognises them. Test database names are
-	// bf_t_<pid>_<token>_<n>, the template is bf_tpl_<pid>_<token>: the pid and a random
-	// token keep test binaries that run in parallel (go test ./...) apart, even when
-	// several hosts share one server.
-	templatePrefix = "bf_tpl_"
-	testDBPrefix   = "bf_t_"
+	// EnvPrefix names the variable that sets the prefix of every database the harness
+	// creates (default defaultPrefix). The stale-database sweep recognises the harness's
+	// databases by it and drops nothing else, so a shared server's other databases, and
+	// another project's harness with its own prefix, are never touched. Test databases are
+	// <prefix><pid>_<token>_<n>, the template <prefix>tpl_<pid>_<token>: the pid and a random
+	// token keep test binaries that run in parallel (go test ./...) apart, even when several
+	// hosts share one server.
+	EnvPrefix     = "TEST_DB_PREFIX"
+	defaultPrefix = "bf_t_"
 
 	// staleAfter is how old an unused harness database must be before any run may drop it,
 	// whatever host created it. Runs on this host are recognised sooner, by their pid.
@@ -55,7 +57,7 @@ type state struct {
 	adminURL *url.URL // maintenance connection; databases are created and dropped through it
 	admin    *sql.DB
 	template string
-	prefix   string // bf_t_<pid>_<token>_
+	prefix   string // <TEST_DB_PREFIX><pid>_<token>_
 	comment  string // COMMENT ON DATABASE text, read back by the stale sweep
 
 	// Test databases are dropped in the background: DROP DATABASE waits for a checkpoint and

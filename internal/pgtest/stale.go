@@ -15,19 +15,19 @@ import (
 	"github.com/lib/pq"
 )
 
-// sweepStale drops harness databases that earlier runs left behind when they crashed, timed
+// sweepStale drops harness databases (named with prefix) that earlier runs left behind when they crashed, timed
 // out or were interrupted before their cleanups ran. A database goes only if nobody is
 // connected to it and either its creating process on this host is gone or it is older than
 // staleAfter; plain DROP DATABASE (no FORCE) refuses anything that is still in use, so a
 // parallel run is never harmed. Failures are ignored: the sweep is housekeeping.
-func sweepStale(ctx context.Context, admin *sql.DB, host string) {
+func sweepStale(ctx context.Context, admin *sql.DB, prefix, host string) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	rows, err := admin.QueryContext(ctx, `
 		SELECT d.datname, coalesce(shobj_description(d.oid, 'pg_database'), '')
 		FROM pg_database d
-		WHERE (d.datname LIKE 'bf\_tpl\_%' OR d.datname LIKE 'bf\_t\_%')
-		  AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datid = d.oid)`)
+		WHERE starts_with(d.datname, $1)
+		  AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datid = d.oid)`, prefix)
 	if err != nil {
 		return
 	}

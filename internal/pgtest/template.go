@@ -32,6 +32,11 @@ func setUp(ctx context.Context, adminURL *url.URL) (*state, error) {
 	admin.SetMaxOpenConns(4)
 	admin.SetMaxIdleConns(2)
 
+	base, err := dbPrefix(os.Getenv(EnvPrefix))
+	if err != nil {
+		_ = admin.Close()
+		return nil, err
+	}
 	token := randomToken()
 	pid := os.Getpid()
 	host, _ := os.Hostname()
@@ -40,12 +45,12 @@ func setUp(ctx context.Context, adminURL *url.URL) (*state, error) {
 		admin:       admin,
 		dropSlots:   make(chan struct{}, 2),
 		dropBacklog: make(chan struct{}, 8),
-		template:    fmt.Sprintf("%s%d_%s", templatePrefix, pid, token),
-		prefix:      fmt.Sprintf("%s%d_%s_", testDBPrefix, pid, token),
+		template:    fmt.Sprintf("%stpl_%d_%s", base, pid, token),
+		prefix:      fmt.Sprintf("%s%d_%s_", base, pid, token),
 		comment:     fmt.Sprintf("pgtest host=%s pid=%d created=%s", strings.ReplaceAll(host, " ", "_"), pid, time.Now().UTC().Format(time.RFC3339)),
 	}
 
-	sweepStale(ctx, admin, host)
+	sweepStale(ctx, admin, base, host)
 
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
