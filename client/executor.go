@@ -348,7 +348,7 @@ func (c *Client) execute(ctx context.Context, cfg ExecutorConfig, log *slog.Logg
 		cfg.runEnded(run, OutcomeUnreported, note)
 		return
 	}
-	log.Info("reported run", "state", state, "duration", time.Since(started).Round(time.Millisecond), "work_err", err)
+	log.Debug("reported run", "state", state, "duration", time.Since(started).Round(time.Millisecond), "work_err", err)
 	cfg.runEnded(run, RunOutcome(state), note)
 }
 

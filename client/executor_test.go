@@ -1,11 +1,14 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -346,4 +349,44 @@ func TestRunExecutorStoppingGivesAReportNoMoreThanAReleaseGets(t *testing.T) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	require.Greater(t, f.patches, 3, "the report was sent again meanwhile")
+}
+
+// Claims and reports are per-run chatter: at the default INFO level an executor that runs
+// runs logs nothing for them, and at DEBUG it logs each.
+func TestRunExecutorLogsEachRunOnlyAtDebug(t *testing.T) {
+	t.Parallel()
+	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
+		f := newFakeExecutorAPI(run(1, "one"), run(2, "two"))
+		c := serve(t, f.handler(), "")
+		var out syncBuffer
+		logger := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: level}))
+		stop := startExecutor(t, c, ExecutorConfig{WorkerID: "w1", Limit: 2, IdleBackoff: time.Millisecond, Logger: logger},
+			func(context.Context, DagRun) error { return nil })
+		awaitReport(t, f)
+		awaitReport(t, f)
+		require.NoError(t, stop())
+		want := 0
+		if level == slog.LevelDebug {
+			want = 2
+		}
+		require.Equal(t, want, strings.Count(out.String(), "reported run"), "level %s: %s", level, out.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer that the executor's goroutines may write at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

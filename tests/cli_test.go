@@ -256,7 +256,7 @@ func testCLIExecutor(t *testing.T, bin string) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	worker := exec.CommandContext(ctx, bin, "executor", "--worker-id", "cli-w1", "--sleep", "5ms", "--limit", "3")
+	worker := exec.CommandContext(ctx, bin, "executor", "--worker-id", "cli-w1", "--sleep", "5ms", "--limit", "3", "--verbose")
 	worker.Env = cliEnv("BACKFILL_SERVER=" + e.URL)
 	var workerLog bytes.Buffer
 	worker.Stdout, worker.Stderr = &workerLog, &workerLog

@@ -29,7 +29,7 @@ func executor(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) erro
 	heartbeat := fs.Duration("heartbeat", 0, "time between heartbeats (default a third of the lease)")
 	sleep := fs.Duration("sleep", time.Second, "how long each run pretends to work")
 	failRate := fs.Float64("fail-rate", 0, "fraction of runs that fail, 0..1")
-	verbose := fs.Bool("verbose", false, "also log claims")
+	verbose := fs.Bool("verbose", false, "also log each claim and report")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
