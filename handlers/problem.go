@@ -129,6 +129,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		// The one answer for every change whose session died after it was sent, COMMIT or an
 		// autocommit statement: nothing re-sent it, so it happened at most once.
 		s.log(r).Error("connection lost after a change was sent", "err", err)
+		s.answers.OutcomeUnknown()
 		w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
 		writeProblem(w, problem(http.StatusServiceUnavailable, "outcome_unknown",
 			"the change may or may not have been applied; retrying with the same Idempotency-Key is safe"))

@@ -30,6 +30,10 @@ func New(opts Options) (http.Handler, error) {
 
 		webhookAllowLocal: opts.WebhookAllowLocal,
 		tracer:            opts.Tracer,
+		answers:           opts.Answers,
+	}
+	if s.answers == nil {
+		s.answers = nopAnswers{}
 	}
 	if s.streamKeepAlive <= 0 {
 		s.streamKeepAlive = DefaultStreamKeepAlive

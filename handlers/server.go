@@ -82,7 +82,21 @@ type Options struct {
 	WebhookAllowLocal bool
 	// Tracer traces requests (server spans by route, trace_id in the access log); nil is off.
 	Tracer *tracing.Tracer
+	// Answers counts answers an operator alerts on; nil counts nothing.
+	Answers AnswerObserver
 }
+
+// AnswerObserver counts answers that say something went wrong on the service's side and
+// that no status code alone tells apart. The metrics package implements it.
+type AnswerObserver interface {
+	// OutcomeUnknown counts a change answered 503 outcome_unknown: its session died after
+	// the change was sent, so it may or may not have been applied.
+	OutcomeUnknown()
+}
+
+type nopAnswers struct{}
+
+func (nopAnswers) OutcomeUnknown() {}
 
 // Server implements api.ServerInterface.
 type Server struct {
@@ -101,6 +115,8 @@ type Server struct {
 	webhookAllowLocal bool
 	// tracer: see Options.Tracer.
 	tracer *tracing.Tracer
+	// answers: see Options.Answers; never nil.
+	answers AnswerObserver
 }
 
 var _ api.ServerInterface = (*Server)(nil)

@@ -31,6 +31,7 @@ type Metrics struct {
 	eventLag           prometheus.Histogram
 	eventStreams       prometheus.Gauge
 	streamsRejected    prometheus.Counter
+	outcomeUnknown     prometheus.Counter
 	admitted           *prometheus.CounterVec
 	shed               *prometheus.CounterVec
 	admissionWait      *prometheus.HistogramVec
@@ -135,6 +136,10 @@ func New() *Metrics {
 			Name: "backfill_event_streams",
 			Help: "Server-Sent Events streams open on this replica.",
 		}),
+		outcomeUnknown: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backfill_outcome_unknown_total",
+			Help: "Changes answered 503 outcome_unknown: the database session died after the change was sent, so it may or may not have been applied.",
+		}),
 		streamsRejected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backfill_event_streams_rejected_total",
 			Help: "Event streams refused (503 busy) because this replica had as many open as it allows.",
@@ -146,7 +151,7 @@ func New() *Metrics {
 		m.backfillsCreated, m.backfillsFinalized, m.runsClaimed, m.leasesExpired, m.txRetries,
 		m.sweepDuration, m.sweepErrors, m.httpRequests, m.httpDuration,
 		m.webhookAttempts, m.webhookLag,
-		m.eventsRead, m.eventLag, m.eventStreams, m.streamsRejected,
+		m.eventsRead, m.eventLag, m.eventStreams, m.streamsRejected, m.outcomeUnknown,
 		m.admitted, m.shed, m.admissionWait, m.shedWait, m.waiting, m.inFlight,
 	)
 	return m
@@ -230,6 +235,9 @@ func (m *Metrics) StreamsOpen(n int) { m.eventStreams.Set(float64(n)) }
 
 // StreamRejected implements events.Observer.
 func (m *Metrics) StreamRejected() { m.streamsRejected.Inc() }
+
+// OutcomeUnknown counts a change answered 503 outcome_unknown.
+func (m *Metrics) OutcomeUnknown() { m.outcomeUnknown.Inc() }
 
 // Admitted implements handlers.AdmissionObserver.
 func (m *Metrics) Admitted(class string, waited time.Duration) {

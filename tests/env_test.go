@@ -221,6 +221,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 
 		WebhookAllowLocal: !o.localWebhooksRefused,
 		Tracer:            o.tracer,
+		Answers:           m,
 	})
 	require.NoError(t, err)
 	srv := httptest.NewUnstartedServer(h)

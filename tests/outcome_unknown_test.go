@@ -156,6 +156,9 @@ func TestAnswerLostAfterCommitIsNeverAppliedTwice(t *testing.T) {
 		rep := checkInvariants(t, e.DB)
 		require.Empty(t, rep.Violations, fmt.Sprintf("%s: invariants", c.name))
 	}
+	// Each answer is counted for the alert (deploy/prometheus, BackfillOutcomeUnknown).
+	metricsBody := string(e.Do(http.MethodGet, "/metrics", nil).Body)
+	require.Contains(t, metricsBody, fmt.Sprintf("\nbackfill_outcome_unknown_total %d\n", len(cases)))
 }
 
 // Seeded chaos on the wire under a worker's claims and reports: the proxy cuts, resets or

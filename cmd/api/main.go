@@ -213,6 +213,7 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 		},
 		WebhookAllowLocal: cfg.WebhookAllowLocal,
 		Tracer:            tracer,
+		Answers:           m,
 	})
 	if err != nil {
 		return err

@@ -39,6 +39,7 @@ func Names() (map[string]bool, error) {
 	m.EventRead("backfill.created", time.Millisecond)
 	m.StreamsOpen(1)
 	m.StreamRejected()
+	m.OutcomeUnknown()
 	m.Admitted("claim", time.Millisecond)
 	m.Shed("claim", time.Millisecond)
 	m.Waiting("claim", 1)
