@@ -61,7 +61,7 @@ func (s *Store) BackfillCreate(ctx context.Context, p domain.BackfillRequest) (B
 			// Every attempt looks at the window afresh: dates read once and reused would
 			// go stale when a concurrent creation commits the same dates, or when the DAG is
 			// deleted (its runs with it) and created again.
-			known, err := s.existingRunDates(ctx, p.DagID, plan)
+			known, err := s.existingRunDates(a.ctx, p.DagID, plan)
 			if err != nil {
 				return err
 			}

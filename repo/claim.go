@@ -56,8 +56,8 @@ func (s *Store) RunClaim(ctx context.Context, p RunClaimParams) ([]Run, bool, er
 		// The claim waits for no row lock (every lock it takes skips rows held elsewhere), so a
 		// deadlock should not reach it; retrying one costs nothing if the planner ever locks in
 		// another way.
-		err = s.withRetry(ctx, func(attempt) error {
-			claimed, err = s.claimRuns(ctx, nil, scope, args)
+		err = s.withRetry(ctx, func(a attempt) error {
+			claimed, err = s.claimRuns(a.ctx, nil, scope, args)
 			return err
 		})
 	} else {

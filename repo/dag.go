@@ -29,7 +29,7 @@ func (s *Store) DagPut(ctx context.Context, p DagPutParams) (Dag, bool, error) {
 	}
 	// xmax is 0 only on a freshly inserted row: it tells created from replaced in one trip.
 	err := s.withRetry(ctx, func(a attempt) error {
-		return sqlx.GetContext(ctx, s.db, &row, dagPutSQL,
+		return sqlx.GetContext(a.ctx, s.db, &row, dagPutSQL,
 			p.DagID, p.Schedule, p.Timezone, p.MaxActiveRuns, p.IsPaused, p.Description, a.lockWait)
 	})
 	if err != nil {

@@ -53,6 +53,9 @@ func setLockWait(ctx context.Context, tx *sqlx.Tx, a attempt) error {
 type attempt struct {
 	// lockWait is the attempt's lock_timeout in milliseconds (lockBudget).
 	lockWait string
+	// ctx is the operation's context, with its span when tracing is on: a transaction begun
+	// with it parents its statements' spans (session.BeginTx). Nil outside withRetry.
+	ctx context.Context
 }
 
 // lockWaitFloor is the least share of LOCK_WAIT an attempt is sent with; below it the

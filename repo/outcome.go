@@ -11,7 +11,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/backfillsvc/backfill/tracing"
 	"github.com/lib/pq"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // outcomeUnknownError is what a statement or COMMIT that may have reached the server returns
@@ -112,6 +114,9 @@ type session struct {
 	driver.Conn
 	sock *countingConn // nil when the connector was not lib/pq's
 	inTx bool          // a transaction is open: its statements cannot commit on their own
+	// txSpan is the open transaction's span when tracing records it (nil otherwise): the
+	// parent of its statements' spans, whose contexts are their callers' and lack it.
+	txSpan trace.Span
 }
 
 func newSession(c driver.Conn, slot *dialSlot) *session {
@@ -174,17 +179,24 @@ func isRead(query string) bool {
 }
 
 func (s *session) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	span := tracing.Statement(ctx, s.txSpan, query)
 	before := s.written()
 	res, err := s.Conn.(driver.ExecerContext).ExecContext(ctx, query, args)
-	return res, s.classify("exec", query, before, err)
+	err = s.classify("exec", query, before, err)
+	tracing.EndStatement(span, err)
+	return res, err
 }
 
 func (s *session) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	span := tracing.Statement(ctx, s.txSpan, query)
 	before := s.written()
 	rows, err := s.Conn.(driver.QueryerContext).QueryContext(ctx, query, args)
 	if err != nil {
-		return nil, s.classify("query", query, before, err)
+		err = s.classify("query", query, before, err)
+		tracing.EndStatement(span, err)
+		return nil, err
 	}
+	tracing.EndStatement(span, nil)
 	return s.wrapRows(rows, query), nil
 }
 
@@ -203,7 +215,7 @@ func (s *session) PrepareContext(ctx context.Context, query string) (driver.Stmt
 	if err != nil {
 		return nil, err
 	}
-	return &stmt{Stmt: st, s: s, query: query}, nil
+	return &stmt{Stmt: st, s: s, query: query, op: tracedOperation(query)}, nil
 }
 
 func (s *session) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
@@ -213,6 +225,7 @@ func (s *session) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx
 		return nil, err
 	}
 	s.inTx = true
+	s.txSpan = tracing.Recording(ctx)
 	return &sessionTx{Tx: tx, s: s}, nil
 }
 
@@ -248,10 +261,12 @@ type sessionTx struct {
 	s *session
 }
 
-func (t *sessionTx) Commit() error {
+func (t *sessionTx) Commit() (err error) {
+	span := tracing.Statement(context.Background(), t.s.txSpan, "COMMIT")
+	defer func() { tracing.EndStatement(span, err) }()
 	before := t.s.written()
-	err := t.Tx.Commit()
-	t.s.inTx = false
+	err = t.Tx.Commit()
+	t.s.inTx, t.s.txSpan = false, nil
 	if err == nil || !lostAnswer(err) {
 		return err
 	}
@@ -262,7 +277,7 @@ func (t *sessionTx) Commit() error {
 }
 
 func (t *sessionTx) Rollback() error {
-	t.s.inTx = false
+	t.s.inTx, t.s.txSpan = false, nil
 	return t.Tx.Rollback()
 }
 
@@ -271,28 +286,39 @@ type stmt struct {
 	driver.Stmt
 	s     *session
 	query string
+	op    string // its span's name; "" for none (tracedOperation)
+}
+
+// tracedOperation names a prepared statement's spans. COPY FROM STDIN has none: its
+// statement is executed once per row sent, and a 100,000-run create would make as many spans.
+func tracedOperation(query string) string {
+	if op := tracing.SQLOperation(query); op != "COPY" {
+		return op
+	}
+	return ""
 }
 
 // ExecContext and QueryContext fall back to the context-free methods for the statements that
 // lack them: lib/pq's COPY FROM STDIN statement (pq.CopyIn) implements only Exec and Query.
 // database/sql would do the same for an unwrapped statement, so the wrapper must too.
-func (st *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+func (st *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (res driver.Result, err error) {
+	span := tracing.StatementOp(ctx, st.s.txSpan, st.op)
+	defer func() { tracing.EndStatement(span, err) }()
 	before := st.s.written()
-	var res driver.Result
-	var err error
 	if ec, ok := st.Stmt.(driver.StmtExecContext); ok {
 		res, err = ec.ExecContext(ctx, args)
 	} else if err = ctx.Err(); err == nil {
 		//lint:ignore SA1019 the context-free Exec is all that lib/pq's COPY statement has
 		res, err = st.Stmt.Exec(plainValues(args))
 	}
-	return res, st.s.classify("exec", st.query, before, err)
+	err = st.s.classify("exec", st.query, before, err)
+	return res, err
 }
 
-func (st *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+func (st *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (rows driver.Rows, err error) {
+	span := tracing.StatementOp(ctx, st.s.txSpan, st.op)
+	defer func() { tracing.EndStatement(span, err) }()
 	before := st.s.written()
-	var rows driver.Rows
-	var err error
 	if qc, ok := st.Stmt.(driver.StmtQueryContext); ok {
 		rows, err = qc.QueryContext(ctx, args)
 	} else if err = ctx.Err(); err == nil {

@@ -41,7 +41,7 @@ func (s *Store) PoolPut(ctx context.Context, p PoolPutParams) (Pool, bool, error
 		Created bool `db:"created"`
 	}
 	err := s.withRetry(ctx, func(a attempt) error {
-		return sqlx.GetContext(ctx, s.db, &row, `
+		return sqlx.GetContext(a.ctx, s.db, &row, `
 			INSERT INTO pools (name, slots, description, created_at, updated_at)
 			SELECT $1, $2, $3, backfill_now(), backfill_now()
 			WHERE `+statementLockWait("$4")+`

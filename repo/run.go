@@ -252,7 +252,7 @@ func (s *Store) RunHeartbeat(ctx context.Context, runPK int64, workerID string) 
 	// heartbeats of a held run answer 503 busy instead of keeping lease slots for as long as
 	// the holder likes (an audit, 2026-12-06: 14 s, with every other heartbeat shed meanwhile).
 	err := s.withRetry(ctx, func(a attempt) error {
-		return sqlx.GetContext(ctx, s.hot(ctx, s.leaseDB, s.leaseDB, runHeartbeatSQL), &row, runHeartbeatSQL, runPK, workerID, a.lockWait)
+		return sqlx.GetContext(a.ctx, s.hot(a.ctx, s.leaseDB, s.leaseDB, runHeartbeatSQL), &row, runHeartbeatSQL, runPK, workerID, a.lockWait)
 	})
 	if isNoRows(err) {
 		return Heartbeat{}, leaseLost(ctx, s.leaseDB, runPK)

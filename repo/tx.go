@@ -49,7 +49,8 @@ func (s *Store) inTxWithRetry(ctx context.Context, level sql.IsolationLevel, fn 
 // to connect has already been waited out by Connector.
 func (s *Store) withRetry(ctx context.Context, attemptFn func(a attempt) error) (err error) {
 	if s.tracer != nil {
-		_, end := s.tracer.StartOperation(ctx, "github.com/backfillsvc/backfill/repo", "repo")
+		var end func(error)
+		ctx, end = s.tracer.StartOperation(ctx, "github.com/backfillsvc/backfill/repo", "repo")
 		defer func() { end(err) }()
 	}
 	var (
@@ -60,6 +61,7 @@ func (s *Store) withRetry(ctx context.Context, attemptFn func(a attempt) error) 
 	)
 	a := s.firstAttempt
 	for {
+		a.ctx = ctx
 		err := attemptFn(a)
 		if err == nil {
 			return nil
@@ -139,8 +141,8 @@ func isRetrySafe(err error) bool {
 // system call, a few microseconds of every status read, buys a read nothing.
 func (s *Store) readRetried(ctx context.Context, read func(ctx context.Context) error) error {
 	ctx = context.WithValue(ctx, resentIfLostKey{}, true)
-	return s.withRetry(ctx, func(attempt) error {
-		err := read(ctx)
+	return s.withRetry(ctx, func(a attempt) error {
+		err := read(a.ctx)
 		if err != nil && isSessionFailure(err) {
 			return &errBeforeCommit{err}
 		}
@@ -180,7 +182,11 @@ func readTwo[A, B any](ctx context.Context, s *Store, read func(ctx context.Cont
 type resentIfLostKey struct{}
 
 func (s *Store) runTx(ctx context.Context, level sql.IsolationLevel, a attempt, fn func(tx *sqlx.Tx) error) (err error) {
-	tx, err := s.txDB(ctx).BeginTxx(ctx, &sql.TxOptions{Isolation: level})
+	beginCtx := ctx
+	if a.ctx != nil {
+		beginCtx = a.ctx
+	}
+	tx, err := s.txDB(ctx).BeginTxx(beginCtx, &sql.TxOptions{Isolation: level})
 	if err != nil {
 		var ce *connectError
 		if errors.As(err, &ce) {

@@ -118,7 +118,7 @@ func (s *Store) webhookListOnce(ctx context.Context, p ListParams) ([]Webhook, i
 func (s *Store) WebhookDelete(ctx context.Context, id int64) error {
 	var n int64
 	err := s.withRetry(ctx, func(a attempt) error {
-		res, err := s.db.ExecContext(ctx, `UPDATE webhooks SET deleted_at = backfill_now()
+		res, err := s.db.ExecContext(a.ctx, `UPDATE webhooks SET deleted_at = backfill_now()
 			WHERE id = $1 AND deleted_at IS NULL AND `+statementLockWait("$2"), id, a.lockWait)
 		if err != nil {
 			return err

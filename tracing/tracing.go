@@ -23,6 +23,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
+// instrumentationName is the scope every span of the service is started under.
+const instrumentationName = "github.com/backfillsvc/backfill"
+
 // Tracer starts the service's spans. Build it with New or NewWithExporter; nil is off.
 type Tracer struct {
 	provider *sdktrace.TracerProvider
@@ -93,7 +96,8 @@ func newTracer(sp sdktrace.SpanProcessor, cfg Config) *Tracer {
 			AttributePerEventCountLimit: 16, AttributePerLinkCountLimit: 16,
 		}),
 	)
-	return &Tracer{provider: tp, tracer: tp.Tracer("github.com/backfillsvc/backfill")}
+	started.Store(true)
+	return &Tracer{provider: tp, tracer: tp.Tracer(instrumentationName)}
 }
 
 // Shutdown flushes the spans not yet exported.

@@ -68,3 +68,28 @@ func TestMiddlewareNamesTheSpanByRouteAndHonoursTraceparent(t *testing.T) {
 	require.Len(t, spans, 1)
 	require.Equal(t, "GET unmatched", spans[0].Name, "no chi route: never the raw path")
 }
+
+func TestSQLOperationIsTheFirstKeyword(t *testing.T) {
+	for query, want := range map[string]string{
+		"SELECT 1":                       "SELECT",
+		"  \n\twith x AS (SELECT 1) ...": "WITH",
+		"-- why\nUPDATE dag_runs SET":    "UPDATE",
+		"/* a */ /* b */insert into t":   "INSERT",
+		"(SELECT 1) UNION (SELECT 2)":    "SELECT",
+		"COMMIT":                         "COMMIT",
+		"":                               "SQL",
+		"   ":                            "SQL",
+		"/* never closed":                "SQL",
+		"$1":                             "SQL",
+	} {
+		require.Equal(t, want, tracing.SQLOperation(query), "%q", query)
+	}
+}
+
+func TestStatementSpansCostNothingWithoutARecordingParent(t *testing.T) {
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(100, func() {
+		tracing.EndStatement(tracing.Statement(ctx, nil, "SELECT 1"), nil)
+	})
+	require.Zero(t, allocs)
+}
