@@ -62,6 +62,7 @@ var nouns = []noun{
 	}},
 	{"", []command{
 		{"executor", "[--worker-id ID] [--dag-id ID] [--limit N] [--sleep 1s] [--fail-rate 0]", executor},
+		{"airflow", airflowSynopsis, airflowCommand},
 	}},
 }
 

@@ -78,6 +78,8 @@ Executor (runs a program per run; docs/EXECUTOR.md):
   executor [--worker-id ID] [--dag-id ID] [--limit N] [--sleep 1s] [--fail-rate 0]
         Without -- PROGRAM, a demo: "works" on each run for --sleep, heartbeats, and reports
         success (or failed, at random with --fail-rate), until interrupted.
+  airflow --url URL [--token T | --user U --password P] [--dag-id ID] [--pool NAME] [--concurrency N] [--until-idle]
+        Runs each claimed run as a DAG run in Apache Airflow 3 and reports how it ended (docs/AIRFLOW.md).
 
 DATE is 2024-03-01 (midnight UTC) or an RFC 3339 time (2024-03-01T02:00:00-05:00).
 
