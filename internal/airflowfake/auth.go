@@ -68,3 +68,11 @@ func (f *Fake) authed(h http.HandlerFunc) http.HandlerFunc {
 		h(w, r)
 	}
 }
+
+// RevokeTokens makes every token /auth/token issued so far invalid (as a restart of
+// Airflow's API server with a new secret key does): the next request with one gets 401.
+func (f *Fake) RevokeTokens() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.issued = map[string]time.Time{}
+}
