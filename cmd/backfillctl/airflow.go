@@ -55,7 +55,7 @@ func airflowCommand(ctx context.Context, c *cli, _ *flag.FlagSet, args []string)
 	if err != nil {
 		return err
 	}
-	if err := checkAirflowFlags(pos, *baseURL, *token, *user, *password, *poll); err != nil {
+	if err := checkAirflowFlags(pos, bridgeFlagNames, *baseURL, *token, *user, *password, *poll); err != nil {
 		return err
 	}
 	api, err := c.client()
@@ -92,21 +92,26 @@ func airflowCommand(ctx context.Context, c *cli, _ *flag.FlagSet, args []string)
 	return nil
 }
 
-func checkAirflowFlags(pos []string, baseURL, token, user, password string, poll time.Duration) error {
+// airflowFlagNames are the names of a command's flags for Airflow's URL and credentials.
+type airflowFlagNames struct{ url, token, user, password string }
+
+var bridgeFlagNames = airflowFlagNames{"--url", "--token", "--user", "--password"}
+
+func checkAirflowFlags(pos []string, n airflowFlagNames, baseURL, token, user, password string, poll time.Duration) error {
 	u, err := url.Parse(baseURL)
 	switch {
 	case len(pos) != 0:
 		return usageErrorf("unexpected arguments %q", pos)
 	case baseURL == "":
-		return usageErrorf("--url is required (Airflow's base URL)")
+		return usageErrorf("%s is required (Airflow's base URL)", n.url)
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		return usageErrorf("--url must be an http or https URL, not %q", baseURL)
+		return usageErrorf("%s must be an http or https URL, not %q", n.url, baseURL)
 	case token != "" && user != "":
-		return usageErrorf("give --token or --user, not both")
+		return usageErrorf("give %s or %s, not both", n.token, n.user)
 	case token == "" && user == "":
-		return usageErrorf("Airflow's API needs --token, or --user with --password")
+		return usageErrorf("Airflow's API needs %s, or %s with %s", n.token, n.user, n.password)
 	case user != "" && password == "":
-		return usageErrorf("--user needs --password (or BACKFILL_AIRFLOW_PASSWORD)")
+		return usageErrorf("%s needs %s (or BACKFILL_AIRFLOW_PASSWORD)", n.user, n.password)
 	case poll <= 0:
 		return usageErrorf("--poll must be positive")
 	}

@@ -24,6 +24,7 @@ var nouns = []noun{
 		{"get", "DAG_ID", get(dagID, (*client.Client).GetDag, showOne(dagColumns))},
 		{"list", "[--limit N] [--offset N]", dagsList},
 		{"delete", "DAG_ID", dagsDelete},
+		{"import", dagsImportSynopsis, dagsImport},
 	}},
 	{"backfills", []command{
 		{"create", "--dag-id ID --from-date DATE --to-date DATE [flags]", backfillsCreate},

@@ -12,6 +12,8 @@ DAGs:
   dags delete DAG_ID
         Removes the DAG with its runs and backfill history (refused while it has an active
         backfill or a queued or running run).
+  dags import --airflow URL [--dag-id ID]... [--airflow-token T | --airflow-user U --airflow-password P]
+        Creates or updates DAGs from Airflow 3's (cron schedule, timezone, max_active_runs); others are skipped.
 
 Backfills:
   backfills create --dag-id ID --from-date DATE --to-date DATE [--reprocess-behavior none|failed|completed]
