@@ -73,7 +73,13 @@ func (b *airflowBridge) trigger(ctx context.Context, log *slog.Logger, run clien
 		case ctx.Err() != nil:
 			return false, b.stop(ctx, log, run, id)
 		case airflowStatus(err) == http.StatusConflict:
-			// The id exists: this slot's run, triggered by an earlier claim. Follow it.
+			// The id exists: this slot's run, triggered by an earlier claim. Follow it, once
+			// Airflow confirms it: a 409 for another reason (another run of the DAG holding
+			// the logical date) would otherwise be followed as a run that does not exist.
+			_, gerr := b.api.getRun(ctx, run.DagId, id)
+			if airflowStatus(gerr) == http.StatusNotFound {
+				return false, fmt.Errorf("airflow refused to trigger %s of DAG %s: %w", id, run.DagId, err)
+			}
 			log.Info("Airflow's run exists already; following it")
 			return true, nil
 		case !airflowTemporary(err):
