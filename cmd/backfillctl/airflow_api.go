@@ -50,12 +50,14 @@ func airflowStatus(err error) int {
 }
 
 // airflowTemporary reports whether sending the same request again may succeed: a network
-// error, a 5xx, a 429, or a 401 that a renewed login did not mend yet.
+// error, a 5xx, a 429, or a 401 that a renewed login did not mend yet (an API server
+// restarting with a new key, a login answered by another one). None of these is the run's
+// fault, so none fails it: the lease holds while the bridge tries again.
 func airflowTemporary(err error) bool {
 	switch s := airflowStatus(err); {
 	case s == 0:
 		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
-	case s >= 500, s == http.StatusTooManyRequests:
+	case s >= 500, s == http.StatusTooManyRequests, s == http.StatusUnauthorized:
 		return true
 	}
 	return false
