@@ -42,6 +42,7 @@ func airflowCommand(ctx context.Context, c *cli, _ *flag.FlagSet, args []string)
 	lease := fs.Int("lease-seconds", 60, "lease asked for with each claim, 10..3600")
 	heartbeat := fs.Duration("heartbeat", 0, "time between heartbeats (default a third of the lease); also how soon a cancel reaches Airflow")
 	poll := fs.Duration("poll", 5*time.Second, "time between reads of an Airflow run's state")
+	queuedWarn := fs.Duration("queued-warning", 5*time.Minute, "warn when an Airflow run stays queued this long (a paused DAG in Airflow keeps it queued); 0 never warns")
 	untilIdle := fs.Bool("until-idle", false, "exit once nothing in the filters is queued or running anywhere")
 	verbose := fs.Bool("verbose", false, "also log claims and Airflow calls")
 	fs.Usage = func() {
@@ -74,7 +75,7 @@ func airflowCommand(ctx context.Context, c *cli, _ *flag.FlagSet, args []string)
 	var outMu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(lockedWriter{mu: &outMu, w: c.stderr}, &slog.HandlerOptions{Level: level}))
 	lines := &runLines{json: c.g.output == "json", w: lockedWriter{mu: &outMu, w: c.stdout}, started: map[int64]time.Time{}}
-	bridge := &airflowBridge{api: af, poll: *poll, log: logger, lines: lines}
+	bridge := &airflowBridge{api: af, poll: *poll, log: logger, lines: lines, queuedWarn: *queuedWarn}
 	cfg := client.ExecutorConfig{
 		WorkerID: *workerID, DagID: *dagID, Pool: *pool, Limit: *concurrency, LeaseSeconds: *lease,
 		HeartbeatEvery: *heartbeat, Logger: logger, UntilIdle: *untilIdle,

@@ -35,6 +35,9 @@ type airflowBridge struct {
 	poll  time.Duration
 	log   *slog.Logger
 	lines *runLines
+	// queuedWarn is how long Airflow's run may stay queued before the bridge warns that
+	// the DAG may be paused in Airflow (where a triggered run waits for ever).
+	queuedWarn time.Duration
 }
 
 // work triggers the run in Airflow (or finds the one already triggered) and follows it:
@@ -96,9 +99,14 @@ func (b *airflowBridge) trigger(ctx context.Context, log *slog.Logger, run clien
 // follow polls Airflow's run until it ends. The SDK heartbeats the service's run meanwhile;
 // a failure to read Airflow's run is waited out, since the run goes on there regardless.
 func (b *airflowBridge) follow(ctx context.Context, log *slog.Logger, run client.DagRun, id string) error {
+	warnAt := time.Now().Add(b.queuedWarn)
 	for {
 		got, err := b.api.getRun(ctx, run.DagId, id)
 		switch {
+		case err == nil && got.State == "queued" && b.queuedWarn > 0 && time.Now().After(warnAt):
+			log.Warn("Airflow's run is still queued: is the DAG paused in Airflow, or at its max_active_runs there?",
+				"queued_for", b.queuedWarn.String())
+			warnAt = time.Now().Add(b.queuedWarn)
 		case ctx.Err() != nil:
 			return b.stop(ctx, log, run, id)
 		case airflowStatus(err) == http.StatusNotFound:

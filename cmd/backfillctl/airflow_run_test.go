@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -106,4 +107,39 @@ func TestAirflowBridgeReportsAirflowsOutcomeAndFollowsAnExistingRun(t *testing.T
 	require.NoError(t, b.work(context.Background(), ok), "the same slot again: Airflow's run already succeeded")
 	require.Equal(t, map[string]int{"sales/backfillsvc__4__2024-05-01T00:00:00Z": 1, "sales/backfillsvc__4__2024-05-02T00:00:00Z": 1}, f.Triggers())
 	require.Equal(t, map[string]int{"sales/backfillsvc__4__2024-05-01T00:00:00Z": 1}, f.Conflicts())
+}
+
+// syncBuffer is a log sink the work's goroutine writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A run of a DAG paused in Airflow stays queued there for ever: the bridge keeps following
+// it and warns, saying why it may be.
+func TestAirflowBridgeWarnsWhileAirflowsRunStaysQueued(t *testing.T) {
+	f, b := testBridge(t)
+	f.AddDAG(airflowfake.DAG{DagID: "paused", Timezone: "UTC", IsPaused: true})
+	var logs syncBuffer
+	b.log, b.queuedWarn = slog.New(slog.NewTextHandler(&logs, nil)), 30*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.work(ctx, testRun("paused", 5, time.Date(2024, 5, 1, 0, 0, 0, 0, time.UTC))) }()
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "is the DAG paused in Airflow") },
+		10*time.Second, 5*time.Millisecond)
+	require.Equal(t, "queued", f.Runs()["paused/backfillsvc__5__2024-05-01T00:00:00Z"].State)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
 }
