@@ -24,6 +24,7 @@ var nouns = []noun{
 		{"get", "DAG_ID", get(dagID, (*client.Client).GetDag, showOne(dagColumns))},
 		{"list", "[--limit N] [--offset N]", dagsList},
 		{"delete", "DAG_ID", dagsDelete},
+		{"import", dagsImportSynopsis, dagsImport},
 	}},
 	{"backfills", []command{
 		{"create", "--dag-id ID --from-date DATE --to-date DATE [flags]", backfillsCreate},
@@ -62,6 +63,7 @@ var nouns = []noun{
 	}},
 	{"", []command{
 		{"executor", "[--worker-id ID] [--dag-id ID] [--limit N] [--sleep 1s] [--fail-rate 0]", executor},
+		{"airflow", airflowSynopsis, airflowCommand},
 	}},
 }
 

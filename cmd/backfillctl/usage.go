@@ -12,6 +12,8 @@ DAGs:
   dags delete DAG_ID
         Removes the DAG with its runs and backfill history (refused while it has an active
         backfill or a queued or running run).
+  dags import --airflow URL [--dag-id ID]... [--airflow-token T | --airflow-user U --airflow-password P]
+        Creates or updates DAGs from Airflow 3's (cron schedule, timezone, max_active_runs); others are skipped.
 
 Backfills:
   backfills create --dag-id ID --from-date DATE --to-date DATE [--reprocess-behavior none|failed|completed]
@@ -87,6 +89,8 @@ Executor (runs a program per run; docs/EXECUTOR.md):
            [--lease-seconds 60] [--heartbeat D] [--verbose]
         Without -- PROGRAM, a demo: "works" on each run for --sleep, heartbeats, and reports
         success (or failed, at random with --fail-rate), until interrupted.
+  airflow --url URL [--token T | --user U --password P] [--dag-id ID] [--pool NAME] [--concurrency N] [--until-idle]
+        Runs each claimed run as a DAG run in Apache Airflow 3 and reports how it ended (docs/AIRFLOW.md).
 
 DATE is 2024-03-01 (midnight UTC) or an RFC 3339 time (2024-03-01T02:00:00-05:00).
 
