@@ -29,7 +29,14 @@ func New(opts Options) (http.Handler, error) {
 		streamKeepAlive: opts.StreamKeepAlive,
 
 		webhookAllowLocal: opts.WebhookAllowLocal,
+
+		statementTimeout: opts.StatementTimeout,
+		eventScanRows:    opts.EventScanRows,
 	}
+	if opts.StreamReads <= 0 {
+		opts.StreamReads = DefaultStreamReads
+	}
+	s.streamReads = make(chan struct{}, opts.StreamReads)
 	if s.streamKeepAlive <= 0 {
 		s.streamKeepAlive = DefaultStreamKeepAlive
 	}

@@ -49,7 +49,7 @@ type Store interface {
 	WebhookAttemptList(ctx context.Context, p repo.WebhookAttemptListParams) ([]repo.WebhookAttempt, int, error)
 	BackfillPatch(ctx context.Context, p repo.BackfillPatchParams) (repo.Backfill, error)
 	BackfillRetry(ctx context.Context, p repo.BackfillRetryParams) (repo.Backfill, bool, error)
-	EventList(ctx context.Context, p repo.EventListParams) ([]domain.Event, error)
+	EventScan(ctx context.Context, p repo.EventScanParams) (repo.EventScanPage, error)
 	TerminalEventStored(ctx context.Context, backfillID, after int64) (bool, error)
 	BackfillProgressMany(ctx context.Context, ids []int64) ([]repo.Backfill, time.Time, error)
 }
@@ -79,6 +79,15 @@ type Options struct {
 	// WebhookAllowLocal accepts webhook URLs that name a loopback, link-local or unspecified
 	// address literally (WEBHOOK_ALLOW_LOCAL=true); otherwise they are 422 at creation.
 	WebhookAllowLocal bool
+	// StatementTimeout is the database sessions' statement_timeout (0: none): a request
+	// made of several statements, a page of events, ends within it too (pageBudgets).
+	StatementTimeout time.Duration
+	// StreamReads bounds the outbox reads that streams make at once (default
+	// DefaultStreamReads).
+	StreamReads int
+	// EventScanRows is the most outbox rows one read statement looks at (default
+	// repo.DefaultEventScanRows); tests make it small.
+	EventScanRows int
 }
 
 // Server implements api.ServerInterface.
@@ -92,8 +101,11 @@ type Server struct {
 
 	streams         EventStreams
 	streamKeepAlive time.Duration
-	// globalStreamPoll is how often GET /events streams read the outbox (0: the default).
-	globalStreamPoll time.Duration
+	// statementTimeout, streamReads and eventScanRows: Options' StatementTimeout,
+	// StreamReads (a semaphore) and EventScanRows.
+	statementTimeout time.Duration
+	streamReads      chan struct{}
+	eventScanRows    int
 	// webhookAllowLocal: see Options.WebhookAllowLocal.
 	webhookAllowLocal bool
 }

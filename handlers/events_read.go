@@ -1,0 +1,142 @@
+package handlers
+
+import (
+	"context"
+	"time"
+
+	"github.com/backfillsvc/backfill/domain"
+	"github.com/backfillsvc/backfill/repo"
+)
+
+// Every read of the outbox by a request or a stream is a sequence of bounded steps
+// (repo.EventScan: at most repo.DefaultEventScanRows rows looked at per statement), so that a
+// filter that matches rarely costs a bounded statement at a time and a position past what it
+// looked at, never a walk of the whole outbox in one statement or one request.
+
+// eventPageBudget is the most time a JSON page of events spends scanning the outbox: a page
+// whose filters matched less than its limit in that time answers what it found, with
+// next_after past the rows it looked at.
+const eventPageBudget = 250 * time.Millisecond
+
+// DefaultStreamReads is how many outbox reads the replica's streams make at once
+// (Options.StreamReads): their replays share this many connections of the pool, whatever the
+// number of streams, and wait their turn.
+const DefaultStreamReads = 2
+
+// eventFilter is what a reader of the outbox keeps.
+type eventFilter struct {
+	backfillID *int64
+	dagID      *string
+	typ        *domain.EventType
+}
+
+// keeps reports whether ev passes the filter (for events the hub hands on).
+func (f eventFilter) keeps(ev domain.Event) bool {
+	return (f.backfillID == nil || ev.BackfillID == *f.backfillID) &&
+		(f.dagID == nil || ev.DagID == *f.dagID) &&
+		(f.typ == nil || ev.Type == *f.typ)
+}
+
+// eventRead is what a bounded read found.
+type eventRead struct {
+	events []domain.Event
+	// next is the position to read from next (past rows the filters skipped).
+	next int64
+	// held: the read stopped at committed events an older transaction holds back.
+	held bool
+	// end: nothing servable is left after next.
+	end bool
+}
+
+// readEvents reads up to limit events after `after` that f keeps, a bounded step at a time,
+// until the page is full, nothing servable is left, or `until` has passed (checked between
+// steps, each one statement of bounded work).
+func (s *Server) readEvents(ctx context.Context, after int64, limit int, f eventFilter, until time.Time) (eventRead, error) {
+	out := eventRead{next: after}
+	for {
+		page, err := s.store.EventScan(ctx, repo.EventScanParams{
+			After: out.next, Limit: limit - len(out.events), Rows: s.eventScanRows,
+			BackfillID: f.backfillID, Type: f.typ, DagID: f.dagID,
+		})
+		if err != nil {
+			return out, err
+		}
+		out.events = append(out.events, page.Events...)
+		out.next, out.held, out.end = page.Next, page.Held, page.End
+		if len(out.events) >= limit || page.End || !time.Now().Before(until) {
+			return out, nil
+		}
+	}
+}
+
+// pageBudgets are a JSON page's time to scan and its time to wait for held events, both
+// from the request's start: within the server's statement_timeout together, so that no
+// request lasts longer than a single statement may.
+func (s *Server) pageBudgets() (scan, wait time.Duration) {
+	scan, wait = eventPageBudget, eventReadWait
+	if st := s.statementTimeout; st > 0 {
+		scan, wait = min(scan, st/4), min(wait, st/2)
+	}
+	return scan, wait
+}
+
+// readEventPage answers a JSON page: a bounded read, then, while committed events are held
+// back by an older transaction and the page is not full, reads again after short waits, up
+// to the wait budget. It waits outside its admission slot (outsideAdmission): a poller that
+// waits for another transaction takes no slot from requests that need the database. A
+// slot not given back in time (shed) ends the wait with the page as it is.
+func (s *Server) readEventPage(ctx context.Context, after int64, limit int, f eventFilter) (eventRead, error) {
+	start := time.Now()
+	scanFor, waitFor := s.pageBudgets()
+	out, err := s.readEvents(ctx, after, limit, f, start.Add(scanFor))
+	for attempt := 0; err == nil && out.held && len(out.events) < limit; attempt++ {
+		left := time.Until(start.Add(waitFor))
+		if left <= 0 || !outsideAdmission(ctx, min(left, eventHeldBackoff(attempt))) {
+			break
+		}
+		var more eventRead
+		more, err = s.readEvents(ctx, out.next, limit-len(out.events), f, time.Now().Add(min(scanFor, time.Until(start.Add(waitFor)))))
+		more.events = append(out.events, more.events...)
+		out = more
+	}
+	if err != nil {
+		return eventRead{}, err
+	}
+	return out, nil
+}
+
+// eventHeldBackoff paces the reads of a page that waits for held events: a transaction that
+// writes events usually ends within milliseconds, and one that does not should cost few
+// reads.
+func eventHeldBackoff(attempt int) time.Duration {
+	return min(5*time.Millisecond<<min(attempt, 5), 100*time.Millisecond)
+}
+
+// streamRead is readEvents for a stream: one bounded step at a time, each taking one of the
+// replica's stream reads (DefaultStreamReads), and resting after each step as long as it
+// took, so that the streams' replays take at most half of those connections' time and a
+// client that leaves stops its replay within one step.
+func (s *Server) streamRead(ctx context.Context, after int64, limit int, f eventFilter) (eventRead, error) {
+	select {
+	case s.streamReads <- struct{}{}:
+	case <-ctx.Done():
+		return eventRead{next: after}, ctx.Err()
+	}
+	start := time.Now()
+	// Bounded by the step's rows already; the timeout also cancels it if the client goes.
+	qctx, cancel := context.WithTimeout(ctx, streamReadTimeout)
+	out, err := s.readEvents(qctx, after, limit, f, start)
+	cancel()
+	<-s.streamReads
+	if err == nil && !out.end && len(out.events) < limit {
+		select {
+		case <-time.After(time.Since(start)):
+		case <-ctx.Done():
+		}
+	}
+	return out, err
+}
+
+// streamReadTimeout bounds one step of a stream's read, which scans at most
+// repo.DefaultEventScanRows rows: milliseconds, unless the database is in trouble.
+const streamReadTimeout = 5 * time.Second
