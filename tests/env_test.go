@@ -102,6 +102,10 @@ type envOptions struct {
 	// localWebhooksRefused runs the API without WEBHOOK_ALLOW_LOCAL: the tests' receivers
 	// listen on 127.0.0.1, so the default env allows local webhook URLs.
 	localWebhooksRefused bool
+	// admission, when set, admits requests as cmd/api does; statementTimeout sets the store's
+	// sessions' statement_timeout and tells the handlers, as DB_STATEMENT_TIMEOUT does.
+	admission        *handlers.Admission
+	statementTimeout time.Duration
 }
 
 type envOption func(*envOptions)
@@ -128,6 +132,17 @@ func withListenDSN(f func(t testing.TB, dsn string) string) envOption {
 }
 func withLocalWebhooksRefused() envOption {
 	return func(o *envOptions) { o.localWebhooksRefused = true }
+}
+func withAdmission(a handlers.Admission) envOption {
+	return func(o *envOptions) { o.admission = &a }
+}
+func withStatementTimeout(d time.Duration) envOption {
+	return func(o *envOptions) {
+		o.statementTimeout = d
+		o.storeDSN = func(dsn string) string {
+			return dsn + fmt.Sprintf("&statement_timeout=%d", d.Milliseconds())
+		}
+	}
 }
 func withPollOnly(every time.Duration) envOption {
 	return func(o *envOptions) { o.pollOnlyEach = every }
@@ -215,6 +230,8 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		Instrument:      m.Instrument,
 
 		WebhookAllowLocal: !o.localWebhooksRefused,
+		Admission:         o.admission,
+		StatementTimeout:  o.statementTimeout,
 	})
 	require.NoError(t, err)
 	srv := httptest.NewUnstartedServer(h)
