@@ -205,6 +205,8 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 			Observer:         m,
 		},
 		WebhookAllowLocal: cfg.WebhookAllowLocal,
+		// A page of events ends within what one statement may take (handlers.pageBudgets).
+		StatementTimeout: cfg.StatementTimeout,
 	})
 	if err != nil {
 		return err
