@@ -3,6 +3,7 @@ package repo
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/backfillsvc/backfill/domain"
 	"github.com/stretchr/testify/require"
@@ -38,6 +39,12 @@ func TestEventScanLooksAtABoundedStepAndMovesPastWhatItSkipped(t *testing.T) {
 		read := eventRowsRead(t, db) - before
 		require.LessOrEqual(t, read, int64(2*rows+10), "events rows read by one statement")
 		require.Empty(t, page.Events)
+		if page.Held {
+			// A transaction of another database (a parallel test's) ended while the horizon
+			// was read, which then counts it: a reader asks again, as here.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
 		require.Greater(t, page.Next, after, "the position moves past the rows looked at")
 		after, steps = page.Next, steps+1
 		if page.End {
@@ -54,7 +61,7 @@ func TestEventScanLooksAtABoundedStepAndMovesPastWhatItSkipped(t *testing.T) {
 		require.NoError(t, err)
 		found = append(found, page.Events...)
 		after = page.Next
-		if page.End {
+		if page.End && !page.Held {
 			break
 		}
 	}

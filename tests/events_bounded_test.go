@@ -58,7 +58,7 @@ func TestEventPageOfAFilterThatMatchesNothingEndsWithinTheStatementTimeout(t *te
 	last := fillOutbox(t, e.DB, 200_000)
 
 	for _, filter := range []string{"dag_id=nosuchdag", "type=backfill.canceled"} {
-		after, requests := int64(0), 0
+		after, requests, stalled := int64(0), 0, 0
 		for after < last {
 			start := time.Now()
 			p := evList(e, fmt.Sprintf("%s&after=%d&limit=10", filter, after))
@@ -66,7 +66,13 @@ func TestEventPageOfAFilterThatMatchesNothingEndsWithinTheStatementTimeout(t *te
 			requests++
 			require.Empty(t, p.Events, filter)
 			require.Less(t, took, timeout, "%s: request %d (after %d) within the statement timeout", filter, requests, after)
-			require.Greater(t, p.NextAfter, after, "%s: next_after moves past the rows looked at", filter)
+			require.GreaterOrEqual(t, p.NextAfter, after, filter)
+			if p.NextAfter == after {
+				// Held back: a transaction of another database (a parallel test's) ended
+				// while the horizon was read, and counted. A reader asks again.
+				stalled++
+				require.Less(t, stalled, 20, "%s: next_after moves past the rows looked at", filter)
+			}
 			after = p.NextAfter
 		}
 		require.Equal(t, last, after, filter)
