@@ -18,10 +18,12 @@ import (
 // next_after past the rows it looked at.
 const eventPageBudget = 250 * time.Millisecond
 
-// DefaultStreamReads is how many outbox reads the replica's streams make at once
-// (Options.StreamReads): their replays share this many connections of the pool, whatever the
-// number of streams, and wait their turn.
-const DefaultStreamReads = 2
+// DefaultOutboxScans is how many scanning steps of the outbox the replica runs at once
+// (Options.OutboxScans): the streams' replays and the steps of a JSON page after its first
+// (a filter that keeps little) share this many connections of the pool, whatever the number
+// of streams and pages, and wait their turn. A page's first step, which is all that a reader
+// at the outbox's end needs, does not wait: it is an admitted request's one statement.
+const DefaultOutboxScans = 1
 
 // eventFilter is what a reader of the outbox keeps.
 type eventFilter struct {
@@ -50,14 +52,26 @@ type eventRead struct {
 
 // readEvents reads up to limit events after `after` that f keeps, a bounded step at a time,
 // until the page is full, nothing servable is left, or `until` has passed (checked between
-// steps, each one statement of bounded work).
-func (s *Server) readEvents(ctx context.Context, after int64, limit int, f eventFilter, until time.Time) (eventRead, error) {
+// steps, each one statement of bounded work). Its first step runs at once unless gated;
+// the others are scanSteps.
+func (s *Server) readEvents(ctx context.Context, after int64, limit int, f eventFilter, until time.Time, gated bool) (eventRead, error) {
 	out := eventRead{next: after}
-	for {
-		page, err := s.store.EventScan(ctx, repo.EventScanParams{
+	for step := 0; ; step++ {
+		var page repo.EventScanPage
+		var err error
+		p := repo.EventScanParams{
 			After: out.next, Limit: limit - len(out.events), Rows: s.eventScanRows,
 			BackfillID: f.backfillID, Type: f.typ, DagID: f.dagID,
-		})
+		}
+		if step == 0 && !gated {
+			page, err = s.store.EventScan(ctx, p)
+		} else {
+			var ran bool
+			page, ran, err = s.scanStep(ctx, p, until)
+			if !ran {
+				return out, err // no turn before until: the page as it is
+			}
+		}
 		if err != nil {
 			return out, err
 		}
@@ -68,6 +82,42 @@ func (s *Server) readEvents(ctx context.Context, after int64, limit int, f event
 		}
 	}
 }
+
+// scanStep runs one step of a scan in its turn among the replica's outbox scans
+// (DefaultOutboxScans), then rests as long as the step took (until `until` at the most), so
+// that scans take at most about half of those connections' time however many readers want
+// them. ran is false when no turn came before until (or ctx ended).
+func (s *Server) scanStep(ctx context.Context, p repo.EventScanParams, until time.Time) (page repo.EventScanPage, ran bool, err error) {
+	wait := time.NewTimer(max(time.Until(until), 0))
+	defer wait.Stop()
+	select {
+	case s.outboxScans <- struct{}{}:
+	case <-ctx.Done():
+		return page, false, ctx.Err()
+	case <-wait.C:
+		return page, false, nil
+	}
+	start := time.Now()
+	// Bounded by the step's rows already; the timeout also ends it if the database is in
+	// trouble, and the context's end cancels it when the client goes.
+	qctx, cancel := context.WithTimeout(ctx, scanStepTimeout)
+	page, err = s.store.EventScan(qctx, p)
+	cancel()
+	<-s.outboxScans
+	if err == nil && !page.End {
+		rest := time.NewTimer(min(time.Since(start), max(time.Until(until), 0)))
+		defer rest.Stop()
+		select {
+		case <-rest.C:
+		case <-ctx.Done():
+		}
+	}
+	return page, true, err
+}
+
+// scanStepTimeout bounds one step of a scan, which looks at most repo.DefaultEventScanRows
+// rows: milliseconds, unless the database is in trouble.
+const scanStepTimeout = 5 * time.Second
 
 // pageBudgets are a JSON page's time to scan and its time to wait for held events, both
 // from the request's start: within the server's statement_timeout together, so that no
@@ -88,14 +138,14 @@ func (s *Server) pageBudgets() (scan, wait time.Duration) {
 func (s *Server) readEventPage(ctx context.Context, after int64, limit int, f eventFilter) (eventRead, error) {
 	start := time.Now()
 	scanFor, waitFor := s.pageBudgets()
-	out, err := s.readEvents(ctx, after, limit, f, start.Add(scanFor))
+	out, err := s.readEvents(ctx, after, limit, f, start.Add(scanFor), false)
 	for attempt := 0; err == nil && out.held && len(out.events) < limit; attempt++ {
 		left := time.Until(start.Add(waitFor))
 		if left <= 0 || !outsideAdmission(ctx, min(left, eventHeldBackoff(attempt))) {
 			break
 		}
 		var more eventRead
-		more, err = s.readEvents(ctx, out.next, limit-len(out.events), f, time.Now().Add(min(scanFor, time.Until(start.Add(waitFor)))))
+		more, err = s.readEvents(ctx, out.next, limit-len(out.events), f, time.Now().Add(min(scanFor, time.Until(start.Add(waitFor)))), false)
 		more.events = append(out.events, more.events...)
 		out = more
 	}
@@ -112,31 +162,13 @@ func eventHeldBackoff(attempt int) time.Duration {
 	return min(5*time.Millisecond<<min(attempt, 5), 100*time.Millisecond)
 }
 
-// streamRead is readEvents for a stream: one bounded step at a time, each taking one of the
-// replica's stream reads (DefaultStreamReads), and resting after each step as long as it
-// took, so that the streams' replays take at most half of those connections' time and a
-// client that leaves stops its replay within one step.
+// streamRead is a stream's read of the outbox: scanSteps (each in its turn among the
+// replica's outbox scans, so that the replays of many streams share them) until the batch is
+// full, the end, or streamReadFor has passed; a client that leaves stops it within a step.
 func (s *Server) streamRead(ctx context.Context, after int64, limit int, f eventFilter) (eventRead, error) {
-	select {
-	case s.streamReads <- struct{}{}:
-	case <-ctx.Done():
-		return eventRead{next: after}, ctx.Err()
-	}
-	start := time.Now()
-	// Bounded by the step's rows already; the timeout also cancels it if the client goes.
-	qctx, cancel := context.WithTimeout(ctx, streamReadTimeout)
-	out, err := s.readEvents(qctx, after, limit, f, start)
-	cancel()
-	<-s.streamReads
-	if err == nil && !out.end && len(out.events) < limit {
-		select {
-		case <-time.After(time.Since(start)):
-		case <-ctx.Done():
-		}
-	}
-	return out, err
+	return s.readEvents(ctx, after, limit, f, time.Now().Add(streamReadFor), true)
 }
 
-// streamReadTimeout bounds one step of a stream's read, which scans at most
-// repo.DefaultEventScanRows rows: milliseconds, unless the database is in trouble.
-const streamReadTimeout = 5 * time.Second
+// streamReadFor is how long one streamRead goes on before the stream writes what it found
+// (a keep-alive's silence is 15 s) and asks again from there.
+const streamReadFor = 5 * time.Second

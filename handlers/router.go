@@ -33,10 +33,10 @@ func New(opts Options) (http.Handler, error) {
 		statementTimeout: opts.StatementTimeout,
 		eventScanRows:    opts.EventScanRows,
 	}
-	if opts.StreamReads <= 0 {
-		opts.StreamReads = DefaultStreamReads
+	if opts.OutboxScans <= 0 {
+		opts.OutboxScans = DefaultOutboxScans
 	}
-	s.streamReads = make(chan struct{}, opts.StreamReads)
+	s.outboxScans = make(chan struct{}, opts.OutboxScans)
 	if s.streamKeepAlive <= 0 {
 		s.streamKeepAlive = DefaultStreamKeepAlive
 	}

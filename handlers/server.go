@@ -82,9 +82,9 @@ type Options struct {
 	// StatementTimeout is the database sessions' statement_timeout (0: none): a request
 	// made of several statements, a page of events, ends within it too (pageBudgets).
 	StatementTimeout time.Duration
-	// StreamReads bounds the outbox reads that streams make at once (default
-	// DefaultStreamReads).
-	StreamReads int
+	// OutboxScans bounds the scanning steps of the outbox run at once (default
+	// DefaultOutboxScans): streams' replays, and JSON pages past their first step.
+	OutboxScans int
 	// EventScanRows is the most outbox rows one read statement looks at (default
 	// repo.DefaultEventScanRows); tests make it small.
 	EventScanRows int
@@ -101,10 +101,10 @@ type Server struct {
 
 	streams         EventStreams
 	streamKeepAlive time.Duration
-	// statementTimeout, streamReads and eventScanRows: Options' StatementTimeout,
-	// StreamReads (a semaphore) and EventScanRows.
+	// statementTimeout, outboxScans and eventScanRows: Options' StatementTimeout,
+	// OutboxScans (a semaphore) and EventScanRows.
 	statementTimeout time.Duration
-	streamReads      chan struct{}
+	outboxScans      chan struct{}
 	eventScanRows    int
 	// webhookAllowLocal: see Options.WebhookAllowLocal.
 	webhookAllowLocal bool
