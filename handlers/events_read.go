@@ -84,9 +84,9 @@ func (s *Server) readEvents(ctx context.Context, after int64, limit int, f event
 }
 
 // scanStep runs one step of a scan in its turn among the replica's outbox scans
-// (DefaultOutboxScans), then rests as long as the step took (until `until` at the most), so
-// that scans take at most about half of those connections' time however many readers want
-// them. ran is false when no turn came before until (or ctx ended).
+// (DefaultOutboxScans), then rests in its turn as long as the step took (until `until` at the
+// most), so that the replica's scans take at most half of those connections' time however
+// many readers want them. ran is false when no turn came before until (or ctx ended).
 func (s *Server) scanStep(ctx context.Context, p repo.EventScanParams, until time.Time) (page repo.EventScanPage, ran bool, err error) {
 	wait := time.NewTimer(max(time.Until(until), 0))
 	defer wait.Stop()
@@ -97,13 +97,15 @@ func (s *Server) scanStep(ctx context.Context, p repo.EventScanParams, until tim
 	case <-wait.C:
 		return page, false, nil
 	}
+	// The turn is held through the rest too: the replica's scans together take at most half
+	// of the turns' time, not each scan half of it while the others fill the other half.
+	defer func() { <-s.outboxScans }()
 	start := time.Now()
 	// Bounded by the step's rows already; the timeout also ends it if the database is in
 	// trouble, and the context's end cancels it when the client goes.
 	qctx, cancel := context.WithTimeout(ctx, scanStepTimeout)
 	page, err = s.store.EventScan(qctx, p)
 	cancel()
-	<-s.outboxScans
 	if err == nil && !page.End {
 		rest := time.NewTimer(min(time.Since(start), max(time.Until(until), 0)))
 		defer rest.Stop()
