@@ -84,9 +84,9 @@ func (s *Server) readEvents(ctx context.Context, after int64, limit int, f event
 }
 
 // scanStep runs one step of a scan in its turn among the replica's outbox scans
-// (DefaultOutboxScans), then rests in its turn as long as the step took (until `until` at the
-// most), so that the replica's scans take at most half of those connections' time however
-// many readers want them. ran is false when no turn came before until (or ctx ended).
+// (DefaultOutboxScans), then rests in its turn scanRestFactor times as long as the step took
+// (until `until` at the most), so that the replica's scans take at most a third of those
+// connections' time however many readers want them. ran is false when no turn came before until (or ctx ended).
 func (s *Server) scanStep(ctx context.Context, p repo.EventScanParams, until time.Time) (page repo.EventScanPage, ran bool, err error) {
 	wait := time.NewTimer(max(time.Until(until), 0))
 	defer wait.Stop()
@@ -97,8 +97,8 @@ func (s *Server) scanStep(ctx context.Context, p repo.EventScanParams, until tim
 	case <-wait.C:
 		return page, false, nil
 	}
-	// The turn is held through the rest too: the replica's scans together take at most half
-	// of the turns' time, not each scan half of it while the others fill the other half.
+	// The turn is held through the rest too: the replica's scans together take at most a third
+	// of the turns' time, not each scan its share while the others fill the rest.
 	defer func() { <-s.outboxScans }()
 	start := time.Now()
 	// Bounded by the step's rows already; the timeout also ends it if the database is in
@@ -107,7 +107,7 @@ func (s *Server) scanStep(ctx context.Context, p repo.EventScanParams, until tim
 	page, err = s.store.EventScan(qctx, p)
 	cancel()
 	if err == nil && !page.End {
-		rest := time.NewTimer(min(time.Since(start), max(time.Until(until), 0)))
+		rest := time.NewTimer(min(scanRestFactor*time.Since(start), max(time.Until(until), 0)))
 		defer rest.Stop()
 		select {
 		case <-rest.C:
@@ -116,6 +116,10 @@ func (s *Server) scanStep(ctx context.Context, p repo.EventScanParams, until tim
 	}
 	return page, true, err
 }
+
+// scanRestFactor is how much longer than its step a scan rests, in its turn: the replica's
+// scans of the outbox take at most a third of the turn's time.
+const scanRestFactor = 2
 
 // scanStepTimeout bounds one step of a scan, which looks at most repo.DefaultEventScanRows
 // rows: milliseconds, unless the database is in trouble.

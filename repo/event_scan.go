@@ -10,10 +10,12 @@ import (
 	"github.com/lib/pq"
 )
 
-// DefaultEventScanRows is the most outbox rows one EventScan statement looks at: 6-10 ms at
-// a million events on a busy two-core machine (10,000 took 12-20 ms), so that a filter that
-// matches rarely costs a bounded step per statement, never a walk of the whole outbox.
-const DefaultEventScanRows = 5_000
+// DefaultEventScanRows is the most outbox rows one EventScan statement looks at, so that a
+// filter that matches rarely costs a bounded step per statement, never a walk of the whole
+// outbox: 1-4 ms at a million events on a two-core machine. Short steps leave the cores to
+// other requests between them: with 5,000-row steps, readers of rare filters at a million
+// events took status reads' p99 from 1.24 ms to 4.1 ms; with 2,000, from 1.32 to 2.56.
+const DefaultEventScanRows = 2_000
 
 // EventScanParams selects a filtered page of the outbox after a position.
 type EventScanParams struct {

@@ -476,7 +476,7 @@ export interface paths {
          *     `occurred_at`, then `id` for the events of one change. Events are kept at least 7
          *     days.
          *
-         *     A page does bounded work: it looks at a bounded stretch of the outbox (at most 5,000
+         *     A page does bounded work: it looks at a bounded stretch of the outbox (at most 2,000
          *     events a statement, for a fraction of the server's statement timeout), and when its
          *     filters keep fewer than `limit` events there it answers those, possibly none, with
          *     `next_after` past the events it looked at. An empty page is not the end of the
