@@ -37,6 +37,11 @@ func (s *Server) streamAllEvents(w http.ResponseWriter, r *http.Request, after i
 	ctx := r.Context()
 
 	sw := startStream(w, after)
+	// The answer's headers go at once: the catch-up below may take many steps before it
+	// finds anything to send, and the client is connected meanwhile.
+	if sw.flush() != nil {
+		return
+	}
 	// catchUp writes everything stored after the stream's position, in id order, and moves
 	// the position past what it looked at; it reports whether it wrote anything.
 	catchUp := func() bool {

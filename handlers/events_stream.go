@@ -67,6 +67,10 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, id, after 
 	b := rows[0]
 
 	sw := startStream(w, after)
+	// The answer's headers go at once: a replay may take many steps before it finds anything.
+	if sw.flush() != nil {
+		return
+	}
 	if ended := s.replay(ctx, sw, id); ended || sw.err != nil {
 		sw.flush()
 		return
