@@ -58,9 +58,10 @@ test-short:
 	$(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 # Tests whose assertions are wall-clock bounds (a DELETE within 100 ms at a million delivery
-# attempts, writers within 200 ms beside it), run one at a time on an otherwise quiet machine.
+# attempts, writers within 200 ms beside it; status reads and claims beside event readers at a
+# million events), run one at a time on an otherwise quiet machine.
 test-timing:
-	BACKFILL_TIMING_TESTS=1 $(GO) test -count=1 -p 1 -parallel 1 -timeout 10m -run '^(TestWebhookDeleteOfAMillionAttemptsHoldsNoWriterBack|TestEventWritersDoNotWaitOnAHeldWebhookOrBackfill)$$' ./tests/
+	BACKFILL_TIMING_TESTS=1 $(GO) test -count=1 -p 1 -parallel 1 -timeout 10m -run '^(TestWebhookDeleteOfAMillionAttemptsHoldsNoWriterBack|TestEventWritersDoNotWaitOnAHeldWebhookOrBackfill|TestEventReadersAtAMillionEventsLeaveStatusReadsAndClaimsAlone)$$' ./tests/
 
 # Fault tests start the real cmd/api binary as a child process; they carry the build tag
 # `faults` so that `make test` stays fast.

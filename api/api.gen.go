@@ -812,7 +812,7 @@ type Event struct {
 type EventCollection struct {
 	Events []Event `json:"events"`
 
-	// NextAfter The `after` of the next page.
+	// NextAfter The `after` of the next page: the last id answered when the page is full, else the last event the page looked at, past those its filters skipped (`after` itself when it looked at none).
 	NextAfter int64 `json:"next_after"`
 }
 

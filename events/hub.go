@@ -161,7 +161,12 @@ func (h *Hub) Stop() {
 	h.Base.Stop()
 }
 
-// Subscribe opens a stream's subscription to one backfill. Subscribe before replaying stored
+// Everything is the backfill id (never a backfill's) of a subscription to every event: the
+// hub hands it each event it reads, and the stream keeps those its filters keep, so that
+// streams of the whole outbox cost one shared read of it, not one each.
+const Everything int64 = 0
+
+// Subscribe opens a stream's subscription to one backfill, or to every event (Everything). Subscribe before replaying stored
 // events: whatever the hub reads after this call reaches the subscription, and whatever it
 // read before is already in the outbox for the replay to find (duplicates are dropped by id).
 // A read under way when it subscribes began without it: the events of its backfill that such

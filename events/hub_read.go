@@ -4,6 +4,7 @@ package events
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/backfillsvc/backfill/repo"
@@ -76,8 +77,12 @@ func (h *Hub) readOutbox(ctx context.Context) bool {
 			}
 			continue
 		}
+		dataOnlyFor := followed
+		if slices.Contains(followed, Everything) {
+			dataOnlyFor = nil // a stream of every event needs every event's data
+		}
 		evs, held, err := h.store.EventPage(qctx, repo.EventListParams{
-			After: h.cursor, Limit: h.cfg.Batch, Wait: heldWait, DataOnlyFor: followed})
+			After: h.cursor, Limit: h.cfg.Batch, Wait: heldWait, DataOnlyFor: dataOnlyFor})
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -88,17 +93,17 @@ func (h *Hub) readOutbox(ctx context.Context) bool {
 		}
 		h.mu.Lock()
 		for _, ev := range evs {
-			if ev.Data == nil {
-				// Its backfill was not followed when this page was read. A stream that
-				// subscribed since may have replayed the outbox before this event could be
-				// served: it reads it from the outbox.
-				for s := range h.subs[ev.BackfillID] {
-					s.lag()
+			for _, key := range [2]int64{ev.BackfillID, Everything} {
+				for s := range h.subs[key] {
+					if ev.Data == nil {
+						// Its backfill was not followed when this page was read. A stream that
+						// subscribed since may have replayed the outbox before this event could
+						// be served: it reads it from the outbox.
+						s.lag()
+					} else {
+						s.push(ev)
+					}
 				}
-				continue
-			}
-			for s := range h.subs[ev.BackfillID] {
-				s.push(ev)
 			}
 		}
 		h.mu.Unlock()

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -230,14 +231,72 @@ func (a *admitter) admit(next http.Handler, mine func(*http.Request) bool) http.
 			_, _ = w.Write(shedBody) // the client hung up; nothing to do
 			return
 		}
-		defer a.queue.release(q)
 		if a.obs != nil {
 			a.obs.Admitted(name, time.Since(start))
 			a.obs.InFlight(name, 1)
-			defer a.obs.InFlight(name, -1)
 		}
-		next.ServeHTTP(w, r)
+		hold := &admissionHold{a: a, q: q, name: name, held: true}
+		defer hold.release()
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), admissionHoldKey{}, hold)))
 	})
+}
+
+// admissionHold is an admitted request's slot, which its handler may give back while it
+// waits for something that needs no database (outsideAdmission) and take again after.
+// Only the request's own goroutine uses it.
+type admissionHold struct {
+	a    *admitter
+	q    int
+	name string
+	held bool
+}
+
+type admissionHoldKey struct{}
+
+func (h *admissionHold) release() {
+	if !h.held {
+		return
+	}
+	h.held = false
+	h.a.queue.release(h.q)
+	if h.a.obs != nil {
+		h.a.obs.InFlight(h.name, -1)
+	}
+}
+
+// reacquire takes a slot again as a new request of its class would: an error means that it
+// was shed (or its client left), and the request holds no slot.
+func (h *admissionHold) reacquire(ctx context.Context) error {
+	if h.held {
+		return nil
+	}
+	if err := h.a.queue.acquire(ctx, h.q); err != nil {
+		return err
+	}
+	h.held = true
+	if h.a.obs != nil {
+		h.a.obs.InFlight(h.name, 1)
+	}
+	return nil
+}
+
+// outsideAdmission gives the request's admission slot back, waits d (or until ctx ends) and
+// takes a slot again, and reports whether it holds one: a request that waits for something
+// other than the database (an older transaction to end) must not keep a slot that other
+// requests need meanwhile. Without admission it only waits.
+func outsideAdmission(ctx context.Context, d time.Duration) bool {
+	hold, _ := ctx.Value(admissionHoldKey{}).(*admissionHold)
+	if hold != nil {
+		hold.release()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	}
+	return hold == nil || hold.reacquire(ctx) == nil
 }
 
 // shedBody is the answer to every shed request, encoded once: shedding must stay cheap.

@@ -6,12 +6,12 @@ import (
 
 	"github.com/backfillsvc/backfill/api"
 	"github.com/backfillsvc/backfill/domain"
-	"github.com/backfillsvc/backfill/repo"
 )
 
 // eventReadWait is how long a JSON read of events waits for committed events that an older
-// transaction still holds back (repo.EventListParams.Wait): a client that reads right after
-// its own change sees it. Streams do not wait: the hub hands held events on when they clear.
+// transaction still holds back (readEventPage), outside its admission slot: a client that
+// reads right after its own change sees it. Streams do not wait: the hub hands held events
+// on when they clear.
 const eventReadWait = time.Second
 
 // eventCollectionOut is a page of events; each is the one event document (domain.Event)
@@ -52,14 +52,19 @@ func (s *Server) ListEvents(w http.ResponseWriter, r *http.Request, params api.L
 		return
 	}
 	limit, _ := s.page(params.Limit, nil)
-	evs, next, err := s.readEvents(r.Context(), after, limit, f, eventReadWait)
+	s.writeEventPage(w, r, after, limit, f)
+}
+
+// writeEventPage answers a JSON page of events (readEventPage): next_after is past the rows
+// the read looked at, which the filters may have skipped, so that asking again moves on.
+func (s *Server) writeEventPage(w http.ResponseWriter, r *http.Request, after int64, limit int, f eventFilter) {
+	read, err := s.readEventPage(r.Context(), after, limit, f)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	out := eventsOut(evs, after)
-	// Past the events the DAG filter skipped, so that asking again moves on.
-	out.NextAfter = max(out.NextAfter, next)
+	out := eventsOut(read.events, after)
+	out.NextAfter = max(out.NextAfter, read.next)
 	s.writeJSON(w, r, http.StatusOK, out)
 }
 
@@ -79,10 +84,5 @@ func (s *Server) GetBackfillEvents(w http.ResponseWriter, r *http.Request, id in
 		return
 	}
 	limit, _ := s.page(params.Limit, nil)
-	evs, err := s.store.EventList(r.Context(), repo.EventListParams{After: after, Limit: limit, BackfillID: &id, Wait: eventReadWait})
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.writeJSON(w, r, http.StatusOK, eventsOut(evs, after))
+	s.writeEventPage(w, r, after, limit, eventFilter{backfillID: &id})
 }

@@ -1,26 +1,12 @@
 package handlers
 
 import (
-	"context"
 	"net/http"
-	"time"
 
 	"github.com/backfillsvc/backfill/api"
 	"github.com/backfillsvc/backfill/domain"
-	"github.com/backfillsvc/backfill/repo"
+	"github.com/backfillsvc/backfill/events"
 )
-
-// DefaultGlobalStreamPoll is how often the stream of every event reads the outbox. The hub
-// wakes a stream for one backfill's events; a stream of all of them reads the outbox itself,
-// one indexed query from its last id, so it never misses what the hub hands elsewhere.
-const DefaultGlobalStreamPoll = 250 * time.Millisecond
-
-// eventFilter is what a reader of the whole outbox keeps.
-type eventFilter struct {
-	backfillID *int64
-	dagID      *string
-	typ        *domain.EventType
-}
 
 func eventFilterOf(params api.ListEventsParams) eventFilter {
 	f := eventFilter{backfillID: params.BackfillId, dagID: params.DagId}
@@ -31,42 +17,15 @@ func eventFilterOf(params api.ListEventsParams) eventFilter {
 	return f
 }
 
-// readEvents reads up to limit events after `after` that f keeps, and the last id it looked
-// at (the next `after`: past the events the DAG filter dropped, so a reader moves on). The
-// backfill and type filters are the query's; the DAG's is applied here, over the outbox's id
-// order, so that the outbox's own query keeps its one shape. wait is EventListParams.Wait.
-func (s *Server) readEvents(ctx context.Context, after int64, limit int, f eventFilter, wait time.Duration) ([]domain.Event, int64, error) {
-	out := []domain.Event{}
-	for {
-		evs, err := s.store.EventList(ctx, repo.EventListParams{After: after, Limit: max(limit, replayBatch), BackfillID: f.backfillID, Type: f.typ, Wait: wait})
-		if err != nil {
-			return nil, after, err
-		}
-		for _, ev := range evs {
-			if f.dagID != nil && ev.DagID != *f.dagID {
-				after = ev.ID
-				continue
-			}
-			out = append(out, ev)
-			after = ev.ID
-			if len(out) == limit {
-				return out, after, nil
-			}
-		}
-		if len(evs) < max(limit, replayBatch) {
-			return out, after, nil
-		}
-	}
-}
-
 // streamAllEvents serves GET /events as Server-Sent Events: the stored events after `after`
 // that the filters keep, then new ones as they commit, until the client leaves or the server
 // shuts down. Unlike a backfill's stream it has no terminal event and no progress messages.
+// It reads the outbox only to catch up (at the start, and when it fell behind the hub), in
+// bounded steps (streamRead); live, it keeps what the replica's hub hands it, so that a
+// filter that matches rarely costs no read of the outbox at all.
 func (s *Server) streamAllEvents(w http.ResponseWriter, r *http.Request, after int64, f eventFilter) {
-	// The subscription counts against the stream limit and ends with the hub. With a
-	// backfill filter it also wakes the stream when that backfill's events arrive; without
-	// one (id 0 is never a backfill's) the poll below reads them.
-	var subID int64
+	// A backfill filter subscribes to that backfill's events, any other to every event.
+	subID := events.Everything
 	if f.backfillID != nil {
 		subID = *f.backfillID
 	}
@@ -78,39 +37,58 @@ func (s *Server) streamAllEvents(w http.ResponseWriter, r *http.Request, after i
 	ctx := r.Context()
 
 	sw := startStream(w, after)
-	// catchUp writes everything stored after the last id sent, in id order.
+	// The answer's headers go at once: the catch-up below may take many steps before it
+	// finds anything to send, and the client is connected meanwhile.
+	if sw.flush() != nil {
+		return
+	}
+	// catchUp writes everything stored after the stream's position, in id order, and moves
+	// the position past what it looked at; it reports whether it wrote anything.
 	catchUp := func() bool {
-		for sw.err == nil {
-			evs, next, err := s.readEvents(ctx, sw.lastID, replayBatch, f, 0)
+		wrote := false
+		for sw.err == nil && ctx.Err() == nil {
+			read, err := s.streamRead(ctx, sw.lastID, replayBatch, f)
 			if err != nil {
 				if ctx.Err() == nil {
 					s.logger.Error("global event stream: read events", "err", err)
+					sw.err = err
 				}
-				return false
+				return wrote
 			}
-			wrote := len(evs) > 0
-			for _, ev := range evs {
+			for _, ev := range read.events {
 				sw.event(ev) // a terminal event does not end this stream
+				wrote = true
 			}
-			sw.lastID = max(sw.lastID, next)
-			if len(evs) < replayBatch {
+			sw.lastID = max(sw.lastID, read.next)
+			if read.end {
+				return wrote
+			}
+			if wrote && sw.flush() != nil {
 				return wrote
 			}
 		}
-		return false
+		return wrote
 	}
 	catchUp()
 	if sw.flush() != nil {
 		return
 	}
-	poll := s.globalStreamPoll
-	if poll <= 0 {
-		poll = DefaultGlobalStreamPoll
-	}
-	ticker := time.NewTicker(poll)
-	defer ticker.Stop()
-	s.follow(ctx, sw, sub.Wake(), ticker.C, func() (wrote, ended bool) {
-		sub.Take() // what arrived is in the outbox too; read it there, in id order
-		return catchUp(), false
+	s.follow(ctx, sw, sub.Wake(), nil, func() (wrote, ended bool) {
+		evs, lagged, _ := sub.Take()
+		if lagged {
+			// Fell behind the hub, or subscribed while it read: read the outbox itself.
+			return catchUp(), sw.err != nil
+		}
+		for _, ev := range evs {
+			if ev.ID <= sw.lastID {
+				continue // caught up past it already
+			}
+			if f.keeps(ev) {
+				sw.event(ev)
+				wrote = true
+			}
+			sw.lastID = ev.ID
+		}
+		return wrote, sw.err != nil
 	})
 }

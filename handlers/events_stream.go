@@ -67,6 +67,10 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, id, after 
 	b := rows[0]
 
 	sw := startStream(w, after)
+	// The answer's headers go at once: a replay may take many steps before it finds anything.
+	if sw.flush() != nil {
+		return
+	}
 	if ended := s.replay(ctx, sw, id); ended || sw.err != nil {
 		sw.flush()
 		return
@@ -155,19 +159,25 @@ func (s *Server) stepped(sw *sseWriter, keepAlive *time.Ticker, step func() (wro
 
 // replay writes the backfill's stored events after the last one sent and reports whether
 // the terminal one was among them.
+// It reads in bounded steps (streamRead) and moves the stream's position past the rows it
+// looked at, so that a backfill whose events are old costs its walk of the outbox once.
 func (s *Server) replay(ctx context.Context, sw *sseWriter, id int64) bool {
 	for sw.err == nil {
-		evs, err := s.store.EventList(ctx, repo.EventListParams{After: sw.lastID, Limit: replayBatch, BackfillID: &id})
+		read, err := s.streamRead(ctx, sw.lastID, replayBatch, eventFilter{backfillID: &id})
 		if err != nil {
 			sw.err = err
 			return false
 		}
-		for _, ev := range evs {
+		for _, ev := range read.events {
 			if sw.event(ev) {
 				return true
 			}
 		}
-		if len(evs) < replayBatch {
+		sw.lastID = max(sw.lastID, read.next)
+		if read.end {
+			return false
+		}
+		if len(read.events) > 0 && sw.flush() != nil {
 			return false
 		}
 	}

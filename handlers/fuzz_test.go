@@ -336,7 +336,7 @@ func (f *fakeStore) TerminalEventStored(ctx context.Context, backfillID, after i
 	return false, f.call("TerminalEventStored", false, checkPos("backfill_id", backfillID))
 }
 
-func (f *fakeStore) EventList(ctx context.Context, p repo.EventListParams) ([]domain.Event, error) {
+func (f *fakeStore) EventScan(ctx context.Context, p repo.EventScanParams) (repo.EventScanPage, error) {
 	problems := []string{checkRange("limit", p.Limit, 1, 1000)}
 	if p.After < 0 {
 		problems = append(problems, fmt.Sprintf("after %d is negative", p.After))
@@ -344,8 +344,8 @@ func (f *fakeStore) EventList(ctx context.Context, p repo.EventListParams) ([]do
 	if p.BackfillID != nil {
 		problems = append(problems, checkPos("backfill_id", *p.BackfillID))
 	}
-	err := f.call("EventList", false, problems...)
-	return []domain.Event{}, err
+	err := f.call("EventScan", false, problems...)
+	return repo.EventScanPage{Next: p.After, End: true}, err
 }
 
 func (f *fakeStore) BackfillProgressMany(ctx context.Context, ids []int64) ([]repo.Backfill, time.Time, error) {

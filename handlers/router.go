@@ -31,10 +31,17 @@ func New(opts Options) (http.Handler, error) {
 		webhookAllowLocal: opts.WebhookAllowLocal,
 		tracer:            opts.Tracer,
 		answers:           opts.Answers,
+
+		statementTimeout: opts.StatementTimeout,
+		eventScanRows:    opts.EventScanRows,
 	}
 	if s.answers == nil {
 		s.answers = nopAnswers{}
 	}
+	if opts.OutboxScans <= 0 {
+		opts.OutboxScans = DefaultOutboxScans
+	}
+	s.outboxScans = make(chan struct{}, opts.OutboxScans)
 	if s.streamKeepAlive <= 0 {
 		s.streamKeepAlive = DefaultStreamKeepAlive
 	}

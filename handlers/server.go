@@ -50,7 +50,7 @@ type Store interface {
 	WebhookAttemptList(ctx context.Context, p repo.WebhookAttemptListParams) ([]repo.WebhookAttempt, int, error)
 	BackfillPatch(ctx context.Context, p repo.BackfillPatchParams) (repo.Backfill, error)
 	BackfillRetry(ctx context.Context, p repo.BackfillRetryParams) (repo.Backfill, bool, error)
-	EventList(ctx context.Context, p repo.EventListParams) ([]domain.Event, error)
+	EventScan(ctx context.Context, p repo.EventScanParams) (repo.EventScanPage, error)
 	TerminalEventStored(ctx context.Context, backfillID, after int64) (bool, error)
 	BackfillProgressMany(ctx context.Context, ids []int64) ([]repo.Backfill, time.Time, error)
 }
@@ -84,6 +84,15 @@ type Options struct {
 	Tracer *tracing.Tracer
 	// Answers counts answers an operator alerts on; nil counts nothing.
 	Answers AnswerObserver
+	// StatementTimeout is the database sessions' statement_timeout (0: none): a request
+	// made of several statements, a page of events, ends within it too (pageBudgets).
+	StatementTimeout time.Duration
+	// OutboxScans bounds the scanning steps of the outbox run at once (default
+	// DefaultOutboxScans): streams' replays, and JSON pages past their first step.
+	OutboxScans int
+	// EventScanRows is the most outbox rows one read statement looks at (default
+	// repo.DefaultEventScanRows); tests make it small.
+	EventScanRows int
 }
 
 // AnswerObserver counts answers that say something went wrong on the service's side and
@@ -109,8 +118,11 @@ type Server struct {
 
 	streams         EventStreams
 	streamKeepAlive time.Duration
-	// globalStreamPoll is how often GET /events streams read the outbox (0: the default).
-	globalStreamPoll time.Duration
+	// statementTimeout, outboxScans and eventScanRows: Options' StatementTimeout,
+	// OutboxScans (a semaphore) and EventScanRows.
+	statementTimeout time.Duration
+	outboxScans      chan struct{}
+	eventScanRows    int
 	// webhookAllowLocal: see Options.WebhookAllowLocal.
 	webhookAllowLocal bool
 	// tracer: see Options.Tracer.

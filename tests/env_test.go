@@ -105,6 +105,10 @@ type envOptions struct {
 	localWebhooksRefused bool
 	// tracer traces the requests, transactions and sweeps (nil: off, as by default).
 	tracer *tracing.Tracer
+	// admission, when set, admits requests as cmd/api does; statementTimeout sets the store's
+	// sessions' statement_timeout and tells the handlers, as DB_STATEMENT_TIMEOUT does.
+	admission        *handlers.Admission
+	statementTimeout time.Duration
 }
 
 type envOption func(*envOptions)
@@ -132,6 +136,17 @@ func withListenDSN(f func(t testing.TB, dsn string) string) envOption {
 }
 func withLocalWebhooksRefused() envOption {
 	return func(o *envOptions) { o.localWebhooksRefused = true }
+}
+func withAdmission(a handlers.Admission) envOption {
+	return func(o *envOptions) { o.admission = &a }
+}
+func withStatementTimeout(d time.Duration) envOption {
+	return func(o *envOptions) {
+		o.statementTimeout = d
+		o.storeDSN = func(dsn string) string {
+			return dsn + fmt.Sprintf("&statement_timeout=%d", d.Milliseconds())
+		}
+	}
 }
 func withPollOnly(every time.Duration) envOption {
 	return func(o *envOptions) { o.pollOnlyEach = every }
@@ -222,6 +237,8 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		WebhookAllowLocal: !o.localWebhooksRefused,
 		Tracer:            o.tracer,
 		Answers:           m,
+		Admission:         o.admission,
+		StatementTimeout:  o.statementTimeout,
 	})
 	require.NoError(t, err)
 	srv := httptest.NewUnstartedServer(h)

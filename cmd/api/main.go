@@ -214,6 +214,8 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 		WebhookAllowLocal: cfg.WebhookAllowLocal,
 		Tracer:            tracer,
 		Answers:           m,
+		// A page of events ends within what one statement may take (handlers.pageBudgets).
+		StatementTimeout: cfg.StatementTimeout,
 	})
 	if err != nil {
 		return err

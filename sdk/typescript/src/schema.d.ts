@@ -470,10 +470,19 @@ export interface paths {
          *     `backfill.canceled`. `data.backfill` is the backfill as `GET /backfills/{id}` answered
          *     it right after the change.
          *
-         *     Page with `after`: ask again with `after` = `next_after` (the last id answered, or
-         *     `after` itself on an empty page). A reader that does so never misses an event: ids
-         *     are taken in commit order, so an event never becomes visible after one with a larger
-         *     id has been answered. Events are kept at least 7 days.
+         *     Page with `after`: ask again with `after` = `next_after`. A reader that does so never
+         *     misses an event: an event never becomes visible after one with a larger id has been
+         *     answered (a page stops before the events of a transaction still in flight). Ids are
+         *     not in commit order: one backfill's events are in the order of its changes by
+         *     `occurred_at`, then `id` for the events of one change. Events are kept at least 7
+         *     days.
+         *
+         *     A page does bounded work: it looks at a bounded stretch of the outbox (at most 2,000
+         *     events a statement, for a fraction of the server's statement timeout), and when its
+         *     filters keep fewer than `limit` events there it answers those, possibly none, with
+         *     `next_after` past the events it looked at. An empty page is not the end of the
+         *     outbox; asking again from `next_after` goes on from where it stopped. A page that
+         *     met events held back by a transaction still in flight waits up to a second for them.
          *
          *     With `Accept: text/event-stream`, a Server-Sent Events stream of every event (or of
          *     those the filters keep), with the rules of `GET /backfills/{backfill_id}/events`: the
@@ -1353,7 +1362,7 @@ export interface components {
             events: components["schemas"]["Event"][];
             /**
              * Format: int64
-             * @description The `after` of the next page.
+             * @description The `after` of the next page: the last id answered when the page is full, else the last event the page looked at, past those its filters skipped (`after` itself when it looked at none).
              */
             next_after: number;
         };
