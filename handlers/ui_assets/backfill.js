@@ -99,10 +99,26 @@ export async function backfillPage(id, nav) {
     await grid.refresh();
   };
 
+  // A page of events does bounded work: one that looked at a stretch of the outbox without
+  // finding the backfill's events answers fewer than asked (possibly none) with next_after
+  // past that stretch. Read on from there until 200 are shown or the end (next_after stops
+  // moving), a bounded number of pages.
+  const readEvents = async () => {
+    const out = [];
+    let after = 0;
+    for (let page = 0; page < 25 && out.length < 200; page++) {
+      const { data } = await api("GET", `/backfills/${id}/events?limit=${200 - out.length}&after=${after}`);
+      out.push(...data.events);
+      if (data.next_after === undefined || data.next_after === after) break;
+      after = data.next_after;
+    }
+    return out;
+  };
+
   const refreshEvents = async () => {
-    const { data } = await api("GET", `/backfills/${id}/events?limit=200`);
-    const changes = describeChanges(data.events);
-    events.replaceChildren(...data.events.map((e) => h("tr", { "data-type": e.type },
+    const list = await readEvents();
+    const changes = describeChanges(list);
+    events.replaceChildren(...list.map((e) => h("tr", { "data-type": e.type },
       h("td", {}, e.id), h("td", {}, e.type), h("td", {}, fmtTime(e.occurred_at)),
       h("td", { class: "details" }, changes.get(e.id) ?? (e.data && e.data.reason ? e.data.reason : "")))));
   };
