@@ -685,7 +685,7 @@ type DagPut struct {
 
 // DagRun defines model for DagRun.
 type DagRun struct {
-	// Attempt The attempt number. A backfill sets it to 1 when it creates or reprocesses the run; an expired lease that puts the run back to `queued` adds 1.
+	// Attempt The attempt number: 1 for a new run; a backfill that reprocesses the run (a retry included) starts it at its previous attempt + 1, so a program can tell the slot ran before; an expired lease that puts the run back to `queued` adds 1. `MAX_ATTEMPTS` counts the attempts since the run was created or last reprocessed.
 	Attempt int32 `json:"attempt"`
 
 	// BackfillId The backfill that owns the run; null unless a backfill owns it.

@@ -690,7 +690,7 @@ type DagPut struct {
 
 // DagRun defines model for DagRun.
 type DagRun struct {
-	// Attempt The attempt number. A backfill sets it to 1 when it creates or reprocesses the run; an expired lease that puts the run back to `queued` adds 1.
+	// Attempt The attempt number: 1 for a new run; a backfill that reprocesses the run (a retry included) starts it at its previous attempt + 1, so a program can tell the slot ran before; an expired lease that puts the run back to `queued` adds 1. `MAX_ATTEMPTS` counts the attempts since the run was created or last reprocessed.
 	Attempt int32 `json:"attempt"`
 
 	// BackfillId The backfill that owns the run; null unless a backfill owns it.
@@ -1445,7 +1445,7 @@ type ClientInterface interface {
 	// - `reprocess_behavior` `completed`: any terminal run is reprocessed.
 	//
 	// Reprocessing puts the run back to `queued` with the same `run_id`, attaches it to this
-	// backfill, sets `attempt` to 1 and replaces its `conf` when `dag_run_conf` is not null;
+	// backfill, sets `attempt` to its previous attempt + 1 and replaces its `conf` when `dag_run_conf` is not null;
 	// a reprocessed manual run keeps `run_type` `manual`. A run that belonged to an earlier,
 	// terminal backfill leaves that backfill's `progress` and slot listing showing the state
 	// the run had when it was taken over: a terminal backfill's record never changes again.
@@ -1510,7 +1510,7 @@ type ClientInterface interface {
 	// - `reprocess_behavior` `completed`: any terminal run is reprocessed.
 	//
 	// Reprocessing puts the run back to `queued` with the same `run_id`, attaches it to this
-	// backfill, sets `attempt` to 1 and replaces its `conf` when `dag_run_conf` is not null;
+	// backfill, sets `attempt` to its previous attempt + 1 and replaces its `conf` when `dag_run_conf` is not null;
 	// a reprocessed manual run keeps `run_type` `manual`. A run that belonged to an earlier,
 	// terminal backfill leaves that backfill's `progress` and slot listing showing the state
 	// the run had when it was taken over: a terminal backfill's record never changes again.
@@ -2384,7 +2384,7 @@ func (c *RawClient) ListBackfills(ctx context.Context, params *ListBackfillsPara
 //   - `reprocess_behavior` `completed`: any terminal run is reprocessed.
 //
 // Reprocessing puts the run back to `queued` with the same `run_id`, attaches it to this
-// backfill, sets `attempt` to 1 and replaces its `conf` when `dag_run_conf` is not null;
+// backfill, sets `attempt` to its previous attempt + 1 and replaces its `conf` when `dag_run_conf` is not null;
 // a reprocessed manual run keeps `run_type` `manual`. A run that belonged to an earlier,
 // terminal backfill leaves that backfill's `progress` and slot listing showing the state
 // the run had when it was taken over: a terminal backfill's record never changes again.
@@ -2459,7 +2459,7 @@ func (c *RawClient) CreateBackfillWithBody(ctx context.Context, params *CreateBa
 //   - `reprocess_behavior` `completed`: any terminal run is reprocessed.
 //
 // Reprocessing puts the run back to `queued` with the same `run_id`, attaches it to this
-// backfill, sets `attempt` to 1 and replaces its `conf` when `dag_run_conf` is not null;
+// backfill, sets `attempt` to its previous attempt + 1 and replaces its `conf` when `dag_run_conf` is not null;
 // a reprocessed manual run keeps `run_type` `manual`. A run that belonged to an earlier,
 // terminal backfill leaves that backfill's `progress` and slot listing showing the state
 // the run had when it was taken over: a terminal backfill's record never changes again.
@@ -6040,7 +6040,7 @@ type ClientWithResponsesInterface interface {
 	// - `reprocess_behavior` `completed`: any terminal run is reprocessed.
 	//
 	// Reprocessing puts the run back to `queued` with the same `run_id`, attaches it to this
-	// backfill, sets `attempt` to 1 and replaces its `conf` when `dag_run_conf` is not null;
+	// backfill, sets `attempt` to its previous attempt + 1 and replaces its `conf` when `dag_run_conf` is not null;
 	// a reprocessed manual run keeps `run_type` `manual`. A run that belonged to an earlier,
 	// terminal backfill leaves that backfill's `progress` and slot listing showing the state
 	// the run had when it was taken over: a terminal backfill's record never changes again.
@@ -6105,7 +6105,7 @@ type ClientWithResponsesInterface interface {
 	// - `reprocess_behavior` `completed`: any terminal run is reprocessed.
 	//
 	// Reprocessing puts the run back to `queued` with the same `run_id`, attaches it to this
-	// backfill, sets `attempt` to 1 and replaces its `conf` when `dag_run_conf` is not null;
+	// backfill, sets `attempt` to its previous attempt + 1 and replaces its `conf` when `dag_run_conf` is not null;
 	// a reprocessed manual run keeps `run_type` `manual`. A run that belonged to an earlier,
 	// terminal backfill leaves that backfill's `progress` and slot listing showing the state
 	// the run had when it was taken over: a terminal backfill's record never changes again.
@@ -10570,7 +10570,7 @@ func (c *ClientWithResponses) ListBackfillsWithResponse(ctx context.Context, par
 //   - `reprocess_behavior` `completed`: any terminal run is reprocessed.
 //
 // Reprocessing puts the run back to `queued` with the same `run_id`, attaches it to this
-// backfill, sets `attempt` to 1 and replaces its `conf` when `dag_run_conf` is not null;
+// backfill, sets `attempt` to its previous attempt + 1 and replaces its `conf` when `dag_run_conf` is not null;
 // a reprocessed manual run keeps `run_type` `manual`. A run that belonged to an earlier,
 // terminal backfill leaves that backfill's `progress` and slot listing showing the state
 // the run had when it was taken over: a terminal backfill's record never changes again.
@@ -10641,7 +10641,7 @@ func (c *ClientWithResponses) CreateBackfillWithBodyWithResponse(ctx context.Con
 //   - `reprocess_behavior` `completed`: any terminal run is reprocessed.
 //
 // Reprocessing puts the run back to `queued` with the same `run_id`, attaches it to this
-// backfill, sets `attempt` to 1 and replaces its `conf` when `dag_run_conf` is not null;
+// backfill, sets `attempt` to its previous attempt + 1 and replaces its `conf` when `dag_run_conf` is not null;
 // a reprocessed manual run keeps `run_type` `manual`. A run that belonged to an earlier,
 // terminal backfill leaves that backfill's `progress` and slot listing showing the state
 // the run had when it was taken over: a terminal backfill's record never changes again.

@@ -337,7 +337,8 @@ func readTakenRuns(ctx context.Context, tx *sqlx.Tx, dagID string, first, last t
 }
 
 // reprocessRuns takes the runs over: it clears them back to queued, owned by the new
-// backfill. The state the new slot records of each run is the one read in this transaction;
+// backfill, at the attempt after their last (so a program can tell the slot ran before; the
+// go starts there, which is what MAX_ATTEMPTS counts from: see SweepExpireLeases). The state the new slot records of each run is the one read in this transaction;
 // the update proves it still held (a run that changed fails the count and the transaction is
 // tried again).
 //
@@ -365,7 +366,7 @@ func reprocessRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p domain.
 	}
 	res, err := tx.ExecContext(ctx, `
 		UPDATE dag_runs r SET state = 'queued', backfill_id = $3, backfill_sort_ordinal = u.ordinal,
-			attempt = 1, conf = coalesce($4::jsonb, r.conf), worker_id = NULL, queued_at = $5,
+			attempt = r.attempt + 1, first_attempt = r.attempt + 1, conf = coalesce($4::jsonb, r.conf), worker_id = NULL, queued_at = $5,
 			start_date = NULL, end_date = NULL, lease_expires_at = NULL, lease_seconds = NULL
 		FROM unnest($1::bigint[], $2::int[]) AS u(id, ordinal)
 		WHERE r.id = u.id AND r.state IN ('success', 'failed', 'canceled')
