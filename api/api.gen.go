@@ -190,6 +190,7 @@ const (
 	ProblemCodeIdempotencyKeyReused   ProblemCode = "idempotency_key_reused"
 	ProblemCodeInternal               ProblemCode = "internal"
 	ProblemCodeInvalidBackfill        ProblemCode = "invalid_backfill"
+	ProblemCodeInvalidCodeRef         ProblemCode = "invalid_code_ref"
 	ProblemCodeInvalidDag             ProblemCode = "invalid_dag"
 	ProblemCodeInvalidRequest         ProblemCode = "invalid_request"
 	ProblemCodeInvalidTransition      ProblemCode = "invalid_transition"
@@ -233,6 +234,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeInternal:
 		return true
 	case ProblemCodeInvalidBackfill:
+		return true
+	case ProblemCodeInvalidCodeRef:
 		return true
 	case ProblemCodeInvalidDag:
 		return true
@@ -424,9 +427,15 @@ func (e ListBackfillDagRunsParamsOrderBy) Valid() bool {
 
 // Backfill defines model for Backfill.
 type Backfill struct {
+	// CodeRef The code the backfill's runs run (an image digest, a git SHA), fixed at creation; null for none.
+	CodeRef *string `json:"code_ref"`
+
 	// CompletedAt Set exactly when the state is terminal.
 	CompletedAt *time.Time `json:"completed_at"`
 	CreatedAt   time.Time  `json:"created_at"`
+
+	// CreatedBy Who created the backfill: the `X-Actor` header of the creating request where the service has no per-user identity; null when not known.
+	CreatedBy *string `json:"created_by"`
 
 	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
 	//
@@ -461,6 +470,9 @@ type Backfill struct {
 	// Progress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others.
 	Progress BackfillProgress `json:"progress"`
 
+	// Reason Why the backfill was made; null for none.
+	Reason *string `json:"reason"`
+
 	// ReprocessBehavior What a backfill does with a slot whose run already exists and is terminal: `none` skips it; `failed` reprocesses a `failed` or `canceled` run; `completed` reprocesses any terminal run. A `queued` or `running` run is always skipped.
 	ReprocessBehavior ReprocessBehavior `json:"reprocess_behavior"`
 	RunBackwards      bool              `json:"run_backwards"`
@@ -487,6 +499,11 @@ type BackfillCollection struct {
 
 // BackfillCreate defines model for BackfillCreate.
 type BackfillCreate struct {
+	// CodeRef The code the runs are to run (an image digest, a git SHA): 1-200 printable characters without spaces, else 422 `invalid_code_ref`. Fixed once created; claims hand it out with every run, and `backfillctl executor` gives it to programs as `BACKFILL_CODE_REF` and `{{ code_ref }}`.
+	//
+	// Example: sha256:9b2f0c1e4d8a7f6e5d4c3b2a19087f6e5d4c3b2a19087f6e5d4c3b2a19087f6e
+	CodeRef *string `json:"code_ref,omitempty"`
+
 	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
 	//
 	// Example: sales_daily
@@ -509,6 +526,11 @@ type BackfillCreate struct {
 	//
 	// Example: warehouse
 	Pool *PoolName `json:"pool,omitempty"`
+
+	// Reason Why the backfill is made (a sentence, a ticket); at most 500 characters.
+	//
+	// Example: DATA-123: re-run after the upstream fix
+	Reason *string `json:"reason,omitempty"`
 
 	// ReprocessBehavior What a backfill does with a slot whose run already exists and is terminal: `none` skips it; `failed` reprocesses a `failed` or `canceled` run; `completed` reprocesses any terminal run. A `queued` or `running` run is always skipped.
 	ReprocessBehavior *ReprocessBehavior `json:"reprocess_behavior,omitempty"`
@@ -577,6 +599,9 @@ type BackfillProgress struct {
 
 // BackfillRetry Settings of the new backfill; each left out is the parent's.
 type BackfillRetry struct {
+	// CodeRef The new backfill's code_ref (1-200 printable characters without spaces, else 422 `invalid_code_ref`); left out, the parent's.
+	CodeRef *string `json:"code_ref,omitempty"`
+
 	// DagRunConf Free-form run configuration; null when none was given.
 	DagRunConf    *Conf   `json:"dag_run_conf,omitempty"`
 	Description   *string `json:"description,omitempty"`
@@ -587,6 +612,9 @@ type BackfillRetry struct {
 
 	// Pool The new backfill's pool (null for none); left out, the parent's.
 	Pool *string `json:"pool,omitempty"`
+
+	// Reason Why the retry is made; not inherited from the parent.
+	Reason *string `json:"reason,omitempty"`
 }
 
 // BackfillState Active: `running`, `paused`, `canceling`. Terminal: `succeeded` (every run succeeded), `failed` (at least one run failed or was canceled), `canceled`.
@@ -690,6 +718,9 @@ type DagRun struct {
 
 	// BackfillId The backfill that owns the run; null unless a backfill owns it.
 	BackfillId *int64 `json:"backfill_id"`
+
+	// CodeRef Only on the runs a claim answers, and only when the run's backfill has one: the backfill's `code_ref`, the code this run is to run.
+	CodeRef *string `json:"code_ref,omitempty"`
 
 	// Conf Free-form run configuration; null when none was given.
 	Conf *Conf `json:"conf"`
@@ -1021,6 +1052,9 @@ type WebhookWithSecret struct {
 	Url    string `json:"url"`
 }
 
+// Actor defines model for Actor.
+type Actor = string
+
 // BackfillIdPath defines model for BackfillIdPath.
 type BackfillIdPath = int64
 
@@ -1129,6 +1163,11 @@ type CreateBackfillParams struct {
 	// if the plan made inside the creating transaction has that digest, else 412
 	// `plan_changed`. `*` checks nothing.
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// XActor Who sends the request (1-200 printable characters, e.g. a user name), recorded as the
+	// backfill's `created_by`. The service has no per-user identity (`API_TOKEN`'s tokens
+	// are shared secrets, several only for rotation), so this header is the principal.
+	XActor *Actor `json:"X-Actor,omitempty"`
 }
 
 // ListBackfillDagRunsParams defines parameters for ListBackfillDagRuns.
@@ -1178,6 +1217,11 @@ type RetryBackfillParams struct {
 	// if the plan made inside the creating transaction has that digest, else 412
 	// `plan_changed`. `*` checks nothing.
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// XActor Who sends the request (1-200 printable characters, e.g. a user name), recorded as the
+	// backfill's `created_by`. The service has no per-user identity (`API_TOKEN`'s tokens
+	// are shared secrets, several only for rotation), so this header is the principal.
+	XActor *Actor `json:"X-Actor,omitempty"`
 }
 
 // ListDagsParams defines parameters for ListDags.
@@ -1896,6 +1940,25 @@ func (siw *ServerInterfaceWrapper) CreateBackfill(w http.ResponseWriter, r *http
 
 	}
 
+	// ------------- Optional header parameter "X-Actor" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("X-Actor")]; found {
+		var XActor Actor
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "X-Actor", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "X-Actor", valueList[0], &XActor, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "X-Actor", Err: err})
+			return
+		}
+
+		params.XActor = &XActor
+
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.CreateBackfill(w, r, params)
 	}))
@@ -2250,6 +2313,25 @@ func (siw *ServerInterfaceWrapper) RetryBackfill(w http.ResponseWriter, r *http.
 		}
 
 		params.IfMatch = &IfMatch
+
+	}
+
+	// ------------- Optional header parameter "X-Actor" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("X-Actor")]; found {
+		var XActor Actor
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "X-Actor", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "X-Actor", valueList[0], &XActor, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "X-Actor", Err: err})
+			return
+		}
+
+		params.XActor = &XActor
 
 	}
 

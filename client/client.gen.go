@@ -195,6 +195,7 @@ const (
 	ProblemCodeIdempotencyKeyReused   ProblemCode = "idempotency_key_reused"
 	ProblemCodeInternal               ProblemCode = "internal"
 	ProblemCodeInvalidBackfill        ProblemCode = "invalid_backfill"
+	ProblemCodeInvalidCodeRef         ProblemCode = "invalid_code_ref"
 	ProblemCodeInvalidDag             ProblemCode = "invalid_dag"
 	ProblemCodeInvalidRequest         ProblemCode = "invalid_request"
 	ProblemCodeInvalidTransition      ProblemCode = "invalid_transition"
@@ -238,6 +239,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeInternal:
 		return true
 	case ProblemCodeInvalidBackfill:
+		return true
+	case ProblemCodeInvalidCodeRef:
 		return true
 	case ProblemCodeInvalidDag:
 		return true
@@ -429,9 +432,15 @@ func (e ListBackfillDagRunsParamsOrderBy) Valid() bool {
 
 // Backfill defines model for Backfill.
 type Backfill struct {
+	// CodeRef The code the backfill's runs run (an image digest, a git SHA), fixed at creation; null for none.
+	CodeRef *string `json:"code_ref"`
+
 	// CompletedAt Set exactly when the state is terminal.
 	CompletedAt *time.Time `json:"completed_at"`
 	CreatedAt   time.Time  `json:"created_at"`
+
+	// CreatedBy Who created the backfill: the `X-Actor` header of the creating request where the service has no per-user identity; null when not known.
+	CreatedBy *string `json:"created_by"`
 
 	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
 	//
@@ -466,6 +475,9 @@ type Backfill struct {
 	// Progress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others.
 	Progress BackfillProgress `json:"progress"`
 
+	// Reason Why the backfill was made; null for none.
+	Reason *string `json:"reason"`
+
 	// ReprocessBehavior What a backfill does with a slot whose run already exists and is terminal: `none` skips it; `failed` reprocesses a `failed` or `canceled` run; `completed` reprocesses any terminal run. A `queued` or `running` run is always skipped.
 	ReprocessBehavior ReprocessBehavior `json:"reprocess_behavior"`
 	RunBackwards      bool              `json:"run_backwards"`
@@ -492,6 +504,11 @@ type BackfillCollection struct {
 
 // BackfillCreate defines model for BackfillCreate.
 type BackfillCreate struct {
+	// CodeRef The code the runs are to run (an image digest, a git SHA): 1-200 printable characters without spaces, else 422 `invalid_code_ref`. Fixed once created; claims hand it out with every run, and `backfillctl executor` gives it to programs as `BACKFILL_CODE_REF` and `{{ code_ref }}`.
+	//
+	// Example: sha256:9b2f0c1e4d8a7f6e5d4c3b2a19087f6e5d4c3b2a19087f6e5d4c3b2a19087f6e
+	CodeRef *string `json:"code_ref,omitempty"`
+
 	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
 	//
 	// Example: sales_daily
@@ -514,6 +531,11 @@ type BackfillCreate struct {
 	//
 	// Example: warehouse
 	Pool *PoolName `json:"pool,omitempty"`
+
+	// Reason Why the backfill is made (a sentence, a ticket); at most 500 characters.
+	//
+	// Example: DATA-123: re-run after the upstream fix
+	Reason *string `json:"reason,omitempty"`
 
 	// ReprocessBehavior What a backfill does with a slot whose run already exists and is terminal: `none` skips it; `failed` reprocesses a `failed` or `canceled` run; `completed` reprocesses any terminal run. A `queued` or `running` run is always skipped.
 	ReprocessBehavior *ReprocessBehavior `json:"reprocess_behavior,omitempty"`
@@ -582,6 +604,9 @@ type BackfillProgress struct {
 
 // BackfillRetry Settings of the new backfill; each left out is the parent's.
 type BackfillRetry struct {
+	// CodeRef The new backfill's code_ref (1-200 printable characters without spaces, else 422 `invalid_code_ref`); left out, the parent's.
+	CodeRef *string `json:"code_ref,omitempty"`
+
 	// DagRunConf Free-form run configuration; null when none was given.
 	DagRunConf    *Conf   `json:"dag_run_conf,omitempty"`
 	Description   *string `json:"description,omitempty"`
@@ -592,6 +617,9 @@ type BackfillRetry struct {
 
 	// Pool The new backfill's pool (null for none); left out, the parent's.
 	Pool *string `json:"pool,omitempty"`
+
+	// Reason Why the retry is made; not inherited from the parent.
+	Reason *string `json:"reason,omitempty"`
 }
 
 // BackfillState Active: `running`, `paused`, `canceling`. Terminal: `succeeded` (every run succeeded), `failed` (at least one run failed or was canceled), `canceled`.
@@ -695,6 +723,9 @@ type DagRun struct {
 
 	// BackfillId The backfill that owns the run; null unless a backfill owns it.
 	BackfillId *int64 `json:"backfill_id"`
+
+	// CodeRef Only on the runs a claim answers, and only when the run's backfill has one: the backfill's `code_ref`, the code this run is to run.
+	CodeRef *string `json:"code_ref,omitempty"`
 
 	// Conf Free-form run configuration; null when none was given.
 	Conf *Conf `json:"conf"`
@@ -1026,6 +1057,9 @@ type WebhookWithSecret struct {
 	Url    string `json:"url"`
 }
 
+// Actor defines model for Actor.
+type Actor = string
+
 // BackfillIdPath defines model for BackfillIdPath.
 type BackfillIdPath = int64
 
@@ -1134,6 +1168,11 @@ type CreateBackfillParams struct {
 	// if the plan made inside the creating transaction has that digest, else 412
 	// `plan_changed`. `*` checks nothing.
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// XActor Who sends the request (1-200 printable characters, e.g. a user name), recorded as the
+	// backfill's `created_by`. The service has no per-user identity (`API_TOKEN`'s tokens
+	// are shared secrets, several only for rotation), so this header is the principal.
+	XActor *Actor `json:"X-Actor,omitempty"`
 }
 
 // ListBackfillDagRunsParams defines parameters for ListBackfillDagRuns.
@@ -1183,6 +1222,11 @@ type RetryBackfillParams struct {
 	// if the plan made inside the creating transaction has that digest, else 412
 	// `plan_changed`. `*` checks nothing.
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// XActor Who sends the request (1-200 printable characters, e.g. a user name), recorded as the
+	// backfill's `created_by`. The service has no per-user identity (`API_TOKEN`'s tokens
+	// are shared secrets, several only for rotation), so this header is the principal.
+	XActor *Actor `json:"X-Actor,omitempty"`
 }
 
 // ListDagsParams defines parameters for ListDags.
@@ -1482,6 +1526,13 @@ type ClientInterface interface {
 	// at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
 	// the transaction that failed the run: no claim after it hands out a run of it.
 	//
+	// **Code, who and why.** `code_ref` (1-200 printable characters without spaces, e.g. an
+	// image digest or a git SHA; otherwise 422 `invalid_code_ref`) is fixed at creation:
+	// no `PATCH` changes it, a retry inherits it unless it names another, and every run a
+	// claim hands out carries it. `created_by` records the `X-Actor` header (the service
+	// has no per-user identity: its tokens are shared); `reason` says why (at most 500
+	// characters).
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/backfills (the `CreateBackfill` operationId).
@@ -1546,6 +1597,13 @@ type ClientInterface interface {
 	// `failed` (a report, or a lease expiry at `MAX_ATTEMPTS`) while its `failed` count is
 	// at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
 	// the transaction that failed the run: no claim after it hands out a run of it.
+	//
+	// **Code, who and why.** `code_ref` (1-200 printable characters without spaces, e.g. an
+	// image digest or a git SHA; otherwise 422 `invalid_code_ref`) is fixed at creation:
+	// no `PATCH` changes it, a retry inherits it unless it names another, and every run a
+	// claim hands out carries it. `created_by` records the `X-Actor` header (the service
+	// has no per-user identity: its tokens are shared); `reason` says why (at most 500
+	// characters).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1719,7 +1777,9 @@ type ClientInterface interface {
 	// has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 	// The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 	// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-	// `dag_run_conf` and `description`.
+	// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
+	// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+	// retry's own, never the parent's.
 	//
 	// It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 	// transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -1740,7 +1800,9 @@ type ClientInterface interface {
 	// has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 	// The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 	// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-	// `dag_run_conf` and `description`.
+	// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
+	// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+	// retry's own, never the parent's.
 	//
 	// It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 	// transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -2421,6 +2483,13 @@ func (c *RawClient) ListBackfills(ctx context.Context, params *ListBackfillsPara
 // at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
 // the transaction that failed the run: no claim after it hands out a run of it.
 //
+// **Code, who and why.** `code_ref` (1-200 printable characters without spaces, e.g. an
+// image digest or a git SHA; otherwise 422 `invalid_code_ref`) is fixed at creation:
+// no `PATCH` changes it, a retry inherits it unless it names another, and every run a
+// claim hands out carries it. `created_by` records the `X-Actor` header (the service
+// has no per-user identity: its tokens are shared); `reason` says why (at most 500
+// characters).
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/backfills (the `CreateBackfill` operationId).
@@ -2495,6 +2564,13 @@ func (c *RawClient) CreateBackfillWithBody(ctx context.Context, params *CreateBa
 // `failed` (a report, or a lease expiry at `MAX_ATTEMPTS`) while its `failed` count is
 // at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
 // the transaction that failed the run: no claim after it hands out a run of it.
+//
+// **Code, who and why.** `code_ref` (1-200 printable characters without spaces, e.g. an
+// image digest or a git SHA; otherwise 422 `invalid_code_ref`) is fixed at creation:
+// no `PATCH` changes it, a retry inherits it unless it names another, and every run a
+// claim hands out carries it. `created_by` records the `X-Actor` header (the service
+// has no per-user identity: its tokens are shared); `reason` says why (at most 500
+// characters).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2778,7 +2854,9 @@ func (c *RawClient) PauseBackfill(ctx context.Context, backfillId BackfillIdPath
 // has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 // The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 // settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-// `dag_run_conf` and `description`.
+// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
+// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+// retry's own, never the parent's.
 //
 // It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 // transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -2809,7 +2887,9 @@ func (c *RawClient) RetryBackfillWithBody(ctx context.Context, backfillId Backfi
 // has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 // The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 // settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-// `dag_run_conf` and `description`.
+// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
+// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+// retry's own, never the parent's.
 //
 // It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 // transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -4007,6 +4087,17 @@ func NewCreateBackfillRequestWithBody(server string, params *CreateBackfillParam
 			req.Header.Set("If-Match", headerParam1)
 		}
 
+		if params.XActor != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Actor", *params.XActor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Actor", headerParam2)
+		}
+
 	}
 
 	return req, nil
@@ -4475,6 +4566,17 @@ func NewRetryBackfillRequestWithBody(server string, backfillId BackfillIdPath, p
 			}
 
 			req.Header.Set("If-Match", headerParam1)
+		}
+
+		if params.XActor != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Actor", *params.XActor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Actor", headerParam2)
 		}
 
 	}
@@ -6077,6 +6179,13 @@ type ClientWithResponsesInterface interface {
 	// at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
 	// the transaction that failed the run: no claim after it hands out a run of it.
 	//
+	// **Code, who and why.** `code_ref` (1-200 printable characters without spaces, e.g. an
+	// image digest or a git SHA; otherwise 422 `invalid_code_ref`) is fixed at creation:
+	// no `PATCH` changes it, a retry inherits it unless it names another, and every run a
+	// claim hands out carries it. `created_by` records the `X-Actor` header (the service
+	// has no per-user identity: its tokens are shared); `reason` says why (at most 500
+	// characters).
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/backfills (the `CreateBackfill` operationId).
@@ -6141,6 +6250,13 @@ type ClientWithResponsesInterface interface {
 	// `failed` (a report, or a lease expiry at `MAX_ATTEMPTS`) while its `failed` count is
 	// at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
 	// the transaction that failed the run: no claim after it hands out a run of it.
+	//
+	// **Code, who and why.** `code_ref` (1-200 printable characters without spaces, e.g. an
+	// image digest or a git SHA; otherwise 422 `invalid_code_ref`) is fixed at creation:
+	// no `PATCH` changes it, a retry inherits it unless it names another, and every run a
+	// claim hands out carries it. `created_by` records the `X-Actor` header (the service
+	// has no per-user identity: its tokens are shared); `reason` says why (at most 500
+	// characters).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6324,7 +6440,9 @@ type ClientWithResponsesInterface interface {
 	// has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 	// The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 	// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-	// `dag_run_conf` and `description`.
+	// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
+	// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+	// retry's own, never the parent's.
 	//
 	// It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 	// transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -6345,7 +6463,9 @@ type ClientWithResponsesInterface interface {
 	// has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 	// The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 	// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-	// `dag_run_conf` and `description`.
+	// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
+	// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+	// retry's own, never the parent's.
 	//
 	// It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 	// transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -10607,6 +10727,13 @@ func (c *ClientWithResponses) ListBackfillsWithResponse(ctx context.Context, par
 // at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
 // the transaction that failed the run: no claim after it hands out a run of it.
 //
+// **Code, who and why.** `code_ref` (1-200 printable characters without spaces, e.g. an
+// image digest or a git SHA; otherwise 422 `invalid_code_ref`) is fixed at creation:
+// no `PATCH` changes it, a retry inherits it unless it names another, and every run a
+// claim hands out carries it. `created_by` records the `X-Actor` header (the service
+// has no per-user identity: its tokens are shared); `reason` says why (at most 500
+// characters).
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/backfills (the `CreateBackfill` operationId).
@@ -10677,6 +10804,13 @@ func (c *ClientWithResponses) CreateBackfillWithBodyWithResponse(ctx context.Con
 // `failed` (a report, or a lease expiry at `MAX_ATTEMPTS`) while its `failed` count is
 // at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
 // the transaction that failed the run: no claim after it hands out a run of it.
+//
+// **Code, who and why.** `code_ref` (1-200 printable characters without spaces, e.g. an
+// image digest or a git SHA; otherwise 422 `invalid_code_ref`) is fixed at creation:
+// no `PATCH` changes it, a retry inherits it unless it names another, and every run a
+// claim hands out carries it. `created_by` records the `X-Actor` header (the service
+// has no per-user identity: its tokens are shared); `reason` says why (at most 500
+// characters).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10926,7 +11060,9 @@ func (c *ClientWithResponses) PauseBackfillWithResponse(ctx context.Context, bac
 // has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 // The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 // settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-// `dag_run_conf` and `description`.
+// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
+// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+// retry's own, never the parent's.
 //
 // It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 // transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -10953,7 +11089,9 @@ func (c *ClientWithResponses) RetryBackfillWithBodyWithResponse(ctx context.Cont
 // has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 // The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 // settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-// `dag_run_conf` and `description`.
+// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
+// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+// retry's own, never the parent's.
 //
 // It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 // transaction; `Idempotency-Key` and `If-Match` are honoured. 404

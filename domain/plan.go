@@ -50,6 +50,13 @@ type BackfillRequest struct {
 	// Pool is the pool the backfill's runs are claimed in; nil for none. omitempty keeps the
 	// request hash of a request without a pool what it was before pools existed.
 	Pool *string `json:",omitempty"`
+	// CodeRef is the code the runs are to run (an image digest, a git SHA); nil for none.
+	// Like Pool, it and the fields below are left out of the request hash when unset.
+	CodeRef *string `json:",omitempty"`
+	// CreatedBy is the principal that asks (see handlers' actor); nil when unknown.
+	CreatedBy *string `json:",omitempty"`
+	// Reason says why; nil for none.
+	Reason *string `json:",omitempty"`
 }
 
 // SlotAction is what creation does with one slot.

@@ -42,6 +42,9 @@ type backfillSettings struct {
 	Description   optional[string]          `json:"description"`
 	DagRunConf    optional[json.RawMessage] `json:"dag_run_conf"`
 	Pool          optional[string]          `json:"pool"`
+	// Only a retry takes these (the spec refuses them in a patch): see RetryBackfill.
+	CodeRef *string `json:"code_ref"`
+	Reason  *string `json:"reason"`
 }
 
 // decodeOptionalBody decodes a body that may be absent (an empty body is the empty object).
@@ -67,6 +70,12 @@ func (s *Server) PatchBackfill(w http.ResponseWriter, r *http.Request, id int64)
 	}
 	if body.DagRunConf.Set {
 		writeProblem(w, badRequest("dag_run_conf cannot be changed", fieldErr("dag_run_conf", "is not a field of a patch")))
+		return
+	}
+	if body.CodeRef != nil || body.Reason != nil {
+		// code_ref is what the runs were created to run, reason why they were: both are
+		// the creation's record.
+		writeProblem(w, badRequest("code_ref and reason cannot be changed", fieldErr("code_ref", "is not a field of a patch")))
 		return
 	}
 	if body.MaxActiveRuns.Set && body.MaxActiveRuns.Value == nil {
@@ -106,6 +115,15 @@ func (s *Server) RetryBackfill(w http.ResponseWriter, r *http.Request, id int64,
 		writeProblem(w, *prob)
 		return
 	}
+	if prob := checkCodeRef(body.CodeRef); prob != nil {
+		writeProblem(w, *prob)
+		return
+	}
+	actor, prob := s.actor(r)
+	if prob != nil {
+		writeProblem(w, *prob)
+		return
+	}
 	rp := repo.BackfillRetryParams{
 		ParentID:       id,
 		MaxActiveRuns:  body.MaxActiveRuns.Value,
@@ -116,6 +134,9 @@ func (s *Server) RetryBackfill(w http.ResponseWriter, r *http.Request, id int64,
 		IfMatch:        ifMatch,
 		SetPool:        body.Pool.Set,
 		Pool:           body.Pool.Value,
+		CodeRef:        body.CodeRef,
+		CreatedBy:      actor,
+		Reason:         body.Reason,
 	}
 	if body.DagRunConf.Set {
 		rp.SetConf = true
@@ -138,6 +159,10 @@ func (s *Server) RetryBackfill(w http.ResponseWriter, r *http.Request, id int64,
 func (s *Server) answerCreated(w http.ResponseWriter, r *http.Request, b repo.Backfill, replayed bool) {
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
+	} else {
+		// Who made which backfill, and why, in the log too: the access log does not say.
+		s.log(r).Info("backfill created", "backfill_id", b.ID, "dag_id", b.DagID,
+			"created_by", b.CreatedBy, "reason", b.Reason, "code_ref", b.CodeRef)
 	}
 	w.Header().Set("Location", "/api/v1/backfills/"+strconv.FormatInt(b.ID, 10))
 	s.writeJSON(w, r, http.StatusCreated, backfillOut(b))

@@ -30,6 +30,11 @@ func (s *Server) backfillParams(r *http.Request) (domain.BackfillRequest, *api.P
 		MaxActiveRuns:     s.defaults.backfillMaxActiveRuns,
 		Description:       body.Description,
 		Pool:              body.Pool,
+		CodeRef:           body.CodeRef,
+		Reason:            body.Reason,
+	}
+	if prob := checkCodeRef(body.CodeRef); prob != nil {
+		return domain.BackfillRequest{}, prob
 	}
 	if body.RunBackwards != nil {
 		p.RunBackwards = *body.RunBackwards
@@ -58,6 +63,10 @@ func (s *Server) CreateBackfill(w http.ResponseWriter, r *http.Request, params a
 		p.IdempotencyKey = *params.IdempotencyKey
 	}
 	if p.IfMatch, prob = parseIfMatch(params.IfMatch); prob != nil {
+		writeProblem(w, *prob)
+		return
+	}
+	if p.CreatedBy, prob = s.actor(r); prob != nil {
 		writeProblem(w, *prob)
 		return
 	}

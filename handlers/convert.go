@@ -70,6 +70,7 @@ func runOut(r repo.Run) api.DagRun {
 		EndDate:           utcPtr(r.EndDate),
 		LeaseExpiresAt:    utcPtr(r.LeaseExpiresAt),
 		Note:              r.Note,
+		CodeRef:           r.CodeRef,
 	}
 }
 
@@ -103,6 +104,9 @@ func backfillOut(b repo.Backfill) api.Backfill {
 		PlanHash:          b.PlanHash,
 		ParentBackfillId:  b.ParentBackfillID,
 		Pool:              b.Pool,
+		CodeRef:           b.CodeRef,
+		CreatedBy:         b.CreatedBy,
+		Reason:            b.Reason,
 		Progress: api.BackfillProgress{
 			Total:    b.Total(),
 			Queued:   b.Queued,

@@ -25,6 +25,11 @@ type BackfillRetryParams struct {
 	// Pool replaces the parent's pool when SetPool (null for none).
 	Pool    *string
 	SetPool bool
+	// CodeRef replaces the parent's code_ref when not nil.
+	CodeRef *string
+	// CreatedBy and Reason are the retry's own: a retry is a new request, by whoever asks.
+	CreatedBy *string
+	Reason    *string
 }
 
 // BackfillRetry creates a backfill of the same DAG whose slots are the parent's slots whose
@@ -70,6 +75,12 @@ func (s *Store) BackfillRetry(ctx context.Context, rp BackfillRetryParams) (Back
 		Dates:             dates,
 		ParentBackfillID:  &parent.ID,
 		Pool:              parent.Pool,
+		CodeRef:           parent.CodeRef,
+		CreatedBy:         rp.CreatedBy,
+		Reason:            rp.Reason,
+	}
+	if rp.CodeRef != nil {
+		p.CodeRef = rp.CodeRef
 	}
 	if rp.SetPool {
 		p.Pool = rp.Pool
