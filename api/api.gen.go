@@ -110,6 +110,24 @@ func (e DryRunAction) Valid() bool {
 	}
 }
 
+// Defines values for DryRunCollectionEstimateBasis.
+const (
+	DryRunCollectionEstimateBasisLastSuccessfulRuns DryRunCollectionEstimateBasis = "last_successful_runs"
+	DryRunCollectionEstimateBasisNoSuccessfulRuns   DryRunCollectionEstimateBasis = "no_successful_runs"
+)
+
+// Valid indicates whether the value is a known member of the DryRunCollectionEstimateBasis enum.
+func (e DryRunCollectionEstimateBasis) Valid() bool {
+	switch e {
+	case DryRunCollectionEstimateBasisLastSuccessfulRuns:
+		return true
+	case DryRunCollectionEstimateBasisNoSuccessfulRuns:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for EventDataReason.
 const (
 	EventDataReasonFailureBudget EventDataReason = "failure_budget"
@@ -574,6 +592,31 @@ type BackfillDagRunCollection struct {
 	TotalEntries int64   `json:"total_entries"`
 }
 
+// BackfillEstimate What a backfill would cost, from how long the DAG's runs took.
+type BackfillEstimate struct {
+	// Concurrency Runs at once: `max_active_runs`, or the pool's `slots` when fewer.
+	Concurrency int32 `json:"concurrency"`
+
+	// P50RunSeconds The median duration of the measured runs.
+	P50RunSeconds float64 `json:"p50_run_seconds"`
+
+	// RunnerSeconds The work, `p50_run_seconds` × `runs`.
+	//
+	// Example: 10
+	RunnerSeconds float64 `json:"runner_seconds"`
+
+	// Runs The runs the backfill would start (created or reprocessed slots).
+	Runs int64 `json:"runs"`
+
+	// SampleRuns How many successful runs the median is of.
+	SampleRuns int32 `json:"sample_runs"`
+
+	// WallClockSeconds The time at `concurrency`: `p50_run_seconds` × ceil(`runs` / `concurrency`).
+	//
+	// Example: 5
+	WallClockSeconds float64 `json:"wall_clock_seconds"`
+}
+
 // BackfillPatch A JSON merge patch; fields left out keep their value.
 type BackfillPatch struct {
 	Description   *string `json:"description,omitempty"`
@@ -806,11 +849,20 @@ type DryRunAction string
 
 // DryRunCollection defines model for DryRunCollection.
 type DryRunCollection struct {
+	// Estimate What the plan would cost; null when the DAG has no successful run to measure.
+	Estimate *BackfillEstimate `json:"estimate"`
+
+	// EstimateBasis `last_successful_runs`: `estimate` is from the DAG's last (up to 20) successful runs; `no_successful_runs`: the DAG has none, and `estimate` is null.
+	EstimateBasis DryRunCollectionEstimateBasis `json:"estimate_basis"`
+
 	// PlanHash A digest of the DAG's schedule and timezone and of every slot's `logical_date`, `action` and `exception_reason`; send it as `If-Match` to create this plan.
 	PlanHash     string        `json:"plan_hash"`
 	Runs         []DryRunEntry `json:"runs"`
 	TotalEntries int64         `json:"total_entries"`
 }
+
+// DryRunCollectionEstimateBasis `last_successful_runs`: `estimate` is from the DAG's last (up to 20) successful runs; `no_successful_runs`: the DAG has none, and `estimate` is null.
+type DryRunCollectionEstimateBasis string
 
 // DryRunEntry defines model for DryRunEntry.
 type DryRunEntry struct {

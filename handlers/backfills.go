@@ -90,7 +90,8 @@ func (s *Server) DryRunBackfill(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	out := api.DryRunCollection{Runs: convertAll(plan.Slots, plannedOut), TotalEntries: int64(len(plan.Slots)), PlanHash: plan.PlanHash}
+	out := api.DryRunCollection{Runs: convertAll(plan.Slots, plannedOut), TotalEntries: int64(len(plan.Slots)), PlanHash: plan.PlanHash,
+		Estimate: estimateOut(plan.Estimate), EstimateBasis: api.DryRunCollectionEstimateBasis(plan.EstimateBasis)}
 	w.Header().Set("ETag", etag(plan.PlanHash))
 	s.writeJSON(w, r, http.StatusOK, out)
 }

@@ -153,3 +153,17 @@ func plannedOut(p domain.PlannedSlot) api.DryRunEntry {
 		ExceptionReason: p.ExceptionReason,
 	}
 }
+
+func estimateOut(e *domain.Estimate) *api.BackfillEstimate {
+	if e == nil {
+		return nil
+	}
+	return &api.BackfillEstimate{
+		Runs:             int64(e.Runs),
+		P50RunSeconds:    e.P50RunSeconds,
+		SampleRuns:       int32(e.SampleRuns),
+		Concurrency:      int32(e.Concurrency),
+		RunnerSeconds:    e.RunnerSeconds,
+		WallClockSeconds: e.WallClockSeconds,
+	}
+}

@@ -147,6 +147,12 @@ func (c *cli) printDryRun(l client.DryRunCollection, view dryRunView) error {
 			sum.First.SortOrdinal, instant(sum.First.LogicalDate), sum.First.Action,
 			sum.Last.SortOrdinal, instant(sum.Last.LogicalDate), sum.Last.Action)
 	}
+	if e := l.Estimate; e != nil {
+		fmt.Fprintf(c.stdout, "estimate: %s runner-seconds, %s wall clock at %d at once (p50 %ss of the last %d successful runs)\n",
+			fmt.Sprint(e.RunnerSeconds), fmt.Sprint(e.WallClockSeconds), e.Concurrency, fmt.Sprint(e.P50RunSeconds), e.SampleRuns)
+	} else if l.EstimateBasis != "" { // "": a server older than estimates
+		fmt.Fprintf(c.stdout, "estimate: none (%s)\n", l.EstimateBasis)
+	}
 	_, err := fmt.Fprintf(c.stdout, "plan hash %s (create exactly this plan with --if-match %s)\n", l.PlanHash, l.PlanHash)
 	return err
 }

@@ -276,6 +276,14 @@ export interface paths {
          *     DAG's schedule and timezone and of every slot's `logical_date`, `action` and
          *     `exception_reason`. Send it as `If-Match` with the creation to create exactly this
          *     plan or nothing.
+         *
+         *     **Estimate.** `estimate` is what the plan would cost, from the p50 (median) duration
+         *     of the DAG's last 20 successful runs (the latest to end; a run marked success without
+         *     running is not measured): `runner_seconds` = p50 × the runs it would start (created
+         *     or reprocessed slots), and `wall_clock_seconds` = p50 × the waves those runs take at
+         *     `concurrency` (`max_active_runs`, or the pool's `slots` when fewer). It is null when
+         *     the DAG has no such run, and `estimate_basis` says why: `last_successful_runs` when
+         *     there is an estimate, `no_successful_runs` when not.
          */
         post: operations["dryRunBackfill"];
         delete?: never;
@@ -1401,11 +1409,53 @@ export interface components {
             exception_reason: string | null;
         };
         DryRunCollection: {
+            /** @description What the plan would cost; null when the DAG has no successful run to measure. */
+            estimate: components["schemas"]["BackfillEstimate"] | null;
+            /**
+             * @description `last_successful_runs`: `estimate` is from the DAG's last (up to 20) successful runs; `no_successful_runs`: the DAG has none, and `estimate` is null.
+             * @enum {string}
+             */
+            estimate_basis: "last_successful_runs" | "no_successful_runs";
             /** @description A digest of the DAG's schedule and timezone and of every slot's `logical_date`, `action` and `exception_reason`; send it as `If-Match` to create this plan. */
             plan_hash: string;
             runs: components["schemas"]["DryRunEntry"][];
             /** Format: int64 */
             total_entries: number;
+        };
+        /** @description What a backfill would cost, from how long the DAG's runs took. */
+        BackfillEstimate: {
+            /**
+             * Format: int64
+             * @description The runs the backfill would start (created or reprocessed slots).
+             */
+            runs: number;
+            /**
+             * Format: double
+             * @description The median duration of the measured runs.
+             */
+            p50_run_seconds: number;
+            /**
+             * Format: int32
+             * @description How many successful runs the median is of.
+             */
+            sample_runs: number;
+            /**
+             * Format: int32
+             * @description Runs at once: `max_active_runs`, or the pool's `slots` when fewer.
+             */
+            concurrency: number;
+            /**
+             * Format: double
+             * @description The work, `p50_run_seconds` × `runs`.
+             * @example 10
+             */
+            runner_seconds: number;
+            /**
+             * Format: double
+             * @description The time at `concurrency`: `p50_run_seconds` × ceil(`runs` / `concurrency`).
+             * @example 5
+             */
+            wall_clock_seconds: number;
         };
         /** @description One slot of a backfill. */
         BackfillDagRun: {
