@@ -210,6 +210,7 @@ const (
 	ProblemCodeInvalidBackfill        ProblemCode = "invalid_backfill"
 	ProblemCodeInvalidCodeRef         ProblemCode = "invalid_code_ref"
 	ProblemCodeInvalidDag             ProblemCode = "invalid_dag"
+	ProblemCodeInvalidLogicalDates    ProblemCode = "invalid_logical_dates"
 	ProblemCodeInvalidRequest         ProblemCode = "invalid_request"
 	ProblemCodeInvalidTransition      ProblemCode = "invalid_transition"
 	ProblemCodeInvalidWebhook         ProblemCode = "invalid_webhook"
@@ -256,6 +257,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeInvalidCodeRef:
 		return true
 	case ProblemCodeInvalidDag:
+		return true
+	case ProblemCodeInvalidLogicalDates:
 		return true
 	case ProblemCodeInvalidRequest:
 		return true
@@ -534,6 +537,11 @@ type BackfillCreate struct {
 	// FromDate Inclusive start of the window.
 	FromDate time.Time `json:"from_date"`
 
+	// LogicalDates Run exactly these slots instead of every slot of the window: each must be a tick of the DAG's schedule from `from_date` to `to_date` whose interval has ended, else 422 `invalid_logical_dates` naming the first that are not (in `detail` and as `logical_dates`). They are numbered in the window's order (`run_backwards` too); a date given twice is one slot. The dry run shows exactly these, and `plan_hash` covers them.
+	//
+	// Example: ["2024-01-03T00:00:00Z","2024-01-17T00:00:00Z"]
+	LogicalDates *[]time.Time `json:"logical_dates,omitempty"`
+
 	// MaxActiveRuns The most runs of this backfill that may run at once.
 	MaxActiveRuns *int32 `json:"max_active_runs,omitempty"`
 
@@ -646,9 +654,12 @@ type BackfillRetry struct {
 	CodeRef *string `json:"code_ref,omitempty"`
 
 	// DagRunConf Free-form run configuration; null when none was given.
-	DagRunConf    *Conf   `json:"dag_run_conf,omitempty"`
-	Description   *string `json:"description,omitempty"`
-	MaxActiveRuns *int32  `json:"max_active_runs,omitempty"`
+	DagRunConf  *Conf   `json:"dag_run_conf,omitempty"`
+	Description *string `json:"description,omitempty"`
+
+	// LogicalDates Retry exactly these slots instead of the failed and canceled ones: each must be a tick of the DAG's schedule in the parent's window whose interval has ended, else 422 `invalid_logical_dates` naming the first that are not. Each is decided as the others are (`reprocess_behavior` `failed`).
+	LogicalDates  *[]time.Time `json:"logical_dates,omitempty"`
+	MaxActiveRuns *int32       `json:"max_active_runs,omitempty"`
 
 	// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
 	MaxFailedRuns *MaxFailedRuns `json:"max_failed_runs,omitempty"`
@@ -997,6 +1008,11 @@ type Problem struct {
 
 	// Errors Present on 400; one entry per offending field.
 	Errors *[]FieldError `json:"errors,omitempty"`
+
+	// LogicalDates Present with `invalid_logical_dates`: the first (up to 10) chosen dates that are not slots of the window; `detail` says how many there are in all.
+	//
+	// Example: ["2024-01-03T12:00:00Z"]
+	LogicalDates *[]time.Time `json:"logical_dates,omitempty"`
 
 	// MaxBackfillRuns Present with `too_many_runs`: the most slots one backfill may have (`MAX_BACKFILL_RUNS`).
 	//

@@ -215,6 +215,7 @@ const (
 	ProblemCodeInvalidBackfill        ProblemCode = "invalid_backfill"
 	ProblemCodeInvalidCodeRef         ProblemCode = "invalid_code_ref"
 	ProblemCodeInvalidDag             ProblemCode = "invalid_dag"
+	ProblemCodeInvalidLogicalDates    ProblemCode = "invalid_logical_dates"
 	ProblemCodeInvalidRequest         ProblemCode = "invalid_request"
 	ProblemCodeInvalidTransition      ProblemCode = "invalid_transition"
 	ProblemCodeInvalidWebhook         ProblemCode = "invalid_webhook"
@@ -261,6 +262,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeInvalidCodeRef:
 		return true
 	case ProblemCodeInvalidDag:
+		return true
+	case ProblemCodeInvalidLogicalDates:
 		return true
 	case ProblemCodeInvalidRequest:
 		return true
@@ -539,6 +542,11 @@ type BackfillCreate struct {
 	// FromDate Inclusive start of the window.
 	FromDate time.Time `json:"from_date"`
 
+	// LogicalDates Run exactly these slots instead of every slot of the window: each must be a tick of the DAG's schedule from `from_date` to `to_date` whose interval has ended, else 422 `invalid_logical_dates` naming the first that are not (in `detail` and as `logical_dates`). They are numbered in the window's order (`run_backwards` too); a date given twice is one slot. The dry run shows exactly these, and `plan_hash` covers them.
+	//
+	// Example: ["2024-01-03T00:00:00Z","2024-01-17T00:00:00Z"]
+	LogicalDates *[]time.Time `json:"logical_dates,omitempty"`
+
 	// MaxActiveRuns The most runs of this backfill that may run at once.
 	MaxActiveRuns *int32 `json:"max_active_runs,omitempty"`
 
@@ -651,9 +659,12 @@ type BackfillRetry struct {
 	CodeRef *string `json:"code_ref,omitempty"`
 
 	// DagRunConf Free-form run configuration; null when none was given.
-	DagRunConf    *Conf   `json:"dag_run_conf,omitempty"`
-	Description   *string `json:"description,omitempty"`
-	MaxActiveRuns *int32  `json:"max_active_runs,omitempty"`
+	DagRunConf  *Conf   `json:"dag_run_conf,omitempty"`
+	Description *string `json:"description,omitempty"`
+
+	// LogicalDates Retry exactly these slots instead of the failed and canceled ones: each must be a tick of the DAG's schedule in the parent's window whose interval has ended, else 422 `invalid_logical_dates` naming the first that are not. Each is decided as the others are (`reprocess_behavior` `failed`).
+	LogicalDates  *[]time.Time `json:"logical_dates,omitempty"`
+	MaxActiveRuns *int32       `json:"max_active_runs,omitempty"`
 
 	// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
 	MaxFailedRuns *MaxFailedRuns `json:"max_failed_runs,omitempty"`
@@ -1002,6 +1013,11 @@ type Problem struct {
 
 	// Errors Present on 400; one entry per offending field.
 	Errors *[]FieldError `json:"errors,omitempty"`
+
+	// LogicalDates Present with `invalid_logical_dates`: the first (up to 10) chosen dates that are not slots of the window; `detail` says how many there are in all.
+	//
+	// Example: ["2024-01-03T12:00:00Z"]
+	LogicalDates *[]time.Time `json:"logical_dates,omitempty"`
 
 	// MaxBackfillRuns Present with `too_many_runs`: the most slots one backfill may have (`MAX_BACKFILL_RUNS`).
 	//
@@ -1585,6 +1601,10 @@ type ClientInterface interface {
 	// has no per-user identity: its tokens are shared); `reason` says why (at most 500
 	// characters).
 	//
+	// **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
+	// those slots, each of which must be a slot of the window (else 422
+	// `invalid_logical_dates`, naming them); everything else above applies to them.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/backfills (the `CreateBackfill` operationId).
@@ -1656,6 +1676,10 @@ type ClientInterface interface {
 	// claim hands out carries it. `created_by` records the `X-Actor` header (the service
 	// has no per-user identity: its tokens are shared); `reason` says why (at most 500
 	// characters).
+	//
+	// **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
+	// those slots, each of which must be a slot of the window (else 422
+	// `invalid_logical_dates`, naming them); everything else above applies to them.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1847,7 +1871,9 @@ type ClientInterface interface {
 	// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
 	// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
 	// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
-	// retry's own, never the parent's.
+	// retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
+	// exactly those dates (each a slot of the parent's window, else 422
+	// `invalid_logical_dates`) instead of the failed and canceled ones.
 	//
 	// It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 	// transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -1870,7 +1896,9 @@ type ClientInterface interface {
 	// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
 	// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
 	// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
-	// retry's own, never the parent's.
+	// retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
+	// exactly those dates (each a slot of the parent's window, else 422
+	// `invalid_logical_dates`) instead of the failed and canceled ones.
 	//
 	// It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 	// transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -2558,6 +2586,10 @@ func (c *RawClient) ListBackfills(ctx context.Context, params *ListBackfillsPara
 // has no per-user identity: its tokens are shared); `reason` says why (at most 500
 // characters).
 //
+// **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
+// those slots, each of which must be a slot of the window (else 422
+// `invalid_logical_dates`, naming them); everything else above applies to them.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/backfills (the `CreateBackfill` operationId).
@@ -2639,6 +2671,10 @@ func (c *RawClient) CreateBackfillWithBody(ctx context.Context, params *CreateBa
 // claim hands out carries it. `created_by` records the `X-Actor` header (the service
 // has no per-user identity: its tokens are shared); `reason` says why (at most 500
 // characters).
+//
+// **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
+// those slots, each of which must be a slot of the window (else 422
+// `invalid_logical_dates`, naming them); everything else above applies to them.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2940,7 +2976,9 @@ func (c *RawClient) PauseBackfill(ctx context.Context, backfillId BackfillIdPath
 // settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
 // `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
 // `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
-// retry's own, never the parent's.
+// retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
+// exactly those dates (each a slot of the parent's window, else 422
+// `invalid_logical_dates`) instead of the failed and canceled ones.
 //
 // It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 // transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -2973,7 +3011,9 @@ func (c *RawClient) RetryBackfillWithBody(ctx context.Context, backfillId Backfi
 // settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
 // `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
 // `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
-// retry's own, never the parent's.
+// retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
+// exactly those dates (each a slot of the parent's window, else 422
+// `invalid_logical_dates`) instead of the failed and canceled ones.
 //
 // It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 // transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -6270,6 +6310,10 @@ type ClientWithResponsesInterface interface {
 	// has no per-user identity: its tokens are shared); `reason` says why (at most 500
 	// characters).
 	//
+	// **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
+	// those slots, each of which must be a slot of the window (else 422
+	// `invalid_logical_dates`, naming them); everything else above applies to them.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/backfills (the `CreateBackfill` operationId).
@@ -6341,6 +6385,10 @@ type ClientWithResponsesInterface interface {
 	// claim hands out carries it. `created_by` records the `X-Actor` header (the service
 	// has no per-user identity: its tokens are shared); `reason` says why (at most 500
 	// characters).
+	//
+	// **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
+	// those slots, each of which must be a slot of the window (else 422
+	// `invalid_logical_dates`, naming them); everything else above applies to them.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6542,7 +6590,9 @@ type ClientWithResponsesInterface interface {
 	// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
 	// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
 	// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
-	// retry's own, never the parent's.
+	// retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
+	// exactly those dates (each a slot of the parent's window, else 422
+	// `invalid_logical_dates`) instead of the failed and canceled ones.
 	//
 	// It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 	// transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -6565,7 +6615,9 @@ type ClientWithResponsesInterface interface {
 	// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
 	// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
 	// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
-	// retry's own, never the parent's.
+	// retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
+	// exactly those dates (each a slot of the parent's window, else 422
+	// `invalid_logical_dates`) instead of the failed and canceled ones.
 	//
 	// It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 	// transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -10834,6 +10886,10 @@ func (c *ClientWithResponses) ListBackfillsWithResponse(ctx context.Context, par
 // has no per-user identity: its tokens are shared); `reason` says why (at most 500
 // characters).
 //
+// **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
+// those slots, each of which must be a slot of the window (else 422
+// `invalid_logical_dates`, naming them); everything else above applies to them.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/backfills (the `CreateBackfill` operationId).
@@ -10911,6 +10967,10 @@ func (c *ClientWithResponses) CreateBackfillWithBodyWithResponse(ctx context.Con
 // claim hands out carries it. `created_by` records the `X-Actor` header (the service
 // has no per-user identity: its tokens are shared); `reason` says why (at most 500
 // characters).
+//
+// **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
+// those slots, each of which must be a slot of the window (else 422
+// `invalid_logical_dates`, naming them); everything else above applies to them.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11178,7 +11238,9 @@ func (c *ClientWithResponses) PauseBackfillWithResponse(ctx context.Context, bac
 // settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
 // `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
 // `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
-// retry's own, never the parent's.
+// retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
+// exactly those dates (each a slot of the parent's window, else 422
+// `invalid_logical_dates`) instead of the failed and canceled ones.
 //
 // It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 // transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -11207,7 +11269,9 @@ func (c *ClientWithResponses) RetryBackfillWithBodyWithResponse(ctx context.Cont
 // settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
 // `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
 // `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
-// retry's own, never the parent's.
+// retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
+// exactly those dates (each a slot of the parent's window, else 422
+// `invalid_logical_dates`) instead of the failed and canceled ones.
 //
 // It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 // transaction; `Idempotency-Key` and `If-Match` are honoured. 404

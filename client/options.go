@@ -3,6 +3,7 @@ package client
 import (
 	"encoding/json"
 	"strings"
+	"time"
 )
 
 // KeyOptions are how a call that creates or claims something (ClaimRuns, CreateDagRun,
@@ -102,6 +103,9 @@ type RetryRequest struct {
 	CodeRef Field[string]
 	// Reason is the retry's own (never the parent's).
 	Reason Field[string]
+	// LogicalDates retries exactly these slots of the parent's window instead of the failed
+	// and canceled ones.
+	LogicalDates Field[[]time.Time]
 }
 
 // MarshalJSON writes the request with only the fields that are set.
@@ -114,6 +118,7 @@ func (r RetryRequest) MarshalJSON() ([]byte, error) {
 		{"pool", r.Pool.json()},
 		{"code_ref", r.CodeRef.json()},
 		{"reason", r.Reason.json()},
+		{"logical_dates", r.LogicalDates.json()},
 	}.marshal()
 }
 

@@ -57,6 +57,9 @@ type BackfillRequest struct {
 	CreatedBy *string `json:",omitempty"`
 	// Reason says why; nil for none.
 	Reason *string `json:",omitempty"`
+	// LogicalDates, when not nil, are the client's chosen slots of the window, instead of all
+	// of them: each must be a slot (slotsForLogicalDates).
+	LogicalDates []time.Time `json:",omitempty"`
 }
 
 // SlotAction is what creation does with one slot.
@@ -117,6 +120,9 @@ func PlanSlots(scheduleExpr, timezone string, req BackfillRequest, now time.Time
 	}
 	if req.FromDate.After(now) {
 		return nil, fmt.Errorf("%w: from_date and to_date are both in the future", ErrInvalidBackfill)
+	}
+	if req.LogicalDates != nil {
+		return slotsForLogicalDates(sched, req, now)
 	}
 	ticks, err := sched.Slots(req.FromDate, req.ToDate, now, maxRuns)
 	if tm := (*schedule.TooManySlotsError)(nil); errors.As(err, &tm) {

@@ -1,7 +1,9 @@
 package handlers
 
 import (
+	"fmt"
 	"net/http"
+	"time"
 	"unicode/utf8"
 
 	"github.com/backfillsvc/backfill/api"
@@ -37,4 +39,20 @@ func checkCodeRef(ref *string) *api.Problem {
 		return &p
 	}
 	return nil
+}
+
+// addLogicalDates adds the chosen dates to the timestamps a request checks, each named by its
+// place in the list.
+func addLogicalDates(stamps map[string]time.Time, dates []time.Time) {
+	for i, d := range dates {
+		stamps[fmt.Sprintf("logical_dates[%d]", i)] = d
+	}
+}
+
+// derefDates is the chosen dates, nil when none were given.
+func derefDates(dates *[]time.Time) []time.Time {
+	if dates == nil {
+		return nil
+	}
+	return *dates
 }

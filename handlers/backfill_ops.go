@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/backfillsvc/backfill/api"
 	"github.com/backfillsvc/backfill/repo"
@@ -43,8 +44,9 @@ type backfillSettings struct {
 	DagRunConf    optional[json.RawMessage] `json:"dag_run_conf"`
 	Pool          optional[string]          `json:"pool"`
 	// Only a retry takes these (the spec refuses them in a patch): see RetryBackfill.
-	CodeRef *string `json:"code_ref"`
-	Reason  *string `json:"reason"`
+	CodeRef      *string      `json:"code_ref"`
+	Reason       *string      `json:"reason"`
+	LogicalDates *[]time.Time `json:"logical_dates"`
 }
 
 // decodeOptionalBody decodes a body that may be absent (an empty body is the empty object).
@@ -72,7 +74,7 @@ func (s *Server) PatchBackfill(w http.ResponseWriter, r *http.Request, id int64)
 		writeProblem(w, badRequest("dag_run_conf cannot be changed", fieldErr("dag_run_conf", "is not a field of a patch")))
 		return
 	}
-	if body.CodeRef != nil || body.Reason != nil {
+	if body.CodeRef != nil || body.Reason != nil || body.LogicalDates != nil {
 		// code_ref is what the runs were created to run, reason why they were: both are
 		// the creation's record.
 		writeProblem(w, badRequest("code_ref and reason cannot be changed", fieldErr("code_ref", "is not a field of a patch")))
@@ -119,6 +121,14 @@ func (s *Server) RetryBackfill(w http.ResponseWriter, r *http.Request, id int64,
 		writeProblem(w, *prob)
 		return
 	}
+	if body.LogicalDates != nil {
+		stamps := map[string]time.Time{}
+		addLogicalDates(stamps, *body.LogicalDates)
+		if prob := checkTimestamps(stamps); prob != nil {
+			writeProblem(w, *prob)
+			return
+		}
+	}
 	actor, prob := s.actor(r)
 	if prob != nil {
 		writeProblem(w, *prob)
@@ -136,6 +146,7 @@ func (s *Server) RetryBackfill(w http.ResponseWriter, r *http.Request, id int64,
 		Pool:           body.Pool.Value,
 		CodeRef:        body.CodeRef,
 		CreatedBy:      actor,
+		LogicalDates:   derefDates(body.LogicalDates),
 		Reason:         body.Reason,
 	}
 	if body.DagRunConf.Set {

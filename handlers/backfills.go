@@ -17,7 +17,11 @@ func (s *Server) backfillParams(r *http.Request) (domain.BackfillRequest, *api.P
 	if p := decodeBody(r, &body); p != nil {
 		return domain.BackfillRequest{}, p
 	}
-	if p := checkTimestamps(map[string]time.Time{"from_date": body.FromDate, "to_date": body.ToDate}); p != nil {
+	stamps := map[string]time.Time{"from_date": body.FromDate, "to_date": body.ToDate}
+	if body.LogicalDates != nil {
+		addLogicalDates(stamps, *body.LogicalDates)
+	}
+	if p := checkTimestamps(stamps); p != nil {
 		return domain.BackfillRequest{}, p
 	}
 	p := domain.BackfillRequest{
@@ -32,6 +36,9 @@ func (s *Server) backfillParams(r *http.Request) (domain.BackfillRequest, *api.P
 		Pool:              body.Pool,
 		CodeRef:           body.CodeRef,
 		Reason:            body.Reason,
+	}
+	if body.LogicalDates != nil {
+		p.LogicalDates = *body.LogicalDates
 	}
 	if prob := checkCodeRef(body.CodeRef); prob != nil {
 		return domain.BackfillRequest{}, prob

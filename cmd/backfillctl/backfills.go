@@ -18,6 +18,7 @@ type backfillFlags struct {
 	runBackwards                  bool
 	conf                          confValue
 	pool, codeRef, reason         string
+	logicalDates                  logicalDates
 }
 
 func (b *backfillFlags) register(fs *flag.FlagSet) {
@@ -32,6 +33,7 @@ func (b *backfillFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.pool, "pool", "", "claim the backfill's runs in this `POOL` (see pools put)")
 	fs.StringVar(&b.codeRef, "code-ref", "", "the code the runs are to run (an image digest, a git SHA; at most 200 characters), fixed once created and given to programs as BACKFILL_CODE_REF")
 	fs.StringVar(&b.reason, "reason", "", "why the backfill is made, e.g. a ticket (at most 500 characters)")
+	b.logicalDates.register(fs)
 }
 
 func (b *backfillFlags) request(fs *flag.FlagSet) (client.BackfillCreate, error) {
@@ -55,6 +57,13 @@ func (b *backfillFlags) request(fs *flag.FlagSet) (client.BackfillCreate, error)
 	setIf(fs, "pool", &req.Pool, b.pool)
 	setIf(fs, "code-ref", &req.CodeRef, b.codeRef)
 	setIf(fs, "reason", &req.Reason, b.reason)
+	dates, err := b.logicalDates.list()
+	if err != nil {
+		return client.BackfillCreate{}, err
+	}
+	if dates != nil {
+		req.LogicalDates = &dates
+	}
 	return req, nil
 }
 

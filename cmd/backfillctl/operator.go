@@ -98,6 +98,8 @@ var backfillsRetry = do(backfillID, func(fs *flag.FlagSet) action[int64] {
 	codeRef := fs.String("code-ref", "", "the code the retried runs are to run (default: the parent's)")
 	reason := fs.String("reason", "", "why the retry is made (the retry's own; never the parent's)")
 	actor := fs.String("actor", "", "who asks (sent as X-Actor): recorded as created_by where the service has no per-user identity")
+	var chosen logicalDates
+	chosen.register(fs)
 	wf := registerWait(fs, "watch the new backfill's progress until it is terminal")
 	return func(ctx context.Context, c *cli, api *client.Client, id int64) error {
 		// Fields left out take the parent's values.
@@ -110,6 +112,13 @@ var backfillsRetry = do(backfillID, func(fs *flag.FlagSet) action[int64] {
 		}
 		if conf.conf != nil {
 			req.DagRunConf = client.Set(*conf.conf)
+		}
+		dates, err := chosen.list()
+		if err != nil {
+			return err
+		}
+		if dates != nil {
+			req.LogicalDates = client.Set(dates)
 		}
 		b, err := api.RetryBackfill(ctx, id, req, client.RetryOptions{IdempotencyKey: *key, IfPlan: *ifMatch, Actor: *actor})
 		if err != nil {

@@ -18,12 +18,15 @@ Backfills:
                    [--max-active-runs N] [--run-backwards] [--dag-run-conf JSON] [--description TEXT]
                    [--max-failed-runs N] [--pool NAME] [--if-match PLAN_HASH]
                    [--code-ref REF] [--reason TEXT] [--actor NAME]
+                   [--logical-date DATE]... [--logical-dates-file FILE]
                    [--idempotency-key KEY] [--dry-run] [--wait [--interval D] [--timeout 0] [--wait-through-pause]]
         The window takes every slot (schedule tick) whose logical date is from --from-date to
         --to-date, both inclusive: 2024-03-31 is midnight UTC, so @daily's March 31 slot is in
         and an hourly DAG's later ticks on March 31 are not. --code-ref pins the code the
         runs run (fixed; programs get it as BACKFILL_CODE_REF); --reason and --actor (sent
-        as X-Actor) are recorded as the backfill's reason and created_by.
+        as X-Actor) are recorded as the backfill's reason and created_by. --logical-date
+        (repeated) and --logical-dates-file (one date a line) limit it to those slots, each of
+        which must be a slot of the window.
   backfills dry-run --dag-id ID --from-date DATE --to-date DATE [same flags as create] [--summary] [--limit N]
         What create would do, writing nothing: a row per slot (at most --limit N), the counts
         by action, the first and last slot, and the plan hash; --summary prints only those.
@@ -40,9 +43,11 @@ Backfills:
   backfills retry ID [--max-active-runs N] [--max-failed-runs N] [--dag-run-conf JSON]
                    [--description TEXT] [--idempotency-key KEY] [--if-match PLAN_HASH]
                    [--code-ref REF] [--reason TEXT] [--actor NAME]
+                   [--logical-date DATE]... [--logical-dates-file FILE]
                    [--wait [--interval D] [--timeout 0] [--wait-through-pause]]
         A new backfill of the failed and canceled slots of a finished backfill, with the
         parent's code_ref unless --code-ref names another; its reason and actor are its own.
+        --logical-date / --logical-dates-file retry exactly those slots of its window.
   watch ID [--interval D] [--timeout 0] [--wait-through-pause]
         Live progress until the backfill is succeeded, failed or canceled: a bar of done/total
         (done = success + failed + canceled + skipped), counts per state, rate and ETA (from

@@ -243,6 +243,10 @@ export interface paths {
          *     claim hands out carries it. `created_by` records the `X-Actor` header (the service
          *     has no per-user identity: its tokens are shared); `reason` says why (at most 500
          *     characters).
+         *
+         *     **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
+         *     those slots, each of which must be a slot of the window (else 422
+         *     `invalid_logical_dates`, naming them); everything else above applies to them.
          */
         post: operations["createBackfill"];
         delete?: never;
@@ -348,7 +352,9 @@ export interface paths {
          *     settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
          *     `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
          *     `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
-         *     retry's own, never the parent's.
+         *     retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
+         *     exactly those dates (each a slot of the parent's window, else 422
+         *     `invalid_logical_dates`) instead of the failed and canceled ones.
          *
          *     It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
          *     transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -1077,7 +1083,7 @@ export interface components {
          * @description The stable, machine-readable error code. `not_found` and `method_not_allowed` answer requests to a path no route serves, or with a method the route does not serve.
          * @enum {string}
          */
-        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "plan_changed" | "backfill_not_terminal" | "runs_in_flight" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "invalid_code_ref" | "webhook_not_found" | "invalid_webhook" | "pool_not_found" | "pool_in_use" | "busy" | "timeout" | "unavailable" | "outcome_unknown" | "internal" | "not_found" | "method_not_allowed";
+        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "plan_changed" | "backfill_not_terminal" | "runs_in_flight" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "invalid_code_ref" | "invalid_logical_dates" | "webhook_not_found" | "invalid_webhook" | "pool_not_found" | "pool_in_use" | "busy" | "timeout" | "unavailable" | "outcome_unknown" | "internal" | "not_found" | "method_not_allowed";
         Dag: {
             dag_id: components["schemas"]["DagId"];
             /**
@@ -1285,6 +1291,14 @@ export interface components {
              * @example DATA-123: re-run after the upstream fix
              */
             reason?: string | null;
+            /**
+             * @description Run exactly these slots instead of every slot of the window: each must be a tick of the DAG's schedule from `from_date` to `to_date` whose interval has ended, else 422 `invalid_logical_dates` naming the first that are not (in `detail` and as `logical_dates`). They are numbered in the window's order (`run_backwards` too); a date given twice is one slot. The dry run shows exactly these, and `plan_hash` covers them.
+             * @example [
+             *       "2024-01-03T00:00:00Z",
+             *       "2024-01-17T00:00:00Z"
+             *     ]
+             */
+            logical_dates?: string[];
         };
         Backfill: {
             /** Format: int64 */
@@ -1519,6 +1533,8 @@ export interface components {
             code_ref?: string;
             /** @description Why the retry is made; not inherited from the parent. */
             reason?: string | null;
+            /** @description Retry exactly these slots instead of the failed and canceled ones: each must be a tick of the DAG's schedule in the parent's window whose interval has ended, else 422 `invalid_logical_dates` naming the first that are not. Each is decided as the others are (`reprocess_behavior` `failed`). */
+            logical_dates?: string[];
         };
         ReleaseRequest: {
             worker_id: string;
@@ -1597,6 +1613,13 @@ export interface components {
              * @example 100000
              */
             max_backfill_runs?: number;
+            /**
+             * @description Present with `invalid_logical_dates`: the first (up to 10) chosen dates that are not slots of the window; `detail` says how many there are in all.
+             * @example [
+             *       "2024-01-03T12:00:00Z"
+             *     ]
+             */
+            logical_dates?: string[];
         };
         /**
          * @description The type of a lifecycle event.
@@ -1767,8 +1790,8 @@ export interface components {
         };
         /**
          * @description Well-formed but semantically impossible: `invalid_dag`, `invalid_backfill`,
-         *     `no_runs_to_create`, `too_many_runs`, `idempotency_key_reused`, `invalid_code_ref` or
-         *     `invalid_webhook`, as the operation describes.
+         *     `no_runs_to_create`, `too_many_runs`, `idempotency_key_reused`, `invalid_code_ref`,
+         *     `invalid_logical_dates` or `invalid_webhook`, as the operation describes.
          */
         Unprocessable: {
             headers: {
