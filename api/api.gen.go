@@ -600,7 +600,7 @@ type BackfillDagRunCollection struct {
 	TotalEntries int64   `json:"total_entries"`
 }
 
-// BackfillEstimate What a backfill would cost, from how long the DAG's runs took.
+// BackfillEstimate What a backfill would cost, from how long the DAG's runs took; null when the DAG has no successful run to measure (`estimate_basis` says so).
 type BackfillEstimate struct {
 	// Concurrency Runs at once: `max_active_runs`, or the pool's `slots` when fewer.
 	Concurrency int32 `json:"concurrency"`
@@ -860,7 +860,7 @@ type DryRunAction string
 
 // DryRunCollection defines model for DryRunCollection.
 type DryRunCollection struct {
-	// Estimate What the plan would cost; null when the DAG has no successful run to measure.
+	// Estimate What a backfill would cost, from how long the DAG's runs took; null when the DAG has no successful run to measure (`estimate_basis` says so).
 	Estimate *BackfillEstimate `json:"estimate"`
 
 	// EstimateBasis `last_successful_runs`: `estimate` is from the DAG's last (up to 20) successful runs; `no_successful_runs`: the DAG has none, and `estimate` is null.

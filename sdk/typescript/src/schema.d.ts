@@ -1423,8 +1423,7 @@ export interface components {
             exception_reason: string | null;
         };
         DryRunCollection: {
-            /** @description What the plan would cost; null when the DAG has no successful run to measure. */
-            estimate: components["schemas"]["BackfillEstimate"] | null;
+            estimate: components["schemas"]["BackfillEstimate"];
             /**
              * @description `last_successful_runs`: `estimate` is from the DAG's last (up to 20) successful runs; `no_successful_runs`: the DAG has none, and `estimate` is null.
              * @enum {string}
@@ -1436,7 +1435,7 @@ export interface components {
             /** Format: int64 */
             total_entries: number;
         };
-        /** @description What a backfill would cost, from how long the DAG's runs took. */
+        /** @description What a backfill would cost, from how long the DAG's runs took; null when the DAG has no successful run to measure (`estimate_basis` says so). */
         BackfillEstimate: {
             /**
              * Format: int64
@@ -1470,7 +1469,7 @@ export interface components {
              * @example 5
              */
             wall_clock_seconds: number;
-        };
+        } | null;
         /** @description One slot of a backfill. */
         BackfillDagRun: {
             /** Format: int32 */
