@@ -122,7 +122,11 @@ func PlanSlots(scheduleExpr, timezone string, req BackfillRequest, now time.Time
 		return nil, fmt.Errorf("%w: from_date and to_date are both in the future", ErrInvalidBackfill)
 	}
 	if req.LogicalDates != nil {
-		return slotsForLogicalDates(sched, req, now)
+		slots, err := slotsForLogicalDates(sched, req, now)
+		if err == nil && len(slots) > maxRuns {
+			return nil, &TooManyRunsError{Slots: len(slots), Exact: true, MaxRuns: maxRuns}
+		}
+		return slots, err
 	}
 	ticks, err := sched.Slots(req.FromDate, req.ToDate, now, maxRuns)
 	if tm := (*schedule.TooManySlotsError)(nil); errors.As(err, &tm) {

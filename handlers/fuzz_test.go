@@ -388,6 +388,7 @@ var storeErrors = []error{
 	repo.ErrInvalidTransition, repo.ErrLeaseLost, domain.ErrInvalidDag, domain.ErrInvalidBackfill,
 	repo.ErrNoRunsToCreate, domain.ErrTooManyRuns, repo.ErrIdempotencyKeyReused,
 	&domain.PlanChangedError{CurrentPlanHash: "abc"}, repo.ErrBackfillNotTerminal, repo.ErrRunsInFlight,
+	&domain.InvalidLogicalDatesError{Dates: []time.Time{time.Unix(0, 0)}, Count: 1},
 }
 
 // validHeaderValue mirrors what net/http's server accepts in a header value.
