@@ -364,5 +364,7 @@ func claimStatement(scope claimScope) string {
 const snapshotPoolRoom = `(SELECT p.slots - p.num_running FROM pools p WHERE p.name = backfills.pool)`
 
 // claimCodeRef is the code_ref a claimed run is answered with: its backfill's, read by primary
-// key (the claim holds that row already), so that no run row carries a copy.
-const claimCodeRef = `(SELECT b.code_ref FROM backfills b WHERE b.id = backfill_id) AS code_ref`
+// key (the claim holds that row already), so that no run row carries a copy. The alias lets
+// TestClaimPlanReadsOnlyClaimableOwners tell this read (one row per claimed run) from the
+// owners' scans.
+const claimCodeRef = `(SELECT code_ref_of.code_ref FROM backfills code_ref_of WHERE code_ref_of.id = backfill_id) AS code_ref`
