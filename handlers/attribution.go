@@ -56,3 +56,11 @@ func derefDates(dates *[]time.Time) []time.Time {
 	}
 	return *dates
 }
+
+// valueOr is a log attribute's value: the string, or "" for none.
+func valueOr(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

@@ -75,9 +75,10 @@ func (s *Server) PatchBackfill(w http.ResponseWriter, r *http.Request, id int64)
 		return
 	}
 	if body.CodeRef != nil || body.Reason != nil || body.LogicalDates != nil {
-		// code_ref is what the runs were created to run, reason why they were: both are
-		// the creation's record.
-		writeProblem(w, badRequest("code_ref and reason cannot be changed", fieldErr("code_ref", "is not a field of a patch")))
+		// What the runs were created to run, why and which: the creation's record. The spec
+		// validator refuses these first; this keeps the handler right without it.
+		writeProblem(w, badRequest("code_ref, reason and logical_dates are fixed at creation",
+			fieldErr("body", "code_ref, reason and logical_dates are not fields of a patch")))
 		return
 	}
 	if body.MaxActiveRuns.Set && body.MaxActiveRuns.Value == nil {
@@ -173,7 +174,7 @@ func (s *Server) answerCreated(w http.ResponseWriter, r *http.Request, b repo.Ba
 	} else {
 		// Who made which backfill, and why, in the log too: the access log does not say.
 		s.log(r).Info("backfill created", "backfill_id", b.ID, "dag_id", b.DagID,
-			"created_by", b.CreatedBy, "reason", b.Reason, "code_ref", b.CodeRef)
+			"created_by", valueOr(b.CreatedBy), "reason", valueOr(b.Reason), "code_ref", valueOr(b.CodeRef))
 	}
 	w.Header().Set("Location", "/api/v1/backfills/"+strconv.FormatInt(b.ID, 10))
 	s.writeJSON(w, r, http.StatusCreated, backfillOut(b))
