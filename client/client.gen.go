@@ -1696,7 +1696,8 @@ type ClientInterface interface {
 	// It is never 409: an active backfill of the DAG does not stop the preview. An empty
 	// window is 200 with no entries (not `no_runs_to_create`). Every other error of
 	// `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-	// `invalid_backfill`, `too_many_runs`.
+	// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+	// With `logical_dates` it shows exactly those slots.
 	//
 	// It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
 	// DAG's schedule and timezone and of every slot's `logical_date`, `action` and
@@ -1726,7 +1727,8 @@ type ClientInterface interface {
 	// It is never 409: an active backfill of the DAG does not stop the preview. An empty
 	// window is 200 with no entries (not `no_runs_to_create`). Every other error of
 	// `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-	// `invalid_backfill`, `too_many_runs`.
+	// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+	// With `logical_dates` it shows exactly those slots.
 	//
 	// It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
 	// DAG's schedule and timezone and of every slot's `logical_date`, `action` and
@@ -2701,7 +2703,8 @@ func (c *RawClient) CreateBackfill(ctx context.Context, params *CreateBackfillPa
 // It is never 409: an active backfill of the DAG does not stop the preview. An empty
 // window is 200 with no entries (not `no_runs_to_create`). Every other error of
 // `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-// `invalid_backfill`, `too_many_runs`.
+// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+// With `logical_dates` it shows exactly those slots.
 //
 // It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
 // DAG's schedule and timezone and of every slot's `logical_date`, `action` and
@@ -2741,7 +2744,8 @@ func (c *RawClient) DryRunBackfillWithBody(ctx context.Context, contentType stri
 // It is never 409: an active backfill of the DAG does not stop the preview. An empty
 // window is 200 with no entries (not `no_runs_to_create`). Every other error of
 // `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-// `invalid_backfill`, `too_many_runs`.
+// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+// With `logical_dates` it shows exactly those slots.
 //
 // It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
 // DAG's schedule and timezone and of every slot's `logical_date`, `action` and
@@ -6405,7 +6409,8 @@ type ClientWithResponsesInterface interface {
 	// It is never 409: an active backfill of the DAG does not stop the preview. An empty
 	// window is 200 with no entries (not `no_runs_to_create`). Every other error of
 	// `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-	// `invalid_backfill`, `too_many_runs`.
+	// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+	// With `logical_dates` it shows exactly those slots.
 	//
 	// It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
 	// DAG's schedule and timezone and of every slot's `logical_date`, `action` and
@@ -6435,7 +6440,8 @@ type ClientWithResponsesInterface interface {
 	// It is never 409: an active backfill of the DAG does not stop the preview. An empty
 	// window is 200 with no entries (not `no_runs_to_create`). Every other error of
 	// `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-	// `invalid_backfill`, `too_many_runs`.
+	// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+	// With `logical_dates` it shows exactly those slots.
 	//
 	// It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
 	// DAG's schedule and timezone and of every slot's `logical_date`, `action` and
@@ -10993,7 +10999,8 @@ func (c *ClientWithResponses) CreateBackfillWithResponse(ctx context.Context, pa
 // It is never 409: an active backfill of the DAG does not stop the preview. An empty
 // window is 200 with no entries (not `no_runs_to_create`). Every other error of
 // `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-// `invalid_backfill`, `too_many_runs`.
+// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+// With `logical_dates` it shows exactly those slots.
 //
 // It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
 // DAG's schedule and timezone and of every slot's `logical_date`, `action` and
@@ -11029,7 +11036,8 @@ func (c *ClientWithResponses) DryRunBackfillWithBodyWithResponse(ctx context.Con
 // It is never 409: an active backfill of the DAG does not stop the preview. An empty
 // window is 200 with no entries (not `no_runs_to_create`). Every other error of
 // `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-// `invalid_backfill`, `too_many_runs`.
+// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+// With `logical_dates` it shows exactly those slots.
 //
 // It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
 // DAG's schedule and timezone and of every slot's `logical_date`, `action` and

@@ -274,7 +274,8 @@ export interface paths {
          *     It is never 409: an active backfill of the DAG does not stop the preview. An empty
          *     window is 200 with no entries (not `no_runs_to_create`). Every other error of
          *     `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-         *     `invalid_backfill`, `too_many_runs`.
+         *     `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+         *     With `logical_dates` it shows exactly those slots.
          *
          *     It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
          *     DAG's schedule and timezone and of every slot's `logical_date`, `action` and
