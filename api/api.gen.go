@@ -110,6 +110,24 @@ func (e DryRunAction) Valid() bool {
 	}
 }
 
+// Defines values for DryRunCollectionEstimateBasis.
+const (
+	DryRunCollectionEstimateBasisLastSuccessfulRuns DryRunCollectionEstimateBasis = "last_successful_runs"
+	DryRunCollectionEstimateBasisNoSuccessfulRuns   DryRunCollectionEstimateBasis = "no_successful_runs"
+)
+
+// Valid indicates whether the value is a known member of the DryRunCollectionEstimateBasis enum.
+func (e DryRunCollectionEstimateBasis) Valid() bool {
+	switch e {
+	case DryRunCollectionEstimateBasisLastSuccessfulRuns:
+		return true
+	case DryRunCollectionEstimateBasisNoSuccessfulRuns:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for EventDataReason.
 const (
 	EventDataReasonFailureBudget EventDataReason = "failure_budget"
@@ -190,7 +208,9 @@ const (
 	ProblemCodeIdempotencyKeyReused   ProblemCode = "idempotency_key_reused"
 	ProblemCodeInternal               ProblemCode = "internal"
 	ProblemCodeInvalidBackfill        ProblemCode = "invalid_backfill"
+	ProblemCodeInvalidCodeRef         ProblemCode = "invalid_code_ref"
 	ProblemCodeInvalidDag             ProblemCode = "invalid_dag"
+	ProblemCodeInvalidLogicalDates    ProblemCode = "invalid_logical_dates"
 	ProblemCodeInvalidRequest         ProblemCode = "invalid_request"
 	ProblemCodeInvalidTransition      ProblemCode = "invalid_transition"
 	ProblemCodeInvalidWebhook         ProblemCode = "invalid_webhook"
@@ -234,7 +254,11 @@ func (e ProblemCode) Valid() bool {
 		return true
 	case ProblemCodeInvalidBackfill:
 		return true
+	case ProblemCodeInvalidCodeRef:
+		return true
 	case ProblemCodeInvalidDag:
+		return true
+	case ProblemCodeInvalidLogicalDates:
 		return true
 	case ProblemCodeInvalidRequest:
 		return true
@@ -424,9 +448,15 @@ func (e ListBackfillDagRunsParamsOrderBy) Valid() bool {
 
 // Backfill defines model for Backfill.
 type Backfill struct {
+	// CodeRef The code the backfill's runs run (an image digest, a git SHA), fixed at creation; null for none.
+	CodeRef *string `json:"code_ref"`
+
 	// CompletedAt Set exactly when the state is terminal.
 	CompletedAt *time.Time `json:"completed_at"`
 	CreatedAt   time.Time  `json:"created_at"`
+
+	// CreatedBy Who created the backfill: the `X-Actor` header of the creating request where the service has no per-user identity; null when not known.
+	CreatedBy *string `json:"created_by"`
 
 	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
 	//
@@ -461,6 +491,9 @@ type Backfill struct {
 	// Progress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others.
 	Progress BackfillProgress `json:"progress"`
 
+	// Reason Why the backfill was made; null for none.
+	Reason *string `json:"reason"`
+
 	// ReprocessBehavior What a backfill does with a slot whose run already exists and is terminal: `none` skips it; `failed` reprocesses a `failed` or `canceled` run; `completed` reprocesses any terminal run. A `queued` or `running` run is always skipped.
 	ReprocessBehavior ReprocessBehavior `json:"reprocess_behavior"`
 	RunBackwards      bool              `json:"run_backwards"`
@@ -487,6 +520,11 @@ type BackfillCollection struct {
 
 // BackfillCreate defines model for BackfillCreate.
 type BackfillCreate struct {
+	// CodeRef The code the runs are to run (an image digest, a git SHA): 1-200 printable characters without spaces, else 422 `invalid_code_ref`. Fixed once created; claims hand it out with every run, and `backfillctl executor` gives it to programs as `BACKFILL_CODE_REF` and `{{ code_ref }}`.
+	//
+	// Example: sha256:9b2f0c1e4d8a7f6e5d4c3b2a19087f6e5d4c3b2a19087f6e5d4c3b2a19087f6e
+	CodeRef *string `json:"code_ref,omitempty"`
+
 	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
 	//
 	// Example: sales_daily
@@ -499,6 +537,11 @@ type BackfillCreate struct {
 	// FromDate Inclusive start of the window.
 	FromDate time.Time `json:"from_date"`
 
+	// LogicalDates Run exactly these slots instead of every slot of the window: each must be a tick of the DAG's schedule from `from_date` to `to_date` whose interval has ended, else 422 `invalid_logical_dates` naming the first that are not (in `detail` and as `logical_dates`). They are numbered in the window's order (`run_backwards` too); a date given twice is one slot. The dry run shows exactly these, and `plan_hash` covers them.
+	//
+	// Example: ["2024-01-03T00:00:00Z","2024-01-17T00:00:00Z"]
+	LogicalDates *[]time.Time `json:"logical_dates,omitempty"`
+
 	// MaxActiveRuns The most runs of this backfill that may run at once.
 	MaxActiveRuns *int32 `json:"max_active_runs,omitempty"`
 
@@ -509,6 +552,11 @@ type BackfillCreate struct {
 	//
 	// Example: warehouse
 	Pool *PoolName `json:"pool,omitempty"`
+
+	// Reason Why the backfill is made (a sentence, a ticket); at most 500 characters.
+	//
+	// Example: DATA-123: re-run after the upstream fix
+	Reason *string `json:"reason,omitempty"`
 
 	// ReprocessBehavior What a backfill does with a slot whose run already exists and is terminal: `none` skips it; `failed` reprocesses a `failed` or `canceled` run; `completed` reprocesses any terminal run. A `queued` or `running` run is always skipped.
 	ReprocessBehavior *ReprocessBehavior `json:"reprocess_behavior,omitempty"`
@@ -552,6 +600,31 @@ type BackfillDagRunCollection struct {
 	TotalEntries int64   `json:"total_entries"`
 }
 
+// BackfillEstimate What a backfill would cost, from how long the DAG's runs took; null when the DAG has no successful run to measure (`estimate_basis` says so).
+type BackfillEstimate struct {
+	// Concurrency Runs at once: `max_active_runs`, or the pool's `slots` when fewer.
+	Concurrency int32 `json:"concurrency"`
+
+	// P50RunSeconds The median duration of the measured runs.
+	P50RunSeconds float64 `json:"p50_run_seconds"`
+
+	// RunnerSeconds The work, `p50_run_seconds` × `runs`.
+	//
+	// Example: 10
+	RunnerSeconds float64 `json:"runner_seconds"`
+
+	// Runs The runs the backfill would start (created or reprocessed slots).
+	Runs int64 `json:"runs"`
+
+	// SampleRuns How many successful runs the median is of.
+	SampleRuns int32 `json:"sample_runs"`
+
+	// WallClockSeconds The time at `concurrency`: `p50_run_seconds` × ceil(`runs` / `concurrency`).
+	//
+	// Example: 5
+	WallClockSeconds float64 `json:"wall_clock_seconds"`
+}
+
 // BackfillPatch A JSON merge patch; fields left out keep their value.
 type BackfillPatch struct {
 	Description   *string `json:"description,omitempty"`
@@ -577,16 +650,25 @@ type BackfillProgress struct {
 
 // BackfillRetry Settings of the new backfill; each left out is the parent's.
 type BackfillRetry struct {
+	// CodeRef The new backfill's code_ref (1-200 printable characters without spaces, else 422 `invalid_code_ref`); left out, the parent's.
+	CodeRef *string `json:"code_ref,omitempty"`
+
 	// DagRunConf Free-form run configuration; null when none was given.
-	DagRunConf    *Conf   `json:"dag_run_conf,omitempty"`
-	Description   *string `json:"description,omitempty"`
-	MaxActiveRuns *int32  `json:"max_active_runs,omitempty"`
+	DagRunConf  *Conf   `json:"dag_run_conf,omitempty"`
+	Description *string `json:"description,omitempty"`
+
+	// LogicalDates Retry exactly these slots instead of the failed and canceled ones: each must be a tick of the DAG's schedule in the parent's window whose interval has ended, else 422 `invalid_logical_dates` naming the first that are not. Each is decided as the others are (`reprocess_behavior` `failed`).
+	LogicalDates  *[]time.Time `json:"logical_dates,omitempty"`
+	MaxActiveRuns *int32       `json:"max_active_runs,omitempty"`
 
 	// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
 	MaxFailedRuns *MaxFailedRuns `json:"max_failed_runs,omitempty"`
 
 	// Pool The new backfill's pool (null for none); left out, the parent's.
 	Pool *string `json:"pool,omitempty"`
+
+	// Reason Why the retry is made; not inherited from the parent.
+	Reason *string `json:"reason,omitempty"`
 }
 
 // BackfillState Active: `running`, `paused`, `canceling`. Terminal: `succeeded` (every run succeeded), `failed` (at least one run failed or was canceled), `canceled`.
@@ -685,11 +767,14 @@ type DagPut struct {
 
 // DagRun defines model for DagRun.
 type DagRun struct {
-	// Attempt The attempt number. A backfill sets it to 1 when it creates or reprocesses the run; an expired lease that puts the run back to `queued` adds 1.
+	// Attempt The attempt number: 1 for a new run; a backfill that reprocesses the run (a retry included) starts it at its previous attempt + 1, so a program can tell the slot ran before; an expired lease that puts the run back to `queued` adds 1. `MAX_ATTEMPTS` counts the attempts since the run was created or last reprocessed.
 	Attempt int32 `json:"attempt"`
 
 	// BackfillId The backfill that owns the run; null unless a backfill owns it.
 	BackfillId *int64 `json:"backfill_id"`
+
+	// CodeRef Only on the runs a claim answers, and only when the run's backfill has one: the backfill's `code_ref`, the code this run is to run.
+	CodeRef *string `json:"code_ref,omitempty"`
 
 	// Conf Free-form run configuration; null when none was given.
 	Conf *Conf `json:"conf"`
@@ -775,11 +860,20 @@ type DryRunAction string
 
 // DryRunCollection defines model for DryRunCollection.
 type DryRunCollection struct {
+	// Estimate What a backfill would cost, from how long the DAG's runs took; null when the DAG has no successful run to measure (`estimate_basis` says so).
+	Estimate *BackfillEstimate `json:"estimate"`
+
+	// EstimateBasis `last_successful_runs`: `estimate` is from the DAG's last (up to 20) successful runs; `no_successful_runs`: the DAG has none, and `estimate` is null.
+	EstimateBasis DryRunCollectionEstimateBasis `json:"estimate_basis"`
+
 	// PlanHash A digest of the DAG's schedule and timezone and of every slot's `logical_date`, `action` and `exception_reason`; send it as `If-Match` to create this plan.
 	PlanHash     string        `json:"plan_hash"`
 	Runs         []DryRunEntry `json:"runs"`
 	TotalEntries int64         `json:"total_entries"`
 }
+
+// DryRunCollectionEstimateBasis `last_successful_runs`: `estimate` is from the DAG's last (up to 20) successful runs; `no_successful_runs`: the DAG has none, and `estimate` is null.
+type DryRunCollectionEstimateBasis string
 
 // DryRunEntry defines model for DryRunEntry.
 type DryRunEntry struct {
@@ -915,6 +1009,11 @@ type Problem struct {
 	// Errors Present on 400; one entry per offending field.
 	Errors *[]FieldError `json:"errors,omitempty"`
 
+	// LogicalDates Present with `invalid_logical_dates`: the first (up to 10) chosen dates that are not slots of the window; `detail` says how many there are in all.
+	//
+	// Example: ["2024-01-03T12:00:00Z"]
+	LogicalDates *[]time.Time `json:"logical_dates,omitempty"`
+
 	// MaxBackfillRuns Present with `too_many_runs`: the most slots one backfill may have (`MAX_BACKFILL_RUNS`).
 	//
 	// Example: 100000
@@ -1020,6 +1119,9 @@ type WebhookWithSecret struct {
 	Secret string `json:"secret"`
 	Url    string `json:"url"`
 }
+
+// Actor defines model for Actor.
+type Actor = string
 
 // BackfillIdPath defines model for BackfillIdPath.
 type BackfillIdPath = int64
@@ -1129,6 +1231,11 @@ type CreateBackfillParams struct {
 	// if the plan made inside the creating transaction has that digest, else 412
 	// `plan_changed`. `*` checks nothing.
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// XActor Who sends the request (1-200 printable characters, e.g. a user name), recorded as the
+	// backfill's `created_by`. The service has no per-user identity (`API_TOKEN`'s tokens
+	// are shared secrets, several only for rotation), so this header is the principal.
+	XActor *Actor `json:"X-Actor,omitempty"`
 }
 
 // ListBackfillDagRunsParams defines parameters for ListBackfillDagRuns.
@@ -1178,6 +1285,11 @@ type RetryBackfillParams struct {
 	// if the plan made inside the creating transaction has that digest, else 412
 	// `plan_changed`. `*` checks nothing.
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// XActor Who sends the request (1-200 printable characters, e.g. a user name), recorded as the
+	// backfill's `created_by`. The service has no per-user identity (`API_TOKEN`'s tokens
+	// are shared secrets, several only for rotation), so this header is the principal.
+	XActor *Actor `json:"X-Actor,omitempty"`
 }
 
 // ListDagsParams defines parameters for ListDags.
@@ -1896,6 +2008,25 @@ func (siw *ServerInterfaceWrapper) CreateBackfill(w http.ResponseWriter, r *http
 
 	}
 
+	// ------------- Optional header parameter "X-Actor" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("X-Actor")]; found {
+		var XActor Actor
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "X-Actor", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "X-Actor", valueList[0], &XActor, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "X-Actor", Err: err})
+			return
+		}
+
+		params.XActor = &XActor
+
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.CreateBackfill(w, r, params)
 	}))
@@ -2250,6 +2381,25 @@ func (siw *ServerInterfaceWrapper) RetryBackfill(w http.ResponseWriter, r *http.
 		}
 
 		params.IfMatch = &IfMatch
+
+	}
+
+	// ------------- Optional header parameter "X-Actor" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("X-Actor")]; found {
+		var XActor Actor
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "X-Actor", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "X-Actor", valueList[0], &XActor, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "X-Actor", Err: err})
+			return
+		}
+
+		params.XActor = &XActor
 
 	}
 

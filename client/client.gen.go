@@ -115,6 +115,24 @@ func (e DryRunAction) Valid() bool {
 	}
 }
 
+// Defines values for DryRunCollectionEstimateBasis.
+const (
+	DryRunCollectionEstimateBasisLastSuccessfulRuns DryRunCollectionEstimateBasis = "last_successful_runs"
+	DryRunCollectionEstimateBasisNoSuccessfulRuns   DryRunCollectionEstimateBasis = "no_successful_runs"
+)
+
+// Valid indicates whether the value is a known member of the DryRunCollectionEstimateBasis enum.
+func (e DryRunCollectionEstimateBasis) Valid() bool {
+	switch e {
+	case DryRunCollectionEstimateBasisLastSuccessfulRuns:
+		return true
+	case DryRunCollectionEstimateBasisNoSuccessfulRuns:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for EventDataReason.
 const (
 	EventDataReasonFailureBudget EventDataReason = "failure_budget"
@@ -195,7 +213,9 @@ const (
 	ProblemCodeIdempotencyKeyReused   ProblemCode = "idempotency_key_reused"
 	ProblemCodeInternal               ProblemCode = "internal"
 	ProblemCodeInvalidBackfill        ProblemCode = "invalid_backfill"
+	ProblemCodeInvalidCodeRef         ProblemCode = "invalid_code_ref"
 	ProblemCodeInvalidDag             ProblemCode = "invalid_dag"
+	ProblemCodeInvalidLogicalDates    ProblemCode = "invalid_logical_dates"
 	ProblemCodeInvalidRequest         ProblemCode = "invalid_request"
 	ProblemCodeInvalidTransition      ProblemCode = "invalid_transition"
 	ProblemCodeInvalidWebhook         ProblemCode = "invalid_webhook"
@@ -239,7 +259,11 @@ func (e ProblemCode) Valid() bool {
 		return true
 	case ProblemCodeInvalidBackfill:
 		return true
+	case ProblemCodeInvalidCodeRef:
+		return true
 	case ProblemCodeInvalidDag:
+		return true
+	case ProblemCodeInvalidLogicalDates:
 		return true
 	case ProblemCodeInvalidRequest:
 		return true
@@ -429,9 +453,15 @@ func (e ListBackfillDagRunsParamsOrderBy) Valid() bool {
 
 // Backfill defines model for Backfill.
 type Backfill struct {
+	// CodeRef The code the backfill's runs run (an image digest, a git SHA), fixed at creation; null for none.
+	CodeRef *string `json:"code_ref"`
+
 	// CompletedAt Set exactly when the state is terminal.
 	CompletedAt *time.Time `json:"completed_at"`
 	CreatedAt   time.Time  `json:"created_at"`
+
+	// CreatedBy Who created the backfill: the `X-Actor` header of the creating request where the service has no per-user identity; null when not known.
+	CreatedBy *string `json:"created_by"`
 
 	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
 	//
@@ -466,6 +496,9 @@ type Backfill struct {
 	// Progress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others.
 	Progress BackfillProgress `json:"progress"`
 
+	// Reason Why the backfill was made; null for none.
+	Reason *string `json:"reason"`
+
 	// ReprocessBehavior What a backfill does with a slot whose run already exists and is terminal: `none` skips it; `failed` reprocesses a `failed` or `canceled` run; `completed` reprocesses any terminal run. A `queued` or `running` run is always skipped.
 	ReprocessBehavior ReprocessBehavior `json:"reprocess_behavior"`
 	RunBackwards      bool              `json:"run_backwards"`
@@ -492,6 +525,11 @@ type BackfillCollection struct {
 
 // BackfillCreate defines model for BackfillCreate.
 type BackfillCreate struct {
+	// CodeRef The code the runs are to run (an image digest, a git SHA): 1-200 printable characters without spaces, else 422 `invalid_code_ref`. Fixed once created; claims hand it out with every run, and `backfillctl executor` gives it to programs as `BACKFILL_CODE_REF` and `{{ code_ref }}`.
+	//
+	// Example: sha256:9b2f0c1e4d8a7f6e5d4c3b2a19087f6e5d4c3b2a19087f6e5d4c3b2a19087f6e
+	CodeRef *string `json:"code_ref,omitempty"`
+
 	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
 	//
 	// Example: sales_daily
@@ -504,6 +542,11 @@ type BackfillCreate struct {
 	// FromDate Inclusive start of the window.
 	FromDate time.Time `json:"from_date"`
 
+	// LogicalDates Run exactly these slots instead of every slot of the window: each must be a tick of the DAG's schedule from `from_date` to `to_date` whose interval has ended, else 422 `invalid_logical_dates` naming the first that are not (in `detail` and as `logical_dates`). They are numbered in the window's order (`run_backwards` too); a date given twice is one slot. The dry run shows exactly these, and `plan_hash` covers them.
+	//
+	// Example: ["2024-01-03T00:00:00Z","2024-01-17T00:00:00Z"]
+	LogicalDates *[]time.Time `json:"logical_dates,omitempty"`
+
 	// MaxActiveRuns The most runs of this backfill that may run at once.
 	MaxActiveRuns *int32 `json:"max_active_runs,omitempty"`
 
@@ -514,6 +557,11 @@ type BackfillCreate struct {
 	//
 	// Example: warehouse
 	Pool *PoolName `json:"pool,omitempty"`
+
+	// Reason Why the backfill is made (a sentence, a ticket); at most 500 characters.
+	//
+	// Example: DATA-123: re-run after the upstream fix
+	Reason *string `json:"reason,omitempty"`
 
 	// ReprocessBehavior What a backfill does with a slot whose run already exists and is terminal: `none` skips it; `failed` reprocesses a `failed` or `canceled` run; `completed` reprocesses any terminal run. A `queued` or `running` run is always skipped.
 	ReprocessBehavior *ReprocessBehavior `json:"reprocess_behavior,omitempty"`
@@ -557,6 +605,31 @@ type BackfillDagRunCollection struct {
 	TotalEntries int64   `json:"total_entries"`
 }
 
+// BackfillEstimate What a backfill would cost, from how long the DAG's runs took; null when the DAG has no successful run to measure (`estimate_basis` says so).
+type BackfillEstimate struct {
+	// Concurrency Runs at once: `max_active_runs`, or the pool's `slots` when fewer.
+	Concurrency int32 `json:"concurrency"`
+
+	// P50RunSeconds The median duration of the measured runs.
+	P50RunSeconds float64 `json:"p50_run_seconds"`
+
+	// RunnerSeconds The work, `p50_run_seconds` × `runs`.
+	//
+	// Example: 10
+	RunnerSeconds float64 `json:"runner_seconds"`
+
+	// Runs The runs the backfill would start (created or reprocessed slots).
+	Runs int64 `json:"runs"`
+
+	// SampleRuns How many successful runs the median is of.
+	SampleRuns int32 `json:"sample_runs"`
+
+	// WallClockSeconds The time at `concurrency`: `p50_run_seconds` × ceil(`runs` / `concurrency`).
+	//
+	// Example: 5
+	WallClockSeconds float64 `json:"wall_clock_seconds"`
+}
+
 // BackfillPatch A JSON merge patch; fields left out keep their value.
 type BackfillPatch struct {
 	Description   *string `json:"description,omitempty"`
@@ -582,16 +655,25 @@ type BackfillProgress struct {
 
 // BackfillRetry Settings of the new backfill; each left out is the parent's.
 type BackfillRetry struct {
+	// CodeRef The new backfill's code_ref (1-200 printable characters without spaces, else 422 `invalid_code_ref`); left out, the parent's.
+	CodeRef *string `json:"code_ref,omitempty"`
+
 	// DagRunConf Free-form run configuration; null when none was given.
-	DagRunConf    *Conf   `json:"dag_run_conf,omitempty"`
-	Description   *string `json:"description,omitempty"`
-	MaxActiveRuns *int32  `json:"max_active_runs,omitempty"`
+	DagRunConf  *Conf   `json:"dag_run_conf,omitempty"`
+	Description *string `json:"description,omitempty"`
+
+	// LogicalDates Retry exactly these slots instead of the failed and canceled ones: each must be a tick of the DAG's schedule in the parent's window whose interval has ended, else 422 `invalid_logical_dates` naming the first that are not. Each is decided as the others are (`reprocess_behavior` `failed`).
+	LogicalDates  *[]time.Time `json:"logical_dates,omitempty"`
+	MaxActiveRuns *int32       `json:"max_active_runs,omitempty"`
 
 	// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
 	MaxFailedRuns *MaxFailedRuns `json:"max_failed_runs,omitempty"`
 
 	// Pool The new backfill's pool (null for none); left out, the parent's.
 	Pool *string `json:"pool,omitempty"`
+
+	// Reason Why the retry is made; not inherited from the parent.
+	Reason *string `json:"reason,omitempty"`
 }
 
 // BackfillState Active: `running`, `paused`, `canceling`. Terminal: `succeeded` (every run succeeded), `failed` (at least one run failed or was canceled), `canceled`.
@@ -690,11 +772,14 @@ type DagPut struct {
 
 // DagRun defines model for DagRun.
 type DagRun struct {
-	// Attempt The attempt number. A backfill sets it to 1 when it creates or reprocesses the run; an expired lease that puts the run back to `queued` adds 1.
+	// Attempt The attempt number: 1 for a new run; a backfill that reprocesses the run (a retry included) starts it at its previous attempt + 1, so a program can tell the slot ran before; an expired lease that puts the run back to `queued` adds 1. `MAX_ATTEMPTS` counts the attempts since the run was created or last reprocessed.
 	Attempt int32 `json:"attempt"`
 
 	// BackfillId The backfill that owns the run; null unless a backfill owns it.
 	BackfillId *int64 `json:"backfill_id"`
+
+	// CodeRef Only on the runs a claim answers, and only when the run's backfill has one: the backfill's `code_ref`, the code this run is to run.
+	CodeRef *string `json:"code_ref,omitempty"`
 
 	// Conf Free-form run configuration; null when none was given.
 	Conf *Conf `json:"conf"`
@@ -780,11 +865,20 @@ type DryRunAction string
 
 // DryRunCollection defines model for DryRunCollection.
 type DryRunCollection struct {
+	// Estimate What a backfill would cost, from how long the DAG's runs took; null when the DAG has no successful run to measure (`estimate_basis` says so).
+	Estimate *BackfillEstimate `json:"estimate"`
+
+	// EstimateBasis `last_successful_runs`: `estimate` is from the DAG's last (up to 20) successful runs; `no_successful_runs`: the DAG has none, and `estimate` is null.
+	EstimateBasis DryRunCollectionEstimateBasis `json:"estimate_basis"`
+
 	// PlanHash A digest of the DAG's schedule and timezone and of every slot's `logical_date`, `action` and `exception_reason`; send it as `If-Match` to create this plan.
 	PlanHash     string        `json:"plan_hash"`
 	Runs         []DryRunEntry `json:"runs"`
 	TotalEntries int64         `json:"total_entries"`
 }
+
+// DryRunCollectionEstimateBasis `last_successful_runs`: `estimate` is from the DAG's last (up to 20) successful runs; `no_successful_runs`: the DAG has none, and `estimate` is null.
+type DryRunCollectionEstimateBasis string
 
 // DryRunEntry defines model for DryRunEntry.
 type DryRunEntry struct {
@@ -920,6 +1014,11 @@ type Problem struct {
 	// Errors Present on 400; one entry per offending field.
 	Errors *[]FieldError `json:"errors,omitempty"`
 
+	// LogicalDates Present with `invalid_logical_dates`: the first (up to 10) chosen dates that are not slots of the window; `detail` says how many there are in all.
+	//
+	// Example: ["2024-01-03T12:00:00Z"]
+	LogicalDates *[]time.Time `json:"logical_dates,omitempty"`
+
 	// MaxBackfillRuns Present with `too_many_runs`: the most slots one backfill may have (`MAX_BACKFILL_RUNS`).
 	//
 	// Example: 100000
@@ -1025,6 +1124,9 @@ type WebhookWithSecret struct {
 	Secret string `json:"secret"`
 	Url    string `json:"url"`
 }
+
+// Actor defines model for Actor.
+type Actor = string
 
 // BackfillIdPath defines model for BackfillIdPath.
 type BackfillIdPath = int64
@@ -1134,6 +1236,11 @@ type CreateBackfillParams struct {
 	// if the plan made inside the creating transaction has that digest, else 412
 	// `plan_changed`. `*` checks nothing.
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// XActor Who sends the request (1-200 printable characters, e.g. a user name), recorded as the
+	// backfill's `created_by`. The service has no per-user identity (`API_TOKEN`'s tokens
+	// are shared secrets, several only for rotation), so this header is the principal.
+	XActor *Actor `json:"X-Actor,omitempty"`
 }
 
 // ListBackfillDagRunsParams defines parameters for ListBackfillDagRuns.
@@ -1183,6 +1290,11 @@ type RetryBackfillParams struct {
 	// if the plan made inside the creating transaction has that digest, else 412
 	// `plan_changed`. `*` checks nothing.
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// XActor Who sends the request (1-200 printable characters, e.g. a user name), recorded as the
+	// backfill's `created_by`. The service has no per-user identity (`API_TOKEN`'s tokens
+	// are shared secrets, several only for rotation), so this header is the principal.
+	XActor *Actor `json:"X-Actor,omitempty"`
 }
 
 // ListDagsParams defines parameters for ListDags.
@@ -1445,7 +1557,7 @@ type ClientInterface interface {
 	// - `reprocess_behavior` `completed`: any terminal run is reprocessed.
 	//
 	// Reprocessing puts the run back to `queued` with the same `run_id`, attaches it to this
-	// backfill, sets `attempt` to 1 and replaces its `conf` when `dag_run_conf` is not null;
+	// backfill, sets `attempt` to its previous attempt + 1 and replaces its `conf` when `dag_run_conf` is not null;
 	// a reprocessed manual run keeps `run_type` `manual`. A run that belonged to an earlier,
 	// terminal backfill leaves that backfill's `progress` and slot listing showing the state
 	// the run had when it was taken over: a terminal backfill's record never changes again.
@@ -1481,6 +1593,17 @@ type ClientInterface interface {
 	// `failed` (a report, or a lease expiry at `MAX_ATTEMPTS`) while its `failed` count is
 	// at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
 	// the transaction that failed the run: no claim after it hands out a run of it.
+	//
+	// **Code, who and why.** `code_ref` (1-200 printable characters without spaces, e.g. an
+	// image digest or a git SHA; otherwise 422 `invalid_code_ref`) is fixed at creation:
+	// no `PATCH` changes it, a retry inherits it unless it names another, and every run a
+	// claim hands out carries it. `created_by` records the `X-Actor` header (the service
+	// has no per-user identity: its tokens are shared); `reason` says why (at most 500
+	// characters).
+	//
+	// **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
+	// those slots, each of which must be a slot of the window (else 422
+	// `invalid_logical_dates`, naming them); everything else above applies to them.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1510,7 +1633,7 @@ type ClientInterface interface {
 	// - `reprocess_behavior` `completed`: any terminal run is reprocessed.
 	//
 	// Reprocessing puts the run back to `queued` with the same `run_id`, attaches it to this
-	// backfill, sets `attempt` to 1 and replaces its `conf` when `dag_run_conf` is not null;
+	// backfill, sets `attempt` to its previous attempt + 1 and replaces its `conf` when `dag_run_conf` is not null;
 	// a reprocessed manual run keeps `run_type` `manual`. A run that belonged to an earlier,
 	// terminal backfill leaves that backfill's `progress` and slot listing showing the state
 	// the run had when it was taken over: a terminal backfill's record never changes again.
@@ -1547,6 +1670,17 @@ type ClientInterface interface {
 	// at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
 	// the transaction that failed the run: no claim after it hands out a run of it.
 	//
+	// **Code, who and why.** `code_ref` (1-200 printable characters without spaces, e.g. an
+	// image digest or a git SHA; otherwise 422 `invalid_code_ref`) is fixed at creation:
+	// no `PATCH` changes it, a retry inherits it unless it names another, and every run a
+	// claim hands out carries it. `created_by` records the `X-Actor` header (the service
+	// has no per-user identity: its tokens are shared); `reason` says why (at most 500
+	// characters).
+	//
+	// **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
+	// those slots, each of which must be a slot of the window (else 422
+	// `invalid_logical_dates`, naming them); everything else above applies to them.
+	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /api/v1/backfills (the `CreateBackfill` operationId).
@@ -1562,12 +1696,21 @@ type ClientInterface interface {
 	// It is never 409: an active backfill of the DAG does not stop the preview. An empty
 	// window is 200 with no entries (not `no_runs_to_create`). Every other error of
 	// `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-	// `invalid_backfill`, `too_many_runs`.
+	// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+	// With `logical_dates` it shows exactly those slots.
 	//
 	// It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
 	// DAG's schedule and timezone and of every slot's `logical_date`, `action` and
 	// `exception_reason`. Send it as `If-Match` with the creation to create exactly this
 	// plan or nothing.
+	//
+	// **Estimate.** `estimate` is what the plan would cost, from the p50 (median) duration
+	// of the DAG's last 20 successful runs (the latest to end; a run marked success without
+	// running is not measured): `runner_seconds` = p50 × the runs it would start (created
+	// or reprocessed slots), and `wall_clock_seconds` = p50 × the waves those runs take at
+	// `concurrency` (`max_active_runs`, or the pool's `slots` when fewer). It is null when
+	// the DAG has no such run, and `estimate_basis` says why: `last_successful_runs` when
+	// there is an estimate, `no_successful_runs` when not.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1584,12 +1727,21 @@ type ClientInterface interface {
 	// It is never 409: an active backfill of the DAG does not stop the preview. An empty
 	// window is 200 with no entries (not `no_runs_to_create`). Every other error of
 	// `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-	// `invalid_backfill`, `too_many_runs`.
+	// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+	// With `logical_dates` it shows exactly those slots.
 	//
 	// It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
 	// DAG's schedule and timezone and of every slot's `logical_date`, `action` and
 	// `exception_reason`. Send it as `If-Match` with the creation to create exactly this
 	// plan or nothing.
+	//
+	// **Estimate.** `estimate` is what the plan would cost, from the p50 (median) duration
+	// of the DAG's last 20 successful runs (the latest to end; a run marked success without
+	// running is not measured): `runner_seconds` = p50 × the runs it would start (created
+	// or reprocessed slots), and `wall_clock_seconds` = p50 × the waves those runs take at
+	// `concurrency` (`max_active_runs`, or the pool's `slots` when fewer). It is null when
+	// the DAG has no such run, and `estimate_basis` says why: `last_successful_runs` when
+	// there is an estimate, `no_successful_runs` when not.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1719,7 +1871,11 @@ type ClientInterface interface {
 	// has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 	// The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 	// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-	// `dag_run_conf` and `description`.
+	// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
+	// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+	// retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
+	// exactly those dates (each a slot of the parent's window, else 422
+	// `invalid_logical_dates`) instead of the failed and canceled ones.
 	//
 	// It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 	// transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -1740,7 +1896,11 @@ type ClientInterface interface {
 	// has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 	// The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 	// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-	// `dag_run_conf` and `description`.
+	// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
+	// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+	// retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
+	// exactly those dates (each a slot of the parent's window, else 422
+	// `invalid_logical_dates`) instead of the failed and canceled ones.
 	//
 	// It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 	// transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -2393,7 +2553,7 @@ func (c *RawClient) ListBackfills(ctx context.Context, params *ListBackfillsPara
 //   - `reprocess_behavior` `completed`: any terminal run is reprocessed.
 //
 // Reprocessing puts the run back to `queued` with the same `run_id`, attaches it to this
-// backfill, sets `attempt` to 1 and replaces its `conf` when `dag_run_conf` is not null;
+// backfill, sets `attempt` to its previous attempt + 1 and replaces its `conf` when `dag_run_conf` is not null;
 // a reprocessed manual run keeps `run_type` `manual`. A run that belonged to an earlier,
 // terminal backfill leaves that backfill's `progress` and slot listing showing the state
 // the run had when it was taken over: a terminal backfill's record never changes again.
@@ -2429,6 +2589,17 @@ func (c *RawClient) ListBackfills(ctx context.Context, params *ListBackfillsPara
 // `failed` (a report, or a lease expiry at `MAX_ATTEMPTS`) while its `failed` count is
 // at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
 // the transaction that failed the run: no claim after it hands out a run of it.
+//
+// **Code, who and why.** `code_ref` (1-200 printable characters without spaces, e.g. an
+// image digest or a git SHA; otherwise 422 `invalid_code_ref`) is fixed at creation:
+// no `PATCH` changes it, a retry inherits it unless it names another, and every run a
+// claim hands out carries it. `created_by` records the `X-Actor` header (the service
+// has no per-user identity: its tokens are shared); `reason` says why (at most 500
+// characters).
+//
+// **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
+// those slots, each of which must be a slot of the window (else 422
+// `invalid_logical_dates`, naming them); everything else above applies to them.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2468,7 +2639,7 @@ func (c *RawClient) CreateBackfillWithBody(ctx context.Context, params *CreateBa
 //   - `reprocess_behavior` `completed`: any terminal run is reprocessed.
 //
 // Reprocessing puts the run back to `queued` with the same `run_id`, attaches it to this
-// backfill, sets `attempt` to 1 and replaces its `conf` when `dag_run_conf` is not null;
+// backfill, sets `attempt` to its previous attempt + 1 and replaces its `conf` when `dag_run_conf` is not null;
 // a reprocessed manual run keeps `run_type` `manual`. A run that belonged to an earlier,
 // terminal backfill leaves that backfill's `progress` and slot listing showing the state
 // the run had when it was taken over: a terminal backfill's record never changes again.
@@ -2505,6 +2676,17 @@ func (c *RawClient) CreateBackfillWithBody(ctx context.Context, params *CreateBa
 // at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
 // the transaction that failed the run: no claim after it hands out a run of it.
 //
+// **Code, who and why.** `code_ref` (1-200 printable characters without spaces, e.g. an
+// image digest or a git SHA; otherwise 422 `invalid_code_ref`) is fixed at creation:
+// no `PATCH` changes it, a retry inherits it unless it names another, and every run a
+// claim hands out carries it. `created_by` records the `X-Actor` header (the service
+// has no per-user identity: its tokens are shared); `reason` says why (at most 500
+// characters).
+//
+// **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
+// those slots, each of which must be a slot of the window (else 422
+// `invalid_logical_dates`, naming them); everything else above applies to them.
+//
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /api/v1/backfills (the `CreateBackfill` operationId).
@@ -2530,12 +2712,21 @@ func (c *RawClient) CreateBackfill(ctx context.Context, params *CreateBackfillPa
 // It is never 409: an active backfill of the DAG does not stop the preview. An empty
 // window is 200 with no entries (not `no_runs_to_create`). Every other error of
 // `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-// `invalid_backfill`, `too_many_runs`.
+// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+// With `logical_dates` it shows exactly those slots.
 //
 // It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
 // DAG's schedule and timezone and of every slot's `logical_date`, `action` and
 // `exception_reason`. Send it as `If-Match` with the creation to create exactly this
 // plan or nothing.
+//
+// **Estimate.** `estimate` is what the plan would cost, from the p50 (median) duration
+// of the DAG's last 20 successful runs (the latest to end; a run marked success without
+// running is not measured): `runner_seconds` = p50 × the runs it would start (created
+// or reprocessed slots), and `wall_clock_seconds` = p50 × the waves those runs take at
+// `concurrency` (`max_active_runs`, or the pool's `slots` when fewer). It is null when
+// the DAG has no such run, and `estimate_basis` says why: `last_successful_runs` when
+// there is an estimate, `no_successful_runs` when not.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2562,12 +2753,21 @@ func (c *RawClient) DryRunBackfillWithBody(ctx context.Context, contentType stri
 // It is never 409: an active backfill of the DAG does not stop the preview. An empty
 // window is 200 with no entries (not `no_runs_to_create`). Every other error of
 // `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-// `invalid_backfill`, `too_many_runs`.
+// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+// With `logical_dates` it shows exactly those slots.
 //
 // It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
 // DAG's schedule and timezone and of every slot's `logical_date`, `action` and
 // `exception_reason`. Send it as `If-Match` with the creation to create exactly this
 // plan or nothing.
+//
+// **Estimate.** `estimate` is what the plan would cost, from the p50 (median) duration
+// of the DAG's last 20 successful runs (the latest to end; a run marked success without
+// running is not measured): `runner_seconds` = p50 × the runs it would start (created
+// or reprocessed slots), and `wall_clock_seconds` = p50 × the waves those runs take at
+// `concurrency` (`max_active_runs`, or the pool's `slots` when fewer). It is null when
+// the DAG has no such run, and `estimate_basis` says why: `last_successful_runs` when
+// there is an estimate, `no_successful_runs` when not.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2787,7 +2987,11 @@ func (c *RawClient) PauseBackfill(ctx context.Context, backfillId BackfillIdPath
 // has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 // The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 // settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-// `dag_run_conf` and `description`.
+// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
+// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+// retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
+// exactly those dates (each a slot of the parent's window, else 422
+// `invalid_logical_dates`) instead of the failed and canceled ones.
 //
 // It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 // transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -2818,7 +3022,11 @@ func (c *RawClient) RetryBackfillWithBody(ctx context.Context, backfillId Backfi
 // has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 // The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 // settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-// `dag_run_conf` and `description`.
+// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
+// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+// retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
+// exactly those dates (each a slot of the parent's window, else 422
+// `invalid_logical_dates`) instead of the failed and canceled ones.
 //
 // It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 // transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -4025,6 +4233,17 @@ func NewCreateBackfillRequestWithBody(server string, params *CreateBackfillParam
 			req.Header.Set("If-Match", headerParam1)
 		}
 
+		if params.XActor != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Actor", *params.XActor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Actor", headerParam2)
+		}
+
 	}
 
 	return req, nil
@@ -4493,6 +4712,17 @@ func NewRetryBackfillRequestWithBody(server string, backfillId BackfillIdPath, p
 			}
 
 			req.Header.Set("If-Match", headerParam1)
+		}
+
+		if params.XActor != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Actor", *params.XActor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Actor", headerParam2)
 		}
 
 	}
@@ -6058,7 +6288,7 @@ type ClientWithResponsesInterface interface {
 	// - `reprocess_behavior` `completed`: any terminal run is reprocessed.
 	//
 	// Reprocessing puts the run back to `queued` with the same `run_id`, attaches it to this
-	// backfill, sets `attempt` to 1 and replaces its `conf` when `dag_run_conf` is not null;
+	// backfill, sets `attempt` to its previous attempt + 1 and replaces its `conf` when `dag_run_conf` is not null;
 	// a reprocessed manual run keeps `run_type` `manual`. A run that belonged to an earlier,
 	// terminal backfill leaves that backfill's `progress` and slot listing showing the state
 	// the run had when it was taken over: a terminal backfill's record never changes again.
@@ -6094,6 +6324,17 @@ type ClientWithResponsesInterface interface {
 	// `failed` (a report, or a lease expiry at `MAX_ATTEMPTS`) while its `failed` count is
 	// at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
 	// the transaction that failed the run: no claim after it hands out a run of it.
+	//
+	// **Code, who and why.** `code_ref` (1-200 printable characters without spaces, e.g. an
+	// image digest or a git SHA; otherwise 422 `invalid_code_ref`) is fixed at creation:
+	// no `PATCH` changes it, a retry inherits it unless it names another, and every run a
+	// claim hands out carries it. `created_by` records the `X-Actor` header (the service
+	// has no per-user identity: its tokens are shared); `reason` says why (at most 500
+	// characters).
+	//
+	// **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
+	// those slots, each of which must be a slot of the window (else 422
+	// `invalid_logical_dates`, naming them); everything else above applies to them.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6123,7 +6364,7 @@ type ClientWithResponsesInterface interface {
 	// - `reprocess_behavior` `completed`: any terminal run is reprocessed.
 	//
 	// Reprocessing puts the run back to `queued` with the same `run_id`, attaches it to this
-	// backfill, sets `attempt` to 1 and replaces its `conf` when `dag_run_conf` is not null;
+	// backfill, sets `attempt` to its previous attempt + 1 and replaces its `conf` when `dag_run_conf` is not null;
 	// a reprocessed manual run keeps `run_type` `manual`. A run that belonged to an earlier,
 	// terminal backfill leaves that backfill's `progress` and slot listing showing the state
 	// the run had when it was taken over: a terminal backfill's record never changes again.
@@ -6160,6 +6401,17 @@ type ClientWithResponsesInterface interface {
 	// at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
 	// the transaction that failed the run: no claim after it hands out a run of it.
 	//
+	// **Code, who and why.** `code_ref` (1-200 printable characters without spaces, e.g. an
+	// image digest or a git SHA; otherwise 422 `invalid_code_ref`) is fixed at creation:
+	// no `PATCH` changes it, a retry inherits it unless it names another, and every run a
+	// claim hands out carries it. `created_by` records the `X-Actor` header (the service
+	// has no per-user identity: its tokens are shared); `reason` says why (at most 500
+	// characters).
+	//
+	// **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
+	// those slots, each of which must be a slot of the window (else 422
+	// `invalid_logical_dates`, naming them); everything else above applies to them.
+	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/backfills (the `CreateBackfill` operationId).
@@ -6175,12 +6427,21 @@ type ClientWithResponsesInterface interface {
 	// It is never 409: an active backfill of the DAG does not stop the preview. An empty
 	// window is 200 with no entries (not `no_runs_to_create`). Every other error of
 	// `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-	// `invalid_backfill`, `too_many_runs`.
+	// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+	// With `logical_dates` it shows exactly those slots.
 	//
 	// It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
 	// DAG's schedule and timezone and of every slot's `logical_date`, `action` and
 	// `exception_reason`. Send it as `If-Match` with the creation to create exactly this
 	// plan or nothing.
+	//
+	// **Estimate.** `estimate` is what the plan would cost, from the p50 (median) duration
+	// of the DAG's last 20 successful runs (the latest to end; a run marked success without
+	// running is not measured): `runner_seconds` = p50 × the runs it would start (created
+	// or reprocessed slots), and `wall_clock_seconds` = p50 × the waves those runs take at
+	// `concurrency` (`max_active_runs`, or the pool's `slots` when fewer). It is null when
+	// the DAG has no such run, and `estimate_basis` says why: `last_successful_runs` when
+	// there is an estimate, `no_successful_runs` when not.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6197,12 +6458,21 @@ type ClientWithResponsesInterface interface {
 	// It is never 409: an active backfill of the DAG does not stop the preview. An empty
 	// window is 200 with no entries (not `no_runs_to_create`). Every other error of
 	// `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-	// `invalid_backfill`, `too_many_runs`.
+	// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+	// With `logical_dates` it shows exactly those slots.
 	//
 	// It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
 	// DAG's schedule and timezone and of every slot's `logical_date`, `action` and
 	// `exception_reason`. Send it as `If-Match` with the creation to create exactly this
 	// plan or nothing.
+	//
+	// **Estimate.** `estimate` is what the plan would cost, from the p50 (median) duration
+	// of the DAG's last 20 successful runs (the latest to end; a run marked success without
+	// running is not measured): `runner_seconds` = p50 × the runs it would start (created
+	// or reprocessed slots), and `wall_clock_seconds` = p50 × the waves those runs take at
+	// `concurrency` (`max_active_runs`, or the pool's `slots` when fewer). It is null when
+	// the DAG has no such run, and `estimate_basis` says why: `last_successful_runs` when
+	// there is an estimate, `no_successful_runs` when not.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6342,7 +6612,11 @@ type ClientWithResponsesInterface interface {
 	// has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 	// The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 	// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-	// `dag_run_conf` and `description`.
+	// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
+	// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+	// retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
+	// exactly those dates (each a slot of the parent's window, else 422
+	// `invalid_logical_dates`) instead of the failed and canceled ones.
 	//
 	// It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 	// transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -6363,7 +6637,11 @@ type ClientWithResponsesInterface interface {
 	// has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 	// The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 	// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-	// `dag_run_conf` and `description`.
+	// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
+	// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+	// retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
+	// exactly those dates (each a slot of the parent's window, else 422
+	// `invalid_logical_dates`) instead of the failed and canceled ones.
 	//
 	// It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 	// transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -10597,7 +10875,7 @@ func (c *ClientWithResponses) ListBackfillsWithResponse(ctx context.Context, par
 //   - `reprocess_behavior` `completed`: any terminal run is reprocessed.
 //
 // Reprocessing puts the run back to `queued` with the same `run_id`, attaches it to this
-// backfill, sets `attempt` to 1 and replaces its `conf` when `dag_run_conf` is not null;
+// backfill, sets `attempt` to its previous attempt + 1 and replaces its `conf` when `dag_run_conf` is not null;
 // a reprocessed manual run keeps `run_type` `manual`. A run that belonged to an earlier,
 // terminal backfill leaves that backfill's `progress` and slot listing showing the state
 // the run had when it was taken over: a terminal backfill's record never changes again.
@@ -10633,6 +10911,17 @@ func (c *ClientWithResponses) ListBackfillsWithResponse(ctx context.Context, par
 // `failed` (a report, or a lease expiry at `MAX_ATTEMPTS`) while its `failed` count is
 // at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
 // the transaction that failed the run: no claim after it hands out a run of it.
+//
+// **Code, who and why.** `code_ref` (1-200 printable characters without spaces, e.g. an
+// image digest or a git SHA; otherwise 422 `invalid_code_ref`) is fixed at creation:
+// no `PATCH` changes it, a retry inherits it unless it names another, and every run a
+// claim hands out carries it. `created_by` records the `X-Actor` header (the service
+// has no per-user identity: its tokens are shared); `reason` says why (at most 500
+// characters).
+//
+// **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
+// those slots, each of which must be a slot of the window (else 422
+// `invalid_logical_dates`, naming them); everything else above applies to them.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10668,7 +10957,7 @@ func (c *ClientWithResponses) CreateBackfillWithBodyWithResponse(ctx context.Con
 //   - `reprocess_behavior` `completed`: any terminal run is reprocessed.
 //
 // Reprocessing puts the run back to `queued` with the same `run_id`, attaches it to this
-// backfill, sets `attempt` to 1 and replaces its `conf` when `dag_run_conf` is not null;
+// backfill, sets `attempt` to its previous attempt + 1 and replaces its `conf` when `dag_run_conf` is not null;
 // a reprocessed manual run keeps `run_type` `manual`. A run that belonged to an earlier,
 // terminal backfill leaves that backfill's `progress` and slot listing showing the state
 // the run had when it was taken over: a terminal backfill's record never changes again.
@@ -10705,6 +10994,17 @@ func (c *ClientWithResponses) CreateBackfillWithBodyWithResponse(ctx context.Con
 // at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
 // the transaction that failed the run: no claim after it hands out a run of it.
 //
+// **Code, who and why.** `code_ref` (1-200 printable characters without spaces, e.g. an
+// image digest or a git SHA; otherwise 422 `invalid_code_ref`) is fixed at creation:
+// no `PATCH` changes it, a retry inherits it unless it names another, and every run a
+// claim hands out carries it. `created_by` records the `X-Actor` header (the service
+// has no per-user identity: its tokens are shared); `reason` says why (at most 500
+// characters).
+//
+// **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
+// those slots, each of which must be a slot of the window (else 422
+// `invalid_logical_dates`, naming them); everything else above applies to them.
+//
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/backfills (the `CreateBackfill` operationId).
@@ -10726,12 +11026,21 @@ func (c *ClientWithResponses) CreateBackfillWithResponse(ctx context.Context, pa
 // It is never 409: an active backfill of the DAG does not stop the preview. An empty
 // window is 200 with no entries (not `no_runs_to_create`). Every other error of
 // `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-// `invalid_backfill`, `too_many_runs`.
+// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+// With `logical_dates` it shows exactly those slots.
 //
 // It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
 // DAG's schedule and timezone and of every slot's `logical_date`, `action` and
 // `exception_reason`. Send it as `If-Match` with the creation to create exactly this
 // plan or nothing.
+//
+// **Estimate.** `estimate` is what the plan would cost, from the p50 (median) duration
+// of the DAG's last 20 successful runs (the latest to end; a run marked success without
+// running is not measured): `runner_seconds` = p50 × the runs it would start (created
+// or reprocessed slots), and `wall_clock_seconds` = p50 × the waves those runs take at
+// `concurrency` (`max_active_runs`, or the pool's `slots` when fewer). It is null when
+// the DAG has no such run, and `estimate_basis` says why: `last_successful_runs` when
+// there is an estimate, `no_successful_runs` when not.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10754,12 +11063,21 @@ func (c *ClientWithResponses) DryRunBackfillWithBodyWithResponse(ctx context.Con
 // It is never 409: an active backfill of the DAG does not stop the preview. An empty
 // window is 200 with no entries (not `no_runs_to_create`). Every other error of
 // `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-// `invalid_backfill`, `too_many_runs`.
+// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+// With `logical_dates` it shows exactly those slots.
 //
 // It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
 // DAG's schedule and timezone and of every slot's `logical_date`, `action` and
 // `exception_reason`. Send it as `If-Match` with the creation to create exactly this
 // plan or nothing.
+//
+// **Estimate.** `estimate` is what the plan would cost, from the p50 (median) duration
+// of the DAG's last 20 successful runs (the latest to end; a run marked success without
+// running is not measured): `runner_seconds` = p50 × the runs it would start (created
+// or reprocessed slots), and `wall_clock_seconds` = p50 × the waves those runs take at
+// `concurrency` (`max_active_runs`, or the pool's `slots` when fewer). It is null when
+// the DAG has no such run, and `estimate_basis` says why: `last_successful_runs` when
+// there is an estimate, `no_successful_runs` when not.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10953,7 +11271,11 @@ func (c *ClientWithResponses) PauseBackfillWithResponse(ctx context.Context, bac
 // has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 // The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 // settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-// `dag_run_conf` and `description`.
+// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
+// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+// retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
+// exactly those dates (each a slot of the parent's window, else 422
+// `invalid_logical_dates`) instead of the failed and canceled ones.
 //
 // It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 // transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -10980,7 +11302,11 @@ func (c *ClientWithResponses) RetryBackfillWithBodyWithResponse(ctx context.Cont
 // has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 // The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 // settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-// `dag_run_conf` and `description`.
+// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
+// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+// retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
+// exactly those dates (each a slot of the parent's window, else 422
+// `invalid_logical_dates`) instead of the failed and canceled ones.
 //
 // It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
 // transaction; `Idempotency-Key` and `If-Match` are honoured. 404

@@ -38,7 +38,7 @@ func (c *Client) ListDags(ctx context.Context, params *ListDagsParams) (DagColle
 // with ActiveBackfillID.
 func (c *Client) CreateBackfill(ctx context.Context, req BackfillCreate, opts CreateOptions) (Backfill, error) {
 	key := keyOr(opts.IdempotencyKey)
-	params := CreateBackfillParams{IdempotencyKey: &key, IfMatch: ifMatch(opts.IfPlan)}
+	params := CreateBackfillParams{IdempotencyKey: &key, IfMatch: ifMatch(opts.IfPlan), XActor: actor(opts.Actor)}
 	return withRetry(ctx, c, func() (Backfill, error) {
 		resp, err := c.raw().CreateBackfill(ctx, &params, req)
 		b, _, err := decode[Backfill](resp, err, http.StatusCreated)
@@ -180,7 +180,7 @@ func (c *Client) RetryBackfill(ctx context.Context, id int64, req RetryRequest, 
 		return Backfill{}, fmt.Errorf("client: encode retry: %w", err)
 	}
 	key := keyOr(opts.IdempotencyKey)
-	params := RetryBackfillParams{IdempotencyKey: &key, IfMatch: ifMatch(opts.IfPlan)}
+	params := RetryBackfillParams{IdempotencyKey: &key, IfMatch: ifMatch(opts.IfPlan), XActor: actor(opts.Actor)}
 	return withRetry(ctx, c, func() (Backfill, error) {
 		resp, err := c.raw().RetryBackfillWithBody(ctx, id, &params, "application/json", bytes.NewReader(body))
 		b, _, err := decode[Backfill](resp, err, http.StatusCreated)
@@ -211,3 +211,11 @@ func (s DagRunState) Terminal() bool {
 
 // Done is the number of slots that are finished: success, failed, canceled or skipped.
 func (p BackfillProgress) Done() int64 { return p.Success + p.Failed + p.Canceled + p.Skipped }
+
+// actor is the X-Actor header's value: nil (not sent) when empty.
+func actor(name string) *Actor {
+	if name == "" {
+		return nil
+	}
+	return &name
+}

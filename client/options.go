@@ -3,6 +3,7 @@ package client
 import (
 	"encoding/json"
 	"strings"
+	"time"
 )
 
 // KeyOptions are how a call that creates or claims something (ClaimRuns, CreateDagRun,
@@ -21,6 +22,9 @@ type CreateOptions struct {
 	// (the PlanHash of a DryRunBackfill); otherwise the call is code plan_changed, with
 	// CurrentPlanHash. It is sent as the If-Match header.
 	IfPlan string
+	// Actor, when not empty, names who asks (the X-Actor header): the backfill's created_by
+	// where the service has no per-user identity.
+	Actor string
 }
 
 // RetryOptions are how RetryBackfill sends its request; the fields mean what they mean in
@@ -28,6 +32,7 @@ type CreateOptions struct {
 type RetryOptions struct {
 	IdempotencyKey string
 	IfPlan         string
+	Actor          string
 }
 
 // ifMatch is a plan hash as the If-Match header carries it (a quoted entity tag), nil for
@@ -94,6 +99,13 @@ type RetryRequest struct {
 	Description   Field[string]
 	// Pool Null: none.
 	Pool Field[string]
+	// CodeRef replaces the parent's code_ref.
+	CodeRef Field[string]
+	// Reason is the retry's own (never the parent's).
+	Reason Field[string]
+	// LogicalDates retries exactly these slots of the parent's window instead of the failed
+	// and canceled ones.
+	LogicalDates Field[[]time.Time]
 }
 
 // MarshalJSON writes the request with only the fields that are set.
@@ -104,6 +116,9 @@ func (r RetryRequest) MarshalJSON() ([]byte, error) {
 		{"dag_run_conf", r.DagRunConf.json()},
 		{"description", r.Description.json()},
 		{"pool", r.Pool.json()},
+		{"code_ref", r.CodeRef.json()},
+		{"reason", r.Reason.json()},
+		{"logical_dates", r.LogicalDates.json()},
 	}.marshal()
 }
 

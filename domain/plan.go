@@ -50,6 +50,16 @@ type BackfillRequest struct {
 	// Pool is the pool the backfill's runs are claimed in; nil for none. omitempty keeps the
 	// request hash of a request without a pool what it was before pools existed.
 	Pool *string `json:",omitempty"`
+	// CodeRef is the code the runs are to run (an image digest, a git SHA); nil for none.
+	// Like Pool, it and the fields below are left out of the request hash when unset.
+	CodeRef *string `json:",omitempty"`
+	// CreatedBy is the principal that asks (see handlers' actor); nil when unknown.
+	CreatedBy *string `json:",omitempty"`
+	// Reason says why; nil for none.
+	Reason *string `json:",omitempty"`
+	// LogicalDates, when not nil, are the client's chosen slots of the window, instead of all
+	// of them: each must be a slot (slotsForLogicalDates).
+	LogicalDates []time.Time `json:",omitempty"`
 }
 
 // SlotAction is what creation does with one slot.
@@ -110,6 +120,13 @@ func PlanSlots(scheduleExpr, timezone string, req BackfillRequest, now time.Time
 	}
 	if req.FromDate.After(now) {
 		return nil, fmt.Errorf("%w: from_date and to_date are both in the future", ErrInvalidBackfill)
+	}
+	if req.LogicalDates != nil {
+		slots, err := slotsForLogicalDates(sched, req, now)
+		if err == nil && len(slots) > maxRuns {
+			return nil, &TooManyRunsError{Slots: len(slots), Exact: true, MaxRuns: maxRuns}
+		}
+		return slots, err
 	}
 	ticks, err := sched.Slots(req.FromDate, req.ToDate, now, maxRuns)
 	if tm := (*schedule.TooManySlotsError)(nil); errors.As(err, &tm) {

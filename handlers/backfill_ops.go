@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/backfillsvc/backfill/api"
 	"github.com/backfillsvc/backfill/repo"
@@ -42,6 +43,10 @@ type backfillSettings struct {
 	Description   optional[string]          `json:"description"`
 	DagRunConf    optional[json.RawMessage] `json:"dag_run_conf"`
 	Pool          optional[string]          `json:"pool"`
+	// Only a retry takes these (the spec refuses them in a patch): see RetryBackfill.
+	CodeRef      *string      `json:"code_ref"`
+	Reason       *string      `json:"reason"`
+	LogicalDates *[]time.Time `json:"logical_dates"`
 }
 
 // decodeOptionalBody decodes a body that may be absent (an empty body is the empty object).
@@ -67,6 +72,13 @@ func (s *Server) PatchBackfill(w http.ResponseWriter, r *http.Request, id int64)
 	}
 	if body.DagRunConf.Set {
 		writeProblem(w, badRequest("dag_run_conf cannot be changed", fieldErr("dag_run_conf", "is not a field of a patch")))
+		return
+	}
+	if body.CodeRef != nil || body.Reason != nil || body.LogicalDates != nil {
+		// What the runs were created to run, why and which: the creation's record. The spec
+		// validator refuses these first; this keeps the handler right without it.
+		writeProblem(w, badRequest("code_ref, reason and logical_dates are fixed at creation",
+			fieldErr("body", "code_ref, reason and logical_dates are not fields of a patch")))
 		return
 	}
 	if body.MaxActiveRuns.Set && body.MaxActiveRuns.Value == nil {
@@ -106,6 +118,23 @@ func (s *Server) RetryBackfill(w http.ResponseWriter, r *http.Request, id int64,
 		writeProblem(w, *prob)
 		return
 	}
+	if prob := checkCodeRef(body.CodeRef); prob != nil {
+		writeProblem(w, *prob)
+		return
+	}
+	if body.LogicalDates != nil {
+		stamps := map[string]time.Time{}
+		addLogicalDates(stamps, *body.LogicalDates)
+		if prob := checkTimestamps(stamps); prob != nil {
+			writeProblem(w, *prob)
+			return
+		}
+	}
+	actor, prob := s.actor(r)
+	if prob != nil {
+		writeProblem(w, *prob)
+		return
+	}
 	rp := repo.BackfillRetryParams{
 		ParentID:       id,
 		MaxActiveRuns:  body.MaxActiveRuns.Value,
@@ -116,6 +145,10 @@ func (s *Server) RetryBackfill(w http.ResponseWriter, r *http.Request, id int64,
 		IfMatch:        ifMatch,
 		SetPool:        body.Pool.Set,
 		Pool:           body.Pool.Value,
+		CodeRef:        body.CodeRef,
+		CreatedBy:      actor,
+		LogicalDates:   derefDates(body.LogicalDates),
+		Reason:         body.Reason,
 	}
 	if body.DagRunConf.Set {
 		rp.SetConf = true
@@ -138,6 +171,10 @@ func (s *Server) RetryBackfill(w http.ResponseWriter, r *http.Request, id int64,
 func (s *Server) answerCreated(w http.ResponseWriter, r *http.Request, b repo.Backfill, replayed bool) {
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
+	} else {
+		// Who made which backfill, and why, in the log too: the access log does not say.
+		s.log(r).Info("backfill created", "backfill_id", b.ID, "dag_id", b.DagID,
+			"created_by", valueOr(b.CreatedBy), "reason", valueOr(b.Reason), "code_ref", valueOr(b.CodeRef))
 	}
 	w.Header().Set("Location", "/api/v1/backfills/"+strconv.FormatInt(b.ID, 10))
 	s.writeJSON(w, r, http.StatusCreated, backfillOut(b))

@@ -17,7 +17,11 @@ func (s *Server) backfillParams(r *http.Request) (domain.BackfillRequest, *api.P
 	if p := decodeBody(r, &body); p != nil {
 		return domain.BackfillRequest{}, p
 	}
-	if p := checkTimestamps(map[string]time.Time{"from_date": body.FromDate, "to_date": body.ToDate}); p != nil {
+	stamps := map[string]time.Time{"from_date": body.FromDate, "to_date": body.ToDate}
+	if body.LogicalDates != nil {
+		addLogicalDates(stamps, *body.LogicalDates)
+	}
+	if p := checkTimestamps(stamps); p != nil {
 		return domain.BackfillRequest{}, p
 	}
 	p := domain.BackfillRequest{
@@ -30,6 +34,14 @@ func (s *Server) backfillParams(r *http.Request) (domain.BackfillRequest, *api.P
 		MaxActiveRuns:     s.defaults.backfillMaxActiveRuns,
 		Description:       body.Description,
 		Pool:              body.Pool,
+		CodeRef:           body.CodeRef,
+		Reason:            body.Reason,
+	}
+	if body.LogicalDates != nil {
+		p.LogicalDates = *body.LogicalDates
+	}
+	if prob := checkCodeRef(body.CodeRef); prob != nil {
+		return domain.BackfillRequest{}, prob
 	}
 	if body.RunBackwards != nil {
 		p.RunBackwards = *body.RunBackwards
@@ -61,6 +73,10 @@ func (s *Server) CreateBackfill(w http.ResponseWriter, r *http.Request, params a
 		writeProblem(w, *prob)
 		return
 	}
+	if p.CreatedBy, prob = s.actor(r); prob != nil {
+		writeProblem(w, *prob)
+		return
+	}
 	b, replayed, err := s.store.BackfillCreate(r.Context(), p)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -81,7 +97,8 @@ func (s *Server) DryRunBackfill(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	out := api.DryRunCollection{Runs: convertAll(plan.Slots, plannedOut), TotalEntries: int64(len(plan.Slots)), PlanHash: plan.PlanHash}
+	out := api.DryRunCollection{Runs: convertAll(plan.Slots, plannedOut), TotalEntries: int64(len(plan.Slots)), PlanHash: plan.PlanHash,
+		Estimate: estimateOut(plan.Estimate), EstimateBasis: api.DryRunCollectionEstimateBasis(plan.EstimateBasis)}
 	w.Header().Set("ETag", etag(plan.PlanHash))
 	s.writeJSON(w, r, http.StatusOK, out)
 }

@@ -70,6 +70,7 @@ func runOut(r repo.Run) api.DagRun {
 		EndDate:           utcPtr(r.EndDate),
 		LeaseExpiresAt:    utcPtr(r.LeaseExpiresAt),
 		Note:              r.Note,
+		CodeRef:           r.CodeRef,
 	}
 }
 
@@ -103,6 +104,9 @@ func backfillOut(b repo.Backfill) api.Backfill {
 		PlanHash:          b.PlanHash,
 		ParentBackfillId:  b.ParentBackfillID,
 		Pool:              b.Pool,
+		CodeRef:           b.CodeRef,
+		CreatedBy:         b.CreatedBy,
+		Reason:            b.Reason,
 		Progress: api.BackfillProgress{
 			Total:    b.Total(),
 			Queued:   b.Queued,
@@ -147,5 +151,19 @@ func plannedOut(p domain.PlannedSlot) api.DryRunEntry {
 		SortOrdinal:     int32(p.SortOrdinal),
 		Action:          api.DryRunAction(p.Action),
 		ExceptionReason: p.ExceptionReason,
+	}
+}
+
+func estimateOut(e *domain.Estimate) *api.BackfillEstimate {
+	if e == nil {
+		return nil
+	}
+	return &api.BackfillEstimate{
+		Runs:             int64(e.Runs),
+		P50RunSeconds:    e.P50RunSeconds,
+		SampleRuns:       int32(e.SampleRuns),
+		Concurrency:      int32(e.Concurrency),
+		RunnerSeconds:    e.RunnerSeconds,
+		WallClockSeconds: e.WallClockSeconds,
 	}
 }

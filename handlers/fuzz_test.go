@@ -242,13 +242,15 @@ func (f *fakeStore) checkCreate(p domain.BackfillRequest) []string {
 
 func (f *fakeStore) BackfillCreate(ctx context.Context, p domain.BackfillRequest) (repo.Backfill, bool, error) {
 	err := f.call("BackfillCreate", true, f.checkCreate(p)...)
-	return fakeBackfill(1, p.DagID), false, err
+	b := fakeBackfill(1, p.DagID)
+	b.CodeRef, b.CreatedBy, b.Reason = p.CodeRef, p.CreatedBy, p.Reason
+	return b, false, err
 }
 
 func (f *fakeStore) BackfillDryRun(ctx context.Context, p domain.BackfillRequest) (repo.DryRun, error) {
 	err := f.call("BackfillDryRun", false, f.checkCreate(p)...)
 	slots := []domain.PlannedSlot{{SortOrdinal: 1, LogicalDate: fakeTime, IntervalEnd: fakeTime.Add(time.Hour), Action: "create"}}
-	return repo.DryRun{Slots: slots, PlanHash: domain.PlanHash("@daily", "UTC", slots)}, err
+	return repo.DryRun{Slots: slots, PlanHash: domain.PlanHash("@daily", "UTC", slots), EstimateBasis: domain.EstimateNoSuccessfulRuns}, err
 }
 
 func (f *fakeStore) BackfillPatch(ctx context.Context, p repo.BackfillPatchParams) (repo.Backfill, error) {
@@ -388,6 +390,7 @@ var storeErrors = []error{
 	repo.ErrInvalidTransition, repo.ErrLeaseLost, domain.ErrInvalidDag, domain.ErrInvalidBackfill,
 	repo.ErrNoRunsToCreate, domain.ErrTooManyRuns, repo.ErrIdempotencyKeyReused,
 	&domain.PlanChangedError{CurrentPlanHash: "abc"}, repo.ErrBackfillNotTerminal, repo.ErrRunsInFlight,
+	&domain.InvalidLogicalDatesError{Dates: []time.Time{time.Unix(0, 0)}, Count: 1},
 }
 
 // validHeaderValue mirrors what net/http's server accepts in a header value.

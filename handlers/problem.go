@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/backfillsvc/backfill/api"
 	"github.com/backfillsvc/backfill/domain"
@@ -103,6 +104,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, problem(http.StatusUnprocessableEntity, "no_runs_to_create", err.Error()))
 	case errors.Is(err, domain.ErrTooManyRuns):
 		writeProblem(w, tooManyRuns(err))
+	case errors.Is(err, domain.ErrInvalidLogicalDates):
+		writeProblem(w, invalidLogicalDates(err))
 	case errors.Is(err, repo.ErrIdempotencyKeyReused):
 		writeProblem(w, problem(http.StatusUnprocessableEntity, "idempotency_key_reused",
 			"this Idempotency-Key was used with a different request"))
@@ -168,6 +171,21 @@ func tooManyRuns(err error) api.Problem {
 			n := int64(tm.Slots)
 			p.Slots = &n
 		}
+	}
+	return p
+}
+
+// invalidLogicalDates is the 422 of chosen dates that are not slots, naming the first of them
+// as a member too, so that a program can drop them without reading the detail.
+func invalidLogicalDates(err error) api.Problem {
+	p := problem(http.StatusUnprocessableEntity, "invalid_logical_dates", err.Error())
+	var bad *domain.InvalidLogicalDatesError
+	if errors.As(err, &bad) {
+		dates := make([]time.Time, len(bad.Dates))
+		for i, d := range bad.Dates {
+			dates[i] = d.UTC()
+		}
+		p.LogicalDates = &dates
 	}
 	return p
 }

@@ -192,12 +192,13 @@ func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p domain.Bac
 	err = sqlx.GetContext(ctx, tx, &b, `
 		INSERT INTO backfills (id, dag_id, from_date, to_date, run_backwards, dag_run_conf, reprocess_behavior,
 			max_active_runs, description, state, created_at, updated_at, num_queued, num_skipped,
-			max_failed_runs, plan_hash, parent_backfill_id, pool)
+			max_failed_runs, plan_hash, parent_backfill_id, pool, code_ref, created_by, reason)
 		OVERRIDING SYSTEM VALUE
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $10, $11, $12, $13, $14, $15, $16)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
 		RETURNING `+backfillColumns,
 		id, p.DagID, p.FromDate, p.ToDate, p.RunBackwards, jsonParam(p.DagRunConf), p.ReprocessBehavior,
-		p.MaxActiveRuns, p.Description, now, queued, skipped, p.MaxFailedRuns, planHash, p.ParentBackfillID, p.Pool)
+		p.MaxActiveRuns, p.Description, now, queued, skipped, p.MaxFailedRuns, planHash, p.ParentBackfillID, p.Pool,
+		p.CodeRef, p.CreatedBy, p.Reason)
 	if uniqueViolation(err) == constraintOneActivePerDag {
 		return Backfill{}, errBackfillUniqueViolation
 	}
@@ -337,7 +338,8 @@ func readTakenRuns(ctx context.Context, tx *sqlx.Tx, dagID string, first, last t
 }
 
 // reprocessRuns takes the runs over: it clears them back to queued, owned by the new
-// backfill. The state the new slot records of each run is the one read in this transaction;
+// backfill, at the attempt after their last (so a program can tell the slot ran before; the
+// go starts there, which is what MAX_ATTEMPTS counts from: see SweepExpireLeases). The state the new slot records of each run is the one read in this transaction;
 // the update proves it still held (a run that changed fails the count and the transaction is
 // tried again).
 //
@@ -365,7 +367,7 @@ func reprocessRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p domain.
 	}
 	res, err := tx.ExecContext(ctx, `
 		UPDATE dag_runs r SET state = 'queued', backfill_id = $3, backfill_sort_ordinal = u.ordinal,
-			attempt = 1, conf = coalesce($4::jsonb, r.conf), worker_id = NULL, queued_at = $5,
+			attempt = r.attempt + 1, first_attempt = r.attempt + 1, conf = coalesce($4::jsonb, r.conf), worker_id = NULL, queued_at = $5,
 			start_date = NULL, end_date = NULL, lease_expires_at = NULL, lease_seconds = NULL
 		FROM unnest($1::bigint[], $2::int[]) AS u(id, ordinal)
 		WHERE r.id = u.id AND r.state IN ('success', 'failed', 'canceled')

@@ -48,6 +48,10 @@ func decideSlots(ctx context.Context, q sqlx.QueryerContext, dagID, behavior str
 type DryRun struct {
 	Slots    []domain.PlannedSlot
 	PlanHash string
+	// Estimate is what the plan would cost, nil when there is no history to measure;
+	// EstimateBasis says which.
+	Estimate      *domain.Estimate
+	EstimateBasis string
 }
 
 // BackfillDryRun answers what a creation would do, writing nothing.
@@ -60,13 +64,19 @@ func (s *Store) BackfillDryRun(ctx context.Context, p domain.BackfillRequest) (D
 	if err != nil {
 		return DryRun{}, err
 	}
+	out := DryRun{Slots: slots}
 	err = s.readRetried(ctx, func(ctx context.Context) error {
-		return decideSlots(ctx, s.db, p.DagID, p.ReprocessBehavior, slots)
+		if err := decideSlots(ctx, s.db, p.DagID, p.ReprocessBehavior, slots); err != nil {
+			return err
+		}
+		out.Estimate, out.EstimateBasis, err = backfillEstimate(ctx, s.db, p, slots)
+		return err
 	})
 	if err != nil {
 		return DryRun{}, err
 	}
-	return DryRun{Slots: slots, PlanHash: domain.PlanHash(dag.Schedule, dag.Timezone, slots)}, nil
+	out.PlanHash = domain.PlanHash(dag.Schedule, dag.Timezone, slots)
+	return out, nil
 }
 
 // dagAndNow reads what planning a backfill needs, the DAG and the database's clock, outside

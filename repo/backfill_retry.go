@@ -25,6 +25,14 @@ type BackfillRetryParams struct {
 	// Pool replaces the parent's pool when SetPool (null for none).
 	Pool    *string
 	SetPool bool
+	// CodeRef replaces the parent's code_ref when not nil.
+	CodeRef *string
+	// CreatedBy and Reason are the retry's own: a retry is a new request, by whoever asks.
+	CreatedBy *string
+	Reason    *string
+	// LogicalDates, when not nil, are the slots to retry instead of the failed and canceled
+	// ones: any slots of the parent's window, each decided as the others are.
+	LogicalDates []time.Time
 }
 
 // BackfillRetry creates a backfill of the same DAG whose slots are the parent's slots whose
@@ -44,6 +52,9 @@ func (s *Store) BackfillRetry(ctx context.Context, rp BackfillRetryParams) (Back
 	default:
 		return Backfill{}, false, fmt.Errorf("%w: backfill %d is %s", ErrBackfillNotTerminal, parent.ID, parent.State)
 	}
+	if rp.LogicalDates != nil {
+		return s.BackfillCreate(ctx, retryRequest(parent, rp, nil))
+	}
 	var dates []time.Time
 	err = sqlx.SelectContext(ctx, s.db, &dates, `
 		SELECT s.logical_date FROM backfill_slot_records s
@@ -55,7 +66,15 @@ func (s *Store) BackfillRetry(ctx context.Context, rp BackfillRetryParams) (Back
 	if len(dates) == 0 {
 		return Backfill{}, false, fmt.Errorf("%w: no slot of backfill %d failed or was canceled", ErrNoRunsToCreate, parent.ID)
 	}
+	return s.BackfillCreate(ctx, retryRequest(parent, rp, dates))
+}
+
+// retryRequest is the creation a retry of parent makes: its slots are dates (the failed and
+// canceled ones), or rp.LogicalDates when given; its settings are the parent's unless rp
+// gives them.
+func retryRequest(parent Backfill, rp BackfillRetryParams, dates []time.Time) domain.BackfillRequest {
 	p := domain.BackfillRequest{
+		LogicalDates:      rp.LogicalDates,
 		DagID:             parent.DagID,
 		FromDate:          parent.FromDate,
 		ToDate:            parent.ToDate,
@@ -70,6 +89,12 @@ func (s *Store) BackfillRetry(ctx context.Context, rp BackfillRetryParams) (Back
 		Dates:             dates,
 		ParentBackfillID:  &parent.ID,
 		Pool:              parent.Pool,
+		CodeRef:           parent.CodeRef,
+		CreatedBy:         rp.CreatedBy,
+		Reason:            rp.Reason,
+	}
+	if rp.CodeRef != nil {
+		p.CodeRef = rp.CodeRef
 	}
 	if rp.SetPool {
 		p.Pool = rp.Pool
@@ -86,5 +111,5 @@ func (s *Store) BackfillRetry(ctx context.Context, rp BackfillRetryParams) (Back
 	if rp.SetDescription {
 		p.Description = rp.Description
 	}
-	return s.BackfillCreate(ctx, p)
+	return p
 }

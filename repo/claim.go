@@ -89,7 +89,7 @@ func (s *Store) runClaimIdempotent(ctx context.Context, p RunClaimParams, scope 
 	replay := func(ctx context.Context, ids []int64) ([]Run, error) {
 		var runs []Run
 		err := sqlx.SelectContext(ctx, s.db, &runs, `
-			SELECT `+runColumns+` FROM dag_runs
+			SELECT `+runColumns+`, `+claimCodeRef+` FROM dag_runs
 			WHERE id = ANY ($1) AND state = 'running' AND worker_id = $2
 			ORDER BY backfill_id NULLS FIRST, dag_id, backfill_sort_ordinal, logical_date`,
 			pq.Int64Array(ids), p.WorkerID)
@@ -354,7 +354,7 @@ func claimStatement(scope claimScope) string {
 			WHERE r.id = ANY (ARRAY(SELECT id FROM admitted))
 			RETURNING r.*
 		)
-		SELECT ` + runColumns + ` FROM claimed
+		SELECT ` + runColumns + `, ` + claimCodeRef + ` FROM claimed
 		ORDER BY backfill_id NULLS FIRST, dag_id, backfill_sort_ordinal, logical_date`
 }
 
@@ -362,3 +362,9 @@ func claimStatement(scope claimScope) string {
 // pool, which least() ignores): it keeps the claim from taking more of a pooled backfill's
 // runs than the pool could admit. It is only a first guess; poolRoom decides.
 const snapshotPoolRoom = `(SELECT p.slots - p.num_running FROM pools p WHERE p.name = backfills.pool)`
+
+// claimCodeRef is the code_ref a claimed run is answered with: its backfill's, read by primary
+// key (the claim holds that row already), so that no run row carries a copy. The alias lets
+// TestClaimPlanReadsOnlyClaimableOwners tell this read (one row per claimed run) from the
+// owners' scans.
+const claimCodeRef = `(SELECT code_ref_of.code_ref FROM backfills code_ref_of WHERE code_ref_of.id = backfill_id) AS code_ref`

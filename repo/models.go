@@ -43,6 +43,8 @@ type Run struct {
 	LeaseExpiresAt    *time.Time      `db:"lease_expires_at"`
 	// Note is what the last report said about the run; a new claim clears it.
 	Note *string `db:"note"`
+	// CodeRef is the run's backfill's code_ref; only a claim reads it (claimCodeRef).
+	CodeRef *string `db:"code_ref"`
 }
 
 // runColumns selects a Run; keep it in step with the struct.
@@ -98,6 +100,11 @@ type Backfill struct {
 	ParentBackfillID *int64 `db:"parent_backfill_id"`
 	// Pool is the pool the backfill's runs are claimed in; nil for none.
 	Pool *string `db:"pool"`
+	// CodeRef is the code the backfill's runs run, fixed at creation; nil for none.
+	CodeRef *string `db:"code_ref"`
+	// CreatedBy is who created the backfill (nil when unknown), Reason why (nil for none).
+	CreatedBy *string `db:"created_by"`
+	Reason    *string `db:"reason"`
 	Progress
 }
 
@@ -110,7 +117,7 @@ const (
 const backfillColumns = `id, dag_id, from_date, to_date, run_backwards, dag_run_conf, reprocess_behavior,
 	max_active_runs, description, state, created_at, updated_at, completed_at,
 	num_queued, num_running, num_success, num_failed, num_canceled, num_skipped,
-	max_failed_runs, pause_reason, plan_hash, parent_backfill_id, pool`
+	max_failed_runs, pause_reason, plan_hash, parent_backfill_id, pool, code_ref, created_by, reason`
 
 // scanDest is b's fields in backfillColumns order. The status read scans through it rather
 // than sqlx's mapping by column name, which costs reflection on every poll.
@@ -118,7 +125,7 @@ func (b *Backfill) scanDest() []any {
 	return []any{&b.ID, &b.DagID, &b.FromDate, &b.ToDate, &b.RunBackwards, &b.DagRunConf, &b.ReprocessBehavior,
 		&b.MaxActiveRuns, &b.Description, &b.State, &b.CreatedAt, &b.UpdatedAt, &b.CompletedAt,
 		&b.Queued, &b.Running, &b.Success, &b.Failed, &b.Canceled, &b.Skipped,
-		&b.MaxFailedRuns, &b.PauseReason, &b.PlanHash, &b.ParentBackfillID, &b.Pool}
+		&b.MaxFailedRuns, &b.PauseReason, &b.PlanHash, &b.ParentBackfillID, &b.Pool, &b.CodeRef, &b.CreatedBy, &b.Reason}
 }
 
 // BackfillSlot is one slot of a backfill as its listing shows it.

@@ -11,7 +11,8 @@ import (
 )
 
 // SweepExpireLeases ends up to batch expired leases: the run goes back to queued with attempt
-// + 1, or fails once attempt has reached the maximum, or is canceled when its backfill is
+// + 1, or fails once its current go (the attempts since first_attempt, where its creation or
+// last reprocess started it) has reached the maximum, or is canceled when its backfill is
 // canceling. It returns how many runs it changed.
 func (s *Store) SweepExpireLeases(ctx context.Context, batch int) (int, error) {
 	var n int
@@ -44,7 +45,7 @@ func (s *Store) SweepExpireLeases(ctx context.Context, batch int) (int, error) {
 				FOR UPDATE SKIP LOCKED
 			), verdict AS (
 				SELECT r.id, CASE WHEN b.state = 'canceling' THEN 'canceled'
-				                  WHEN r.attempt >= $3 THEN 'failed'
+				                  WHEN r.attempt - r.first_attempt + 1 >= $3 THEN 'failed'
 				                  ELSE 'queued' END AS next_state
 				FROM dag_runs r JOIN expired e ON e.id = r.id LEFT JOIN backfills b ON b.id = r.backfill_id
 			)

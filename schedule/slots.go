@@ -136,3 +136,9 @@ func (e *TooManySlotsError) Error() string {
 
 // Is makes the error ErrTooManySlots for errors.Is.
 func (e *TooManySlotsError) Is(target error) bool { return target == ErrTooManySlots }
+
+// IsTick reports whether t is a tick of the schedule: ticks are whole seconds, and the first
+// tick at or after t's second is t itself.
+func (s *Schedule) IsTick(t time.Time) bool {
+	return t.Nanosecond() == 0 && s.Next(t.Add(-time.Second)).Equal(t)
+}

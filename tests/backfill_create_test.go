@@ -338,7 +338,7 @@ func TestBackfillCreateReprocessBehaviors(t *testing.T) {
 					require.Equal(t, api.RunType("manual"), r.RunType, "a reprocessed manual run stays manual, day %d", d)
 					require.NotNil(t, r.BackfillId, "day %d", d)
 					require.Equal(t, b.Id, *r.BackfillId, "day %d", d)
-					require.EqualValues(t, 1, r.Attempt, "day %d", d)
+					require.EqualValues(t, prev.Attempt+1, r.Attempt, "the attempt goes on from the run's last, day %d", d)
 					require.Nil(t, r.WorkerId)
 					require.Nil(t, r.EndDate)
 					require.Nil(t, r.StartDate)
@@ -403,7 +403,7 @@ func TestBackfillCreateHistoryOfTerminalBackfillStaysTrue(t *testing.T) {
 	require.EqualValues(t, 4, runs.TotalEntries)
 	for _, r := range runs.DagRuns {
 		require.Equal(t, api.RunType("backfill"), r.RunType)
-		require.EqualValues(t, 1, r.Attempt)
+		require.EqualValues(t, 2, r.Attempt, "each ran once in A")
 	}
 
 	// B runs to success; A still shows its old record.

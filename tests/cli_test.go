@@ -32,6 +32,7 @@ func TestCLI(t *testing.T) {
 	t.Run("TerminalProgressBarExitsOneWhenFailed", func(t *testing.T) { t.Parallel(); testCLITerminal(t, bin, true) })
 	t.Run("DemoExecutorFinishesABackfill", func(t *testing.T) { t.Parallel(); testCLIExecutor(t, bin) })
 	t.Run("OperatorPatchRetryPlanNotesDelete", func(t *testing.T) { t.Parallel(); testCLIOperator(t, bin) })
+	t.Run("ChosenDatesCodeRefActorReason", func(t *testing.T) { t.Parallel(); testCLIChosenDates(t, bin) })
 }
 
 // buildCLI compiles backfillctl into a directory that outlives the subtests.

@@ -92,10 +92,10 @@ func readPID(t *testing.T, path string) int {
 
 func testExecWritesEachDateOnce(t *testing.T, bin string) {
 	e := newEnv(t)
-	b := e.DailyBackfill("exec_ds", day(1, 1), day(1, 8), "max_active_runs", 4)
+	b := e.DailyBackfill("exec_ds", day(1, 1), day(1, 8), "max_active_runs", 4, "code_ref", "git:4f2a9c1")
 	out := filepath.Join(t.TempDir(), "dates")
 	r := runCLI(t, bin, e, "executor", "-o", "json", "--until-idle", "--concurrency", "3", "--", "sh", "-c",
-		`echo "$1 $BACKFILL_DS $BACKFILL_RUN_ID $BACKFILL_ATTEMPT" >> "$2"`, "sh", "{{ ds }}", out)
+		`echo "$1 $BACKFILL_DS $BACKFILL_RUN_ID $BACKFILL_ATTEMPT $BACKFILL_CODE_REF $3" >> "$2"`, "sh", "{{ ds }}", out, "{{ code_ref }}")
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
 
 	data, err := os.ReadFile(out)
@@ -105,7 +105,7 @@ func testExecWritesEachDateOnce(t *testing.T, bin string) {
 	var want []string
 	for _, d := range days(1, 8) {
 		ds := d.Format(time.DateOnly)
-		want = append(want, ds+" "+ds+" backfill__"+ts(d)+" 1")
+		want = append(want, ds+" "+ds+" backfill__"+ts(d)+" 1 git:4f2a9c1 git:4f2a9c1")
 	}
 	require.Equal(t, want, lines, "each slot's date written exactly once, by its own run")
 	require.EqualValues(t, map[string]int64{"success": 8}, runStates(t, e.DB, b.Id))

@@ -47,8 +47,9 @@ func TestReprocessKeepsEachOwnersRecordThroughTwoTakeovers(t *testing.T) {
 	require.Equal(t, recordA, e.Slots(a.Id), "A's record after B's runs ended")
 	recordB := e.Slots(b.Id)
 	require.Nil(t, recordB[0].DagRunId, "B skipped day 1")
-	requireSlot(t, recordB[1], "success", 1, nil)
-	requireSlot(t, recordB[2], "failed", 1, new("B: out of memory"))
+	// A taken-over run goes on counting its attempts: day 2 from A's 1, day 3 from A's 3.
+	requireSlot(t, recordB[1], "success", 2, nil)
+	requireSlot(t, recordB[2], "failed", 4, new("B: out of memory"))
 	checkInvariants(t, e.DB)
 
 	// C takes every run over: day 1 from A, days 2 and 3 from B.
@@ -59,7 +60,7 @@ func TestReprocessKeepsEachOwnersRecordThroughTwoTakeovers(t *testing.T) {
 	require.Equal(t, recordB, e.Slots(b.Id), "B's record after C took its runs")
 	// A queued run keeps its last note until it is claimed again.
 	for i, s := range e.Slots(c.Id) {
-		requireSlot(t, s, "queued", 1, []*string{nil, nil, new("B: out of memory")}[i])
+		requireSlot(t, s, "queued", []int{2, 3, 5}[i], []*string{nil, nil, new("B: out of memory")}[i])
 	}
 	checkInvariants(t, e.DB)
 

@@ -2,9 +2,11 @@ package tests
 
 import (
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
+	"github.com/backfillsvc/backfill/api"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 )
@@ -53,7 +55,9 @@ func TestConsoleBackfillPageDetails(t *testing.T) {
 	e := newEnv(t)
 	e.PutDag("ui_details", "@daily", "")
 	from := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
-	bf := e.CreateBackfill(backfillBody("ui_details", from, from.AddDate(0, 0, 1199), "max_active_runs", 10))
+	bf := call[api.Backfill](e, http.StatusCreated, http.MethodPost, "/api/v1/backfills",
+		backfillBody("ui_details", from, from.AddDate(0, 0, 1199), "max_active_runs", 10, "code_ref", "git:5e1f", "reason", "DATA-42"),
+		"X-Actor", "dana")
 	require.EqualValues(t, 1200, bf.Progress.Total)
 	e.PatchBackfill(bf.Id, map[string]any{"max_active_runs": 3, "max_failed_runs": 1500, "description": "nightly"})
 	b := newBrowser(t)
@@ -69,6 +73,9 @@ func TestConsoleBackfillPageDetails(t *testing.T) {
 	require.True(t, eval[bool](t, b, `document.querySelector("#progress-text").textContent.startsWith("0/1,200 done")`), b.text(t, "#progress-text"))
 	fields := eval[map[string]string](t, b, `Object.fromEntries([...document.querySelectorAll("#fields dt")].map((dt) => [dt.textContent, dt.nextElementSibling.textContent]))`)
 	require.Equal(t, "1,500", fields["Max failed runs"])
+	require.Equal(t, "git:5e1f", fields["Code"])
+	require.Equal(t, "dana", fields["Created by"])
+	require.Equal(t, "DATA-42", fields["Reason"])
 	require.Equal(t, `max_active_runs: 10 → 3; max_failed_runs: no limit → 1,500; description: none → "nightly"`,
 		b.text(t, "#events tr[data-type='backfill.updated'] .details"))
 	b.checkClean(t, e.URL)

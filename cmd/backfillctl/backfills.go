@@ -17,7 +17,8 @@ type backfillFlags struct {
 	maxActiveRuns                 int
 	runBackwards                  bool
 	conf                          confValue
-	pool                          string
+	pool, codeRef, reason         string
+	logicalDates                  logicalDates
 }
 
 func (b *backfillFlags) register(fs *flag.FlagSet) {
@@ -30,6 +31,9 @@ func (b *backfillFlags) register(fs *flag.FlagSet) {
 	fs.Var(&b.conf, "dag-run-conf", "a `JSON` object given to every run as its conf, e.g. '{\"full_refresh\": true}'")
 	fs.StringVar(&b.description, "description", "", "free text")
 	fs.StringVar(&b.pool, "pool", "", "claim the backfill's runs in this `POOL` (see pools put)")
+	fs.StringVar(&b.codeRef, "code-ref", "", "the code the runs are to run (an image digest, a git SHA; at most 200 characters), fixed once created and given to programs as BACKFILL_CODE_REF")
+	fs.StringVar(&b.reason, "reason", "", "why the backfill is made, e.g. a ticket (at most 500 characters)")
+	b.logicalDates.register(fs)
 }
 
 func (b *backfillFlags) request(fs *flag.FlagSet) (client.BackfillCreate, error) {
@@ -51,6 +55,15 @@ func (b *backfillFlags) request(fs *flag.FlagSet) (client.BackfillCreate, error)
 	setIf(fs, "max-active-runs", &req.MaxActiveRuns, int32(b.maxActiveRuns))
 	setIf(fs, "description", &req.Description, b.description)
 	setIf(fs, "pool", &req.Pool, b.pool)
+	setIf(fs, "code-ref", &req.CodeRef, b.codeRef)
+	setIf(fs, "reason", &req.Reason, b.reason)
+	dates, err := b.logicalDates.list()
+	if err != nil {
+		return client.BackfillCreate{}, err
+	}
+	if dates != nil {
+		req.LogicalDates = &dates
+	}
 	return req, nil
 }
 
@@ -62,6 +75,7 @@ var backfillsCreate = do(none, func(fs *flag.FlagSet) action[struct{}] {
 	var budget budgetValue
 	fs.Var(&budget, "max-failed-runs", budgetUsage)
 	ifMatch := fs.String("if-match", "", "create only if the plan still has this `PLAN_HASH` (from dry-run)")
+	actor := fs.String("actor", "", "who asks (sent as X-Actor): recorded as created_by where the service has no per-user identity")
 	wf := registerWait(fs, "watch the backfill's progress until it is terminal; the exit code tells how it ended")
 	return func(ctx context.Context, c *cli, api *client.Client, _ struct{}) error {
 		req, err := bf.request(fs)
@@ -74,7 +88,7 @@ var backfillsCreate = do(none, func(fs *flag.FlagSet) action[struct{}] {
 		if *dryRun {
 			return c.dryRun(ctx, api, req, dryRunView{})
 		}
-		b, err := api.CreateBackfill(ctx, req, client.CreateOptions{IdempotencyKey: *key, IfPlan: *ifMatch})
+		b, err := api.CreateBackfill(ctx, req, client.CreateOptions{IdempotencyKey: *key, IfPlan: *ifMatch, Actor: *actor})
 		if err != nil {
 			return err
 		}
@@ -134,12 +148,12 @@ var (
 )
 
 var backfillColumns = columns[client.Backfill]{
-	header: []string{"ID", "DAG_ID", "STATE", "FROM_DATE", "TO_DATE", "DONE", "SUCCESS", "FAILED", "CANCELED", "SKIPPED", "CREATED_AT"},
+	header: []string{"ID", "DAG_ID", "STATE", "FROM_DATE", "TO_DATE", "DONE", "SUCCESS", "FAILED", "CANCELED", "SKIPPED", "CREATED_AT", "CREATED_BY", "REASON"},
 	row: func(b client.Backfill) []string {
 		p := b.Progress
 		return []string{fmt.Sprint(b.Id), b.DagId, string(b.State), instant(b.FromDate), instant(b.ToDate),
 			fmt.Sprintf("%d/%d", p.Done(), p.Total), fmt.Sprint(p.Success), fmt.Sprint(p.Failed), fmt.Sprint(p.Canceled),
-			fmt.Sprint(p.Skipped), stamp(b.CreatedAt)}
+			fmt.Sprint(p.Skipped), stamp(b.CreatedAt), deref(b.CreatedBy), deref(b.Reason)}
 	},
 }
 

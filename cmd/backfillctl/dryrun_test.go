@@ -67,3 +67,17 @@ func TestDryRunLimitPrintsThatManySlotsAndCountsTheWholePlan(t *testing.T) {
 	require.Equal(t, exitError, code)
 	require.Contains(t, stderr, "--limit must be 0")
 }
+
+func TestDryRunPrintsTheEstimate(t *testing.T) {
+	plan := client.DryRunCollection{PlanHash: "abc123", EstimateBasis: client.DryRunCollectionEstimateBasisLastSuccessfulRuns,
+		Estimate: &client.BackfillEstimate{Runs: 10, P50RunSeconds: 1, SampleRuns: 3, Concurrency: 2, RunnerSeconds: 10, WallClockSeconds: 5}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { answer(w, http.StatusOK, plan) }))
+	t.Cleanup(srv.Close)
+	code, stdout, stderr := invoke(t, srv.URL, nil, append(dryRunArgs, "--summary")...)
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stdout, "estimate: 10 runner-seconds, 5 wall clock at 2 at once (p50 1s of the last 3 successful runs)\n")
+
+	plan.Estimate, plan.EstimateBasis = nil, client.DryRunCollectionEstimateBasisNoSuccessfulRuns
+	_, stdout, _ = invoke(t, srv.URL, nil, append(dryRunArgs, "--summary")...)
+	require.Contains(t, stdout, "estimate: none (no_successful_runs)\n")
+}

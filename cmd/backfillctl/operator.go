@@ -95,6 +95,11 @@ var backfillsRetry = do(backfillID, func(fs *flag.FlagSet) action[int64] {
 	description := fs.String("description", "", "free text (default: the parent's)")
 	key := fs.String("idempotency-key", "", "the request's key (default: a random one); it is retried with it after a 503 or a network error")
 	ifMatch := fs.String("if-match", "", "create only if the plan still has this `PLAN_HASH`")
+	codeRef := fs.String("code-ref", "", "the code the retried runs are to run (default: the parent's)")
+	reason := fs.String("reason", "", "why the retry is made (the retry's own; never the parent's)")
+	actor := fs.String("actor", "", "who asks (sent as X-Actor): recorded as created_by where the service has no per-user identity")
+	var chosen logicalDates
+	chosen.register(fs)
 	wf := registerWait(fs, "watch the new backfill's progress until it is terminal")
 	return func(ctx context.Context, c *cli, api *client.Client, id int64) error {
 		// Fields left out take the parent's values.
@@ -102,11 +107,20 @@ var backfillsRetry = do(backfillID, func(fs *flag.FlagSet) action[int64] {
 			MaxActiveRuns: given(fs, "max-active-runs", int32(*maxActive)),
 			MaxFailedRuns: budget.field(fs, "max-failed-runs"),
 			Description:   given(fs, "description", *description),
+			CodeRef:       given(fs, "code-ref", *codeRef),
+			Reason:        given(fs, "reason", *reason),
 		}
 		if conf.conf != nil {
 			req.DagRunConf = client.Set(*conf.conf)
 		}
-		b, err := api.RetryBackfill(ctx, id, req, client.RetryOptions{IdempotencyKey: *key, IfPlan: *ifMatch})
+		dates, err := chosen.list()
+		if err != nil {
+			return err
+		}
+		if dates != nil {
+			req.LogicalDates = client.Set(dates)
+		}
+		b, err := api.RetryBackfill(ctx, id, req, client.RetryOptions{IdempotencyKey: *key, IfPlan: *ifMatch, Actor: *actor})
 		if err != nil {
 			return err
 		}

@@ -80,6 +80,9 @@ func (c *cli) printBackfill(b client.Backfill) error {
 		{"RUN BACKWARDS:", fmt.Sprint(b.RunBackwards)},
 		{"DAG RUN CONF:", conf},
 		{"DESCRIPTION:", deref(b.Description)},
+		{"CODE REF:", deref(b.CodeRef)},
+		{"CREATED BY:", deref(b.CreatedBy)},
+		{"REASON:", deref(b.Reason)},
 		{"CREATED AT:", stamp(b.CreatedAt)},
 		{"UPDATED AT:", stamp(b.UpdatedAt)},
 		{"COMPLETED AT:", completed},
@@ -143,6 +146,12 @@ func (c *cli) printDryRun(l client.DryRunCollection, view dryRunView) error {
 		fmt.Fprintf(c.stdout, "first slot #%d %s (%s), last slot #%d %s (%s)\n",
 			sum.First.SortOrdinal, instant(sum.First.LogicalDate), sum.First.Action,
 			sum.Last.SortOrdinal, instant(sum.Last.LogicalDate), sum.Last.Action)
+	}
+	if e := l.Estimate; e != nil {
+		fmt.Fprintf(c.stdout, "estimate: %s runner-seconds, %s wall clock at %d at once (p50 %ss of the last %d successful runs)\n",
+			fmt.Sprint(e.RunnerSeconds), fmt.Sprint(e.WallClockSeconds), e.Concurrency, fmt.Sprint(e.P50RunSeconds), e.SampleRuns)
+	} else if l.EstimateBasis != "" { // "": a server older than estimates
+		fmt.Fprintf(c.stdout, "estimate: none (%s)\n", l.EstimateBasis)
 	}
 	_, err := fmt.Fprintf(c.stdout, "plan hash %s (create exactly this plan with --if-match %s)\n", l.PlanHash, l.PlanHash)
 	return err

@@ -37,6 +37,8 @@ type runValues struct {
 	DS          string // YYYY-MM-DD of the logical date, UTC
 	Conf        string // JSON; "null" when the run has none
 	Attempt     int
+	// CodeRef is the backfill's code_ref ("" when it has none).
+	CodeRef string
 	// Traceparent is the run's span in the service's trace ("" when the service does not
 	// trace), given to the program as TRACEPARENT so that its own spans join the trace.
 	Traceparent string
@@ -52,7 +54,12 @@ func valuesOf(run client.DagRun) runValues {
 	if run.Traceparent != nil {
 		traceparent = *run.Traceparent
 	}
+	codeRef := ""
+	if run.CodeRef != nil {
+		codeRef = *run.CodeRef
+	}
 	return runValues{
+		CodeRef:     codeRef,
 		RunID:       run.RunId,
 		LogicalDate: ld.Format(time.RFC3339Nano),
 		DS:          ld.Format(time.DateOnly),
@@ -70,6 +77,9 @@ func (v runValues) env() []string {
 		"BACKFILL_DS=" + v.DS,
 		"BACKFILL_CONF=" + v.Conf,
 		"BACKFILL_ATTEMPT=" + strconv.Itoa(v.Attempt),
+		// Set even when empty, so that a value in the executor's own environment never
+		// passes for the run's.
+		"BACKFILL_CODE_REF=" + v.CodeRef,
 	}
 	if v.Traceparent != "" {
 		env = append(env, "TRACEPARENT="+v.Traceparent)
@@ -85,7 +95,7 @@ func (v runValues) env() []string {
 var templateRef = regexp.MustCompile(`\{\{\s*([A-Za-z0-9_]+)\s*\}\}`)
 
 // templateNames are the templates the executor fills in.
-var templateNames = []string{"run_id", "logical_date", "ds", "conf"}
+var templateNames = []string{"run_id", "logical_date", "ds", "conf", "code_ref"}
 
 // expand substitutes the run's values into one argument; checkTemplates has refused any other
 // name before the first claim.
@@ -100,6 +110,8 @@ func (v runValues) expand(arg string) string {
 			return v.DS
 		case "conf":
 			return v.Conf
+		case "code_ref":
+			return v.CodeRef
 		}
 		return m
 	})

@@ -19,10 +19,16 @@ Backfills:
   backfills create --dag-id ID --from-date DATE --to-date DATE [--reprocess-behavior none|failed|completed]
                    [--max-active-runs N] [--run-backwards] [--dag-run-conf JSON] [--description TEXT]
                    [--max-failed-runs N] [--pool NAME] [--if-match PLAN_HASH]
+                   [--code-ref REF] [--reason TEXT] [--actor NAME]
+                   [--logical-date DATE]... [--logical-dates-file FILE]
                    [--idempotency-key KEY] [--dry-run] [--wait [--interval D] [--timeout 0] [--wait-through-pause]]
         The window takes every slot (schedule tick) whose logical date is from --from-date to
         --to-date, both inclusive: 2024-03-31 is midnight UTC, so @daily's March 31 slot is in
-        and an hourly DAG's later ticks on March 31 are not.
+        and an hourly DAG's later ticks on March 31 are not. --code-ref pins the code the
+        runs run (fixed; programs get it as BACKFILL_CODE_REF); --reason and --actor (sent
+        as X-Actor) are recorded as the backfill's reason and created_by. --logical-date
+        (repeated) and --logical-dates-file (one date a line) limit it to those slots, each of
+        which must be a slot of the window.
   backfills dry-run --dag-id ID --from-date DATE --to-date DATE [same flags as create] [--summary] [--limit N]
         What create would do, writing nothing: a row per slot (at most --limit N), the counts
         by action, the first and last slot, and the plan hash; --summary prints only those.
@@ -38,8 +44,12 @@ Backfills:
         Changes a running or paused backfill's settings; the next claim obeys them.
   backfills retry ID [--max-active-runs N] [--max-failed-runs N] [--dag-run-conf JSON]
                    [--description TEXT] [--idempotency-key KEY] [--if-match PLAN_HASH]
+                   [--code-ref REF] [--reason TEXT] [--actor NAME]
+                   [--logical-date DATE]... [--logical-dates-file FILE]
                    [--wait [--interval D] [--timeout 0] [--wait-through-pause]]
-        A new backfill of the failed and canceled slots of a finished backfill.
+        A new backfill of the failed and canceled slots of a finished backfill, with the
+        parent's code_ref unless --code-ref names another; its reason and actor are its own.
+        --logical-date / --logical-dates-file retry exactly those slots of its window.
   watch ID [--interval D] [--timeout 0] [--wait-through-pause]
         Live progress until the backfill is succeeded, failed or canceled: a bar of done/total
         (done = success + failed + canceled + skipped), counts per state, rate and ETA (from
@@ -70,10 +80,10 @@ Executor (runs a program per run; docs/EXECUTOR.md):
            [--until-idle] [--worker-id ID] [--lease-seconds 60] [--heartbeat D] [--verbose]
            -- PROGRAM [ARGS...]
         Claims runs and runs PROGRAM once per run, directly (no shell unless PROGRAM is one),
-        with {{ run_id }}, {{ logical_date }}, {{ ds }}, {{ conf }} filled in ARGS (names
-        are case-sensitive; an unknown one is refused) and BACKFILL_RUN_ID,
-        BACKFILL_LOGICAL_DATE, BACKFILL_DS, BACKFILL_CONF, BACKFILL_ATTEMPT in its
-        environment. A conf over 128 KiB comes as a file named by BACKFILL_CONF_FILE
+        with {{ run_id }}, {{ logical_date }}, {{ ds }}, {{ conf }}, {{ code_ref }} filled
+        in ARGS (names are case-sensitive; an unknown one is refused) and BACKFILL_RUN_ID,
+        BACKFILL_LOGICAL_DATE, BACKFILL_DS, BACKFILL_CONF, BACKFILL_ATTEMPT,
+        BACKFILL_CODE_REF in its environment. A conf over 128 KiB comes as a file named by BACKFILL_CONF_FILE
         instead, and fails a run that puts it in {{ conf }}. Exit 0 reports success;
         anything else failed, with the last 4 KiB of its stderr as the note. A cancel of the
         backfill, or SIGINT/SIGTERM, stops its process group (SIGTERM, SIGKILL after --grace)

@@ -38,6 +38,9 @@ export async function backfillPage(id, nav) {
       ...row("Max failed runs", b.max_failed_runs === null || b.max_failed_runs === undefined ? "no limit" : fmt(b.max_failed_runs)),
       ...row("Conf", b.dag_run_conf === null ? "—" : JSON.stringify(b.dag_run_conf)),
       ...row("Description", b.description ?? "—"),
+      ...row("Code", b.code_ref ?? "—"),
+      ...row("Created by", b.created_by ?? "—"),
+      ...row("Reason", b.reason ?? "—"),
       ...(b.parent_backfill_id ? row("Retry of", h("a", { href: `#/backfills/${b.parent_backfill_id}` }, `#${b.parent_backfill_id}`)) : []),
       ...row("Created", fmtTime(b.created_at)),
       ...row("Completed", fmtTime(b.completed_at)));

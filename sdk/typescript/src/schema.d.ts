@@ -200,7 +200,7 @@ export interface paths {
          *     - `reprocess_behavior` `completed`: any terminal run is reprocessed.
          *
          *     Reprocessing puts the run back to `queued` with the same `run_id`, attaches it to this
-         *     backfill, sets `attempt` to 1 and replaces its `conf` when `dag_run_conf` is not null;
+         *     backfill, sets `attempt` to its previous attempt + 1 and replaces its `conf` when `dag_run_conf` is not null;
          *     a reprocessed manual run keeps `run_type` `manual`. A run that belonged to an earlier,
          *     terminal backfill leaves that backfill's `progress` and slot listing showing the state
          *     the run had when it was taken over: a terminal backfill's record never changes again.
@@ -236,6 +236,17 @@ export interface paths {
          *     `failed` (a report, or a lease expiry at `MAX_ATTEMPTS`) while its `failed` count is
          *     at least N, the backfill becomes `paused` with `pause_reason` `failure_budget`, in
          *     the transaction that failed the run: no claim after it hands out a run of it.
+         *
+         *     **Code, who and why.** `code_ref` (1-200 printable characters without spaces, e.g. an
+         *     image digest or a git SHA; otherwise 422 `invalid_code_ref`) is fixed at creation:
+         *     no `PATCH` changes it, a retry inherits it unless it names another, and every run a
+         *     claim hands out carries it. `created_by` records the `X-Actor` header (the service
+         *     has no per-user identity: its tokens are shared); `reason` says why (at most 500
+         *     characters).
+         *
+         *     **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
+         *     those slots, each of which must be a slot of the window (else 422
+         *     `invalid_logical_dates`, naming them); everything else above applies to them.
          */
         post: operations["createBackfill"];
         delete?: never;
@@ -263,12 +274,21 @@ export interface paths {
          *     It is never 409: an active backfill of the DAG does not stop the preview. An empty
          *     window is 200 with no entries (not `no_runs_to_create`). Every other error of
          *     `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-         *     `invalid_backfill`, `too_many_runs`.
+         *     `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+         *     With `logical_dates` it shows exactly those slots.
          *
          *     It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
          *     DAG's schedule and timezone and of every slot's `logical_date`, `action` and
          *     `exception_reason`. Send it as `If-Match` with the creation to create exactly this
          *     plan or nothing.
+         *
+         *     **Estimate.** `estimate` is what the plan would cost, from the p50 (median) duration
+         *     of the DAG's last 20 successful runs (the latest to end; a run marked success without
+         *     running is not measured): `runner_seconds` = p50 × the runs it would start (created
+         *     or reprocessed slots), and `wall_clock_seconds` = p50 × the waves those runs take at
+         *     `concurrency` (`max_active_runs`, or the pool's `slots` when fewer). It is null when
+         *     the DAG has no such run, and `estimate_basis` says why: `last_successful_runs` when
+         *     there is an estimate, `no_successful_runs` when not.
          */
         post: operations["dryRunBackfill"];
         delete?: never;
@@ -331,7 +351,11 @@ export interface paths {
          *     has since succeeded is skipped as `already exists`, one in flight as `in flight`.
          *     The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
          *     settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-         *     `dag_run_conf` and `description`.
+         *     `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
+         *     `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+         *     retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
+         *     exactly those dates (each a slot of the parent's window, else 422
+         *     `invalid_logical_dates`) instead of the failed and canceled ones.
          *
          *     It answers like `POST /api/v1/backfills`: 201 with `Location`, all in one
          *     transaction; `Idempotency-Key` and `If-Match` are honoured. 404
@@ -1069,7 +1093,7 @@ export interface components {
          * @description The stable, machine-readable error code. `not_found` and `method_not_allowed` answer requests to a path no route serves, or with a method the route does not serve.
          * @enum {string}
          */
-        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "plan_changed" | "backfill_not_terminal" | "runs_in_flight" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "webhook_not_found" | "invalid_webhook" | "pool_not_found" | "pool_in_use" | "busy" | "timeout" | "unavailable" | "outcome_unknown" | "internal" | "not_found" | "method_not_allowed";
+        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "plan_changed" | "backfill_not_terminal" | "runs_in_flight" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "invalid_code_ref" | "invalid_logical_dates" | "webhook_not_found" | "invalid_webhook" | "pool_not_found" | "pool_in_use" | "busy" | "timeout" | "unavailable" | "outcome_unknown" | "internal" | "not_found" | "method_not_allowed";
         Dag: {
             dag_id: components["schemas"]["DagId"];
             /**
@@ -1158,7 +1182,7 @@ export interface components {
             conf: components["schemas"]["Conf"];
             /**
              * Format: int32
-             * @description The attempt number. A backfill sets it to 1 when it creates or reprocesses the run; an expired lease that puts the run back to `queued` adds 1.
+             * @description The attempt number: 1 for a new run; a backfill that reprocesses the run (a retry included) starts it at its previous attempt + 1, so a program can tell the slot ran before; an expired lease that puts the run back to `queued` adds 1. `MAX_ATTEMPTS` counts the attempts since the run was created or last reprocessed.
              */
             attempt: number;
             /** @description The worker that claimed the run. */
@@ -1178,6 +1202,8 @@ export interface components {
             note: string | null;
             /** @description Only on the runs a claim answers, and only while the service exports traces (OTEL_TRACES_EXPORTER=otlp): the W3C traceparent of the run's span. An executor gives it to its program as `TRACEPARENT` and sends it back as the `traceparent` header of the run's report, so that the program's work and the report join the claim's trace. */
             traceparent?: string;
+            /** @description Only on the runs a claim answers, and only when the run's backfill has one: the backfill's `code_ref`, the code this run is to run. */
+            code_ref?: string;
         };
         /**
          * @description A pool's name, 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..` (like a `dag_id`).
@@ -1265,6 +1291,24 @@ export interface components {
             description?: string | null;
             max_failed_runs?: components["schemas"]["MaxFailedRuns"];
             pool?: components["schemas"]["PoolName"];
+            /**
+             * @description The code the runs are to run (an image digest, a git SHA): 1-200 printable characters without spaces, else 422 `invalid_code_ref`. Fixed once created; claims hand it out with every run, and `backfillctl executor` gives it to programs as `BACKFILL_CODE_REF` and `{{ code_ref }}`.
+             * @example sha256:9b2f0c1e4d8a7f6e5d4c3b2a19087f6e5d4c3b2a19087f6e5d4c3b2a19087f6e
+             */
+            code_ref?: string;
+            /**
+             * @description Why the backfill is made (a sentence, a ticket); at most 500 characters.
+             * @example DATA-123: re-run after the upstream fix
+             */
+            reason?: string | null;
+            /**
+             * @description Run exactly these slots instead of every slot of the window: each must be a tick of the DAG's schedule from `from_date` to `to_date` whose interval has ended, else 422 `invalid_logical_dates` naming the first that are not (in `detail` and as `logical_dates`). They are numbered in the window's order (`run_backwards` too); a date given twice is one slot. The dry run shows exactly these, and `plan_hash` covers them.
+             * @example [
+             *       "2024-01-03T00:00:00Z",
+             *       "2024-01-17T00:00:00Z"
+             *     ]
+             */
+            logical_dates?: string[];
         };
         Backfill: {
             /** Format: int64 */
@@ -1315,6 +1359,12 @@ export interface components {
             parent_backfill_id: number | null;
             /** @description The pool the backfill's runs are claimed in; null for none. */
             pool: string | null;
+            /** @description The code the backfill's runs run (an image digest, a git SHA), fixed at creation; null for none. */
+            code_ref: string | null;
+            /** @description Who created the backfill: the `X-Actor` header of the creating request where the service has no per-user identity; null when not known. */
+            created_by: string | null;
+            /** @description Why the backfill was made; null for none. */
+            reason: string | null;
         };
         /** @description Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others. */
         BackfillProgress: {
@@ -1383,12 +1433,53 @@ export interface components {
             exception_reason: string | null;
         };
         DryRunCollection: {
+            estimate: components["schemas"]["BackfillEstimate"];
+            /**
+             * @description `last_successful_runs`: `estimate` is from the DAG's last (up to 20) successful runs; `no_successful_runs`: the DAG has none, and `estimate` is null.
+             * @enum {string}
+             */
+            estimate_basis: "last_successful_runs" | "no_successful_runs";
             /** @description A digest of the DAG's schedule and timezone and of every slot's `logical_date`, `action` and `exception_reason`; send it as `If-Match` to create this plan. */
             plan_hash: string;
             runs: components["schemas"]["DryRunEntry"][];
             /** Format: int64 */
             total_entries: number;
         };
+        /** @description What a backfill would cost, from how long the DAG's runs took; null when the DAG has no successful run to measure (`estimate_basis` says so). */
+        BackfillEstimate: {
+            /**
+             * Format: int64
+             * @description The runs the backfill would start (created or reprocessed slots).
+             */
+            runs: number;
+            /**
+             * Format: double
+             * @description The median duration of the measured runs.
+             */
+            p50_run_seconds: number;
+            /**
+             * Format: int32
+             * @description How many successful runs the median is of.
+             */
+            sample_runs: number;
+            /**
+             * Format: int32
+             * @description Runs at once: `max_active_runs`, or the pool's `slots` when fewer.
+             */
+            concurrency: number;
+            /**
+             * Format: double
+             * @description The work, `p50_run_seconds` × `runs`.
+             * @example 10
+             */
+            runner_seconds: number;
+            /**
+             * Format: double
+             * @description The time at `concurrency`: `p50_run_seconds` × ceil(`runs` / `concurrency`).
+             * @example 5
+             */
+            wall_clock_seconds: number;
+        } | null;
         /** @description One slot of a backfill. */
         BackfillDagRun: {
             /** Format: int32 */
@@ -1447,6 +1538,12 @@ export interface components {
             description?: string | null;
             /** @description The new backfill's pool (null for none); left out, the parent's. */
             pool?: string | null;
+            /** @description The new backfill's code_ref (1-200 printable characters without spaces, else 422 `invalid_code_ref`); left out, the parent's. */
+            code_ref?: string;
+            /** @description Why the retry is made; not inherited from the parent. */
+            reason?: string | null;
+            /** @description Retry exactly these slots instead of the failed and canceled ones: each must be a tick of the DAG's schedule in the parent's window whose interval has ended, else 422 `invalid_logical_dates` naming the first that are not. Each is decided as the others are (`reprocess_behavior` `failed`). */
+            logical_dates?: string[];
         };
         ReleaseRequest: {
             worker_id: string;
@@ -1525,6 +1622,13 @@ export interface components {
              * @example 100000
              */
             max_backfill_runs?: number;
+            /**
+             * @description Present with `invalid_logical_dates`: the first (up to 10) chosen dates that are not slots of the window; `detail` says how many there are in all.
+             * @example [
+             *       "2024-01-03T12:00:00Z"
+             *     ]
+             */
+            logical_dates?: string[];
         };
         /**
          * @description The type of a lifecycle event.
@@ -1695,8 +1799,8 @@ export interface components {
         };
         /**
          * @description Well-formed but semantically impossible: `invalid_dag`, `invalid_backfill`,
-         *     `no_runs_to_create`, `too_many_runs`, `idempotency_key_reused` or `invalid_webhook`, as
-         *     the operation describes.
+         *     `no_runs_to_create`, `too_many_runs`, `idempotency_key_reused`, `invalid_code_ref`,
+         *     `invalid_logical_dates` or `invalid_webhook`, as the operation describes.
          */
         Unprocessable: {
             headers: {
@@ -1778,6 +1882,13 @@ export interface components {
          * @example "3f0a9c5d0b6e1c2a4f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a3928"
          */
         IfMatch: string;
+        /**
+         * @description Who sends the request (1-200 printable characters, e.g. a user name), recorded as the
+         *     backfill's `created_by`. The service has no per-user identity (`API_TOKEN`'s tokens
+         *     are shared secrets, several only for rotation), so this header is the principal.
+         * @example alice@example.com
+         */
+        Actor: string;
     };
     requestBodies: {
         BackfillCreate: {
@@ -2158,6 +2269,13 @@ export interface operations {
                  * @example "3f0a9c5d0b6e1c2a4f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a3928"
                  */
                 "If-Match"?: components["parameters"]["IfMatch"];
+                /**
+                 * @description Who sends the request (1-200 printable characters, e.g. a user name), recorded as the
+                 *     backfill's `created_by`. The service has no per-user identity (`API_TOKEN`'s tokens
+                 *     are shared secrets, several only for rotation), so this header is the principal.
+                 * @example alice@example.com
+                 */
+                "X-Actor"?: components["parameters"]["Actor"];
             };
             path?: never;
             cookie?: never;
@@ -2300,6 +2418,13 @@ export interface operations {
                  * @example "3f0a9c5d0b6e1c2a4f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a3928"
                  */
                 "If-Match"?: components["parameters"]["IfMatch"];
+                /**
+                 * @description Who sends the request (1-200 printable characters, e.g. a user name), recorded as the
+                 *     backfill's `created_by`. The service has no per-user identity (`API_TOKEN`'s tokens
+                 *     are shared secrets, several only for rotation), so this header is the principal.
+                 * @example alice@example.com
+                 */
+                "X-Actor"?: components["parameters"]["Actor"];
             };
             path: {
                 /** @description The backfill's id. */
