@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -235,10 +236,31 @@ func (a *admitter) admit(next http.Handler, mine func(*http.Request) bool) http.
 			a.obs.Admitted(name, time.Since(start))
 			a.obs.InFlight(name, 1)
 		}
+		if !mayWaitOutside(r) {
+			defer a.leave(q, name)
+			next.ServeHTTP(w, r)
+			return
+		}
 		hold := &admissionHold{a: a, q: q, name: name, held: true}
 		defer hold.release()
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), admissionHoldKey{}, hold)))
 	})
+}
+
+// leave gives an admitted request's slot back.
+func (a *admitter) leave(q int, name string) {
+	a.queue.release(q)
+	if a.obs != nil {
+		a.obs.InFlight(name, -1)
+	}
+}
+
+// mayWaitOutside reports whether r is a read of events, the only requests that wait outside
+// their slot (outsideAdmission). Every other request is served without the hold in its
+// context: a new context and a copy of the request cost a status read two allocations it
+// would never use.
+func mayWaitOutside(r *http.Request) bool {
+	return strings.HasSuffix(r.URL.Path, "/events")
 }
 
 // admissionHold is an admitted request's slot, which its handler may give back while it
@@ -258,10 +280,7 @@ func (h *admissionHold) release() {
 		return
 	}
 	h.held = false
-	h.a.queue.release(h.q)
-	if h.a.obs != nil {
-		h.a.obs.InFlight(h.name, -1)
-	}
+	h.a.leave(h.q, h.name)
 }
 
 // reacquire takes a slot again as a new request of its class would: an error means that it
