@@ -62,6 +62,36 @@ func (e BackfillState) Valid() bool {
 	}
 }
 
+// Defines values for DagRunReportState.
+const (
+	DagRunReportStateCanceled DagRunReportState = "canceled"
+	DagRunReportStateDeferred DagRunReportState = "deferred"
+	DagRunReportStateFailed   DagRunReportState = "failed"
+	DagRunReportStateQueued   DagRunReportState = "queued"
+	DagRunReportStateRunning  DagRunReportState = "running"
+	DagRunReportStateSuccess  DagRunReportState = "success"
+)
+
+// Valid indicates whether the value is a known member of the DagRunReportState enum.
+func (e DagRunReportState) Valid() bool {
+	switch e {
+	case DagRunReportStateCanceled:
+		return true
+	case DagRunReportStateDeferred:
+		return true
+	case DagRunReportStateFailed:
+		return true
+	case DagRunReportStateQueued:
+		return true
+	case DagRunReportStateRunning:
+		return true
+	case DagRunReportStateSuccess:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DagRunState.
 const (
 	DagRunStateCanceled DagRunState = "canceled"
@@ -191,6 +221,7 @@ const (
 	ProblemCodeInternal               ProblemCode = "internal"
 	ProblemCodeInvalidBackfill        ProblemCode = "invalid_backfill"
 	ProblemCodeInvalidDag             ProblemCode = "invalid_dag"
+	ProblemCodeInvalidDeferral        ProblemCode = "invalid_deferral"
 	ProblemCodeInvalidRequest         ProblemCode = "invalid_request"
 	ProblemCodeInvalidTransition      ProblemCode = "invalid_transition"
 	ProblemCodeInvalidWebhook         ProblemCode = "invalid_webhook"
@@ -235,6 +266,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeInvalidBackfill:
 		return true
 	case ProblemCodeInvalidDag:
+		return true
+	case ProblemCodeInvalidDeferral:
 		return true
 	case ProblemCodeInvalidRequest:
 		return true
@@ -711,6 +744,9 @@ type DagRun struct {
 	// LogicalDate Unique per DAG.
 	LogicalDate time.Time `json:"logical_date"`
 
+	// NotBefore Set while the run is `queued` after a report deferred it: no claim hands the run out before this time. Null otherwise.
+	NotBefore *time.Time `json:"not_before"`
+
 	// Note What the last report said about the outcome (for example why the run failed); null when none. A new claim of the run clears it.
 	Note     *string    `json:"note"`
 	QueuedAt *time.Time `json:"queued_at"`
@@ -760,12 +796,18 @@ type DagRunPatch struct {
 	// Note Why the run ended as it did, shown as the run's `note`.
 	Note *string `json:"note,omitempty"`
 
-	// State `queued` (waiting for a claim), `running` (claimed and leased to a worker), and the terminal `success`, `failed`, `canceled`.
-	State DagRunState `json:"state"`
+	// RetryAfterSeconds With `state` `deferred`, and only then: how long the run waits before a claim may hand it out again, 1..86400 seconds. Missing, out of that range, or given with another state, it is 422 `invalid_deferral`.
+	RetryAfterSeconds *int64 `json:"retry_after_seconds,omitempty"`
+
+	// State What a report says: a terminal state (`success`, `failed`, `canceled`), or `deferred` (the run's system asked for it to be tried later: it becomes `queued` again, not claimable for `retry_after_seconds`, with its `attempt` unchanged). `queued` and `running` are read as requests to move the run there, which a report cannot do (409 `invalid_transition`).
+	State DagRunReportState `json:"state"`
 
 	// WorkerId When given, the run must be running under this worker's live lease (else 409 `lease_lost`).
 	WorkerId *string `json:"worker_id,omitempty"`
 }
+
+// DagRunReportState What a report says: a terminal state (`success`, `failed`, `canceled`), or `deferred` (the run's system asked for it to be tried later: it becomes `queued` again, not claimable for `retry_after_seconds`, with its `attempt` unchanged). `queued` and `running` are read as requests to move the run there, which a report cannot do (409 `invalid_transition`).
+type DagRunReportState string
 
 // DagRunState `queued` (waiting for a claim), `running` (claimed and leased to a worker), and the terminal `success`, `failed`, `canceled`.
 type DagRunState string

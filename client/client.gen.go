@@ -67,6 +67,36 @@ func (e BackfillState) Valid() bool {
 	}
 }
 
+// Defines values for DagRunReportState.
+const (
+	DagRunReportStateCanceled DagRunReportState = "canceled"
+	DagRunReportStateDeferred DagRunReportState = "deferred"
+	DagRunReportStateFailed   DagRunReportState = "failed"
+	DagRunReportStateQueued   DagRunReportState = "queued"
+	DagRunReportStateRunning  DagRunReportState = "running"
+	DagRunReportStateSuccess  DagRunReportState = "success"
+)
+
+// Valid indicates whether the value is a known member of the DagRunReportState enum.
+func (e DagRunReportState) Valid() bool {
+	switch e {
+	case DagRunReportStateCanceled:
+		return true
+	case DagRunReportStateDeferred:
+		return true
+	case DagRunReportStateFailed:
+		return true
+	case DagRunReportStateQueued:
+		return true
+	case DagRunReportStateRunning:
+		return true
+	case DagRunReportStateSuccess:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DagRunState.
 const (
 	DagRunStateCanceled DagRunState = "canceled"
@@ -196,6 +226,7 @@ const (
 	ProblemCodeInternal               ProblemCode = "internal"
 	ProblemCodeInvalidBackfill        ProblemCode = "invalid_backfill"
 	ProblemCodeInvalidDag             ProblemCode = "invalid_dag"
+	ProblemCodeInvalidDeferral        ProblemCode = "invalid_deferral"
 	ProblemCodeInvalidRequest         ProblemCode = "invalid_request"
 	ProblemCodeInvalidTransition      ProblemCode = "invalid_transition"
 	ProblemCodeInvalidWebhook         ProblemCode = "invalid_webhook"
@@ -240,6 +271,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeInvalidBackfill:
 		return true
 	case ProblemCodeInvalidDag:
+		return true
+	case ProblemCodeInvalidDeferral:
 		return true
 	case ProblemCodeInvalidRequest:
 		return true
@@ -716,6 +749,9 @@ type DagRun struct {
 	// LogicalDate Unique per DAG.
 	LogicalDate time.Time `json:"logical_date"`
 
+	// NotBefore Set while the run is `queued` after a report deferred it: no claim hands the run out before this time. Null otherwise.
+	NotBefore *time.Time `json:"not_before"`
+
 	// Note What the last report said about the outcome (for example why the run failed); null when none. A new claim of the run clears it.
 	Note     *string    `json:"note"`
 	QueuedAt *time.Time `json:"queued_at"`
@@ -765,12 +801,18 @@ type DagRunPatch struct {
 	// Note Why the run ended as it did, shown as the run's `note`.
 	Note *string `json:"note,omitempty"`
 
-	// State `queued` (waiting for a claim), `running` (claimed and leased to a worker), and the terminal `success`, `failed`, `canceled`.
-	State DagRunState `json:"state"`
+	// RetryAfterSeconds With `state` `deferred`, and only then: how long the run waits before a claim may hand it out again, 1..86400 seconds. Missing, out of that range, or given with another state, it is 422 `invalid_deferral`.
+	RetryAfterSeconds *int64 `json:"retry_after_seconds,omitempty"`
+
+	// State What a report says: a terminal state (`success`, `failed`, `canceled`), or `deferred` (the run's system asked for it to be tried later: it becomes `queued` again, not claimable for `retry_after_seconds`, with its `attempt` unchanged). `queued` and `running` are read as requests to move the run there, which a report cannot do (409 `invalid_transition`).
+	State DagRunReportState `json:"state"`
 
 	// WorkerId When given, the run must be running under this worker's live lease (else 409 `lease_lost`).
 	WorkerId *string `json:"worker_id,omitempty"`
 }
+
+// DagRunReportState What a report says: a terminal state (`success`, `failed`, `canceled`), or `deferred` (the run's system asked for it to be tried later: it becomes `queued` again, not claimable for `retry_after_seconds`, with its `attempt` unchanged). `queued` and `running` are read as requests to move the run there, which a report cannot do (409 `invalid_transition`).
+type DagRunReportState string
 
 // DagRunState `queued` (waiting for a claim), `running` (claimed and leased to a worker), and the terminal `success`, `failed`, `canceled`.
 type DagRunState string
@@ -1904,6 +1946,15 @@ type ClientInterface interface {
 	// every other transition (including one from a terminal state, or to the state the
 	// run is already in).
 	//
+	// `deferred` (with `retry_after_seconds`, 1..86400) hands a `queued` or `running` run
+	// back because the system it works on asked for a pause (an HTTP 429 or 503 with
+	// `Retry-After`, a warehouse at capacity): the run becomes `queued` with its `attempt`
+	// unchanged, its lease and worker cleared, `note` kept, and `not_before` = now +
+	// `retry_after_seconds`; no claim hands it out before then. A run whose backfill is
+	// canceling becomes `canceled` instead, as a release makes it. `retry_after_seconds`
+	// missing or out of range with `deferred`, or given with another state, is 422
+	// `invalid_deferral`.
+	//
 	// With `worker_id`, the run must be `running` under a live (unexpired) lease of that
 	// worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 	// has put the run back yet), or another worker holds it. A worker's report can thus never
@@ -1930,6 +1981,15 @@ type ClientInterface interface {
 	// Only a claim starts a run: a PATCH to `running` is 409 `invalid_transition`, as is
 	// every other transition (including one from a terminal state, or to the state the
 	// run is already in).
+	//
+	// `deferred` (with `retry_after_seconds`, 1..86400) hands a `queued` or `running` run
+	// back because the system it works on asked for a pause (an HTTP 429 or 503 with
+	// `Retry-After`, a warehouse at capacity): the run becomes `queued` with its `attempt`
+	// unchanged, its lease and worker cleared, `note` kept, and `not_before` = now +
+	// `retry_after_seconds`; no claim hands it out before then. A run whose backfill is
+	// canceling becomes `canceled` instead, as a release makes it. `retry_after_seconds`
+	// missing or out of range with `deferred`, or given with another state, is 422
+	// `invalid_deferral`.
 	//
 	// With `worker_id`, the run must be `running` under a live (unexpired) lease of that
 	// worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
@@ -3083,6 +3143,15 @@ func (c *RawClient) GetDagRun(ctx context.Context, dagId DagIdPath, runId RunIdP
 // every other transition (including one from a terminal state, or to the state the
 // run is already in).
 //
+// `deferred` (with `retry_after_seconds`, 1..86400) hands a `queued` or `running` run
+// back because the system it works on asked for a pause (an HTTP 429 or 503 with
+// `Retry-After`, a warehouse at capacity): the run becomes `queued` with its `attempt`
+// unchanged, its lease and worker cleared, `note` kept, and `not_before` = now +
+// `retry_after_seconds`; no claim hands it out before then. A run whose backfill is
+// canceling becomes `canceled` instead, as a release makes it. `retry_after_seconds`
+// missing or out of range with `deferred`, or given with another state, is 422
+// `invalid_deferral`.
+//
 // With `worker_id`, the run must be `running` under a live (unexpired) lease of that
 // worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 // has put the run back yet), or another worker holds it. A worker's report can thus never
@@ -3119,6 +3188,15 @@ func (c *RawClient) PatchDagRunWithBody(ctx context.Context, dagId DagIdPath, ru
 // Only a claim starts a run: a PATCH to `running` is 409 `invalid_transition`, as is
 // every other transition (including one from a terminal state, or to the state the
 // run is already in).
+//
+// `deferred` (with `retry_after_seconds`, 1..86400) hands a `queued` or `running` run
+// back because the system it works on asked for a pause (an HTTP 429 or 503 with
+// `Retry-After`, a warehouse at capacity): the run becomes `queued` with its `attempt`
+// unchanged, its lease and worker cleared, `note` kept, and `not_before` = now +
+// `retry_after_seconds`; no claim hands it out before then. A run whose backfill is
+// canceling becomes `canceled` instead, as a release makes it. `retry_after_seconds`
+// missing or out of range with `deferred`, or given with another state, is 422
+// `invalid_deferral`.
 //
 // With `worker_id`, the run must be `running` under a live (unexpired) lease of that
 // worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
@@ -6521,6 +6599,15 @@ type ClientWithResponsesInterface interface {
 	// every other transition (including one from a terminal state, or to the state the
 	// run is already in).
 	//
+	// `deferred` (with `retry_after_seconds`, 1..86400) hands a `queued` or `running` run
+	// back because the system it works on asked for a pause (an HTTP 429 or 503 with
+	// `Retry-After`, a warehouse at capacity): the run becomes `queued` with its `attempt`
+	// unchanged, its lease and worker cleared, `note` kept, and `not_before` = now +
+	// `retry_after_seconds`; no claim hands it out before then. A run whose backfill is
+	// canceling becomes `canceled` instead, as a release makes it. `retry_after_seconds`
+	// missing or out of range with `deferred`, or given with another state, is 422
+	// `invalid_deferral`.
+	//
 	// With `worker_id`, the run must be `running` under a live (unexpired) lease of that
 	// worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 	// has put the run back yet), or another worker holds it. A worker's report can thus never
@@ -6547,6 +6634,15 @@ type ClientWithResponsesInterface interface {
 	// Only a claim starts a run: a PATCH to `running` is 409 `invalid_transition`, as is
 	// every other transition (including one from a terminal state, or to the state the
 	// run is already in).
+	//
+	// `deferred` (with `retry_after_seconds`, 1..86400) hands a `queued` or `running` run
+	// back because the system it works on asked for a pause (an HTTP 429 or 503 with
+	// `Retry-After`, a warehouse at capacity): the run becomes `queued` with its `attempt`
+	// unchanged, its lease and worker cleared, `note` kept, and `not_before` = now +
+	// `retry_after_seconds`; no claim hands it out before then. A run whose backfill is
+	// canceling becomes `canceled` instead, as a release makes it. `retry_after_seconds`
+	// missing or out of range with `deferred`, or given with another state, is 422
+	// `invalid_deferral`.
 	//
 	// With `worker_id`, the run must be `running` under a live (unexpired) lease of that
 	// worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
@@ -8854,6 +8950,8 @@ type PatchDagRunResponse struct {
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -8892,6 +8990,11 @@ func (r PatchDagRunResponse) GetApplicationproblemJSON409() *Conflict {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r PatchDagRunResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PatchDagRunResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -11195,6 +11298,15 @@ func (c *ClientWithResponses) GetDagRunWithResponse(ctx context.Context, dagId D
 // every other transition (including one from a terminal state, or to the state the
 // run is already in).
 //
+// `deferred` (with `retry_after_seconds`, 1..86400) hands a `queued` or `running` run
+// back because the system it works on asked for a pause (an HTTP 429 or 503 with
+// `Retry-After`, a warehouse at capacity): the run becomes `queued` with its `attempt`
+// unchanged, its lease and worker cleared, `note` kept, and `not_before` = now +
+// `retry_after_seconds`; no claim hands it out before then. A run whose backfill is
+// canceling becomes `canceled` instead, as a release makes it. `retry_after_seconds`
+// missing or out of range with `deferred`, or given with another state, is 422
+// `invalid_deferral`.
+//
 // With `worker_id`, the run must be `running` under a live (unexpired) lease of that
 // worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 // has put the run back yet), or another worker holds it. A worker's report can thus never
@@ -11227,6 +11339,15 @@ func (c *ClientWithResponses) PatchDagRunWithBodyWithResponse(ctx context.Contex
 // Only a claim starts a run: a PATCH to `running` is 409 `invalid_transition`, as is
 // every other transition (including one from a terminal state, or to the state the
 // run is already in).
+//
+// `deferred` (with `retry_after_seconds`, 1..86400) hands a `queued` or `running` run
+// back because the system it works on asked for a pause (an HTTP 429 or 503 with
+// `Retry-After`, a warehouse at capacity): the run becomes `queued` with its `attempt`
+// unchanged, its lease and worker cleared, `note` kept, and `not_before` = now +
+// `retry_after_seconds`; no claim hands it out before then. A run whose backfill is
+// canceling becomes `canceled` instead, as a release makes it. `retry_after_seconds`
+// missing or out of range with `deferred`, or given with another state, is 422
+// `invalid_deferral`.
 //
 // With `worker_id`, the run must be `running` under a live (unexpired) lease of that
 // worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
@@ -13650,6 +13771,13 @@ func ParsePatchDagRunResponse(rsp *http.Response) (*PatchDagRunResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError

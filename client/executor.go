@@ -136,7 +136,8 @@ func (cfg *ExecutorConfig) defaults() error {
 // RunExecutor is a worker loop: it claims runs (up to cfg.Limit at once), calls work for
 // each on its own goroutine, heartbeats the run's lease while work runs, and reports the
 // outcome as cfg.WorkerID: success when work returns nil, failed when it returns an error,
-// canceled when it returns an error after the backfill was canceled. When nothing is
+// canceled when it returns an error after the backfill was canceled, deferred when it returns
+// a DeferError (see Defer) while the run is still its own. When nothing is
 // claimable it backs off.
 //
 // work's context is canceled, with context.Cause ErrCancelRequested, when a heartbeat
@@ -335,15 +336,22 @@ func (c *Client) execute(ctx context.Context, cfg ExecutorConfig, log *slog.Logg
 		state = DagRunStateSuccess
 	case errors.Is(cause, ErrCancelRequested):
 		state = DagRunStateCanceled
+	case deferralOf(err) != nil:
+		state = ReportDeferred
 	default:
 		state = DagRunStateFailed
 	}
 	// A finished run is reported even while the executor stops.
-	note := ""
-	if state == DagRunStateFailed {
-		note = noteOf(err.Error())
+	report := RunReport{State: state, WorkerID: cfg.WorkerID, Traceparent: traceparentOf(run)}
+	switch state {
+	case DagRunStateFailed:
+		report.Note = noteOf(err.Error())
+	case ReportDeferred:
+		d := deferralOf(err)
+		report.Note, report.RetryAfter = d.Note, d.After
 	}
-	if err := c.report(ctx, cfg, log, run, state, note, lease); err != nil {
+	note := report.Note
+	if err := c.report(ctx, cfg, log, run, report, lease); err != nil {
 		log.Error("report failed", "state", state, "err", err)
 		cfg.runEnded(run, OutcomeUnreported, note)
 		return
@@ -405,7 +413,7 @@ const reportMaxWait = 5 * time.Second
 // ctx is the executor's: a finished run is reported even while the executor stops, but once
 // it stops the report has releaseTimeout more at the most, as a release has, so that a
 // stopping executor exits in time.
-func (c *Client) report(ctx context.Context, cfg ExecutorConfig, log *slog.Logger, run DagRun, state DagRunState, note string, lease *leaseClock) error {
+func (c *Client) report(ctx context.Context, cfg ExecutorConfig, log *slog.Logger, run DagRun, report RunReport, lease *leaseClock) error {
 	wait := cfg.reportWait
 	var stopBy time.Time // set once ctx has ended
 	giveUpAt := func() time.Time {
@@ -419,7 +427,7 @@ func (c *Client) report(ctx context.Context, cfg ExecutorConfig, log *slog.Logge
 	}
 	for {
 		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), giveUpAt())
-		_, err := c.ReportRun(rctx, run.DagId, run.RunId, RunReport{State: state, WorkerID: cfg.WorkerID, Note: note, Traceparent: traceparentOf(run)})
+		_, err := c.ReportRun(rctx, run.DagId, run.RunId, report)
 		cancel()
 		var p *ProblemError
 		if err == nil || (errors.As(err, &p) && !p.Temporary()) {

@@ -70,6 +70,7 @@ func runOut(r repo.Run) api.DagRun {
 		EndDate:           utcPtr(r.EndDate),
 		LeaseExpiresAt:    utcPtr(r.LeaseExpiresAt),
 		Note:              r.Note,
+		NotBefore:         utcPtr(r.NotBefore),
 	}
 }
 

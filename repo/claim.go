@@ -171,7 +171,11 @@ func (s *Store) claimRuns(ctx context.Context, tx *sqlx.Tx, scope claimScope, ar
 // dag_id, else the pool).
 func claimableStatement(scope claimScope) string {
 	dagOwner, manualRun, backfillOwner := claimOwners(scope, 1)
-	return `SELECT EXISTS (SELECT 1 FROM backfills WHERE ` + backfillOwner + `)
+	// A backfill counts only with a queued run that is not deferred: its counters do not
+	// tell deferred runs apart, and one whose every queued run waits would keep an empty
+	// claim trying again for the whole race budget.
+	return `SELECT EXISTS (SELECT 1 FROM backfills WHERE ` + backfillOwner + ` AND EXISTS (
+			SELECT 1 FROM dag_runs WHERE backfill_id = backfills.id AND state = 'queued' AND ` + runReady + `))
 		OR EXISTS (SELECT 1 FROM dags o WHERE ` + dagOwner + ` AND EXISTS (
 			SELECT 1 FROM dag_runs WHERE ` + manualRun + `))`
 }
@@ -193,7 +197,7 @@ func textParam(n int) string { return "$" + strconv.Itoa(n) + "::text" }
 // scope; first is the number of the first filter parameter (the dag_id, else the pool).
 func claimOwners(scope claimScope, first int) (dagOwner, manualRun, backfillOwner string) {
 	dagOwner, backfillOwner = `manual_claimable`, `claimable`
-	manualRun = `dag_id = o.dag_id AND backfill_id IS NULL AND state = 'queued'`
+	manualRun = `dag_id = o.dag_id AND backfill_id IS NULL AND state = 'queued' AND ` + runReady
 	if scope&claimOneDag != 0 {
 		// The DAG itself and its one active backfill. The condition on the backfill spells out
 		// what `claimable` means so that the planner finds the backfill by dag_id instead of
@@ -316,13 +320,13 @@ func claimStatement(scope claimScope) string {
 				WITH RECURSIVE walk (id, ordinal, n) AS (
 					SELECT * FROM (
 						SELECT id, backfill_sort_ordinal, 1 FROM dag_runs
-						WHERE backfill_id = o.id AND state = 'queued'
+						WHERE backfill_id = o.id AND state = 'queued' AND ` + runReady + `
 						ORDER BY backfill_sort_ordinal LIMIT 1
 						FOR UPDATE SKIP LOCKED) head
 					UNION ALL
 					SELECT r.id, r.backfill_sort_ordinal, w.n + 1 FROM walk w CROSS JOIN LATERAL (
 						SELECT id, backfill_sort_ordinal FROM dag_runs
-						WHERE backfill_id = o.id AND state = 'queued' AND backfill_sort_ordinal > w.ordinal
+						WHERE backfill_id = o.id AND state = 'queued' AND ` + runReady + ` AND backfill_sort_ordinal > w.ordinal
 						ORDER BY backfill_sort_ordinal LIMIT 1
 						FOR UPDATE SKIP LOCKED) r
 					WHERE w.n < least(o.room, o.pool_room, $3::int)
@@ -357,6 +361,10 @@ func claimStatement(scope claimScope) string {
 		SELECT ` + runColumns + ` FROM claimed
 		ORDER BY backfill_id NULLS FIRST, dag_id, backfill_sort_ordinal, logical_date`
 }
+
+// runReady is the condition on a queued run that no deferral holds back (migrations/00025):
+// by the one clock, so the deferral ends at the same instant on every replica.
+const runReady = `(not_before IS NULL OR not_before <= backfill_now())`
 
 // snapshotPoolRoom is an owner's pool room as the statement's snapshot has it (NULL for no
 // pool, which least() ignores): it keeps the claim from taking more of a pooled backfill's

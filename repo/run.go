@@ -175,6 +175,9 @@ type RunReportParams struct {
 	WorkerID *string
 	// Note is what the reporter says about the outcome (why a run failed); nil for none.
 	Note *string
+	// RetryAfterSeconds is how long a deferred run (State domain.RunDeferred) waits before
+	// a claim may hand it out again; the handler checks its range.
+	RetryAfterSeconds int
 }
 
 // RunReport moves a queued or running run to a terminal state.
@@ -185,6 +188,8 @@ func (s *Store) RunReport(ctx context.Context, p RunReportParams) (Run, error) {
 	}
 	switch p.State {
 	case domain.RunSuccess, domain.RunFailed, domain.RunCanceled:
+	case domain.RunDeferred:
+		return s.runDefer(ctx, p)
 	default:
 		// Only a claim starts a run, and nothing leaves a terminal state through a report.
 		return Run{}, ErrInvalidTransition

@@ -18,6 +18,8 @@ type Observer interface {
 	BackfillFinalized(state string)
 	RunsClaimed(n int)
 	LeasesExpired(n int)
+	// RunDeferred: a report deferred a run of the DAG.
+	RunDeferred(dagID string)
 }
 
 type nopObserver struct{}
@@ -27,6 +29,7 @@ func (nopObserver) BackfillCreated(string)   {}
 func (nopObserver) BackfillFinalized(string) {}
 func (nopObserver) RunsClaimed(int)          {}
 func (nopObserver) LeasesExpired(int)        {}
+func (nopObserver) RunDeferred(string)       {}
 
 // The service's defaults for Config, stated once: cmd/api's configuration starts from them
 // (MAX_BACKFILL_RUNS, MAX_ATTEMPTS) and New falls back to them for a zero value, which tests

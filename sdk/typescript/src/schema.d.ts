@@ -148,6 +148,15 @@ export interface paths {
          *     every other transition (including one from a terminal state, or to the state the
          *     run is already in).
          *
+         *     `deferred` (with `retry_after_seconds`, 1..86400) hands a `queued` or `running` run
+         *     back because the system it works on asked for a pause (an HTTP 429 or 503 with
+         *     `Retry-After`, a warehouse at capacity): the run becomes `queued` with its `attempt`
+         *     unchanged, its lease and worker cleared, `note` kept, and `not_before` = now +
+         *     `retry_after_seconds`; no claim hands it out before then. A run whose backfill is
+         *     canceling becomes `canceled` instead, as a release makes it. `retry_after_seconds`
+         *     missing or out of range with `deferred`, or given with another state, is 422
+         *     `invalid_deferral`.
+         *
          *     With `worker_id`, the run must be `running` under a live (unexpired) lease of that
          *     worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
          *     has put the run back yet), or another worker holds it. A worker's report can thus never
@@ -1060,7 +1069,7 @@ export interface components {
          * @description The stable, machine-readable error code. `not_found` and `method_not_allowed` answer requests to a path no route serves, or with a method the route does not serve.
          * @enum {string}
          */
-        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "plan_changed" | "backfill_not_terminal" | "runs_in_flight" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "webhook_not_found" | "invalid_webhook" | "pool_not_found" | "pool_in_use" | "busy" | "timeout" | "unavailable" | "outcome_unknown" | "internal" | "not_found" | "method_not_allowed";
+        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "plan_changed" | "backfill_not_terminal" | "runs_in_flight" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "webhook_not_found" | "invalid_webhook" | "pool_not_found" | "pool_in_use" | "invalid_deferral" | "busy" | "timeout" | "unavailable" | "outcome_unknown" | "internal" | "not_found" | "method_not_allowed";
         Dag: {
             dag_id: components["schemas"]["DagId"];
             /**
@@ -1167,6 +1176,11 @@ export interface components {
             lease_expires_at: string | null;
             /** @description What the last report said about the outcome (for example why the run failed); null when none. A new claim of the run clears it. */
             note: string | null;
+            /**
+             * Format: date-time
+             * @description Set while the run is `queued` after a report deferred it: no claim hands the run out before this time. Null otherwise.
+             */
+            not_before: string | null;
             /** @description Only on the runs a claim answers, and only while the service exports traces (OTEL_TRACES_EXPORTER=otlp): the W3C traceparent of the run's span. An executor gives it to its program as `TRACEPARENT` and sends it back as the `traceparent` header of the run's report, so that the program's work and the report join the claim's trace. */
             traceparent?: string;
         };
@@ -1215,12 +1229,22 @@ export interface components {
             pool?: components["schemas"]["PoolName"];
         };
         DagRunPatch: {
-            state: components["schemas"]["DagRunState"];
+            state: components["schemas"]["DagRunReportState"];
             /** @description When given, the run must be running under this worker's live lease (else 409 `lease_lost`). */
             worker_id?: string;
             /** @description Why the run ended as it did, shown as the run's `note`. */
             note?: string;
+            /**
+             * Format: int64
+             * @description With `state` `deferred`, and only then: how long the run waits before a claim may hand it out again, 1..86400 seconds. Missing, out of that range, or given with another state, it is 422 `invalid_deferral`.
+             */
+            retry_after_seconds?: number;
         };
+        /**
+         * @description What a report says: a terminal state (`success`, `failed`, `canceled`), or `deferred` (the run's system asked for it to be tried later: it becomes `queued` again, not claimable for `retry_after_seconds`, with its `attempt` unchanged). `queued` and `running` are read as requests to move the run there, which a report cannot do (409 `invalid_transition`).
+         * @enum {string}
+         */
+        DagRunReportState: "queued" | "running" | "success" | "failed" | "canceled" | "deferred";
         DagRunCollection: {
             dag_runs: components["schemas"]["DagRun"][];
             /** Format: int64 */
@@ -2081,6 +2105,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
