@@ -209,6 +209,27 @@ func (e HealthStatus) Valid() bool {
 	}
 }
 
+// Defines values for PoolRatePer.
+const (
+	PoolRatePerHour   PoolRatePer = "hour"
+	PoolRatePerMinute PoolRatePer = "minute"
+	PoolRatePerSecond PoolRatePer = "second"
+)
+
+// Valid indicates whether the value is a known member of the PoolRatePer enum.
+func (e PoolRatePer) Valid() bool {
+	switch e {
+	case PoolRatePerHour:
+		return true
+	case PoolRatePerMinute:
+		return true
+	case PoolRatePerSecond:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ProblemCode.
 const (
 	ProblemCodeBackfillAlreadyRunning ProblemCode = "backfill_already_running"
@@ -912,8 +933,14 @@ type Pool struct {
 	// Example: warehouse
 	Name PoolName `json:"name"`
 
+	// NextStartAt While the pool's pace is used up: when a claim may start one of its runs again. Null otherwise (no pace, or starts left).
+	NextStartAt *time.Time `json:"next_start_at"`
+
 	// Queued Runs of the pool waiting to be claimed.
 	Queued int32 `json:"queued"`
+
+	// Rate The pool's pace; null for none.
+	Rate *PoolRate `json:"rate"`
 
 	// Running Runs of the pool running now (may exceed `slots` after it was lowered).
 	Running int32 `json:"running"`
@@ -937,8 +964,20 @@ type PoolName = string
 // PoolPut defines model for PoolPut.
 type PoolPut struct {
 	Description *string `json:"description,omitempty"`
-	Slots       int32   `json:"slots"`
+
+	// Rate The pool's pace; null or absent for none.
+	Rate  *PoolRate `json:"rate,omitempty"`
+	Slots int32     `json:"slots"`
 }
+
+// PoolRate A pace: at most `runs` starts in any window of one `per` (a sliding window, so a burst of `runs` is followed by a wait of one `per`).
+type PoolRate struct {
+	Per  PoolRatePer `json:"per"`
+	Runs int32       `json:"runs"`
+}
+
+// PoolRatePer defines model for PoolRate.Per.
+type PoolRatePer string
 
 // Problem An RFC 9457 problem detail with a stable `code`.
 type Problem struct {

@@ -214,6 +214,27 @@ func (e HealthStatus) Valid() bool {
 	}
 }
 
+// Defines values for PoolRatePer.
+const (
+	PoolRatePerHour   PoolRatePer = "hour"
+	PoolRatePerMinute PoolRatePer = "minute"
+	PoolRatePerSecond PoolRatePer = "second"
+)
+
+// Valid indicates whether the value is a known member of the PoolRatePer enum.
+func (e PoolRatePer) Valid() bool {
+	switch e {
+	case PoolRatePerHour:
+		return true
+	case PoolRatePerMinute:
+		return true
+	case PoolRatePerSecond:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ProblemCode.
 const (
 	ProblemCodeBackfillAlreadyRunning ProblemCode = "backfill_already_running"
@@ -917,8 +938,14 @@ type Pool struct {
 	// Example: warehouse
 	Name PoolName `json:"name"`
 
+	// NextStartAt While the pool's pace is used up: when a claim may start one of its runs again. Null otherwise (no pace, or starts left).
+	NextStartAt *time.Time `json:"next_start_at"`
+
 	// Queued Runs of the pool waiting to be claimed.
 	Queued int32 `json:"queued"`
+
+	// Rate The pool's pace; null for none.
+	Rate *PoolRate `json:"rate"`
 
 	// Running Runs of the pool running now (may exceed `slots` after it was lowered).
 	Running int32 `json:"running"`
@@ -942,8 +969,20 @@ type PoolName = string
 // PoolPut defines model for PoolPut.
 type PoolPut struct {
 	Description *string `json:"description,omitempty"`
-	Slots       int32   `json:"slots"`
+
+	// Rate The pool's pace; null or absent for none.
+	Rate  *PoolRate `json:"rate,omitempty"`
+	Slots int32     `json:"slots"`
 }
+
+// PoolRate A pace: at most `runs` starts in any window of one `per` (a sliding window, so a burst of `runs` is followed by a wait of one `per`).
+type PoolRate struct {
+	Per  PoolRatePer `json:"per"`
+	Runs int32       `json:"runs"`
+}
+
+// PoolRatePer defines model for PoolRate.Per.
+type PoolRatePer string
 
 // Problem An RFC 9457 problem detail with a stable `code`.
 type Problem struct {
@@ -2066,6 +2105,12 @@ type ClientInterface interface {
 	// every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
 	// nothing that runs: claims find no room in the pool until enough runs end.
 	//
+	// `rate` paces the pool: claims start at most `rate.runs` of its runs in any window of
+	// one `rate.per`, exactly, across claimers and replicas (bursts up to `rate.runs`); a
+	// pool out of starts is skipped like a full one, and `GET` answers `next_start_at`.
+	// Starts made under an earlier pace still count against a new one; `rate` null (or
+	// absent) removes the pace, and starts made without a pace are not counted.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /api/v1/pools/{pool} (the `PutPool` operationId).
@@ -2077,6 +2122,12 @@ type ClientInterface interface {
 	// replaced). A claim never lets the pool's running runs exceed `slots`, together with
 	// every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
 	// nothing that runs: claims find no room in the pool until enough runs end.
+	//
+	// `rate` paces the pool: claims start at most `rate.runs` of its runs in any window of
+	// one `rate.per`, exactly, across claimers and replicas (bursts up to `rate.runs`); a
+	// pool out of starts is skipped like a full one, and `GET` answers `next_start_at`.
+	// Starts made under an earlier pace still count against a new one; `rate` null (or
+	// absent) removes the pace, and starts made without a pace are not counted.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3323,6 +3374,12 @@ func (c *RawClient) GetPool(ctx context.Context, pool PoolPath, reqEditors ...Re
 // every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
 // nothing that runs: claims find no room in the pool until enough runs end.
 //
+// `rate` paces the pool: claims start at most `rate.runs` of its runs in any window of
+// one `rate.per`, exactly, across claimers and replicas (bursts up to `rate.runs`); a
+// pool out of starts is skipped like a full one, and `GET` answers `next_start_at`.
+// Starts made under an earlier pace still count against a new one; `rate` null (or
+// absent) removes the pace, and starts made without a pace are not counted.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PUT /api/v1/pools/{pool} (the `PutPool` operationId).
@@ -3344,6 +3401,12 @@ func (c *RawClient) PutPoolWithBody(ctx context.Context, pool PoolPath, contentT
 // replaced). A claim never lets the pool's running runs exceed `slots`, together with
 // every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
 // nothing that runs: claims find no room in the pool until enough runs end.
+//
+// `rate` paces the pool: claims start at most `rate.runs` of its runs in any window of
+// one `rate.per`, exactly, across claimers and replicas (bursts up to `rate.runs`); a
+// pool out of starts is skipped like a full one, and `GET` answers `next_start_at`.
+// Starts made under an earlier pace still count against a new one; `rate` null (or
+// absent) removes the pace, and starts made without a pace are not counted.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -6727,6 +6790,12 @@ type ClientWithResponsesInterface interface {
 	// every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
 	// nothing that runs: claims find no room in the pool until enough runs end.
 	//
+	// `rate` paces the pool: claims start at most `rate.runs` of its runs in any window of
+	// one `rate.per`, exactly, across claimers and replicas (bursts up to `rate.runs`); a
+	// pool out of starts is skipped like a full one, and `GET` answers `next_start_at`.
+	// Starts made under an earlier pace still count against a new one; `rate` null (or
+	// absent) removes the pace, and starts made without a pace are not counted.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /api/v1/pools/{pool} (the `PutPool` operationId).
@@ -6738,6 +6807,12 @@ type ClientWithResponsesInterface interface {
 	// replaced). A claim never lets the pool's running runs exceed `slots`, together with
 	// every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
 	// nothing that runs: claims find no room in the pool until enough runs end.
+	//
+	// `rate` paces the pool: claims start at most `rate.runs` of its runs in any window of
+	// one `rate.per`, exactly, across claimers and replicas (bursts up to `rate.runs`); a
+	// pool out of starts is skipped like a full one, and `GET` answers `next_start_at`.
+	// Starts made under an earlier pace still count against a new one; `rate` null (or
+	// absent) removes the pace, and starts made without a pace are not counted.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11462,6 +11537,12 @@ func (c *ClientWithResponses) GetPoolWithResponse(ctx context.Context, pool Pool
 // every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
 // nothing that runs: claims find no room in the pool until enough runs end.
 //
+// `rate` paces the pool: claims start at most `rate.runs` of its runs in any window of
+// one `rate.per`, exactly, across claimers and replicas (bursts up to `rate.runs`); a
+// pool out of starts is skipped like a full one, and `GET` answers `next_start_at`.
+// Starts made under an earlier pace still count against a new one; `rate` null (or
+// absent) removes the pace, and starts made without a pace are not counted.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /api/v1/pools/{pool} (the `PutPool` operationId).
@@ -11479,6 +11560,12 @@ func (c *ClientWithResponses) PutPoolWithBodyWithResponse(ctx context.Context, p
 // replaced). A claim never lets the pool's running runs exceed `slots`, together with
 // every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
 // nothing that runs: claims find no room in the pool until enough runs end.
+//
+// `rate` paces the pool: claims start at most `rate.runs` of its runs in any window of
+// one `rate.per`, exactly, across claimers and replicas (bursts up to `rate.runs`); a
+// pool out of starts is skipped like a full one, and `GET` answers `next_start_at`.
+// Starts made under an earlier pace still count against a new one; `rate` null (or
+// absent) removes the pace, and starts made without a pace are not counted.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

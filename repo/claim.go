@@ -209,8 +209,8 @@ func claimOwners(scope claimScope, first int) (dagOwner, manualRun, backfillOwne
 	// Pools: an owner or manual run whose pool is full in the statement's snapshot is passed
 	// over, so that a full pool is skipped rather than filling the claim with runs it would
 	// then drop. The snapshot may be stale either way; the exact check is poolRoom's, below.
-	backfillOwner += ` AND (pool IS NULL OR EXISTS (SELECT 1 FROM pools p WHERE p.name = backfills.pool AND p.num_running < p.slots))`
-	manualRun += ` AND (pool IS NULL OR EXISTS (SELECT 1 FROM pools p WHERE p.name = dag_runs.pool AND p.num_running < p.slots))`
+	backfillOwner += ` AND (pool IS NULL OR EXISTS (SELECT 1 FROM pools p WHERE p.name = backfills.pool AND ` + poolOpen + `))`
+	manualRun += ` AND (pool IS NULL OR EXISTS (SELECT 1 FROM pools p WHERE p.name = dag_runs.pool AND ` + poolOpen + `))`
 	if scope&claimInPool != 0 {
 		pool := textParam(first)
 		if scope&claimOneDag != 0 {
@@ -256,6 +256,9 @@ var claimStatements, claimableStatements = func() (claim, claimable [claimOneDag
 //     waited on. Pools are taken last, after every owner and run: a claim never waits while
 //     it holds a pool, so it cannot deadlock with a report that holds a backfill and waits
 //     for the pool's counter.
+//     A paced pool's room is also bounded by the starts its pace leaves (poolRoom), and
+//     paced appends the admitted runs' start times to the pool's log of starts under that
+//     same lock, so the pace holds across claimers and replicas as exactly as the slots do.
 //  5. claimed leases the admitted runs; the counter triggers move the owners' and pools'
 //     counters in the same statement, under the locks taken in 1 and 4.
 //
@@ -340,17 +343,23 @@ func claimStatement(scope claimScope) string {
 		), numbered AS MATERIALIZED (
 			SELECT id, pool, row_number() OVER () AS ord FROM picked
 		), pool_room AS (
-			SELECT name, slots - num_running AS room FROM pools
+			SELECT name, ` + poolRoom + ` AS room FROM pools p
 			WHERE name IN (SELECT pool FROM numbered) AND num_running < slots
 			ORDER BY name
 			FOR NO KEY UPDATE SKIP LOCKED
 		), admitted AS (
-			SELECT id FROM numbered WHERE pool IS NULL
+			SELECT id, NULL AS pool FROM numbered WHERE pool IS NULL
 			UNION ALL
-			SELECT id FROM (
-				SELECT n.id, pr.room, row_number() OVER (PARTITION BY n.pool ORDER BY n.ord) AS k
+			SELECT id, pool FROM (
+				SELECT n.id, n.pool, pr.room, row_number() OVER (PARTITION BY n.pool ORDER BY n.ord) AS k
 				FROM numbered n JOIN pool_room pr ON pr.name = n.pool) q
 			WHERE k <= room
+		), paced AS (
+			UPDATE pools p SET rate_starts = ARRAY(
+					SELECT s FROM unnest(p.rate_starts) s WHERE s > backfill_now() - pool_rate_period(p.rate_per))
+				|| array_fill(backfill_now(), ARRAY[a.n])
+			FROM (SELECT pool, count(*)::int AS n FROM admitted WHERE pool IS NOT NULL GROUP BY pool) a
+			WHERE p.name = a.pool AND p.rate_runs IS NOT NULL
 		), claimed AS (
 			UPDATE dag_runs r SET state = 'running', worker_id = $1::text, start_date = backfill_now(),
 				end_date = NULL, lease_seconds = $2::int,
@@ -369,4 +378,13 @@ const runReady = `(not_before IS NULL OR not_before <= backfill_now())`
 // snapshotPoolRoom is an owner's pool room as the statement's snapshot has it (NULL for no
 // pool, which least() ignores): it keeps the claim from taking more of a pooled backfill's
 // runs than the pool could admit. It is only a first guess; poolRoom decides.
-const snapshotPoolRoom = `(SELECT p.slots - p.num_running FROM pools p WHERE p.name = backfills.pool)`
+const snapshotPoolRoom = `(SELECT ` + poolRoom + ` FROM pools p WHERE p.name = backfills.pool)`
+
+// poolRoom is how many runs pool p may start now: its free slots, and no more than its pace
+// leaves (migrations/00026_pool_rate.sql). On the row the claim locks it is exact; elsewhere,
+// a snapshot's guess.
+const poolRoom = `least(p.slots - p.num_running, coalesce(pool_rate_room(p.rate_runs, p.rate_per, p.rate_starts, backfill_now()), p.slots))`
+
+// poolOpen is the snapshot's test that pool p has room: a pool that is full or out of starts
+// is passed over, not filled into the claim and dropped.
+const poolOpen = `p.num_running < p.slots AND (p.rate_runs IS NULL OR pool_rate_room(p.rate_runs, p.rate_per, p.rate_starts, backfill_now()) > 0)`

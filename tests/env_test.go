@@ -195,7 +195,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		pools, err := store.PoolFigures(ctx)
 		out := map[string]metrics.PoolFigures{}
 		for _, p := range pools {
-			out[p.Name] = metrics.PoolFigures{Slots: int64(p.Slots), Running: int64(p.Running), Queued: int64(p.Queued)}
+			out[p.Name] = metrics.PoolFigures{Slots: int64(p.Slots), Running: int64(p.Running), Queued: int64(p.Queued), PacedOut: p.NextStartAt != nil}
 		}
 		return out, err
 	})

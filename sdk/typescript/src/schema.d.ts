@@ -686,6 +686,12 @@ export interface paths {
          *     replaced). A claim never lets the pool's running runs exceed `slots`, together with
          *     every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
          *     nothing that runs: claims find no room in the pool until enough runs end.
+         *
+         *     `rate` paces the pool: claims start at most `rate.runs` of its runs in any window of
+         *     one `rate.per`, exactly, across claimers and replicas (bursts up to `rate.runs`); a
+         *     pool out of starts is skipped like a full one, and `GET` answers `next_start_at`.
+         *     Starts made under an earlier pace still count against a new one; `rate` null (or
+         *     absent) removes the pace, and starts made without a pace are not counted.
          */
         put: operations["putPool"];
         post?: never;
@@ -1207,6 +1213,13 @@ export interface components {
              * @description Runs of the pool waiting to be claimed.
              */
             queued: number;
+            /** @description The pool's pace; null for none. */
+            rate: components["schemas"]["PoolRate"] | null;
+            /**
+             * Format: date-time
+             * @description While the pool's pace is used up: when a claim may start one of its runs again. Null otherwise (no pace, or starts left).
+             */
+            next_start_at: string | null;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -1216,6 +1229,15 @@ export interface components {
             /** Format: int32 */
             slots: number;
             description?: string | null;
+            /** @description The pool's pace; null or absent for none. */
+            rate?: components["schemas"]["PoolRate"] | null;
+        };
+        /** @description A pace: at most `runs` starts in any window of one `per` (a sliding window, so a burst of `runs` is followed by a wait of one `per`). */
+        PoolRate: {
+            /** Format: int32 */
+            runs: number;
+            /** @enum {string} */
+            per: "second" | "minute" | "hour";
         };
         PoolCollection: {
             pools: components["schemas"]["Pool"][];
