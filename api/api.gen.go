@@ -662,8 +662,11 @@ type ClaimRequest struct {
 	// Pool A pool's name, 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..` (like a `dag_id`).
 	//
 	// Example: warehouse
-	Pool     *PoolName `json:"pool,omitempty"`
-	WorkerId string    `json:"worker_id"`
+	Pool *PoolName `json:"pool,omitempty"`
+
+	// WaitSeconds When nothing is claimable for the claim's filters, how long to wait for something to become claimable (a new backfill or run, a report or release that frees a slot, an unpause, a limit raised, a deferred run's time, a pace's next start) before answering no runs. The answer comes as soon as runs are claimed. A waiting claim holds no database connection and no admission slot.
+	WaitSeconds *int   `json:"wait_seconds,omitempty"`
+	WorkerId    string `json:"worker_id"`
 }
 
 // ClaimResponse defines model for ClaimResponse.

@@ -667,8 +667,11 @@ type ClaimRequest struct {
 	// Pool A pool's name, 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..` (like a `dag_id`).
 	//
 	// Example: warehouse
-	Pool     *PoolName `json:"pool,omitempty"`
-	WorkerId string    `json:"worker_id"`
+	Pool *PoolName `json:"pool,omitempty"`
+
+	// WaitSeconds When nothing is claimable for the claim's filters, how long to wait for something to become claimable (a new backfill or run, a report or release that frees a slot, an unpause, a limit raised, a deferred run's time, a pace's next start) before answering no runs. The answer comes as soon as runs are claimed. A waiting claim holds no database connection and no admission slot.
+	WaitSeconds *int   `json:"wait_seconds,omitempty"`
+	WorkerId    string `json:"worker_id"`
 }
 
 // ClaimResponse defines model for ClaimResponse.
@@ -2147,6 +2150,18 @@ type ClientInterface interface {
 	// - It hands a backfill's runs out in `sort_ordinal` order, older backfills first.
 	// - A DAG's `is_paused` stops its runs outside backfills only; a backfill is paused on
 	//   its own.
+	// - It skips a deferred run until its `not_before`, and a pool out of starts under its
+	//   `rate` until its `next_start_at`.
+	//
+	// **Waiting.** With `wait_seconds` > 0, a claim that finds nothing waits, without
+	// holding a database connection or an admission slot, and claims again as soon as a
+	// change on any replica may have made something claimable (a new backfill or run, a
+	// report or release, an unpause, a raised limit: within about 100 ms of its commit, by
+	// PostgreSQL NOTIFY), and at least every second (a deferred run's time, a pace's next
+	// start, or behind a transaction pooler where NOTIFY cannot be heard). It answers the
+	// runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
+	// this way leaves no slot idle between polls. Re-admission after the wait follows the
+	// overload rules (503 `busy` when shed).
 	//
 	// The worker keeps the lease with `POST /api/v1/runs/{id}/heartbeat` and reports the
 	// outcome with `PATCH /api/v1/dags/{dag_id}/runs/{run_id}`. A lease that expires puts
@@ -2179,6 +2194,18 @@ type ClientInterface interface {
 	// - It hands a backfill's runs out in `sort_ordinal` order, older backfills first.
 	// - A DAG's `is_paused` stops its runs outside backfills only; a backfill is paused on
 	//   its own.
+	// - It skips a deferred run until its `not_before`, and a pool out of starts under its
+	//   `rate` until its `next_start_at`.
+	//
+	// **Waiting.** With `wait_seconds` > 0, a claim that finds nothing waits, without
+	// holding a database connection or an admission slot, and claims again as soon as a
+	// change on any replica may have made something claimable (a new backfill or run, a
+	// report or release, an unpause, a raised limit: within about 100 ms of its commit, by
+	// PostgreSQL NOTIFY), and at least every second (a deferred run's time, a pace's next
+	// start, or behind a transaction pooler where NOTIFY cannot be heard). It answers the
+	// runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
+	// this way leaves no slot idle between polls. Re-admission after the wait follows the
+	// overload rules (503 `busy` when shed).
 	//
 	// The worker keeps the lease with `POST /api/v1/runs/{id}/heartbeat` and reports the
 	// outcome with `PATCH /api/v1/dags/{dag_id}/runs/{run_id}`. A lease that expires puts
@@ -3436,6 +3463,18 @@ func (c *RawClient) PutPool(ctx context.Context, pool PoolPath, body PutPoolJSON
 //   - It hands a backfill's runs out in `sort_ordinal` order, older backfills first.
 //   - A DAG's `is_paused` stops its runs outside backfills only; a backfill is paused on
 //     its own.
+//   - It skips a deferred run until its `not_before`, and a pool out of starts under its
+//     `rate` until its `next_start_at`.
+//
+// **Waiting.** With `wait_seconds` > 0, a claim that finds nothing waits, without
+// holding a database connection or an admission slot, and claims again as soon as a
+// change on any replica may have made something claimable (a new backfill or run, a
+// report or release, an unpause, a raised limit: within about 100 ms of its commit, by
+// PostgreSQL NOTIFY), and at least every second (a deferred run's time, a pace's next
+// start, or behind a transaction pooler where NOTIFY cannot be heard). It answers the
+// runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
+// this way leaves no slot idle between polls. Re-admission after the wait follows the
+// overload rules (503 `busy` when shed).
 //
 // The worker keeps the lease with `POST /api/v1/runs/{id}/heartbeat` and reports the
 // outcome with `PATCH /api/v1/dags/{dag_id}/runs/{run_id}`. A lease that expires puts
@@ -3478,6 +3517,18 @@ func (c *RawClient) ClaimRunsWithBody(ctx context.Context, params *ClaimRunsPara
 //   - It hands a backfill's runs out in `sort_ordinal` order, older backfills first.
 //   - A DAG's `is_paused` stops its runs outside backfills only; a backfill is paused on
 //     its own.
+//   - It skips a deferred run until its `not_before`, and a pool out of starts under its
+//     `rate` until its `next_start_at`.
+//
+// **Waiting.** With `wait_seconds` > 0, a claim that finds nothing waits, without
+// holding a database connection or an admission slot, and claims again as soon as a
+// change on any replica may have made something claimable (a new backfill or run, a
+// report or release, an unpause, a raised limit: within about 100 ms of its commit, by
+// PostgreSQL NOTIFY), and at least every second (a deferred run's time, a pace's next
+// start, or behind a transaction pooler where NOTIFY cannot be heard). It answers the
+// runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
+// this way leaves no slot idle between polls. Re-admission after the wait follows the
+// overload rules (503 `busy` when shed).
 //
 // The worker keeps the lease with `POST /api/v1/runs/{id}/heartbeat` and reports the
 // outcome with `PATCH /api/v1/dags/{dag_id}/runs/{run_id}`. A lease that expires puts
@@ -6832,6 +6883,18 @@ type ClientWithResponsesInterface interface {
 	// - It hands a backfill's runs out in `sort_ordinal` order, older backfills first.
 	// - A DAG's `is_paused` stops its runs outside backfills only; a backfill is paused on
 	//   its own.
+	// - It skips a deferred run until its `not_before`, and a pool out of starts under its
+	//   `rate` until its `next_start_at`.
+	//
+	// **Waiting.** With `wait_seconds` > 0, a claim that finds nothing waits, without
+	// holding a database connection or an admission slot, and claims again as soon as a
+	// change on any replica may have made something claimable (a new backfill or run, a
+	// report or release, an unpause, a raised limit: within about 100 ms of its commit, by
+	// PostgreSQL NOTIFY), and at least every second (a deferred run's time, a pace's next
+	// start, or behind a transaction pooler where NOTIFY cannot be heard). It answers the
+	// runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
+	// this way leaves no slot idle between polls. Re-admission after the wait follows the
+	// overload rules (503 `busy` when shed).
 	//
 	// The worker keeps the lease with `POST /api/v1/runs/{id}/heartbeat` and reports the
 	// outcome with `PATCH /api/v1/dags/{dag_id}/runs/{run_id}`. A lease that expires puts
@@ -6864,6 +6927,18 @@ type ClientWithResponsesInterface interface {
 	// - It hands a backfill's runs out in `sort_ordinal` order, older backfills first.
 	// - A DAG's `is_paused` stops its runs outside backfills only; a backfill is paused on
 	//   its own.
+	// - It skips a deferred run until its `not_before`, and a pool out of starts under its
+	//   `rate` until its `next_start_at`.
+	//
+	// **Waiting.** With `wait_seconds` > 0, a claim that finds nothing waits, without
+	// holding a database connection or an admission slot, and claims again as soon as a
+	// change on any replica may have made something claimable (a new backfill or run, a
+	// report or release, an unpause, a raised limit: within about 100 ms of its commit, by
+	// PostgreSQL NOTIFY), and at least every second (a deferred run's time, a pace's next
+	// start, or behind a transaction pooler where NOTIFY cannot be heard). It answers the
+	// runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
+	// this way leaves no slot idle between polls. Re-admission after the wait follows the
+	// overload rules (503 `busy` when shed).
 	//
 	// The worker keeps the lease with `POST /api/v1/runs/{id}/heartbeat` and reports the
 	// outcome with `PATCH /api/v1/dags/{dag_id}/runs/{run_id}`. A lease that expires puts
@@ -11591,6 +11666,18 @@ func (c *ClientWithResponses) PutPoolWithResponse(ctx context.Context, pool Pool
 //   - It hands a backfill's runs out in `sort_ordinal` order, older backfills first.
 //   - A DAG's `is_paused` stops its runs outside backfills only; a backfill is paused on
 //     its own.
+//   - It skips a deferred run until its `not_before`, and a pool out of starts under its
+//     `rate` until its `next_start_at`.
+//
+// **Waiting.** With `wait_seconds` > 0, a claim that finds nothing waits, without
+// holding a database connection or an admission slot, and claims again as soon as a
+// change on any replica may have made something claimable (a new backfill or run, a
+// report or release, an unpause, a raised limit: within about 100 ms of its commit, by
+// PostgreSQL NOTIFY), and at least every second (a deferred run's time, a pace's next
+// start, or behind a transaction pooler where NOTIFY cannot be heard). It answers the
+// runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
+// this way leaves no slot idle between polls. Re-admission after the wait follows the
+// overload rules (503 `busy` when shed).
 //
 // The worker keeps the lease with `POST /api/v1/runs/{id}/heartbeat` and reports the
 // outcome with `PATCH /api/v1/dags/{dag_id}/runs/{run_id}`. A lease that expires puts
@@ -11629,6 +11716,18 @@ func (c *ClientWithResponses) ClaimRunsWithBodyWithResponse(ctx context.Context,
 //   - It hands a backfill's runs out in `sort_ordinal` order, older backfills first.
 //   - A DAG's `is_paused` stops its runs outside backfills only; a backfill is paused on
 //     its own.
+//   - It skips a deferred run until its `not_before`, and a pool out of starts under its
+//     `rate` until its `next_start_at`.
+//
+// **Waiting.** With `wait_seconds` > 0, a claim that finds nothing waits, without
+// holding a database connection or an admission slot, and claims again as soon as a
+// change on any replica may have made something claimable (a new backfill or run, a
+// report or release, an unpause, a raised limit: within about 100 ms of its commit, by
+// PostgreSQL NOTIFY), and at least every second (a deferred run's time, a pace's next
+// start, or behind a transaction pooler where NOTIFY cannot be heard). It answers the
+// runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
+// this way leaves no slot idle between polls. Re-admission after the wait follows the
+// overload rules (503 `busy` when shed).
 //
 // The worker keeps the lease with `POST /api/v1/runs/{id}/heartbeat` and reports the
 // outcome with `PATCH /api/v1/dags/{dag_id}/runs/{run_id}`. A lease that expires puts

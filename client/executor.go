@@ -51,6 +51,13 @@ type ExecutorConfig struct {
 	// with jitter, up to MaxIdleBackoff (default 5s), and resets once runs are claimed.
 	IdleBackoff    time.Duration
 	MaxIdleBackoff time.Duration
+	// ClaimWait is how long a claim that finds nothing waits on the service for work
+	// (wait_seconds, whole seconds up to 30; default 20s, negative for none): the service
+	// answers as soon as something becomes claimable, so a freed slot is taken at once
+	// instead of at the next poll. IdleBackoff then applies only to claims that failed or
+	// did not wait. With UntilIdle it is at most 2s, so that the executor notices soon that
+	// everything is done.
+	ClaimWait time.Duration
 	// Logger receives claims, reports and errors; nil discards them.
 	Logger *slog.Logger
 	// UntilIdle makes RunExecutor return once a claim finds nothing, no work it started still
@@ -130,8 +137,26 @@ func (cfg *ExecutorConfig) defaults() error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	switch {
+	case cfg.ClaimWait == 0:
+		cfg.ClaimWait = defaultClaimWait
+	case cfg.ClaimWait < 0:
+		cfg.ClaimWait = 0
+	}
+	cfg.ClaimWait = min(cfg.ClaimWait.Truncate(time.Second), maxClaimWait)
+	if cfg.UntilIdle {
+		cfg.ClaimWait = min(cfg.ClaimWait, untilIdleClaimWait)
+	}
 	return nil
 }
+
+// The bounds of ExecutorConfig.ClaimWait: the service's (wait_seconds ≤ 30), the default,
+// and the most an UntilIdle executor waits in one claim.
+const (
+	maxClaimWait       = 30 * time.Second
+	defaultClaimWait   = 20 * time.Second
+	untilIdleClaimWait = 2 * time.Second
+)
 
 // RunExecutor is a worker loop: it claims runs (up to cfg.Limit at once), calls work for
 // each on its own goroutine, heartbeats the run's lease while work runs, and reports the
@@ -225,6 +250,11 @@ func (c *Client) RunExecutor(ctx context.Context, cfg ExecutorConfig, work func(
 					log.Debug("nothing to claim, but runs in this executor's filters are queued or running; polling on (until idle)")
 				}
 			}
+			if err == nil && cfg.ClaimWait > 0 && time.Since(claimSent) >= cfg.ClaimWait {
+				continue // the claim waited on the service already
+			}
+			// An empty answer before the wait was over (a service that does not wait, or one
+			// draining) backs off as a claim that did not wait.
 			if !sleep(ctx, jitter(idle)) {
 				return nil
 			}
@@ -232,11 +262,20 @@ func (c *Client) RunExecutor(ctx context.Context, cfg ExecutorConfig, work func(
 			continue
 		}
 		idle = cfg.IdleBackoff
+		// A claim that waited on the service leased its runs at some instant between its
+		// sending and its answer: reckoned from the sending, as always, the lease would look
+		// nearly spent after a long wait. Such runs are heartbeated once before their work
+		// starts, which restarts the lease from a known instant.
+		renewFirst := time.Since(claimSent) > claimWaitRenewAfter
 		for _, run := range runs {
 			log.Debug("claimed run", "dag_id", run.DagId, "run_id", run.RunId, "attempt", run.Attempt)
 			wg.Go(func() {
 				defer func() { <-slots }()
-				c.execute(ctx, cfg, log, run, newLeaseClock(claimSent, cfg.LeaseSeconds), work)
+				lease := newLeaseClock(claimSent, cfg.LeaseSeconds)
+				if renewFirst && !c.renewClaimed(ctx, cfg, log, run, lease) {
+					return
+				}
+				c.execute(ctx, cfg, log, run, lease, work)
 			})
 		}
 	}
@@ -270,6 +309,10 @@ func (c *Client) claim(ctx context.Context, cfg ExecutorConfig, log *slog.Logger
 
 func claimRequest(cfg ExecutorConfig, limit int) ClaimRequest {
 	req := ClaimRequest{WorkerId: cfg.WorkerID, Limit: &limit, LeaseSeconds: &cfg.LeaseSeconds}
+	if cfg.ClaimWait > 0 {
+		secs := int(cfg.ClaimWait / time.Second)
+		req.WaitSeconds = &secs
+	}
 	if cfg.DagID != "" {
 		req.DagId = &cfg.DagID
 	}

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -230,14 +231,73 @@ func (a *admitter) admit(next http.Handler, mine func(*http.Request) bool) http.
 			_, _ = w.Write(shedBody) // the client hung up; nothing to do
 			return
 		}
-		defer a.queue.release(q)
 		if a.obs != nil {
 			a.obs.Admitted(name, time.Since(start))
-			a.obs.InFlight(name, 1)
-			defer a.obs.InFlight(name, -1)
 		}
+		if class == ClassClaim {
+			// A claim may wait for work (wait_seconds): it gives its slot back meanwhile.
+			slot := &admissionSlot{a: a, q: q, name: name, held: true}
+			defer slot.done()
+			a.inFlight(name, 1)
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), admissionSlotKey{}, slot)))
+			return
+		}
+		defer a.queue.release(q)
+		a.inFlight(name, 1)
+		defer a.inFlight(name, -1)
 		next.ServeHTTP(w, r)
 	})
+}
+
+func (a *admitter) inFlight(name string, delta int) {
+	if a.obs != nil {
+		a.obs.InFlight(name, delta)
+	}
+}
+
+// admissionSlot is an admitted request's slot, which a waiting claim gives back while it
+// waits and takes again (through the queue, like a new request) before it claims again.
+type admissionSlot struct {
+	a    *admitter
+	q    int
+	name string
+	held bool
+}
+
+type admissionSlotKey struct{}
+
+// release gives the slot back while the request waits.
+func (s *admissionSlot) release() {
+	if s.held {
+		s.held = false
+		s.a.queue.release(s.q)
+		s.a.inFlight(s.name, -1)
+	}
+}
+
+// reacquire takes a slot again; an error means the request was shed (or went away).
+func (s *admissionSlot) reacquire(ctx context.Context) error {
+	if s.held {
+		return nil
+	}
+	start := time.Now()
+	if err := s.a.queue.acquire(ctx, s.q); err != nil {
+		if s.a.obs != nil && ctx.Err() == nil {
+			s.a.obs.Shed(s.name, time.Since(start))
+		}
+		return err
+	}
+	s.held = true
+	s.a.inFlight(s.name, 1)
+	return nil
+}
+
+func (s *admissionSlot) done() { s.release() }
+
+// requestSlot is the request's admission slot; nil when admission is off.
+func requestSlot(ctx context.Context) *admissionSlot {
+	s, _ := ctx.Value(admissionSlotKey{}).(*admissionSlot)
+	return s
 }
 
 // shedBody is the answer to every shed request, encoded once: shedding must stay cheap.

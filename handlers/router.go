@@ -31,6 +31,7 @@ func New(opts Options) (http.Handler, error) {
 		webhookAllowLocal: opts.WebhookAllowLocal,
 		tracer:            opts.Tracer,
 		answers:           opts.Answers,
+		claimWaker:        opts.ClaimWaker,
 	}
 	if s.answers == nil {
 		s.answers = nopAnswers{}

@@ -84,6 +84,17 @@ type Options struct {
 	Tracer *tracing.Tracer
 	// Answers counts answers an operator alerts on; nil counts nothing.
 	Answers AnswerObserver
+	// ClaimWaker wakes claims that wait for work (wait_seconds); nil leaves them to their
+	// polling.
+	ClaimWaker ClaimWaker
+}
+
+// ClaimWaker is what a waiting claim listens to (events.ClaimWaker): Wait's channel is
+// closed when something may have become claimable.
+type ClaimWaker interface {
+	Wait() <-chan struct{}
+	// Stopping is closed when the server drains: waiting claims answer at once.
+	Stopping() <-chan struct{}
 }
 
 // AnswerObserver counts answers that say something went wrong on the service's side and
@@ -117,6 +128,8 @@ type Server struct {
 	tracer *tracing.Tracer
 	// answers: see Options.Answers; never nil.
 	answers AnswerObserver
+	// claimWaker: see Options.ClaimWaker; may be nil.
+	claimWaker ClaimWaker
 }
 
 var _ api.ServerInterface = (*Server)(nil)

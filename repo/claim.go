@@ -23,6 +23,10 @@ type RunClaimParams struct {
 	IdempotencyKey string
 	// Pool, when set, restricts the claim to the runs in one pool.
 	Pool *string
+	// KeyOnlyWithRuns records IdempotencyKey only when the claim hands out runs: a claim
+	// that waits for work claims again under its key until it gets some, and an empty
+	// attempt recorded under the key would answer every later one.
+	KeyOnlyWithRuns bool
 }
 
 // RunClaim moves up to Limit queued runs to running, leased to the worker. Runs outside
@@ -79,7 +83,7 @@ func (s *Store) RunClaim(ctx context.Context, p RunClaimParams) ([]Run, bool, er
 // with the key handed out that are still leased to the worker.
 func (s *Store) runClaimIdempotent(ctx context.Context, p RunClaimParams, scope claimScope, args []any) ([]Run, bool, error) {
 	keyless := p
-	keyless.IdempotencyKey = ""
+	keyless.IdempotencyKey, keyless.KeyOnlyWithRuns = "", false
 	fp, err := domain.RequestFingerprint(keyless, nil)
 	if err != nil {
 		return nil, false, err
@@ -108,6 +112,9 @@ func (s *Store) runClaimIdempotent(ctx context.Context, p RunClaimParams, scope 
 		// finds nothing: the key it records then either waits for the first attempt's key
 		// (and answers its runs) or makes that attempt roll back. Without it, that retry
 		// would answer nothing while the first leased runs to the worker.
+		if len(runs) == 0 && p.KeyOnlyWithRuns {
+			return runs, nil, nil, nil
+		}
 		ids := make([]int64, len(runs))
 		for i, run := range runs {
 			ids[i] = run.ID

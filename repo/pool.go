@@ -56,6 +56,7 @@ type PoolPutParams struct {
 // its new figures (those starts happened, and a new pace counts them at once), and drops it
 // with the pace.
 func (s *Store) PoolPut(ctx context.Context, p PoolPutParams) (Pool, bool, error) {
+	defer s.claimableMayHaveChanged() // more slots, or a pace relaxed
 	var row struct {
 		Pool
 		Created bool `db:"created"`

@@ -48,6 +48,7 @@ type RunCreateParams struct {
 // RunCreate inserts a queued manual run. It reports replayed = true when it answered, as it
 // is now, the run an earlier request with the same idempotency key created.
 func (s *Store) RunCreate(ctx context.Context, p RunCreateParams) (Run, bool, error) {
+	defer s.claimableMayHaveChanged()
 	p.LogicalDate = p.LogicalDate.UTC().Truncate(time.Microsecond)
 	keyless := p
 	keyless.IdempotencyKey, keyless.Conf = "", nil
@@ -182,6 +183,8 @@ type RunReportParams struct {
 
 // RunReport moves a queued or running run to a terminal state.
 func (s *Store) RunReport(ctx context.Context, p RunReportParams) (Run, error) {
+	// A report ends a running run (a slot frees) or marks a queued one.
+	defer s.claimableMayHaveChanged()
 	if p.State != domain.RunSuccess {
 		// A failure may spend the last of the failure budget and pause the backfill.
 		defer s.eventsMayBeWritten()

@@ -58,6 +58,10 @@ type Config struct {
 	// (the outbox's writers take no lock and send no NOTIFY: the service wakes the event
 	// streams itself, events.Notifier). nil calls nothing.
 	OnEvents func()
+	// OnClaimable is called, without blocking, after a change that may have made runs
+	// claimable (a creation, a report or release, an unpause, a limit raised, a lease
+	// expired), to wake waiting claims (events.ClaimWaker). nil calls nothing.
+	OnClaimable func()
 	// LeaseDB is a small pool of its own for heartbeats, reports and releases, so that they
 	// never queue for a connection behind claims or reads; nil uses the main pool.
 	LeaseDB *sqlx.DB
@@ -79,6 +83,7 @@ type Store struct {
 	maxAttempts     int
 	reconnectWait   time.Duration
 	onEvents        func()
+	onClaimable     func()
 	prepared        *preparedStatements
 	tracer          *tracing.Tracer
 }
@@ -92,6 +97,7 @@ func New(db *sqlx.DB, cfg Config) *Store {
 		maxAttempts:     cfg.MaxAttempts,
 		reconnectWait:   cfg.ReconnectWait,
 		onEvents:        cfg.OnEvents,
+		onClaimable:     cfg.OnClaimable,
 		prepared:        &preparedStatements{enabled: cfg.PrepareStatements},
 		tracer:          cfg.Tracer,
 	}

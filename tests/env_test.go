@@ -180,9 +180,11 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}, 0, logger)
 	require.NoError(t, notifier.Start(context.Background()))
 	t.Cleanup(notifier.Stop)
+	claimWaker := startClaimWaker(t, storeDB, dsn, logger)
 	store := repo.New(storeDB, repo.Config{
 		MaxBackfillRuns: o.maxBackfillRuns,
 		MaxAttempts:     o.maxAttempts,
+		OnClaimable:     claimWaker.Kick,
 		Observer:        m,
 		OnEvents:        notifier.Kick,
 		// As cmd/api with DB_POOLER=none, except under PgBouncer in transaction mode, where
@@ -222,6 +224,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		WebhookAllowLocal: !o.localWebhooksRefused,
 		Tracer:            o.tracer,
 		Answers:           m,
+		ClaimWaker:        claimWaker,
 	})
 	require.NoError(t, err)
 	srv := httptest.NewUnstartedServer(h)

@@ -1,0 +1,29 @@
+package tests
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+
+	"github.com/backfillsvc/backfill/events"
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/require"
+)
+
+// startClaimWaker wires a replica's waiting claims as cmd/api does: its store's changes kick
+// the waker, which wakes local waiters and NOTIFYs (through db) every replica's waker, which
+// LISTENs on dsn (the direct DSN: behind a pooler too).
+func startClaimWaker(t testing.TB, db *sqlx.DB, dsn string, logger *slog.Logger) *events.ClaimWaker {
+	t.Helper()
+	n := events.NewClaimableNotifier(func(ctx context.Context, statement string) error {
+		_, err := db.ExecContext(ctx, statement)
+		return err
+	}, 0, logger)
+	require.NoError(t, n.Start(context.Background()))
+	t.Cleanup(n.Stop)
+	w := events.NewClaimWaker(dsn, n.Kick, logger)
+	require.NoError(t, w.Start(context.Background()))
+	t.Cleanup(w.Stop)
+	t.Cleanup(w.EndWaits) // runs first: a waiting claim does not hold srv.Close up
+	return w
+}
