@@ -953,6 +953,15 @@ type Pool struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
+// PoolRatePer defines model for Pool.Rate.Per.
+type PoolRatePer string
+
+// PoolRate The pool's pace; null for none.
+type PoolRate struct {
+	Per  PoolRatePer `json:"per"`
+	Runs int32       `json:"runs"`
+}
+
 // PoolCollection defines model for PoolCollection.
 type PoolCollection struct {
 	Pools        []Pool `json:"pools"`
@@ -972,15 +981,6 @@ type PoolPut struct {
 	Rate  *PoolRate `json:"rate,omitempty"`
 	Slots int32     `json:"slots"`
 }
-
-// PoolRate A pace: at most `runs` starts in any window of one `per` (a sliding window, so a burst of `runs` is followed by a wait of one `per`).
-type PoolRate struct {
-	Per  PoolRatePer `json:"per"`
-	Runs int32       `json:"runs"`
-}
-
-// PoolRatePer defines model for PoolRate.Per.
-type PoolRatePer string
 
 // Problem An RFC 9457 problem detail with a stable `code`.
 type Problem struct {

@@ -47,7 +47,7 @@ func TestPacedPoolStartsExactlyFiveRunsAMinute(t *testing.T) {
 	require.Len(t, e.Claim("w2", 10), 2)
 
 	// Removing the pace frees the pool at once; the list shows it too.
-	p = e.PutPool("api", 100, http.StatusOK)
+	p = call[api.Pool](e, http.StatusOK, http.MethodPut, poolPath("api"), map[string]any{"slots": 100, "rate": nil})
 	require.Nil(t, p.Rate)
 	require.Nil(t, p.NextStartAt)
 	require.Len(t, e.Claim("w3", 10), 10)

@@ -1226,7 +1226,12 @@ export interface components {
              */
             queued: number;
             /** @description The pool's pace; null for none. */
-            rate: components["schemas"]["PoolRate"] | null;
+            rate: {
+                /** Format: int32 */
+                runs: number;
+                /** @enum {string} */
+                per: "second" | "minute" | "hour";
+            } | null;
             /**
              * Format: date-time
              * @description While the pool's pace is used up: when a claim may start one of its runs again. Null otherwise (no pace, or starts left).
@@ -1242,14 +1247,12 @@ export interface components {
             slots: number;
             description?: string | null;
             /** @description The pool's pace; null or absent for none. */
-            rate?: components["schemas"]["PoolRate"] | null;
-        };
-        /** @description A pace: at most `runs` starts in any window of one `per` (a sliding window, so a burst of `runs` is followed by a wait of one `per`). */
-        PoolRate: {
-            /** Format: int32 */
-            runs: number;
-            /** @enum {string} */
-            per: "second" | "minute" | "hour";
+            rate?: {
+                /** Format: int32 */
+                runs: number;
+                /** @enum {string} */
+                per: "second" | "minute" | "hour";
+            } | null;
         };
         PoolCollection: {
             pools: components["schemas"]["Pool"][];
