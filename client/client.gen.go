@@ -2157,8 +2157,9 @@ type ClientInterface interface {
 	// holding a database connection or an admission slot, and claims again as soon as a
 	// change on any replica may have made something claimable (a new backfill or run, a
 	// report or release, an unpause, a raised limit: within about 100 ms of its commit, by
-	// PostgreSQL NOTIFY), and at least every second (a deferred run's time, a pace's next
-	// start, or behind a transaction pooler where NOTIFY cannot be heard). It answers the
+	// PostgreSQL NOTIFY), at the earliest deferred run's time or pace's next start still
+	// ahead, and at least every second (behind a transaction pooler, where NOTIFY cannot be
+	// heard). It answers the
 	// runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
 	// this way leaves no slot idle between polls. Re-admission after the wait follows the
 	// overload rules (503 `busy` when shed).
@@ -2201,8 +2202,9 @@ type ClientInterface interface {
 	// holding a database connection or an admission slot, and claims again as soon as a
 	// change on any replica may have made something claimable (a new backfill or run, a
 	// report or release, an unpause, a raised limit: within about 100 ms of its commit, by
-	// PostgreSQL NOTIFY), and at least every second (a deferred run's time, a pace's next
-	// start, or behind a transaction pooler where NOTIFY cannot be heard). It answers the
+	// PostgreSQL NOTIFY), at the earliest deferred run's time or pace's next start still
+	// ahead, and at least every second (behind a transaction pooler, where NOTIFY cannot be
+	// heard). It answers the
 	// runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
 	// this way leaves no slot idle between polls. Re-admission after the wait follows the
 	// overload rules (503 `busy` when shed).
@@ -3470,8 +3472,9 @@ func (c *RawClient) PutPool(ctx context.Context, pool PoolPath, body PutPoolJSON
 // holding a database connection or an admission slot, and claims again as soon as a
 // change on any replica may have made something claimable (a new backfill or run, a
 // report or release, an unpause, a raised limit: within about 100 ms of its commit, by
-// PostgreSQL NOTIFY), and at least every second (a deferred run's time, a pace's next
-// start, or behind a transaction pooler where NOTIFY cannot be heard). It answers the
+// PostgreSQL NOTIFY), at the earliest deferred run's time or pace's next start still
+// ahead, and at least every second (behind a transaction pooler, where NOTIFY cannot be
+// heard). It answers the
 // runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
 // this way leaves no slot idle between polls. Re-admission after the wait follows the
 // overload rules (503 `busy` when shed).
@@ -3524,8 +3527,9 @@ func (c *RawClient) ClaimRunsWithBody(ctx context.Context, params *ClaimRunsPara
 // holding a database connection or an admission slot, and claims again as soon as a
 // change on any replica may have made something claimable (a new backfill or run, a
 // report or release, an unpause, a raised limit: within about 100 ms of its commit, by
-// PostgreSQL NOTIFY), and at least every second (a deferred run's time, a pace's next
-// start, or behind a transaction pooler where NOTIFY cannot be heard). It answers the
+// PostgreSQL NOTIFY), at the earliest deferred run's time or pace's next start still
+// ahead, and at least every second (behind a transaction pooler, where NOTIFY cannot be
+// heard). It answers the
 // runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
 // this way leaves no slot idle between polls. Re-admission after the wait follows the
 // overload rules (503 `busy` when shed).
@@ -6890,8 +6894,9 @@ type ClientWithResponsesInterface interface {
 	// holding a database connection or an admission slot, and claims again as soon as a
 	// change on any replica may have made something claimable (a new backfill or run, a
 	// report or release, an unpause, a raised limit: within about 100 ms of its commit, by
-	// PostgreSQL NOTIFY), and at least every second (a deferred run's time, a pace's next
-	// start, or behind a transaction pooler where NOTIFY cannot be heard). It answers the
+	// PostgreSQL NOTIFY), at the earliest deferred run's time or pace's next start still
+	// ahead, and at least every second (behind a transaction pooler, where NOTIFY cannot be
+	// heard). It answers the
 	// runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
 	// this way leaves no slot idle between polls. Re-admission after the wait follows the
 	// overload rules (503 `busy` when shed).
@@ -6934,8 +6939,9 @@ type ClientWithResponsesInterface interface {
 	// holding a database connection or an admission slot, and claims again as soon as a
 	// change on any replica may have made something claimable (a new backfill or run, a
 	// report or release, an unpause, a raised limit: within about 100 ms of its commit, by
-	// PostgreSQL NOTIFY), and at least every second (a deferred run's time, a pace's next
-	// start, or behind a transaction pooler where NOTIFY cannot be heard). It answers the
+	// PostgreSQL NOTIFY), at the earliest deferred run's time or pace's next start still
+	// ahead, and at least every second (behind a transaction pooler, where NOTIFY cannot be
+	// heard). It answers the
 	// runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
 	// this way leaves no slot idle between polls. Re-admission after the wait follows the
 	// overload rules (503 `busy` when shed).
@@ -11673,8 +11679,9 @@ func (c *ClientWithResponses) PutPoolWithResponse(ctx context.Context, pool Pool
 // holding a database connection or an admission slot, and claims again as soon as a
 // change on any replica may have made something claimable (a new backfill or run, a
 // report or release, an unpause, a raised limit: within about 100 ms of its commit, by
-// PostgreSQL NOTIFY), and at least every second (a deferred run's time, a pace's next
-// start, or behind a transaction pooler where NOTIFY cannot be heard). It answers the
+// PostgreSQL NOTIFY), at the earliest deferred run's time or pace's next start still
+// ahead, and at least every second (behind a transaction pooler, where NOTIFY cannot be
+// heard). It answers the
 // runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
 // this way leaves no slot idle between polls. Re-admission after the wait follows the
 // overload rules (503 `busy` when shed).
@@ -11723,8 +11730,9 @@ func (c *ClientWithResponses) ClaimRunsWithBodyWithResponse(ctx context.Context,
 // holding a database connection or an admission slot, and claims again as soon as a
 // change on any replica may have made something claimable (a new backfill or run, a
 // report or release, an unpause, a raised limit: within about 100 ms of its commit, by
-// PostgreSQL NOTIFY), and at least every second (a deferred run's time, a pace's next
-// start, or behind a transaction pooler where NOTIFY cannot be heard). It answers the
+// PostgreSQL NOTIFY), at the earliest deferred run's time or pace's next start still
+// ahead, and at least every second (behind a transaction pooler, where NOTIFY cannot be
+// heard). It answers the
 // runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
 // this way leaves no slot idle between polls. Re-admission after the wait follows the
 // overload rules (503 `busy` when shed).

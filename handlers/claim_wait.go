@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"time"
@@ -12,6 +13,11 @@ import (
 // commit announces (a deferred run's time coming, a pace's next start) and a replica that
 // cannot LISTEN (behind a transaction pooler) are found this late at the most.
 const claimPollEvery = time.Second
+
+// claimRetryFloor is the least wait between two tries of a waiting claim that was not woken:
+// a deferral that just ended but whose run stays unclaimable (its backfill paused) is tried
+// again this often, for the short while the store still reports it.
+const claimRetryFloor = 10 * time.Millisecond
 
 // errShedWhileWaiting: a waiting claim was woken but not admitted again (overload).
 var errShedWhileWaiting = errors.New("shed while waiting to claim again")
@@ -40,10 +46,11 @@ func (s *Server) claimWaiting(r *http.Request, p repo.RunClaimParams, wait time.
 		if err != nil || len(runs) > 0 || replayed || left <= 0 || isClosed(stopping) {
 			return runs, replayed, err
 		}
+		next := s.claimNextTry(ctx, p) // before the slot goes: it reads the database
 		if slot != nil {
 			slot.release()
 		}
-		t := time.NewTimer(min(left, claimPollEvery))
+		t := time.NewTimer(min(left, next))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -74,4 +81,25 @@ func isClosed(c <-chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// claimTimer is implemented by a store that can tell when a run may become claimable without
+// a commit announcing it (repo.Store.RunClaimNextChange).
+type claimTimer interface {
+	RunClaimNextChange(ctx context.Context, p repo.RunClaimParams) (time.Duration, bool, error)
+}
+
+// claimNextTry is when a waiting claim that found nothing tries again unless woken first: at
+// its next poll, or sooner at the earliest deferral or pace start still ahead (plus a
+// millisecond, so that the claim runs at or after that instant by the database's clock).
+// The look-up is one round trip per empty try of a waiting claim, never on a claim that
+// hands out runs.
+func (s *Server) claimNextTry(ctx context.Context, p repo.RunClaimParams) time.Duration {
+	next := claimPollEvery
+	if ct, ok := s.store.(claimTimer); ok {
+		if d, ok, err := ct.RunClaimNextChange(ctx, p); err == nil && ok {
+			next = min(next, max(d+time.Millisecond, claimRetryFloor))
+		}
+	}
+	return next
 }

@@ -101,3 +101,29 @@ func TestWaitSecondsOutOfRangeIs400(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, res.Status, "%d: %s", w, res.Body)
 	}
 }
+
+// With the database's clock following real time, a waiting claim takes a deferred run at
+// its not_before, not at its next one-second poll: it sets its next try by the earliest
+// deferral ahead.
+func TestWaitingClaimWakesAtADeferralsEnd(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.DailyBackfill("wait_defer_timer", day(1, 1), day(1, 1))
+	followRealTime(t, e)
+	run := e.ClaimN(1, "w1", 1)[0]
+	pending := waitingClaim(e, map[string]any{"worker_id": "w2", "wait_seconds": 20})
+	time.Sleep(300 * time.Millisecond) // the claim waits
+	deferred := call[api.DagRun](e, http.StatusOK, http.MethodPatch, runPath(run.DagId, run.RunId),
+		map[string]any{"state": "deferred", "worker_id": "w1", "retry_after_seconds": 2})
+	due := time.Now().Add(time.Until(*deferred.NotBefore))
+	// An unrelated change half a second later wakes the claim once more, so that its polls
+	// (every second from its last wake) fall half a second off the deferral's end.
+	time.Sleep(500 * time.Millisecond)
+	e.PutDag("wait_defer_other", "@daily", "")
+	got := <-pending
+	require.NoError(t, got.err)
+	require.Len(t, got.runs, 1)
+	late := got.at.Sub(due)
+	t.Logf("answered %s after the deferral's end", late)
+	require.Less(t, late, 300*time.Millisecond, "by its timer, not its next poll")
+}

@@ -576,8 +576,9 @@ export interface paths {
          *     holding a database connection or an admission slot, and claims again as soon as a
          *     change on any replica may have made something claimable (a new backfill or run, a
          *     report or release, an unpause, a raised limit: within about 100 ms of its commit, by
-         *     PostgreSQL NOTIFY), and at least every second (a deferred run's time, a pace's next
-         *     start, or behind a transaction pooler where NOTIFY cannot be heard). It answers the
+         *     PostgreSQL NOTIFY), at the earliest deferred run's time or pace's next start still
+         *     ahead, and at least every second (behind a transaction pooler, where NOTIFY cannot be
+         *     heard). It answers the
          *     runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
          *     this way leaves no slot idle between polls. Re-admission after the wait follows the
          *     overload rules (503 `busy` when shed).
