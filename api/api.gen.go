@@ -62,6 +62,36 @@ func (e BackfillState) Valid() bool {
 	}
 }
 
+// Defines values for DagRunReportState.
+const (
+	DagRunReportStateCanceled DagRunReportState = "canceled"
+	DagRunReportStateDeferred DagRunReportState = "deferred"
+	DagRunReportStateFailed   DagRunReportState = "failed"
+	DagRunReportStateQueued   DagRunReportState = "queued"
+	DagRunReportStateRunning  DagRunReportState = "running"
+	DagRunReportStateSuccess  DagRunReportState = "success"
+)
+
+// Valid indicates whether the value is a known member of the DagRunReportState enum.
+func (e DagRunReportState) Valid() bool {
+	switch e {
+	case DagRunReportStateCanceled:
+		return true
+	case DagRunReportStateDeferred:
+		return true
+	case DagRunReportStateFailed:
+		return true
+	case DagRunReportStateQueued:
+		return true
+	case DagRunReportStateRunning:
+		return true
+	case DagRunReportStateSuccess:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DagRunState.
 const (
 	DagRunStateCanceled DagRunState = "canceled"
@@ -197,6 +227,27 @@ func (e HealthStatus) Valid() bool {
 	}
 }
 
+// Defines values for PoolRatePer.
+const (
+	PoolRatePerHour   PoolRatePer = "hour"
+	PoolRatePerMinute PoolRatePer = "minute"
+	PoolRatePerSecond PoolRatePer = "second"
+)
+
+// Valid indicates whether the value is a known member of the PoolRatePer enum.
+func (e PoolRatePer) Valid() bool {
+	switch e {
+	case PoolRatePerHour:
+		return true
+	case PoolRatePerMinute:
+		return true
+	case PoolRatePerSecond:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ProblemCode.
 const (
 	ProblemCodeBackfillAlreadyRunning ProblemCode = "backfill_already_running"
@@ -210,6 +261,7 @@ const (
 	ProblemCodeInvalidBackfill        ProblemCode = "invalid_backfill"
 	ProblemCodeInvalidCodeRef         ProblemCode = "invalid_code_ref"
 	ProblemCodeInvalidDag             ProblemCode = "invalid_dag"
+	ProblemCodeInvalidDeferral        ProblemCode = "invalid_deferral"
 	ProblemCodeInvalidLogicalDates    ProblemCode = "invalid_logical_dates"
 	ProblemCodeInvalidRequest         ProblemCode = "invalid_request"
 	ProblemCodeInvalidTransition      ProblemCode = "invalid_transition"
@@ -257,6 +309,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeInvalidCodeRef:
 		return true
 	case ProblemCodeInvalidDag:
+		return true
+	case ProblemCodeInvalidDeferral:
 		return true
 	case ProblemCodeInvalidLogicalDates:
 		return true
@@ -690,8 +744,11 @@ type ClaimRequest struct {
 	// Pool A pool's name, 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..` (like a `dag_id`).
 	//
 	// Example: warehouse
-	Pool     *PoolName `json:"pool,omitempty"`
-	WorkerId string    `json:"worker_id"`
+	Pool *PoolName `json:"pool,omitempty"`
+
+	// WaitSeconds When nothing is claimable for the claim's filters, how long to wait for something to become claimable (a new backfill or run, a report or release that frees a slot, an unpause, a limit raised, a deferred run's time, a pace's next start) before answering no runs. The answer comes as soon as runs are claimed. A waiting claim holds no database connection and no admission slot.
+	WaitSeconds *int   `json:"wait_seconds,omitempty"`
+	WorkerId    string `json:"worker_id"`
 }
 
 // ClaimResponse defines model for ClaimResponse.
@@ -796,6 +853,9 @@ type DagRun struct {
 	// LogicalDate Unique per DAG.
 	LogicalDate time.Time `json:"logical_date"`
 
+	// NotBefore Set while the run is `queued` after a report deferred it: no claim hands the run out before this time. Null otherwise.
+	NotBefore *time.Time `json:"not_before"`
+
 	// Note What the last report said about the outcome (for example why the run failed); null when none. A new claim of the run clears it.
 	Note     *string    `json:"note"`
 	QueuedAt *time.Time `json:"queued_at"`
@@ -845,12 +905,18 @@ type DagRunPatch struct {
 	// Note Why the run ended as it did, shown as the run's `note`.
 	Note *string `json:"note,omitempty"`
 
-	// State `queued` (waiting for a claim), `running` (claimed and leased to a worker), and the terminal `success`, `failed`, `canceled`.
-	State DagRunState `json:"state"`
+	// RetryAfterSeconds With `state` `deferred`, and only then: how long the run waits before a claim may hand it out again, 1..86400 seconds. Missing, out of that range, or given with another state, it is 422 `invalid_deferral`.
+	RetryAfterSeconds *int64 `json:"retry_after_seconds,omitempty"`
+
+	// State What a report says: a terminal state (`success`, `failed`, `canceled`), or `deferred` (the run's system asked for it to be tried later: it becomes `queued` again, not claimable for `retry_after_seconds`, with its `attempt` unchanged). `queued` and `running` are read as requests to move the run there, which a report cannot do (409 `invalid_transition`).
+	State DagRunReportState `json:"state"`
 
 	// WorkerId When given, the run must be running under this worker's live lease (else 409 `lease_lost`).
 	WorkerId *string `json:"worker_id,omitempty"`
 }
+
+// DagRunReportState What a report says: a terminal state (`success`, `failed`, `canceled`), or `deferred` (the run's system asked for it to be tried later: it becomes `queued` again, not claimable for `retry_after_seconds`, with its `attempt` unchanged). `queued` and `running` are read as requests to move the run there, which a report cannot do (409 `invalid_transition`).
+type DagRunReportState string
 
 // DagRunState `queued` (waiting for a claim), `running` (claimed and leased to a worker), and the terminal `success`, `failed`, `canceled`.
 type DagRunState string
@@ -964,8 +1030,14 @@ type Pool struct {
 	// Example: warehouse
 	Name PoolName `json:"name"`
 
+	// NextStartAt While the pool's pace is used up: when a claim may start one of its runs again. Null otherwise (no pace, or starts left).
+	NextStartAt *time.Time `json:"next_start_at"`
+
 	// Queued Runs of the pool waiting to be claimed.
 	Queued int32 `json:"queued"`
+
+	// Rate The pool's pace; null for none.
+	Rate *PoolRate `json:"rate"`
 
 	// Running Runs of the pool running now (may exceed `slots` after it was lowered).
 	Running int32 `json:"running"`
@@ -973,6 +1045,15 @@ type Pool struct {
 	// Slots The most runs of the pool that a claim lets run at once.
 	Slots     int32     `json:"slots"`
 	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// PoolRatePer defines model for Pool.Rate.Per.
+type PoolRatePer string
+
+// PoolRate The pool's pace; null for none.
+type PoolRate struct {
+	Per  PoolRatePer `json:"per"`
+	Runs int32       `json:"runs"`
 }
 
 // PoolCollection defines model for PoolCollection.
@@ -989,7 +1070,10 @@ type PoolName = string
 // PoolPut defines model for PoolPut.
 type PoolPut struct {
 	Description *string `json:"description,omitempty"`
-	Slots       int32   `json:"slots"`
+
+	// Rate The pool's pace; null or absent for none.
+	Rate  *PoolRate `json:"rate,omitempty"`
+	Slots int32     `json:"slots"`
 }
 
 // Problem An RFC 9457 problem detail with a stable `code`.

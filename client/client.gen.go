@@ -67,6 +67,36 @@ func (e BackfillState) Valid() bool {
 	}
 }
 
+// Defines values for DagRunReportState.
+const (
+	DagRunReportStateCanceled DagRunReportState = "canceled"
+	DagRunReportStateDeferred DagRunReportState = "deferred"
+	DagRunReportStateFailed   DagRunReportState = "failed"
+	DagRunReportStateQueued   DagRunReportState = "queued"
+	DagRunReportStateRunning  DagRunReportState = "running"
+	DagRunReportStateSuccess  DagRunReportState = "success"
+)
+
+// Valid indicates whether the value is a known member of the DagRunReportState enum.
+func (e DagRunReportState) Valid() bool {
+	switch e {
+	case DagRunReportStateCanceled:
+		return true
+	case DagRunReportStateDeferred:
+		return true
+	case DagRunReportStateFailed:
+		return true
+	case DagRunReportStateQueued:
+		return true
+	case DagRunReportStateRunning:
+		return true
+	case DagRunReportStateSuccess:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DagRunState.
 const (
 	DagRunStateCanceled DagRunState = "canceled"
@@ -202,6 +232,27 @@ func (e HealthStatus) Valid() bool {
 	}
 }
 
+// Defines values for PoolRatePer.
+const (
+	PoolRatePerHour   PoolRatePer = "hour"
+	PoolRatePerMinute PoolRatePer = "minute"
+	PoolRatePerSecond PoolRatePer = "second"
+)
+
+// Valid indicates whether the value is a known member of the PoolRatePer enum.
+func (e PoolRatePer) Valid() bool {
+	switch e {
+	case PoolRatePerHour:
+		return true
+	case PoolRatePerMinute:
+		return true
+	case PoolRatePerSecond:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ProblemCode.
 const (
 	ProblemCodeBackfillAlreadyRunning ProblemCode = "backfill_already_running"
@@ -215,6 +266,7 @@ const (
 	ProblemCodeInvalidBackfill        ProblemCode = "invalid_backfill"
 	ProblemCodeInvalidCodeRef         ProblemCode = "invalid_code_ref"
 	ProblemCodeInvalidDag             ProblemCode = "invalid_dag"
+	ProblemCodeInvalidDeferral        ProblemCode = "invalid_deferral"
 	ProblemCodeInvalidLogicalDates    ProblemCode = "invalid_logical_dates"
 	ProblemCodeInvalidRequest         ProblemCode = "invalid_request"
 	ProblemCodeInvalidTransition      ProblemCode = "invalid_transition"
@@ -262,6 +314,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeInvalidCodeRef:
 		return true
 	case ProblemCodeInvalidDag:
+		return true
+	case ProblemCodeInvalidDeferral:
 		return true
 	case ProblemCodeInvalidLogicalDates:
 		return true
@@ -695,8 +749,11 @@ type ClaimRequest struct {
 	// Pool A pool's name, 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..` (like a `dag_id`).
 	//
 	// Example: warehouse
-	Pool     *PoolName `json:"pool,omitempty"`
-	WorkerId string    `json:"worker_id"`
+	Pool *PoolName `json:"pool,omitempty"`
+
+	// WaitSeconds When nothing is claimable for the claim's filters, how long to wait for something to become claimable (a new backfill or run, a report or release that frees a slot, an unpause, a limit raised, a deferred run's time, a pace's next start) before answering no runs. The answer comes as soon as runs are claimed. A waiting claim holds no database connection and no admission slot.
+	WaitSeconds *int   `json:"wait_seconds,omitempty"`
+	WorkerId    string `json:"worker_id"`
 }
 
 // ClaimResponse defines model for ClaimResponse.
@@ -801,6 +858,9 @@ type DagRun struct {
 	// LogicalDate Unique per DAG.
 	LogicalDate time.Time `json:"logical_date"`
 
+	// NotBefore Set while the run is `queued` after a report deferred it: no claim hands the run out before this time. Null otherwise.
+	NotBefore *time.Time `json:"not_before"`
+
 	// Note What the last report said about the outcome (for example why the run failed); null when none. A new claim of the run clears it.
 	Note     *string    `json:"note"`
 	QueuedAt *time.Time `json:"queued_at"`
@@ -850,12 +910,18 @@ type DagRunPatch struct {
 	// Note Why the run ended as it did, shown as the run's `note`.
 	Note *string `json:"note,omitempty"`
 
-	// State `queued` (waiting for a claim), `running` (claimed and leased to a worker), and the terminal `success`, `failed`, `canceled`.
-	State DagRunState `json:"state"`
+	// RetryAfterSeconds With `state` `deferred`, and only then: how long the run waits before a claim may hand it out again, 1..86400 seconds. Missing, out of that range, or given with another state, it is 422 `invalid_deferral`.
+	RetryAfterSeconds *int64 `json:"retry_after_seconds,omitempty"`
+
+	// State What a report says: a terminal state (`success`, `failed`, `canceled`), or `deferred` (the run's system asked for it to be tried later: it becomes `queued` again, not claimable for `retry_after_seconds`, with its `attempt` unchanged). `queued` and `running` are read as requests to move the run there, which a report cannot do (409 `invalid_transition`).
+	State DagRunReportState `json:"state"`
 
 	// WorkerId When given, the run must be running under this worker's live lease (else 409 `lease_lost`).
 	WorkerId *string `json:"worker_id,omitempty"`
 }
+
+// DagRunReportState What a report says: a terminal state (`success`, `failed`, `canceled`), or `deferred` (the run's system asked for it to be tried later: it becomes `queued` again, not claimable for `retry_after_seconds`, with its `attempt` unchanged). `queued` and `running` are read as requests to move the run there, which a report cannot do (409 `invalid_transition`).
+type DagRunReportState string
 
 // DagRunState `queued` (waiting for a claim), `running` (claimed and leased to a worker), and the terminal `success`, `failed`, `canceled`.
 type DagRunState string
@@ -969,8 +1035,14 @@ type Pool struct {
 	// Example: warehouse
 	Name PoolName `json:"name"`
 
+	// NextStartAt While the pool's pace is used up: when a claim may start one of its runs again. Null otherwise (no pace, or starts left).
+	NextStartAt *time.Time `json:"next_start_at"`
+
 	// Queued Runs of the pool waiting to be claimed.
 	Queued int32 `json:"queued"`
+
+	// Rate The pool's pace; null for none.
+	Rate *PoolRate `json:"rate"`
 
 	// Running Runs of the pool running now (may exceed `slots` after it was lowered).
 	Running int32 `json:"running"`
@@ -978,6 +1050,15 @@ type Pool struct {
 	// Slots The most runs of the pool that a claim lets run at once.
 	Slots     int32     `json:"slots"`
 	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// PoolRatePer defines model for Pool.Rate.Per.
+type PoolRatePer string
+
+// PoolRate The pool's pace; null for none.
+type PoolRate struct {
+	Per  PoolRatePer `json:"per"`
+	Runs int32       `json:"runs"`
 }
 
 // PoolCollection defines model for PoolCollection.
@@ -994,7 +1075,10 @@ type PoolName = string
 // PoolPut defines model for PoolPut.
 type PoolPut struct {
 	Description *string `json:"description,omitempty"`
-	Slots       int32   `json:"slots"`
+
+	// Rate The pool's pace; null or absent for none.
+	Rate  *PoolRate `json:"rate,omitempty"`
+	Slots int32     `json:"slots"`
 }
 
 // Problem An RFC 9457 problem detail with a stable `code`.
@@ -2064,6 +2148,15 @@ type ClientInterface interface {
 	// every other transition (including one from a terminal state, or to the state the
 	// run is already in).
 	//
+	// `deferred` (with `retry_after_seconds`, 1..86400) hands a `queued` or `running` run
+	// back because the system it works on asked for a pause (an HTTP 429 or 503 with
+	// `Retry-After`, a warehouse at capacity): the run becomes `queued` with its `attempt`
+	// unchanged, its lease and worker cleared, `note` kept, and `not_before` = now +
+	// `retry_after_seconds`; no claim hands it out before then. A run whose backfill is
+	// canceling becomes `canceled` instead, as a release makes it. `retry_after_seconds`
+	// missing or out of range with `deferred`, or given with another state, is 422
+	// `invalid_deferral`.
+	//
 	// With `worker_id`, the run must be `running` under a live (unexpired) lease of that
 	// worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 	// has put the run back yet), or another worker holds it. A worker's report can thus never
@@ -2090,6 +2183,15 @@ type ClientInterface interface {
 	// Only a claim starts a run: a PATCH to `running` is 409 `invalid_transition`, as is
 	// every other transition (including one from a terminal state, or to the state the
 	// run is already in).
+	//
+	// `deferred` (with `retry_after_seconds`, 1..86400) hands a `queued` or `running` run
+	// back because the system it works on asked for a pause (an HTTP 429 or 503 with
+	// `Retry-After`, a warehouse at capacity): the run becomes `queued` with its `attempt`
+	// unchanged, its lease and worker cleared, `note` kept, and `not_before` = now +
+	// `retry_after_seconds`; no claim hands it out before then. A run whose backfill is
+	// canceling becomes `canceled` instead, as a release makes it. `retry_after_seconds`
+	// missing or out of range with `deferred`, or given with another state, is 422
+	// `invalid_deferral`.
 	//
 	// With `worker_id`, the run must be `running` under a live (unexpired) lease of that
 	// worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
@@ -2175,6 +2277,12 @@ type ClientInterface interface {
 	// every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
 	// nothing that runs: claims find no room in the pool until enough runs end.
 	//
+	// `rate` paces the pool: claims start at most `rate.runs` of its runs in any window of
+	// one `rate.per`, exactly, across claimers and replicas (bursts up to `rate.runs`); a
+	// pool out of starts is skipped like a full one, and `GET` answers `next_start_at`.
+	// Starts made under an earlier pace still count against a new one; `rate` null (or
+	// absent) removes the pace, and starts made without a pace are not counted.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /api/v1/pools/{pool} (the `PutPool` operationId).
@@ -2186,6 +2294,12 @@ type ClientInterface interface {
 	// replaced). A claim never lets the pool's running runs exceed `slots`, together with
 	// every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
 	// nothing that runs: claims find no room in the pool until enough runs end.
+	//
+	// `rate` paces the pool: claims start at most `rate.runs` of its runs in any window of
+	// one `rate.per`, exactly, across claimers and replicas (bursts up to `rate.runs`); a
+	// pool out of starts is skipped like a full one, and `GET` answers `next_start_at`.
+	// Starts made under an earlier pace still count against a new one; `rate` null (or
+	// absent) removes the pace, and starts made without a pace are not counted.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2205,6 +2319,19 @@ type ClientInterface interface {
 	// - It hands a backfill's runs out in `sort_ordinal` order, older backfills first.
 	// - A DAG's `is_paused` stops its runs outside backfills only; a backfill is paused on
 	//   its own.
+	// - It skips a deferred run until its `not_before`, and a pool out of starts under its
+	//   `rate` until its `next_start_at`.
+	//
+	// **Waiting.** With `wait_seconds` > 0, a claim that finds nothing waits, without
+	// holding a database connection or an admission slot, and claims again as soon as a
+	// change on any replica may have made something claimable (a new backfill or run, a
+	// report or release, an unpause, a raised limit: within about 100 ms of its commit, by
+	// PostgreSQL NOTIFY), at the earliest deferred run's time or pace's next start still
+	// ahead, and at least every second (behind a transaction pooler, where NOTIFY cannot be
+	// heard). It answers the
+	// runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
+	// this way leaves no slot idle between polls. Re-admission after the wait follows the
+	// overload rules (503 `busy` when shed).
 	//
 	// The worker keeps the lease with `POST /api/v1/runs/{id}/heartbeat` and reports the
 	// outcome with `PATCH /api/v1/dags/{dag_id}/runs/{run_id}`. A lease that expires puts
@@ -2237,6 +2364,19 @@ type ClientInterface interface {
 	// - It hands a backfill's runs out in `sort_ordinal` order, older backfills first.
 	// - A DAG's `is_paused` stops its runs outside backfills only; a backfill is paused on
 	//   its own.
+	// - It skips a deferred run until its `not_before`, and a pool out of starts under its
+	//   `rate` until its `next_start_at`.
+	//
+	// **Waiting.** With `wait_seconds` > 0, a claim that finds nothing waits, without
+	// holding a database connection or an admission slot, and claims again as soon as a
+	// change on any replica may have made something claimable (a new backfill or run, a
+	// report or release, an unpause, a raised limit: within about 100 ms of its commit, by
+	// PostgreSQL NOTIFY), at the earliest deferred run's time or pace's next start still
+	// ahead, and at least every second (behind a transaction pooler, where NOTIFY cannot be
+	// heard). It answers the
+	// runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
+	// this way leaves no slot idle between polls. Re-admission after the wait follows the
+	// overload rules (503 `busy` when shed).
 	//
 	// The worker keeps the lease with `POST /api/v1/runs/{id}/heartbeat` and reports the
 	// outcome with `PATCH /api/v1/dags/{dag_id}/runs/{run_id}`. A lease that expires puts
@@ -3300,6 +3440,15 @@ func (c *RawClient) GetDagRun(ctx context.Context, dagId DagIdPath, runId RunIdP
 // every other transition (including one from a terminal state, or to the state the
 // run is already in).
 //
+// `deferred` (with `retry_after_seconds`, 1..86400) hands a `queued` or `running` run
+// back because the system it works on asked for a pause (an HTTP 429 or 503 with
+// `Retry-After`, a warehouse at capacity): the run becomes `queued` with its `attempt`
+// unchanged, its lease and worker cleared, `note` kept, and `not_before` = now +
+// `retry_after_seconds`; no claim hands it out before then. A run whose backfill is
+// canceling becomes `canceled` instead, as a release makes it. `retry_after_seconds`
+// missing or out of range with `deferred`, or given with another state, is 422
+// `invalid_deferral`.
+//
 // With `worker_id`, the run must be `running` under a live (unexpired) lease of that
 // worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 // has put the run back yet), or another worker holds it. A worker's report can thus never
@@ -3336,6 +3485,15 @@ func (c *RawClient) PatchDagRunWithBody(ctx context.Context, dagId DagIdPath, ru
 // Only a claim starts a run: a PATCH to `running` is 409 `invalid_transition`, as is
 // every other transition (including one from a terminal state, or to the state the
 // run is already in).
+//
+// `deferred` (with `retry_after_seconds`, 1..86400) hands a `queued` or `running` run
+// back because the system it works on asked for a pause (an HTTP 429 or 503 with
+// `Retry-After`, a warehouse at capacity): the run becomes `queued` with its `attempt`
+// unchanged, its lease and worker cleared, `note` kept, and `not_before` = now +
+// `retry_after_seconds`; no claim hands it out before then. A run whose backfill is
+// canceling becomes `canceled` instead, as a release makes it. `retry_after_seconds`
+// missing or out of range with `deferred`, or given with another state, is 422
+// `invalid_deferral`.
 //
 // With `worker_id`, the run must be `running` under a live (unexpired) lease of that
 // worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
@@ -3471,6 +3629,12 @@ func (c *RawClient) GetPool(ctx context.Context, pool PoolPath, reqEditors ...Re
 // every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
 // nothing that runs: claims find no room in the pool until enough runs end.
 //
+// `rate` paces the pool: claims start at most `rate.runs` of its runs in any window of
+// one `rate.per`, exactly, across claimers and replicas (bursts up to `rate.runs`); a
+// pool out of starts is skipped like a full one, and `GET` answers `next_start_at`.
+// Starts made under an earlier pace still count against a new one; `rate` null (or
+// absent) removes the pace, and starts made without a pace are not counted.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PUT /api/v1/pools/{pool} (the `PutPool` operationId).
@@ -3492,6 +3656,12 @@ func (c *RawClient) PutPoolWithBody(ctx context.Context, pool PoolPath, contentT
 // replaced). A claim never lets the pool's running runs exceed `slots`, together with
 // every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
 // nothing that runs: claims find no room in the pool until enough runs end.
+//
+// `rate` paces the pool: claims start at most `rate.runs` of its runs in any window of
+// one `rate.per`, exactly, across claimers and replicas (bursts up to `rate.runs`); a
+// pool out of starts is skipped like a full one, and `GET` answers `next_start_at`.
+// Starts made under an earlier pace still count against a new one; `rate` null (or
+// absent) removes the pace, and starts made without a pace are not counted.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3521,6 +3691,19 @@ func (c *RawClient) PutPool(ctx context.Context, pool PoolPath, body PutPoolJSON
 //   - It hands a backfill's runs out in `sort_ordinal` order, older backfills first.
 //   - A DAG's `is_paused` stops its runs outside backfills only; a backfill is paused on
 //     its own.
+//   - It skips a deferred run until its `not_before`, and a pool out of starts under its
+//     `rate` until its `next_start_at`.
+//
+// **Waiting.** With `wait_seconds` > 0, a claim that finds nothing waits, without
+// holding a database connection or an admission slot, and claims again as soon as a
+// change on any replica may have made something claimable (a new backfill or run, a
+// report or release, an unpause, a raised limit: within about 100 ms of its commit, by
+// PostgreSQL NOTIFY), at the earliest deferred run's time or pace's next start still
+// ahead, and at least every second (behind a transaction pooler, where NOTIFY cannot be
+// heard). It answers the
+// runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
+// this way leaves no slot idle between polls. Re-admission after the wait follows the
+// overload rules (503 `busy` when shed).
 //
 // The worker keeps the lease with `POST /api/v1/runs/{id}/heartbeat` and reports the
 // outcome with `PATCH /api/v1/dags/{dag_id}/runs/{run_id}`. A lease that expires puts
@@ -3563,6 +3746,19 @@ func (c *RawClient) ClaimRunsWithBody(ctx context.Context, params *ClaimRunsPara
 //   - It hands a backfill's runs out in `sort_ordinal` order, older backfills first.
 //   - A DAG's `is_paused` stops its runs outside backfills only; a backfill is paused on
 //     its own.
+//   - It skips a deferred run until its `not_before`, and a pool out of starts under its
+//     `rate` until its `next_start_at`.
+//
+// **Waiting.** With `wait_seconds` > 0, a claim that finds nothing waits, without
+// holding a database connection or an admission slot, and claims again as soon as a
+// change on any replica may have made something claimable (a new backfill or run, a
+// report or release, an unpause, a raised limit: within about 100 ms of its commit, by
+// PostgreSQL NOTIFY), at the earliest deferred run's time or pace's next start still
+// ahead, and at least every second (behind a transaction pooler, where NOTIFY cannot be
+// heard). It answers the
+// runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
+// this way leaves no slot idle between polls. Re-admission after the wait follows the
+// overload rules (503 `busy` when shed).
 //
 // The worker keeps the lease with `POST /api/v1/runs/{id}/heartbeat` and reports the
 // outcome with `PATCH /api/v1/dags/{dag_id}/runs/{run_id}`. A lease that expires puts
@@ -6817,6 +7013,15 @@ type ClientWithResponsesInterface interface {
 	// every other transition (including one from a terminal state, or to the state the
 	// run is already in).
 	//
+	// `deferred` (with `retry_after_seconds`, 1..86400) hands a `queued` or `running` run
+	// back because the system it works on asked for a pause (an HTTP 429 or 503 with
+	// `Retry-After`, a warehouse at capacity): the run becomes `queued` with its `attempt`
+	// unchanged, its lease and worker cleared, `note` kept, and `not_before` = now +
+	// `retry_after_seconds`; no claim hands it out before then. A run whose backfill is
+	// canceling becomes `canceled` instead, as a release makes it. `retry_after_seconds`
+	// missing or out of range with `deferred`, or given with another state, is 422
+	// `invalid_deferral`.
+	//
 	// With `worker_id`, the run must be `running` under a live (unexpired) lease of that
 	// worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 	// has put the run back yet), or another worker holds it. A worker's report can thus never
@@ -6843,6 +7048,15 @@ type ClientWithResponsesInterface interface {
 	// Only a claim starts a run: a PATCH to `running` is 409 `invalid_transition`, as is
 	// every other transition (including one from a terminal state, or to the state the
 	// run is already in).
+	//
+	// `deferred` (with `retry_after_seconds`, 1..86400) hands a `queued` or `running` run
+	// back because the system it works on asked for a pause (an HTTP 429 or 503 with
+	// `Retry-After`, a warehouse at capacity): the run becomes `queued` with its `attempt`
+	// unchanged, its lease and worker cleared, `note` kept, and `not_before` = now +
+	// `retry_after_seconds`; no claim hands it out before then. A run whose backfill is
+	// canceling becomes `canceled` instead, as a release makes it. `retry_after_seconds`
+	// missing or out of range with `deferred`, or given with another state, is 422
+	// `invalid_deferral`.
 	//
 	// With `worker_id`, the run must be `running` under a live (unexpired) lease of that
 	// worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
@@ -6936,6 +7150,12 @@ type ClientWithResponsesInterface interface {
 	// every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
 	// nothing that runs: claims find no room in the pool until enough runs end.
 	//
+	// `rate` paces the pool: claims start at most `rate.runs` of its runs in any window of
+	// one `rate.per`, exactly, across claimers and replicas (bursts up to `rate.runs`); a
+	// pool out of starts is skipped like a full one, and `GET` answers `next_start_at`.
+	// Starts made under an earlier pace still count against a new one; `rate` null (or
+	// absent) removes the pace, and starts made without a pace are not counted.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /api/v1/pools/{pool} (the `PutPool` operationId).
@@ -6947,6 +7167,12 @@ type ClientWithResponsesInterface interface {
 	// replaced). A claim never lets the pool's running runs exceed `slots`, together with
 	// every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
 	// nothing that runs: claims find no room in the pool until enough runs end.
+	//
+	// `rate` paces the pool: claims start at most `rate.runs` of its runs in any window of
+	// one `rate.per`, exactly, across claimers and replicas (bursts up to `rate.runs`); a
+	// pool out of starts is skipped like a full one, and `GET` answers `next_start_at`.
+	// Starts made under an earlier pace still count against a new one; `rate` null (or
+	// absent) removes the pace, and starts made without a pace are not counted.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6966,6 +7192,19 @@ type ClientWithResponsesInterface interface {
 	// - It hands a backfill's runs out in `sort_ordinal` order, older backfills first.
 	// - A DAG's `is_paused` stops its runs outside backfills only; a backfill is paused on
 	//   its own.
+	// - It skips a deferred run until its `not_before`, and a pool out of starts under its
+	//   `rate` until its `next_start_at`.
+	//
+	// **Waiting.** With `wait_seconds` > 0, a claim that finds nothing waits, without
+	// holding a database connection or an admission slot, and claims again as soon as a
+	// change on any replica may have made something claimable (a new backfill or run, a
+	// report or release, an unpause, a raised limit: within about 100 ms of its commit, by
+	// PostgreSQL NOTIFY), at the earliest deferred run's time or pace's next start still
+	// ahead, and at least every second (behind a transaction pooler, where NOTIFY cannot be
+	// heard). It answers the
+	// runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
+	// this way leaves no slot idle between polls. Re-admission after the wait follows the
+	// overload rules (503 `busy` when shed).
 	//
 	// The worker keeps the lease with `POST /api/v1/runs/{id}/heartbeat` and reports the
 	// outcome with `PATCH /api/v1/dags/{dag_id}/runs/{run_id}`. A lease that expires puts
@@ -6998,6 +7237,19 @@ type ClientWithResponsesInterface interface {
 	// - It hands a backfill's runs out in `sort_ordinal` order, older backfills first.
 	// - A DAG's `is_paused` stops its runs outside backfills only; a backfill is paused on
 	//   its own.
+	// - It skips a deferred run until its `not_before`, and a pool out of starts under its
+	//   `rate` until its `next_start_at`.
+	//
+	// **Waiting.** With `wait_seconds` > 0, a claim that finds nothing waits, without
+	// holding a database connection or an admission slot, and claims again as soon as a
+	// change on any replica may have made something claimable (a new backfill or run, a
+	// report or release, an unpause, a raised limit: within about 100 ms of its commit, by
+	// PostgreSQL NOTIFY), at the earliest deferred run's time or pace's next start still
+	// ahead, and at least every second (behind a transaction pooler, where NOTIFY cannot be
+	// heard). It answers the
+	// runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
+	// this way leaves no slot idle between polls. Re-admission after the wait follows the
+	// overload rules (503 `busy` when shed).
 	//
 	// The worker keeps the lease with `POST /api/v1/runs/{id}/heartbeat` and reports the
 	// outcome with `PATCH /api/v1/dags/{dag_id}/runs/{run_id}`. A lease that expires puts
@@ -9159,6 +9411,8 @@ type PatchDagRunResponse struct {
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -9197,6 +9451,11 @@ func (r PatchDagRunResponse) GetApplicationproblemJSON409() *Conflict {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r PatchDagRunResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PatchDagRunResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -11548,6 +11807,15 @@ func (c *ClientWithResponses) GetDagRunWithResponse(ctx context.Context, dagId D
 // every other transition (including one from a terminal state, or to the state the
 // run is already in).
 //
+// `deferred` (with `retry_after_seconds`, 1..86400) hands a `queued` or `running` run
+// back because the system it works on asked for a pause (an HTTP 429 or 503 with
+// `Retry-After`, a warehouse at capacity): the run becomes `queued` with its `attempt`
+// unchanged, its lease and worker cleared, `note` kept, and `not_before` = now +
+// `retry_after_seconds`; no claim hands it out before then. A run whose backfill is
+// canceling becomes `canceled` instead, as a release makes it. `retry_after_seconds`
+// missing or out of range with `deferred`, or given with another state, is 422
+// `invalid_deferral`.
+//
 // With `worker_id`, the run must be `running` under a live (unexpired) lease of that
 // worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
 // has put the run back yet), or another worker holds it. A worker's report can thus never
@@ -11580,6 +11848,15 @@ func (c *ClientWithResponses) PatchDagRunWithBodyWithResponse(ctx context.Contex
 // Only a claim starts a run: a PATCH to `running` is 409 `invalid_transition`, as is
 // every other transition (including one from a terminal state, or to the state the
 // run is already in).
+//
+// `deferred` (with `retry_after_seconds`, 1..86400) hands a `queued` or `running` run
+// back because the system it works on asked for a pause (an HTTP 429 or 503 with
+// `Retry-After`, a warehouse at capacity): the run becomes `queued` with its `attempt`
+// unchanged, its lease and worker cleared, `note` kept, and `not_before` = now +
+// `retry_after_seconds`; no claim hands it out before then. A run whose backfill is
+// canceling becomes `canceled` instead, as a release makes it. `retry_after_seconds`
+// missing or out of range with `deferred`, or given with another state, is 422
+// `invalid_deferral`.
 //
 // With `worker_id`, the run must be `running` under a live (unexpired) lease of that
 // worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
@@ -11703,6 +11980,12 @@ func (c *ClientWithResponses) GetPoolWithResponse(ctx context.Context, pool Pool
 // every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
 // nothing that runs: claims find no room in the pool until enough runs end.
 //
+// `rate` paces the pool: claims start at most `rate.runs` of its runs in any window of
+// one `rate.per`, exactly, across claimers and replicas (bursts up to `rate.runs`); a
+// pool out of starts is skipped like a full one, and `GET` answers `next_start_at`.
+// Starts made under an earlier pace still count against a new one; `rate` null (or
+// absent) removes the pace, and starts made without a pace are not counted.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /api/v1/pools/{pool} (the `PutPool` operationId).
@@ -11720,6 +12003,12 @@ func (c *ClientWithResponses) PutPoolWithBodyWithResponse(ctx context.Context, p
 // replaced). A claim never lets the pool's running runs exceed `slots`, together with
 // every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
 // nothing that runs: claims find no room in the pool until enough runs end.
+//
+// `rate` paces the pool: claims start at most `rate.runs` of its runs in any window of
+// one `rate.per`, exactly, across claimers and replicas (bursts up to `rate.runs`); a
+// pool out of starts is skipped like a full one, and `GET` answers `next_start_at`.
+// Starts made under an earlier pace still count against a new one; `rate` null (or
+// absent) removes the pace, and starts made without a pace are not counted.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11745,6 +12034,19 @@ func (c *ClientWithResponses) PutPoolWithResponse(ctx context.Context, pool Pool
 //   - It hands a backfill's runs out in `sort_ordinal` order, older backfills first.
 //   - A DAG's `is_paused` stops its runs outside backfills only; a backfill is paused on
 //     its own.
+//   - It skips a deferred run until its `not_before`, and a pool out of starts under its
+//     `rate` until its `next_start_at`.
+//
+// **Waiting.** With `wait_seconds` > 0, a claim that finds nothing waits, without
+// holding a database connection or an admission slot, and claims again as soon as a
+// change on any replica may have made something claimable (a new backfill or run, a
+// report or release, an unpause, a raised limit: within about 100 ms of its commit, by
+// PostgreSQL NOTIFY), at the earliest deferred run's time or pace's next start still
+// ahead, and at least every second (behind a transaction pooler, where NOTIFY cannot be
+// heard). It answers the
+// runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
+// this way leaves no slot idle between polls. Re-admission after the wait follows the
+// overload rules (503 `busy` when shed).
 //
 // The worker keeps the lease with `POST /api/v1/runs/{id}/heartbeat` and reports the
 // outcome with `PATCH /api/v1/dags/{dag_id}/runs/{run_id}`. A lease that expires puts
@@ -11783,6 +12085,19 @@ func (c *ClientWithResponses) ClaimRunsWithBodyWithResponse(ctx context.Context,
 //   - It hands a backfill's runs out in `sort_ordinal` order, older backfills first.
 //   - A DAG's `is_paused` stops its runs outside backfills only; a backfill is paused on
 //     its own.
+//   - It skips a deferred run until its `not_before`, and a pool out of starts under its
+//     `rate` until its `next_start_at`.
+//
+// **Waiting.** With `wait_seconds` > 0, a claim that finds nothing waits, without
+// holding a database connection or an admission slot, and claims again as soon as a
+// change on any replica may have made something claimable (a new backfill or run, a
+// report or release, an unpause, a raised limit: within about 100 ms of its commit, by
+// PostgreSQL NOTIFY), at the earliest deferred run's time or pace's next start still
+// ahead, and at least every second (behind a transaction pooler, where NOTIFY cannot be
+// heard). It answers the
+// runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
+// this way leaves no slot idle between polls. Re-admission after the wait follows the
+// overload rules (503 `busy` when shed).
 //
 // The worker keeps the lease with `POST /api/v1/runs/{id}/heartbeat` and reports the
 // outcome with `PATCH /api/v1/dags/{dag_id}/runs/{run_id}`. A lease that expires puts
@@ -14012,6 +14327,13 @@ func ParsePatchDagRunResponse(rsp *http.Response) (*PatchDagRunResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError

@@ -51,6 +51,13 @@ type ExecutorConfig struct {
 	// with jitter, up to MaxIdleBackoff (default 5s), and resets once runs are claimed.
 	IdleBackoff    time.Duration
 	MaxIdleBackoff time.Duration
+	// ClaimWait is how long a claim that finds nothing waits on the service for work
+	// (wait_seconds, whole seconds up to 30; default 20s, negative for none): the service
+	// answers as soon as something becomes claimable, so a freed slot is taken at once
+	// instead of at the next poll. IdleBackoff then applies only to claims that failed or
+	// did not wait. With UntilIdle it is at most 2s, so that the executor notices soon that
+	// everything is done.
+	ClaimWait time.Duration
 	// Logger receives claims, reports and errors; nil discards them.
 	Logger *slog.Logger
 	// UntilIdle makes RunExecutor return once a claim finds nothing, no work it started still
@@ -130,13 +137,32 @@ func (cfg *ExecutorConfig) defaults() error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	switch {
+	case cfg.ClaimWait == 0:
+		cfg.ClaimWait = defaultClaimWait
+	case cfg.ClaimWait < 0:
+		cfg.ClaimWait = 0
+	}
+	cfg.ClaimWait = min(cfg.ClaimWait.Truncate(time.Second), maxClaimWait)
+	if cfg.UntilIdle {
+		cfg.ClaimWait = min(cfg.ClaimWait, untilIdleClaimWait)
+	}
 	return nil
 }
+
+// The bounds of ExecutorConfig.ClaimWait: the service's (wait_seconds ≤ 30), the default,
+// and the most an UntilIdle executor waits in one claim.
+const (
+	maxClaimWait       = 30 * time.Second
+	defaultClaimWait   = 20 * time.Second
+	untilIdleClaimWait = 2 * time.Second
+)
 
 // RunExecutor is a worker loop: it claims runs (up to cfg.Limit at once), calls work for
 // each on its own goroutine, heartbeats the run's lease while work runs, and reports the
 // outcome as cfg.WorkerID: success when work returns nil, failed when it returns an error,
-// canceled when it returns an error after the backfill was canceled. When nothing is
+// canceled when it returns an error after the backfill was canceled, deferred when it returns
+// a DeferError (see Defer) while the run is still its own. When nothing is
 // claimable it backs off.
 //
 // work's context is canceled, with context.Cause ErrCancelRequested, when a heartbeat
@@ -224,6 +250,11 @@ func (c *Client) RunExecutor(ctx context.Context, cfg ExecutorConfig, work func(
 					log.Debug("nothing to claim, but runs in this executor's filters are queued or running; polling on (until idle)")
 				}
 			}
+			if err == nil && cfg.ClaimWait > 0 && time.Since(claimSent) >= cfg.ClaimWait {
+				continue // the claim waited on the service already
+			}
+			// An empty answer before the wait was over (a service that does not wait, or one
+			// draining) backs off as a claim that did not wait.
 			if !sleep(ctx, jitter(idle)) {
 				return nil
 			}
@@ -231,11 +262,20 @@ func (c *Client) RunExecutor(ctx context.Context, cfg ExecutorConfig, work func(
 			continue
 		}
 		idle = cfg.IdleBackoff
+		// A claim that waited on the service leased its runs at some instant between its
+		// sending and its answer: reckoned from the sending, as always, the lease would look
+		// nearly spent after a long wait. Such runs are heartbeated once before their work
+		// starts, which restarts the lease from a known instant.
+		renewFirst := time.Since(claimSent) > claimWaitRenewAfter
 		for _, run := range runs {
 			log.Debug("claimed run", "dag_id", run.DagId, "run_id", run.RunId, "attempt", run.Attempt)
 			wg.Go(func() {
 				defer func() { <-slots }()
-				c.execute(ctx, cfg, log, run, newLeaseClock(claimSent, cfg.LeaseSeconds), work)
+				lease := newLeaseClock(claimSent, cfg.LeaseSeconds)
+				if renewFirst && !c.renewClaimed(ctx, cfg, log, run, lease) {
+					return
+				}
+				c.execute(ctx, cfg, log, run, lease, work)
 			})
 		}
 	}
@@ -269,6 +309,10 @@ func (c *Client) claim(ctx context.Context, cfg ExecutorConfig, log *slog.Logger
 
 func claimRequest(cfg ExecutorConfig, limit int) ClaimRequest {
 	req := ClaimRequest{WorkerId: cfg.WorkerID, Limit: &limit, LeaseSeconds: &cfg.LeaseSeconds}
+	if cfg.ClaimWait > 0 {
+		secs := int(cfg.ClaimWait / time.Second)
+		req.WaitSeconds = &secs
+	}
 	if cfg.DagID != "" {
 		req.DagId = &cfg.DagID
 	}
@@ -335,15 +379,22 @@ func (c *Client) execute(ctx context.Context, cfg ExecutorConfig, log *slog.Logg
 		state = DagRunStateSuccess
 	case errors.Is(cause, ErrCancelRequested):
 		state = DagRunStateCanceled
+	case deferralOf(err) != nil:
+		state = ReportDeferred
 	default:
 		state = DagRunStateFailed
 	}
 	// A finished run is reported even while the executor stops.
-	note := ""
-	if state == DagRunStateFailed {
-		note = noteOf(err.Error())
+	report := RunReport{State: state, WorkerID: cfg.WorkerID, Traceparent: traceparentOf(run)}
+	switch state {
+	case DagRunStateFailed:
+		report.Note = noteOf(err.Error())
+	case ReportDeferred:
+		d := deferralOf(err)
+		report.Note, report.RetryAfter = d.Note, d.After
 	}
-	if err := c.report(ctx, cfg, log, run, state, note, lease); err != nil {
+	note := report.Note
+	if err := c.report(ctx, cfg, log, run, report, lease); err != nil {
 		log.Error("report failed", "state", state, "err", err)
 		cfg.runEnded(run, OutcomeUnreported, note)
 		return
@@ -405,7 +456,7 @@ const reportMaxWait = 5 * time.Second
 // ctx is the executor's: a finished run is reported even while the executor stops, but once
 // it stops the report has releaseTimeout more at the most, as a release has, so that a
 // stopping executor exits in time.
-func (c *Client) report(ctx context.Context, cfg ExecutorConfig, log *slog.Logger, run DagRun, state DagRunState, note string, lease *leaseClock) error {
+func (c *Client) report(ctx context.Context, cfg ExecutorConfig, log *slog.Logger, run DagRun, report RunReport, lease *leaseClock) error {
 	wait := cfg.reportWait
 	var stopBy time.Time // set once ctx has ended
 	giveUpAt := func() time.Time {
@@ -419,7 +470,7 @@ func (c *Client) report(ctx context.Context, cfg ExecutorConfig, log *slog.Logge
 	}
 	for {
 		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), giveUpAt())
-		_, err := c.ReportRun(rctx, run.DagId, run.RunId, RunReport{State: state, WorkerID: cfg.WorkerID, Note: note, Traceparent: traceparentOf(run)})
+		_, err := c.ReportRun(rctx, run.DagId, run.RunId, report)
 		cancel()
 		var p *ProblemError
 		if err == nil || (errors.As(err, &p) && !p.Temporary()) {

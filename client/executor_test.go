@@ -91,7 +91,7 @@ func (f *fakeExecutorAPI) handler() http.Handler {
 		f.reports[r.PathValue("run")] = body
 		f.mu.Unlock()
 		f.reported <- r.PathValue("run")
-		writeJSON(w, http.StatusOK, DagRun{DagId: r.PathValue("dag"), RunId: r.PathValue("run"), State: body.State})
+		writeJSON(w, http.StatusOK, DagRun{DagId: r.PathValue("dag"), RunId: r.PathValue("run"), State: DagRunState(body.State)})
 	})
 	return mux
 }
@@ -162,7 +162,7 @@ func TestRunExecutorReportsSuccessAndFailureWithWorkerID(t *testing.T) {
 	for runID, want := range map[string]DagRunState{"ok": DagRunStateSuccess, "bad": DagRunStateFailed, "panics": DagRunStateFailed} {
 		p, ok := f.report(runID)
 		require.True(t, ok, runID)
-		require.Equal(t, want, p.State, runID)
+		require.Equal(t, want, DagRunState(p.State), runID)
 		require.Equal(t, "w1", *p.WorkerId)
 	}
 	bad, _ := f.report("bad")
@@ -194,7 +194,7 @@ func TestRunExecutorCancelsWorkWhenBackfillIsCanceling(t *testing.T) {
 	require.Equal(t, "long", awaitReport(t, f))
 	require.ErrorIs(t, <-causes, ErrCancelRequested)
 	p, _ := f.report("long")
-	require.Equal(t, DagRunStateCanceled, p.State)
+	require.Equal(t, DagRunStateCanceled, DagRunState(p.State))
 }
 
 func TestRunExecutorDoesNotReportARunWhoseLeaseIsLost(t *testing.T) {
@@ -266,7 +266,7 @@ func TestRunExecutorReportRidesOutAnOutageWithinTheLease(t *testing.T) {
 	require.Equal(t, "finished", awaitReport(t, f))
 	p, ok := f.report("finished")
 	require.True(t, ok)
-	require.Equal(t, DagRunStateSuccess, p.State)
+	require.Equal(t, DagRunStateSuccess, DagRunState(p.State))
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	require.Equal(t, 9, f.patches, "eight refusals, then the report that landed")
@@ -311,7 +311,7 @@ func TestRunExecutorReportsANoteWithoutNULOrInvalidUTF8(t *testing.T) {
 		func(context.Context, DagRun) error { return errors.New("bad row a\x00b \xff end") })
 	require.Equal(t, "binary", awaitReport(t, f))
 	p, _ := f.report("binary")
-	require.Equal(t, DagRunStateFailed, p.State)
+	require.Equal(t, DagRunStateFailed, DagRunState(p.State))
 	require.Equal(t, "bad row a\uFFFDb \uFFFD end", *p.Note)
 }
 

@@ -162,10 +162,18 @@ func (fs fields) marshal() ([]byte, error) {
 	return []byte(b.String()), nil
 }
 
+// ReportDeferred is the report state that hands a run back to be tried again after
+// RunReport.RetryAfter, with its attempt unchanged. It is a report's word, not a run's
+// state: the run itself becomes queued (DagRun.NotBefore says until when).
+const ReportDeferred DagRunState = DagRunState(DagRunReportStateDeferred)
+
 // RunReport is ReportRun's body: a run's outcome.
 type RunReport struct {
-	// State is success, failed or canceled.
+	// State is success, failed or canceled, or ReportDeferred.
 	State DagRunState
+	// RetryAfter is how long a deferred run waits (whole seconds, 1 s to 24 h); only with
+	// ReportDeferred.
+	RetryAfter time.Duration
 	// WorkerID, when not empty, is the worker that must still hold the run's lease (else
 	// lease_lost); empty marks the run as an operator would.
 	WorkerID string
@@ -177,7 +185,11 @@ type RunReport struct {
 }
 
 func (r RunReport) patch() DagRunPatch {
-	body := DagRunPatch{State: r.State}
+	body := DagRunPatch{State: DagRunReportState(r.State)}
+	if r.RetryAfter > 0 {
+		secs := int64((r.RetryAfter + time.Second - 1) / time.Second)
+		body.RetryAfterSeconds = &secs
+	}
 	if r.WorkerID != "" {
 		body.WorkerId = &r.WorkerID
 	}

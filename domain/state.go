@@ -45,7 +45,13 @@ const (
 	RunSuccess  RunState = "success"
 	RunFailed   RunState = "failed"
 	RunCanceled RunState = "canceled"
+	// RunDeferred is a report's word, never a run's state: the run's system asked for it to
+	// be tried later, so it goes back to queued, not claimable until a given time.
+	RunDeferred RunState = "deferred"
 )
+
+// MaxDeferSeconds bounds a deferral's retry_after_seconds (a day).
+const MaxDeferSeconds = 86400
 
 // InFlight reports whether a run in this state is waiting for or held by a worker.
 func (s RunState) InFlight() bool { return s == RunQueued || s == RunRunning }

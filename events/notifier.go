@@ -22,6 +22,11 @@ import (
 // after a crash of the leader).
 const notifyStatement = `SELECT set_config('synchronous_commit', 'off', true), pg_notify('` + Channel + `', '')`
 
+// notifyStatementOn is notifyStatement on another channel.
+func notifyStatementOn(channel string) string {
+	return `SELECT set_config('synchronous_commit', 'off', true), pg_notify('` + channel + `', '')`
+}
+
 // DefaultNotifyGap is the least time between two notifications of one replica: kicks within
 // it are folded into one, so that a burst of changes costs one NOTIFY.
 const DefaultNotifyGap = 10 * time.Millisecond
@@ -40,6 +45,17 @@ type Notifier struct {
 // NewNotifier returns a Notifier that sends with exec (one call: notifyStatement on a pooled
 // connection) at most once every gap (DefaultNotifyGap when zero).
 func NewNotifier(exec func(ctx context.Context, statement string) error, gap time.Duration, log *slog.Logger) *Notifier {
+	return newNotifier(notifyStatement, exec, gap, log)
+}
+
+// NewClaimableNotifier is NewNotifier on ClaimableChannel: it wakes the waiting claims of
+// every replica (ClaimWaker) after this replica changed something that may make runs
+// claimable.
+func NewClaimableNotifier(exec func(ctx context.Context, statement string) error, gap time.Duration, log *slog.Logger) *Notifier {
+	return newNotifier(notifyStatementOn(ClaimableChannel), exec, gap, log)
+}
+
+func newNotifier(statement string, exec func(ctx context.Context, statement string) error, gap time.Duration, log *slog.Logger) *Notifier {
 	if gap <= 0 {
 		gap = DefaultNotifyGap
 	}
@@ -47,7 +63,7 @@ func NewNotifier(exec func(ctx context.Context, statement string) error, gap tim
 		log = slog.New(slog.DiscardHandler)
 	}
 	n := &Notifier{gap: gap, log: log, kick: make(chan struct{}, 1)}
-	n.exec = func(ctx context.Context) error { return exec(ctx, notifyStatement) }
+	n.exec = func(ctx context.Context) error { return exec(ctx, statement) }
 	n.Init(n.loop, nil)
 	return n
 }

@@ -234,38 +234,45 @@ func (a *admitter) admit(next http.Handler, mine func(*http.Request) bool) http.
 		}
 		if a.obs != nil {
 			a.obs.Admitted(name, time.Since(start))
-			a.obs.InFlight(name, 1)
 		}
-		if !mayWaitOutside(r) {
+		a.inFlight(name, 1)
+		if class != ClassClaim && !mayWaitOutside(r) {
 			defer a.leave(q, name)
 			next.ServeHTTP(w, r)
 			return
 		}
+		// A claim may wait for work (wait_seconds) and a read of events for an older
+		// transaction: each gives its slot back meanwhile, through the hold in its context.
 		hold := &admissionHold{a: a, q: q, name: name, held: true}
 		defer hold.release()
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), admissionHoldKey{}, hold)))
 	})
 }
 
-// leave gives an admitted request's slot back.
-func (a *admitter) leave(q int, name string) {
-	a.queue.release(q)
+func (a *admitter) inFlight(name string, delta int) {
 	if a.obs != nil {
-		a.obs.InFlight(name, -1)
+		a.obs.InFlight(name, delta)
 	}
 }
 
-// mayWaitOutside reports whether r is a read of events, the only requests that wait outside
-// their slot (outsideAdmission). Every other request is served without the hold in its
-// context: a new context and a copy of the request cost a status read two allocations it
-// would never use.
+// leave gives an admitted request's slot back.
+func (a *admitter) leave(q int, name string) {
+	a.queue.release(q)
+	a.inFlight(name, -1)
+}
+
+// mayWaitOutside reports whether r is a read of events, which waits outside its slot for an
+// older transaction (outsideAdmission). Requests that never wait are served without the
+// hold in their context: a new context and a copy of the request would cost a status read
+// two allocations it never uses.
 func mayWaitOutside(r *http.Request) bool {
 	return strings.HasSuffix(r.URL.Path, "/events")
 }
 
 // admissionHold is an admitted request's slot, which its handler may give back while it
-// waits for something that needs no database (outsideAdmission) and take again after.
-// Only the request's own goroutine uses it.
+// waits for something that needs no database (work to claim, an older transaction to end)
+// and take again, through the queue like a new request, before it goes on. Only the
+// request's own goroutine uses it.
 type admissionHold struct {
 	a    *admitter
 	q    int
@@ -275,6 +282,14 @@ type admissionHold struct {
 
 type admissionHoldKey struct{}
 
+// requestSlot is the request's admission slot; nil when admission is off or the request
+// never waits outside it.
+func requestSlot(ctx context.Context) *admissionHold {
+	h, _ := ctx.Value(admissionHoldKey{}).(*admissionHold)
+	return h
+}
+
+// release gives the slot back while the request waits.
 func (h *admissionHold) release() {
 	if !h.held {
 		return
@@ -284,18 +299,20 @@ func (h *admissionHold) release() {
 }
 
 // reacquire takes a slot again as a new request of its class would: an error means that it
-// was shed (or its client left), and the request holds no slot.
+// was shed (counted as such) or its client left, and the request holds no slot.
 func (h *admissionHold) reacquire(ctx context.Context) error {
 	if h.held {
 		return nil
 	}
+	start := time.Now()
 	if err := h.a.queue.acquire(ctx, h.q); err != nil {
+		if h.a.obs != nil && ctx.Err() == nil {
+			h.a.obs.Shed(h.name, time.Since(start))
+		}
 		return err
 	}
 	h.held = true
-	if h.a.obs != nil {
-		h.a.obs.InFlight(h.name, 1)
-	}
+	h.a.inFlight(h.name, 1)
 	return nil
 }
 
@@ -304,7 +321,7 @@ func (h *admissionHold) reacquire(ctx context.Context) error {
 // other than the database (an older transaction to end) must not keep a slot that other
 // requests need meanwhile. Without admission it only waits.
 func outsideAdmission(ctx context.Context, d time.Duration) bool {
-	hold, _ := ctx.Value(admissionHoldKey{}).(*admissionHold)
+	hold := requestSlot(ctx)
 	if hold != nil {
 		hold.release()
 	}

@@ -71,6 +71,7 @@ func runOut(r repo.Run) api.DagRun {
 		LeaseExpiresAt:    utcPtr(r.LeaseExpiresAt),
 		Note:              r.Note,
 		CodeRef:           r.CodeRef,
+		NotBefore:         utcPtr(r.NotBefore),
 	}
 }
 

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"time"
@@ -75,12 +76,40 @@ func (s *Server) PatchDagRun(w http.ResponseWriter, r *http.Request, dagID, runI
 		writeProblem(w, *p)
 		return
 	}
-	run, err := s.store.RunReport(r.Context(), repo.RunReportParams{
+	params := repo.RunReportParams{
 		DagID: dagID, RunID: runID, State: domain.RunState(body.State), WorkerID: body.WorkerId, Note: body.Note,
-	})
+	}
+	if p := deferralProblem(body); p != nil {
+		writeProblem(w, *p)
+		return
+	}
+	if body.RetryAfterSeconds != nil {
+		params.RetryAfterSeconds = int(*body.RetryAfterSeconds)
+	}
+	run, err := s.store.RunReport(r.Context(), params)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	s.writeJSON(w, r, http.StatusOK, runOut(run))
+}
+
+// deferralProblem is the 422 for a report whose retry_after_seconds does not go with its
+// state: a deferral needs one within 1..MaxDeferSeconds, and no other state takes one. It is
+// a 422 rather than a 400 because each field on its own is well-formed; the pair is not.
+func deferralProblem(body api.DagRunPatch) *api.Problem {
+	deferred := body.State == api.DagRunReportStateDeferred
+	var detail string
+	switch {
+	case deferred && body.RetryAfterSeconds == nil:
+		detail = "a report of deferred needs retry_after_seconds"
+	case deferred && (*body.RetryAfterSeconds < 1 || *body.RetryAfterSeconds > domain.MaxDeferSeconds):
+		detail = fmt.Sprintf("retry_after_seconds must be 1..%d", domain.MaxDeferSeconds)
+	case !deferred && body.RetryAfterSeconds != nil:
+		detail = "retry_after_seconds goes only with state deferred"
+	default:
+		return nil
+	}
+	p := problem(http.StatusUnprocessableEntity, "invalid_deferral", detail)
+	return &p
 }

@@ -1,7 +1,10 @@
 package handlers
 
 import (
+	"errors"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/backfillsvc/backfill/api"
 	"github.com/backfillsvc/backfill/repo"
@@ -24,7 +27,16 @@ func (s *Server) ClaimRuns(w http.ResponseWriter, r *http.Request, hp api.ClaimR
 	if hp.IdempotencyKey != nil {
 		params.IdempotencyKey = *hp.IdempotencyKey
 	}
-	runs, replayed, err := s.store.RunClaim(r.Context(), params)
+	var wait time.Duration
+	if body.WaitSeconds != nil {
+		wait = time.Duration(*body.WaitSeconds) * time.Second
+	}
+	runs, replayed, err := s.claimWaiting(r, params, wait)
+	if errors.Is(err, errShedWhileWaiting) {
+		w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
+		writeProblem(w, problem(http.StatusServiceUnavailable, "busy", "the server is at capacity; retry shortly"))
+		return
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -15,9 +15,11 @@ func (s *Server) PutPool(w http.ResponseWriter, r *http.Request, name string) {
 		writeProblem(w, *p)
 		return
 	}
-	pool, created, err := s.store.PoolPut(r.Context(), repo.PoolPutParams{
-		Name: name, Slots: int(body.Slots), Description: body.Description,
-	})
+	params := repo.PoolPutParams{Name: name, Slots: int(body.Slots), Description: body.Description}
+	if body.Rate != nil {
+		params.Rate = &repo.PoolRate{Runs: int(body.Rate.Runs), Per: string(body.Rate.Per)}
+	}
+	pool, created, err := s.store.PoolPut(r.Context(), params)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -53,13 +55,18 @@ func (s *Server) DeletePool(w http.ResponseWriter, r *http.Request, name string)
 }
 
 func poolOut(p repo.Pool) api.Pool {
-	return api.Pool{
+	out := api.Pool{
 		Name:        p.Name,
 		Slots:       int32(p.Slots),
 		Description: p.Description,
 		Running:     int32(p.Running),
 		Queued:      int32(p.Queued),
+		NextStartAt: utcPtr(p.NextStartAt),
 		CreatedAt:   utc(p.CreatedAt),
 		UpdatedAt:   utc(p.UpdatedAt),
 	}
+	if p.RateRuns != nil && p.RatePer != nil {
+		out.Rate = &api.PoolRate{Runs: int32(*p.RateRuns), Per: api.PoolRatePer(*p.RatePer)}
+	}
+	return out
 }

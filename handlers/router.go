@@ -34,6 +34,7 @@ func New(opts Options) (http.Handler, error) {
 
 		statementTimeout: opts.StatementTimeout,
 		eventScanRows:    opts.EventScanRows,
+		claimWaker:       opts.ClaimWaker,
 	}
 	if s.answers == nil {
 		s.answers = nopAnswers{}

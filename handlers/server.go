@@ -93,6 +93,17 @@ type Options struct {
 	// EventScanRows is the most outbox rows one read statement looks at (default
 	// repo.DefaultEventScanRows); tests make it small.
 	EventScanRows int
+	// ClaimWaker wakes claims that wait for work (wait_seconds); nil leaves them to their
+	// polling.
+	ClaimWaker ClaimWaker
+}
+
+// ClaimWaker is what a waiting claim listens to (events.ClaimWaker): Wait's channel is
+// closed when something may have become claimable.
+type ClaimWaker interface {
+	Wait() <-chan struct{}
+	// Stopping is closed when the server drains: waiting claims answer at once.
+	Stopping() <-chan struct{}
 }
 
 // AnswerObserver counts answers that say something went wrong on the service's side and
@@ -129,6 +140,8 @@ type Server struct {
 	tracer *tracing.Tracer
 	// answers: see Options.Answers; never nil.
 	answers AnswerObserver
+	// claimWaker: see Options.ClaimWaker; may be nil.
+	claimWaker ClaimWaker
 }
 
 var _ api.ServerInterface = (*Server)(nil)

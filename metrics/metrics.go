@@ -20,6 +20,7 @@ type Metrics struct {
 	backfillsFinalized *prometheus.CounterVec
 	runsClaimed        prometheus.Counter
 	leasesExpired      prometheus.Counter
+	runsDeferred       *prometheus.CounterVec
 	txRetries          prometheus.Counter
 	sweepDuration      prometheus.Histogram
 	sweepErrors        prometheus.Counter
@@ -63,6 +64,10 @@ func New() *Metrics {
 			Name: "backfill_leases_expired_total",
 			Help: "Runs whose lease expired before their worker reported.",
 		}),
+		runsDeferred: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backfill_runs_deferred_total",
+			Help: "Runs handed back by a report of deferred (their system asked for a pause), by DAG.",
+		}, []string{"dag_id"}),
 		txRetries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backfill_tx_retries_total",
 			Help: "Transactions run again after a serialization failure or deadlock.",
@@ -148,7 +153,7 @@ func New() *Metrics {
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.backfillsCreated, m.backfillsFinalized, m.runsClaimed, m.leasesExpired, m.txRetries,
+		m.backfillsCreated, m.backfillsFinalized, m.runsClaimed, m.leasesExpired, m.runsDeferred, m.txRetries,
 		m.sweepDuration, m.sweepErrors, m.httpRequests, m.httpDuration,
 		m.webhookAttempts, m.webhookLag,
 		m.eventsRead, m.eventLag, m.eventStreams, m.streamsRejected, m.outcomeUnknown,
@@ -202,6 +207,9 @@ func (m *Metrics) RunsClaimed(n int) { m.runsClaimed.Add(float64(n)) }
 
 // LeasesExpired implements repo.Observer.
 func (m *Metrics) LeasesExpired(n int) { m.leasesExpired.Add(float64(n)) }
+
+// RunDeferred implements repo.Observer.
+func (m *Metrics) RunDeferred(dagID string) { m.runsDeferred.WithLabelValues(dagID).Inc() }
 
 // SweepPassed records one sweep pass.
 func (m *Metrics) SweepPassed(d time.Duration, err error) {

@@ -23,6 +23,10 @@ type RunClaimParams struct {
 	IdempotencyKey string
 	// Pool, when set, restricts the claim to the runs in one pool.
 	Pool *string
+	// KeyOnlyWithRuns records IdempotencyKey only when the claim hands out runs: a claim
+	// that waits for work claims again under its key until it gets some, and an empty
+	// attempt recorded under the key would answer every later one.
+	KeyOnlyWithRuns bool
 }
 
 // RunClaim moves up to Limit queued runs to running, leased to the worker. Runs outside
@@ -79,7 +83,7 @@ func (s *Store) RunClaim(ctx context.Context, p RunClaimParams) ([]Run, bool, er
 // with the key handed out that are still leased to the worker.
 func (s *Store) runClaimIdempotent(ctx context.Context, p RunClaimParams, scope claimScope, args []any) ([]Run, bool, error) {
 	keyless := p
-	keyless.IdempotencyKey = ""
+	keyless.IdempotencyKey, keyless.KeyOnlyWithRuns = "", false
 	fp, err := domain.RequestFingerprint(keyless, nil)
 	if err != nil {
 		return nil, false, err
@@ -108,6 +112,9 @@ func (s *Store) runClaimIdempotent(ctx context.Context, p RunClaimParams, scope 
 		// finds nothing: the key it records then either waits for the first attempt's key
 		// (and answers its runs) or makes that attempt roll back. Without it, that retry
 		// would answer nothing while the first leased runs to the worker.
+		if len(runs) == 0 && p.KeyOnlyWithRuns {
+			return runs, nil, nil, nil
+		}
 		ids := make([]int64, len(runs))
 		for i, run := range runs {
 			ids[i] = run.ID
@@ -171,7 +178,11 @@ func (s *Store) claimRuns(ctx context.Context, tx *sqlx.Tx, scope claimScope, ar
 // dag_id, else the pool).
 func claimableStatement(scope claimScope) string {
 	dagOwner, manualRun, backfillOwner := claimOwners(scope, 1)
-	return `SELECT EXISTS (SELECT 1 FROM backfills WHERE ` + backfillOwner + `)
+	// A backfill counts only with a queued run that is not deferred: its counters do not
+	// tell deferred runs apart, and one whose every queued run waits would keep an empty
+	// claim trying again for the whole race budget.
+	return `SELECT EXISTS (SELECT 1 FROM backfills WHERE ` + backfillOwner + ` AND EXISTS (
+			SELECT 1 FROM dag_runs WHERE backfill_id = backfills.id AND state = 'queued' AND ` + runReady + `))
 		OR EXISTS (SELECT 1 FROM dags o WHERE ` + dagOwner + ` AND EXISTS (
 			SELECT 1 FROM dag_runs WHERE ` + manualRun + `))`
 }
@@ -193,7 +204,7 @@ func textParam(n int) string { return "$" + strconv.Itoa(n) + "::text" }
 // scope; first is the number of the first filter parameter (the dag_id, else the pool).
 func claimOwners(scope claimScope, first int) (dagOwner, manualRun, backfillOwner string) {
 	dagOwner, backfillOwner = `manual_claimable`, `claimable`
-	manualRun = `dag_id = o.dag_id AND backfill_id IS NULL AND state = 'queued'`
+	manualRun = `dag_id = o.dag_id AND backfill_id IS NULL AND state = 'queued' AND ` + runReady
 	if scope&claimOneDag != 0 {
 		// The DAG itself and its one active backfill. The condition on the backfill spells out
 		// what `claimable` means so that the planner finds the backfill by dag_id instead of
@@ -205,8 +216,8 @@ func claimOwners(scope claimScope, first int) (dagOwner, manualRun, backfillOwne
 	// Pools: an owner or manual run whose pool is full in the statement's snapshot is passed
 	// over, so that a full pool is skipped rather than filling the claim with runs it would
 	// then drop. The snapshot may be stale either way; the exact check is poolRoom's, below.
-	backfillOwner += ` AND (pool IS NULL OR EXISTS (SELECT 1 FROM pools p WHERE p.name = backfills.pool AND p.num_running < p.slots))`
-	manualRun += ` AND (pool IS NULL OR EXISTS (SELECT 1 FROM pools p WHERE p.name = dag_runs.pool AND p.num_running < p.slots))`
+	backfillOwner += ` AND (pool IS NULL OR EXISTS (SELECT 1 FROM pools p WHERE p.name = backfills.pool AND ` + poolOpen + `))`
+	manualRun += ` AND (pool IS NULL OR EXISTS (SELECT 1 FROM pools p WHERE p.name = dag_runs.pool AND ` + poolOpen + `))`
 	if scope&claimInPool != 0 {
 		pool := textParam(first)
 		if scope&claimOneDag != 0 {
@@ -252,6 +263,9 @@ var claimStatements, claimableStatements = func() (claim, claimable [claimOneDag
 //     waited on. Pools are taken last, after every owner and run: a claim never waits while
 //     it holds a pool, so it cannot deadlock with a report that holds a backfill and waits
 //     for the pool's counter.
+//     A paced pool's room is also bounded by the starts its pace leaves (poolRoom), and
+//     paced appends the admitted runs' start times to the pool's log of starts under that
+//     same lock, so the pace holds across claimers and replicas as exactly as the slots do.
 //  5. claimed leases the admitted runs; the counter triggers move the owners' and pools'
 //     counters in the same statement, under the locks taken in 1 and 4.
 //
@@ -316,13 +330,13 @@ func claimStatement(scope claimScope) string {
 				WITH RECURSIVE walk (id, ordinal, n) AS (
 					SELECT * FROM (
 						SELECT id, backfill_sort_ordinal, 1 FROM dag_runs
-						WHERE backfill_id = o.id AND state = 'queued'
+						WHERE backfill_id = o.id AND state = 'queued' AND ` + runReady + `
 						ORDER BY backfill_sort_ordinal LIMIT 1
 						FOR UPDATE SKIP LOCKED) head
 					UNION ALL
 					SELECT r.id, r.backfill_sort_ordinal, w.n + 1 FROM walk w CROSS JOIN LATERAL (
 						SELECT id, backfill_sort_ordinal FROM dag_runs
-						WHERE backfill_id = o.id AND state = 'queued' AND backfill_sort_ordinal > w.ordinal
+						WHERE backfill_id = o.id AND state = 'queued' AND ` + runReady + ` AND backfill_sort_ordinal > w.ordinal
 						ORDER BY backfill_sort_ordinal LIMIT 1
 						FOR UPDATE SKIP LOCKED) r
 					WHERE w.n < least(o.room, o.pool_room, $3::int)
@@ -336,17 +350,23 @@ func claimStatement(scope claimScope) string {
 		), numbered AS MATERIALIZED (
 			SELECT id, pool, row_number() OVER () AS ord FROM picked
 		), pool_room AS (
-			SELECT name, slots - num_running AS room FROM pools
+			SELECT name, ` + poolRoom + ` AS room FROM pools p
 			WHERE name IN (SELECT pool FROM numbered) AND num_running < slots
 			ORDER BY name
 			FOR NO KEY UPDATE SKIP LOCKED
 		), admitted AS (
-			SELECT id FROM numbered WHERE pool IS NULL
+			SELECT id, NULL AS pool FROM numbered WHERE pool IS NULL
 			UNION ALL
-			SELECT id FROM (
-				SELECT n.id, pr.room, row_number() OVER (PARTITION BY n.pool ORDER BY n.ord) AS k
+			SELECT id, pool FROM (
+				SELECT n.id, n.pool, pr.room, row_number() OVER (PARTITION BY n.pool ORDER BY n.ord) AS k
 				FROM numbered n JOIN pool_room pr ON pr.name = n.pool) q
 			WHERE k <= room
+		), paced AS (
+			UPDATE pools p SET rate_starts = ARRAY(
+					SELECT s FROM unnest(p.rate_starts) s WHERE s > backfill_now() - pool_rate_period(p.rate_per))
+				|| array_fill(backfill_now(), ARRAY[a.n])
+			FROM (SELECT pool, count(*)::int AS n FROM admitted WHERE pool IS NOT NULL GROUP BY pool) a
+			WHERE p.name = a.pool AND p.rate_runs IS NOT NULL
 		), claimed AS (
 			UPDATE dag_runs r SET state = 'running', worker_id = $1::text, start_date = backfill_now(),
 				end_date = NULL, lease_seconds = $2::int,
@@ -358,10 +378,23 @@ func claimStatement(scope claimScope) string {
 		ORDER BY backfill_id NULLS FIRST, dag_id, backfill_sort_ordinal, logical_date`
 }
 
+// runReady is the condition on a queued run that no deferral holds back (migrations/00025):
+// by the one clock, so the deferral ends at the same instant on every replica.
+const runReady = `(not_before IS NULL OR not_before <= backfill_now())`
+
 // snapshotPoolRoom is an owner's pool room as the statement's snapshot has it (NULL for no
 // pool, which least() ignores): it keeps the claim from taking more of a pooled backfill's
 // runs than the pool could admit. It is only a first guess; poolRoom decides.
-const snapshotPoolRoom = `(SELECT p.slots - p.num_running FROM pools p WHERE p.name = backfills.pool)`
+const snapshotPoolRoom = `(SELECT ` + poolRoom + ` FROM pools p WHERE p.name = backfills.pool)`
+
+// poolRoom is how many runs pool p may start now: its free slots, and no more than its pace
+// leaves (migrations/00026_pool_rate.sql). On the row the claim locks it is exact; elsewhere,
+// a snapshot's guess.
+const poolRoom = `least(p.slots - p.num_running, coalesce(pool_rate_room(p.rate_runs, p.rate_per, p.rate_starts, backfill_now()), p.slots))`
+
+// poolOpen is the snapshot's test that pool p has room: a pool that is full or out of starts
+// is passed over, not filled into the claim and dropped.
+const poolOpen = `p.num_running < p.slots AND (p.rate_runs IS NULL OR pool_rate_room(p.rate_runs, p.rate_per, p.rate_starts, backfill_now()) > 0)`
 
 // claimCodeRef is the code_ref a claimed run is answered with: its backfill's, read by primary
 // key (the claim holds that row already), so that no run row carries a copy. The alias lets

@@ -20,6 +20,7 @@ type DagPutParams struct {
 
 // DagPut creates or replaces a DAG and reports whether it was created.
 func (s *Store) DagPut(ctx context.Context, p DagPutParams) (Dag, bool, error) {
+	defer s.claimableMayHaveChanged() // an unpause, or a raised max_active_runs
 	if err := domain.ValidateSchedule(p.Schedule, p.Timezone); err != nil {
 		return Dag{}, false, err
 	}

@@ -214,6 +214,18 @@ func (s *Store) eventsMayBeWritten() {
 	if s.onEvents != nil {
 		s.onEvents()
 	}
+	// Every change that writes a backfill's events may also make its runs claimable (a
+	// creation, an unpause, a raised limit).
+	s.claimableMayHaveChanged()
+}
+
+// claimableMayHaveChanged tells Config.OnClaimable that a change that may have made runs
+// claimable is over (committed or not: a needless wake-up costs each waiting claim one
+// claim).
+func (s *Store) claimableMayHaveChanged() {
+	if s.onClaimable != nil {
+		s.onClaimable()
+	}
 }
 
 // SweepPruneEvents deletes up to batch events older than maxAge (the contract keeps them at

@@ -45,11 +45,13 @@ type Run struct {
 	Note *string `db:"note"`
 	// CodeRef is the run's backfill's code_ref; only a claim reads it (claimCodeRef).
 	CodeRef *string `db:"code_ref"`
+	// NotBefore is set on a queued run that a report deferred: no claim hands it out before.
+	NotBefore *time.Time `db:"not_before"`
 }
 
 // runColumns selects a Run; keep it in step with the struct.
 const runColumns = `id, dag_id, run_id, logical_date, data_interval_start, data_interval_end, state,
-	run_type, backfill_id, conf, attempt, worker_id, queued_at, start_date, end_date, lease_expires_at, note`
+	run_type, backfill_id, conf, attempt, worker_id, queued_at, start_date, end_date, lease_expires_at, note, not_before`
 
 // prefixed qualifies each column of a list like runColumns with a table alias.
 func prefixed(alias, columns string) string {

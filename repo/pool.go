@@ -21,36 +21,65 @@ type Pool struct {
 	Queued    int       `db:"num_queued"`
 	CreatedAt time.Time `db:"created_at"`
 	UpdatedAt time.Time `db:"updated_at"`
+	// RateRuns and RatePer are the pool's pace (nil: none): at most RateRuns starts per
+	// RatePer ("second", "minute", "hour"), in any window of that length.
+	RateRuns *int    `db:"rate_runs"`
+	RatePer  *string `db:"rate_per"`
+	// NextStartAt is when the pool may start a run again while its pace is used up; nil
+	// otherwise.
+	NextStartAt *time.Time `db:"next_start_at"`
 }
 
-const poolColumns = `name, slots, description, num_running, num_queued, created_at, updated_at`
+// poolColumns selects a Pool; next_start_at is computed by the database's clock
+// (migrations/00026_pool_rate.sql).
+const poolColumns = `name, slots, description, num_running, num_queued, created_at, updated_at,
+	rate_runs, rate_per, pool_next_start(rate_runs, rate_per, rate_starts, backfill_now()) AS next_start_at`
+
+// PoolRate is a pool's pace: at most Runs starts per Per.
+type PoolRate struct {
+	Runs int
+	Per  string // "second", "minute" or "hour"
+}
 
 // PoolPutParams creates or replaces a pool's settings.
 type PoolPutParams struct {
 	Name        string
 	Slots       int
 	Description *string
+	// Rate is the pool's pace; nil for none.
+	Rate *PoolRate
 }
 
 // PoolPut creates or replaces a pool and reports whether it was created. Replacing keeps the
 // counters: lowering slots below the running count stops nothing, claims just find no room
-// until enough runs end.
+// until enough runs end. It keeps the log of recent starts while a pace remains, whatever
+// its new figures (those starts happened, and a new pace counts them at once), and drops it
+// with the pace.
 func (s *Store) PoolPut(ctx context.Context, p PoolPutParams) (Pool, bool, error) {
+	defer s.claimableMayHaveChanged() // more slots, or a pace relaxed
 	var row struct {
 		Pool
 		Created bool `db:"created"`
 	}
+	var rateRuns *int
+	var ratePer *string
+	if p.Rate != nil {
+		rateRuns, ratePer = &p.Rate.Runs, &p.Rate.Per
+	}
 	err := s.withRetry(ctx, func(a attempt) error {
 		return sqlx.GetContext(a.ctx, s.db, &row, `
-			INSERT INTO pools (name, slots, description, created_at, updated_at)
-			SELECT $1, $2, $3, backfill_now(), backfill_now()
+			INSERT INTO pools (name, slots, description, created_at, updated_at, rate_runs, rate_per)
+			SELECT $1, $2, $3, backfill_now(), backfill_now(), $5, $6
 			WHERE `+statementLockWait("$4")+`
 			ON CONFLICT (name) DO UPDATE SET
 				slots = EXCLUDED.slots,
 				description = EXCLUDED.description,
-				updated_at = EXCLUDED.updated_at
+				updated_at = EXCLUDED.updated_at,
+				rate_runs = EXCLUDED.rate_runs,
+				rate_per = EXCLUDED.rate_per,
+				rate_starts = CASE WHEN EXCLUDED.rate_runs IS NULL THEN '{}' ELSE pools.rate_starts END
 			RETURNING `+poolColumns+`, (xmax = 0) AS created`,
-			p.Name, p.Slots, p.Description, a.lockWait)
+			p.Name, p.Slots, p.Description, a.lockWait, rateRuns, ratePer)
 	})
 	if err != nil {
 		return Pool{}, false, fmt.Errorf("upsert pool %q: %w", p.Name, err)

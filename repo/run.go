@@ -48,6 +48,7 @@ type RunCreateParams struct {
 // RunCreate inserts a queued manual run. It reports replayed = true when it answered, as it
 // is now, the run an earlier request with the same idempotency key created.
 func (s *Store) RunCreate(ctx context.Context, p RunCreateParams) (Run, bool, error) {
+	defer s.claimableMayHaveChanged()
 	p.LogicalDate = p.LogicalDate.UTC().Truncate(time.Microsecond)
 	keyless := p
 	keyless.IdempotencyKey, keyless.Conf = "", nil
@@ -175,16 +176,23 @@ type RunReportParams struct {
 	WorkerID *string
 	// Note is what the reporter says about the outcome (why a run failed); nil for none.
 	Note *string
+	// RetryAfterSeconds is how long a deferred run (State domain.RunDeferred) waits before
+	// a claim may hand it out again; the handler checks its range.
+	RetryAfterSeconds int
 }
 
 // RunReport moves a queued or running run to a terminal state.
 func (s *Store) RunReport(ctx context.Context, p RunReportParams) (Run, error) {
+	// A report ends a running run (a slot frees) or marks a queued one.
+	defer s.claimableMayHaveChanged()
 	if p.State != domain.RunSuccess {
 		// A failure may spend the last of the failure budget and pause the backfill.
 		defer s.eventsMayBeWritten()
 	}
 	switch p.State {
 	case domain.RunSuccess, domain.RunFailed, domain.RunCanceled:
+	case domain.RunDeferred:
+		return s.runDefer(ctx, p)
 	default:
 		// Only a claim starts a run, and nothing leaves a terminal state through a report.
 		return Run{}, ErrInvalidTransition

@@ -12,6 +12,7 @@ import (
 // whose backfill is canceling becomes canceled instead, as an expired lease would make it:
 // a queued run would keep a canceling backfill from ever finishing.
 func (s *Store) RunRelease(ctx context.Context, runPK int64, workerID string) (Run, error) {
+	defer s.claimableMayHaveChanged()
 	// The backfill row is locked before the run (the order every path takes), in the CTE's
 	// scalar subquery, which the UPDATE needs before it can lock the run.
 	run, err := s.updateRunOnLeasePool(ctx, fmt.Sprintf("release run %d", runPK), `

@@ -18,6 +18,8 @@ type Observer interface {
 	BackfillFinalized(state string)
 	RunsClaimed(n int)
 	LeasesExpired(n int)
+	// RunDeferred: a report deferred a run of the DAG.
+	RunDeferred(dagID string)
 }
 
 type nopObserver struct{}
@@ -27,6 +29,7 @@ func (nopObserver) BackfillCreated(string)   {}
 func (nopObserver) BackfillFinalized(string) {}
 func (nopObserver) RunsClaimed(int)          {}
 func (nopObserver) LeasesExpired(int)        {}
+func (nopObserver) RunDeferred(string)       {}
 
 // The service's defaults for Config, stated once: cmd/api's configuration starts from them
 // (MAX_BACKFILL_RUNS, MAX_ATTEMPTS) and New falls back to them for a zero value, which tests
@@ -55,6 +58,10 @@ type Config struct {
 	// (the outbox's writers take no lock and send no NOTIFY: the service wakes the event
 	// streams itself, events.Notifier). nil calls nothing.
 	OnEvents func()
+	// OnClaimable is called, without blocking, after a change that may have made runs
+	// claimable (a creation, a report or release, an unpause, a limit raised, a lease
+	// expired), to wake waiting claims (events.ClaimWaker). nil calls nothing.
+	OnClaimable func()
 	// LeaseDB is a small pool of its own for heartbeats, reports and releases, so that they
 	// never queue for a connection behind claims or reads; nil uses the main pool.
 	LeaseDB *sqlx.DB
@@ -76,6 +83,7 @@ type Store struct {
 	maxAttempts     int
 	reconnectWait   time.Duration
 	onEvents        func()
+	onClaimable     func()
 	prepared        *preparedStatements
 	tracer          *tracing.Tracer
 }
@@ -89,6 +97,7 @@ func New(db *sqlx.DB, cfg Config) *Store {
 		maxAttempts:     cfg.MaxAttempts,
 		reconnectWait:   cfg.ReconnectWait,
 		onEvents:        cfg.OnEvents,
+		onClaimable:     cfg.OnClaimable,
 		prepared:        &preparedStatements{enabled: cfg.PrepareStatements},
 		tracer:          cfg.Tracer,
 	}

@@ -26,8 +26,10 @@ func replicaOf(t *testing.T, e *env) *env {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 	m := metrics.New()
-	store := repo.New(db, repo.Config{Observer: m})
+	claimWaker := startClaimWaker(t, db, e.DSN, slog.New(slog.DiscardHandler))
+	store := repo.New(db, repo.Config{Observer: m, OnClaimable: claimWaker.Kick})
 	h, err := handlers.New(handlers.Options{
+		ClaimWaker: claimWaker,
 		Store:      store,
 		Logger:     slog.New(slog.DiscardHandler),
 		Ready:      func(ctx context.Context) error { return store.Ping(ctx) },

@@ -195,9 +195,11 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}, 0, logger)
 	require.NoError(t, notifier.Start(context.Background()))
 	t.Cleanup(notifier.Stop)
+	claimWaker := startClaimWaker(t, storeDB, dsn, logger)
 	store := repo.New(storeDB, repo.Config{
 		MaxBackfillRuns: o.maxBackfillRuns,
 		MaxAttempts:     o.maxAttempts,
+		OnClaimable:     claimWaker.Kick,
 		Observer:        m,
 		OnEvents:        notifier.Kick,
 		// As cmd/api with DB_POOLER=none, except under PgBouncer in transaction mode, where
@@ -210,7 +212,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		pools, err := store.PoolFigures(ctx)
 		out := map[string]metrics.PoolFigures{}
 		for _, p := range pools {
-			out[p.Name] = metrics.PoolFigures{Slots: int64(p.Slots), Running: int64(p.Running), Queued: int64(p.Queued)}
+			out[p.Name] = metrics.PoolFigures{Slots: int64(p.Slots), Running: int64(p.Running), Queued: int64(p.Queued), PacedOut: p.NextStartAt != nil}
 		}
 		return out, err
 	})
@@ -239,6 +241,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		Answers:           m,
 		Admission:         o.admission,
 		StatementTimeout:  o.statementTimeout,
+		ClaimWaker:        claimWaker,
 	})
 	require.NoError(t, err)
 	srv := httptest.NewUnstartedServer(h)

@@ -24,9 +24,20 @@ func TestConsoleShowsPools(t *testing.T) {
 	require.Equal(t, "5", b.text(t, row+".queued"))
 
 	eval[bool](t, b, `window.noReload = true`)
-	require.Len(t, e.Claim("w", 5), 2, "the pool bounds the claim")
+	claimed := e.Claim("w", 5)
+	require.Len(t, claimed, 2, "the pool bounds the claim")
 	b.waitFor(t, `document.querySelector('#pools tr[data-pool="ui_pool"] .running').textContent === '2'`)
 	require.Equal(t, "3", b.text(t, row+".queued"))
 	require.True(t, eval[bool](t, b, `window.noReload === true`), "the page updated in place")
+	require.Equal(t, "—", b.text(t, row+".rate"))
+
+	// A pace shows, and so does the next start once it is used up.
+	e.PutPoolRate("ui_pool", 2, 2, "minute", http.StatusOK)
+	for _, r := range claimed {
+		e.Report(r, "success")
+	}
+	require.Len(t, e.Claim("w", 5), 2)
+	b.waitFor(t, `document.querySelector('#pools tr[data-pool="ui_pool"] .next-start').textContent.endsWith(' UTC')`)
+	require.Equal(t, "2 per minute", b.text(t, row+".rate"))
 	b.screenshot(t, "ui-pools")
 }

@@ -44,7 +44,8 @@ func TestStatementTimeoutAnswers503TimeoutWithRetryAfter(t *testing.T) {
 		var old int
 		require.NoError(t, holder.GetContext(ctx, &old, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND backend_type = 'client backend'
-				AND backend_start < $1 AND pid <> pg_backend_pid()`, altered))
+				AND backend_start < $1 AND pid <> pg_backend_pid()
+				AND application_name <> $2`, altered, claimWakerApp))
 		return old == 0
 	}, 10*time.Second, 20*time.Millisecond, "the service's sessions from before the setting are closed")
 

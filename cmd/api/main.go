@@ -164,6 +164,22 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 		return fmt.Errorf("start event notifier: %w", err)
 	}
 	defer notifier.Stop()
+	// The wake-up of every replica's waiting claims (wait_seconds) after this replica's
+	// changes, on a channel of its own: the event hubs need not read the outbox after every
+	// report, nor waiting claims wait for an outbox read.
+	claimNotifier := events.NewClaimableNotifier(func(ctx context.Context, statement string) error {
+		_, err := db.ExecContext(ctx, statement)
+		return err
+	}, 0, logger.With("component", "claims"))
+	if err := claimNotifier.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("start claim notifier: %w", err)
+	}
+	defer claimNotifier.Stop()
+	claimWaker := events.NewClaimWaker(direct.String(), claimNotifier.Kick, logger.With("component", "claims"))
+	if err := claimWaker.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("start claim waker: %w", err)
+	}
+	defer claimWaker.Stop()
 	store := repo.New(db, repo.Config{
 		MaxBackfillRuns: cfg.MaxBackfillRuns,
 		MaxAttempts:     cfg.MaxAttempts,
@@ -172,6 +188,7 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 		LockWait:        cfg.LockWait,
 		LeaseDB:         p.lease,
 		OnEvents:        notifier.Kick,
+		OnClaimable:     claimWaker.Kick,
 		// Behind a transaction pooler a statement prepared on a server connection is not
 		// there for the next transaction.
 		PrepareStatements: cfg.DBPooler == poolerNone,
@@ -216,6 +233,7 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 		Answers:           m,
 		// A page of events ends within what one statement may take (handlers.pageBudgets).
 		StatementTimeout: cfg.StatementTimeout,
+		ClaimWaker:       claimWaker,
 	})
 	if err != nil {
 		return err
@@ -235,6 +253,7 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 	// Streams never end by themselves; Shutdown would wait for them until its timeout. End
 	// them as draining begins: clients reconnect elsewhere with Last-Event-ID and lose nothing.
 	srv.RegisterOnShutdown(hub.EndStreams)
+	srv.RegisterOnShutdown(claimWaker.EndWaits)
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)

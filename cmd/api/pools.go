@@ -17,7 +17,7 @@ func poolCounter(store *repo.Store) metrics.PoolCounter {
 		}
 		out := make(map[string]metrics.PoolFigures, len(pools))
 		for _, p := range pools {
-			out[p.Name] = metrics.PoolFigures{Slots: int64(p.Slots), Running: int64(p.Running), Queued: int64(p.Queued)}
+			out[p.Name] = metrics.PoolFigures{Slots: int64(p.Slots), Running: int64(p.Running), Queued: int64(p.Queued), PacedOut: p.NextStartAt != nil}
 		}
 		return out, nil
 	}

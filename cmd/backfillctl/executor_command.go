@@ -19,7 +19,7 @@ import (
 // output and the executor's log go to stderr.
 func executorCommand(ctx context.Context, c *cli, flagArgs, program []string) error {
 	fs := newFlagSet("executor",
-		"executor [--concurrency N] [--dag-id ID] [--pool NAME] [--timeout D] [--grace 10s] [--until-idle] -- <program> [args...]",
+		"executor [--concurrency N] [--dag-id ID] [--pool NAME] [--timeout D] [--grace 10s] [--defer 60s] [--until-idle] -- <program> [args...]",
 		&c.g, c.stderr)
 	host, _ := os.Hostname()
 	workerID := fs.String("worker-id", fmt.Sprintf("%s-%d", host, os.Getpid()), "this worker's id in claims, heartbeats and reports")
@@ -31,6 +31,8 @@ func executorCommand(ctx context.Context, c *cli, flagArgs, program []string) er
 	timeout := fs.Duration("timeout", 0, "stop a program that runs longer and report its run failed (default: no limit)")
 	grace := fs.Duration("grace", 10*time.Second, "time between SIGTERM and SIGKILL when a program is stopped (a lease no heartbeat renewed starts the stop this long before its end)")
 	untilIdle := fs.Bool("until-idle", false, "exit once nothing in the filters is queued or running anywhere (runs waiting for another worker's slot are waited for)")
+	deferFor := fs.Duration("defer", 60*time.Second, "how long a run whose program exits 75 (EX_TEMPFAIL) waits before it is claimed again, 1s..24h; its attempt is not charged")
+	claimWait := fs.Duration("claim-wait", 20*time.Second, "how long a claim that finds nothing waits on the service for work, 0..30s (0: poll); the service answers as soon as a run is claimable")
 	verbose := fs.Bool("verbose", false, "also log claims")
 	pos, err := parse(fs, flagArgs)
 	if err != nil {
@@ -43,6 +45,10 @@ func executorCommand(ctx context.Context, c *cli, flagArgs, program []string) er
 		return usageErrorf("no program after --")
 	case *timeout < 0 || *grace < 0:
 		return usageErrorf("--timeout and --grace cannot be negative")
+	case *claimWait < 0 || *claimWait > 30*time.Second:
+		return usageErrorf("--claim-wait must be 0..30s, not %s", *claimWait)
+	case *deferFor < time.Second || *deferFor > 24*time.Hour:
+		return usageErrorf("--defer must be 1s..24h, not %s", *deferFor)
 	}
 	if err := checkTemplates(program[1:]); err != nil {
 		return err
@@ -67,7 +73,10 @@ func executorCommand(ctx context.Context, c *cli, flagArgs, program []string) er
 	cfg := client.ExecutorConfig{
 		WorkerID: *workerID, DagID: *dagID, Pool: *pool, Limit: *concurrency, LeaseSeconds: *lease,
 		HeartbeatEvery: *heartbeat, StopGrace: *grace, Logger: logger, UntilIdle: *untilIdle,
-		ReleaseOnCancel: true, OnRunEnd: lines.end,
+		ReleaseOnCancel: true, OnRunEnd: lines.end, ClaimWait: *claimWait,
+	}
+	if *claimWait == 0 {
+		cfg.ClaimWait = -1 // the SDK's "no wait"
 	}
 	err = api.RunExecutor(ctx, cfg, func(ctx context.Context, run client.DagRun) error {
 		v := valuesOf(run)
@@ -80,12 +89,16 @@ func executorCommand(ctx context.Context, c *cli, flagArgs, program []string) er
 			return &programError{what: err.Error()}
 		}
 		defer cleanup()
-		return programRun{
+		err = programRun{
 			path: path, args: args, env: env,
 			stdout: errOut, stderr: errOut,
 			timeout: *timeout, grace: *grace, scope: newScopeToken(),
 			started: func(pid int) { lines.start(run, pid) },
 		}.run(ctx)
+		if pe, ok := errors.AsType[*programError](err); ok && pe.exitCode == exTempFail {
+			return client.Defer(*deferFor, pe.Error())
+		}
+		return err
 	})
 	if err != nil {
 		var prob *client.ProblemError

@@ -77,7 +77,12 @@ func (p programRun) run(ctx context.Context) error {
 	case waitErr == nil || errors.Is(waitErr, exec.ErrWaitDelay):
 		return nil
 	}
-	return &programError{what: describeExit(waitErr), stderr: tl.String()}
+	exitCode := -1
+	var ee *exec.ExitError
+	if errors.As(waitErr, &ee) {
+		exitCode = ee.ExitCode() // -1 when a signal ended it
+	}
+	return &programError{what: describeExit(waitErr), stderr: tl.String(), exitCode: exitCode}
 }
 
 // describeExit says how a program ended: its exit status or the signal that killed it.

@@ -171,7 +171,14 @@ func (t *tail) String() string {
 type programError struct {
 	what   string // "exit status 3", "killed by signal 9", "timed out after 1s"
 	stderr string
+	// exitCode is the program's exit status when it exited by itself (-1 after a signal; 0
+	// when it never ran to an exit). Only exTempFail is told apart.
+	exitCode int
 }
+
+// exTempFail is sysexits.h's EX_TEMPFAIL: "try again later". The executor reports a run
+// whose program exits with it as deferred, not failed.
+const exTempFail = 75
 
 func (e *programError) Error() string {
 	if e.stderr != "" {

@@ -26,6 +26,8 @@ type results struct {
 	overload *overloadResult
 	// eventWriters is P9.
 	eventWriters *eventWritersResult
+	// poolBusy is P10.
+	poolBusy *poolBusyResult
 }
 
 // Targets of issue 5.
@@ -89,6 +91,9 @@ func printReport(w io.Writer, cfg config, hw *hardware, r *results) {
 	}
 	if r.eventWriters != nil {
 		rows = append(rows, eventWritersRows(*r.eventWriters)...)
+	}
+	if r.poolBusy != nil {
+		rows = append(rows, poolBusyRows(*r.poolBusy)...)
 	}
 	writeTable(w, []string{"scenario", "service", "floor / baseline", "ratio", "target", "result"}, rows)
 

@@ -206,7 +206,8 @@ function createError(err) {
 
 // ---- Pools -----------------------------------------------------------------------------
 
-// poolsPage lists pools with their slots, running and queued runs, read again every 2 s
+// poolsPage lists pools with their slots, running and queued runs, pace and next start (while
+// the pace is used up), read again every 2 s
 // while the page is shown (a pool's figures move with every claim and report). The heading
 // and the table are drawn once; each read replaces only the rows, so the page does not
 // jump or lose the reader's place.
@@ -215,7 +216,7 @@ async function poolsPage() {
   const tbody = h("tbody");
   const empty = h("p", {}, "No pool yet: create one with PUT /api/v1/pools/{name} or backfillctl pools put.");
   const table = h("table", { id: "pools" },
-    h("thead", {}, h("tr", {}, ...["Pool", "Slots", "Running", "Queued", "In use", "Description"].map((t) => h("th", { scope: "col" }, t)))),
+    h("thead", {}, h("tr", {}, ...["Pool", "Slots", "Running", "Queued", "In use", "Rate", "Next start", "Description"].map((t) => h("th", { scope: "col" }, t)))),
     tbody);
   const updated = h("p", { class: "muted", id: "pools-updated" });
   const draw = async () => {
@@ -225,7 +226,10 @@ async function poolsPage() {
     table.hidden = data.pools.length === 0;
     tbody.replaceChildren(...data.pools.map((p) => h("tr", { "data-pool": p.name },
       h("td", {}, p.name), h("td", { class: "slots" }, count(p.slots)), h("td", { class: "running" }, count(p.running)),
-      h("td", { class: "queued" }, count(p.queued)), h("td", {}, poolBar(p)), h("td", {}, p.description ?? ""))));
+      h("td", { class: "queued" }, count(p.queued)), h("td", {}, poolBar(p)),
+      h("td", { class: "rate" }, p.rate ? `${count(p.rate.runs)} per ${p.rate.per}` : "—"),
+      h("td", { class: "next-start" }, p.next_start_at ? `${p.next_start_at.slice(11, 19)} UTC` : "—"),
+      h("td", {}, p.description ?? ""))));
     updated.textContent = `Live: read every 2 s; last read ${new Date().toISOString().slice(11, 19)} UTC.`;
   };
   await draw();

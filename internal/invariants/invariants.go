@@ -56,7 +56,9 @@ type TerminalRow struct {
 //	    parent is terminal;
 //	(h) a pool's num_running and num_queued equal a fresh count of its runs (a backfill's runs
 //	    are in the backfill's pool, a manual run in its own), and with InstallClaimAudit no
-//	    claim committed while its pool ran more runs than its slots (see pools.go).
+//	    claim committed while its pool ran more runs than its slots (see pools.go);
+//	(i) with InstallClaimAudit, in any window of a paced pool's `per`, at most its `runs`
+//	    starts of its runs (the pace in force at the window's last start).
 //
 // With InstallClaimAudit, (c) for backfills is checked on every claim's commit (running never
 // above the max_active_runs in force then), since a PATCH may lower the limit below what runs.

@@ -148,6 +148,15 @@ export interface paths {
          *     every other transition (including one from a terminal state, or to the state the
          *     run is already in).
          *
+         *     `deferred` (with `retry_after_seconds`, 1..86400) hands a `queued` or `running` run
+         *     back because the system it works on asked for a pause (an HTTP 429 or 503 with
+         *     `Retry-After`, a warehouse at capacity): the run becomes `queued` with its `attempt`
+         *     unchanged, its lease and worker cleared, `note` kept, and `not_before` = now +
+         *     `retry_after_seconds`; no claim hands it out before then. A run whose backfill is
+         *     canceling becomes `canceled` instead, as a release makes it. `retry_after_seconds`
+         *     missing or out of range with `deferred`, or given with another state, is 422
+         *     `invalid_deferral`.
+         *
          *     With `worker_id`, the run must be `running` under a live (unexpired) lease of that
          *     worker, or the answer is 409 `lease_lost`: the lease expired (whether or not the sweep
          *     has put the run back yet), or another worker holds it. A worker's report can thus never
@@ -593,6 +602,19 @@ export interface paths {
          *     - It hands a backfill's runs out in `sort_ordinal` order, older backfills first.
          *     - A DAG's `is_paused` stops its runs outside backfills only; a backfill is paused on
          *       its own.
+         *     - It skips a deferred run until its `not_before`, and a pool out of starts under its
+         *       `rate` until its `next_start_at`.
+         *
+         *     **Waiting.** With `wait_seconds` > 0, a claim that finds nothing waits, without
+         *     holding a database connection or an admission slot, and claims again as soon as a
+         *     change on any replica may have made something claimable (a new backfill or run, a
+         *     report or release, an unpause, a raised limit: within about 100 ms of its commit, by
+         *     PostgreSQL NOTIFY), at the earliest deferred run's time or pace's next start still
+         *     ahead, and at least every second (behind a transaction pooler, where NOTIFY cannot be
+         *     heard). It answers the
+         *     runs it claimed, or no runs once `wait_seconds` have passed. An executor that waits
+         *     this way leaves no slot idle between polls. Re-admission after the wait follows the
+         *     overload rules (503 `busy` when shed).
          *
          *     The worker keeps the lease with `POST /api/v1/runs/{id}/heartbeat` and reports the
          *     outcome with `PATCH /api/v1/dags/{dag_id}/runs/{run_id}`. A lease that expires puts
@@ -710,6 +732,12 @@ export interface paths {
          *     replaced). A claim never lets the pool's running runs exceed `slots`, together with
          *     every `max_active_runs`; a full pool is skipped, not waited on. Lowering `slots` stops
          *     nothing that runs: claims find no room in the pool until enough runs end.
+         *
+         *     `rate` paces the pool: claims start at most `rate.runs` of its runs in any window of
+         *     one `rate.per`, exactly, across claimers and replicas (bursts up to `rate.runs`); a
+         *     pool out of starts is skipped like a full one, and `GET` answers `next_start_at`.
+         *     Starts made under an earlier pace still count against a new one; `rate` null (or
+         *     absent) removes the pace, and starts made without a pace are not counted.
          */
         put: operations["putPool"];
         post?: never;
@@ -1093,7 +1121,7 @@ export interface components {
          * @description The stable, machine-readable error code. `not_found` and `method_not_allowed` answer requests to a path no route serves, or with a method the route does not serve.
          * @enum {string}
          */
-        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "plan_changed" | "backfill_not_terminal" | "runs_in_flight" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "invalid_code_ref" | "invalid_logical_dates" | "webhook_not_found" | "invalid_webhook" | "pool_not_found" | "pool_in_use" | "busy" | "timeout" | "unavailable" | "outcome_unknown" | "internal" | "not_found" | "method_not_allowed";
+        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "plan_changed" | "backfill_not_terminal" | "runs_in_flight" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "invalid_code_ref" | "invalid_logical_dates" | "webhook_not_found" | "invalid_webhook" | "pool_not_found" | "pool_in_use" | "invalid_deferral" | "busy" | "timeout" | "unavailable" | "outcome_unknown" | "internal" | "not_found" | "method_not_allowed";
         Dag: {
             dag_id: components["schemas"]["DagId"];
             /**
@@ -1200,6 +1228,11 @@ export interface components {
             lease_expires_at: string | null;
             /** @description What the last report said about the outcome (for example why the run failed); null when none. A new claim of the run clears it. */
             note: string | null;
+            /**
+             * Format: date-time
+             * @description Set while the run is `queued` after a report deferred it: no claim hands the run out before this time. Null otherwise.
+             */
+            not_before: string | null;
             /** @description Only on the runs a claim answers, and only while the service exports traces (OTEL_TRACES_EXPORTER=otlp): the W3C traceparent of the run's span. An executor gives it to its program as `TRACEPARENT` and sends it back as the `traceparent` header of the run's report, so that the program's work and the report join the claim's trace. */
             traceparent?: string;
             /** @description Only on the runs a claim answers, and only when the run's backfill has one: the backfill's `code_ref`, the code this run is to run. */
@@ -1228,6 +1261,18 @@ export interface components {
              * @description Runs of the pool waiting to be claimed.
              */
             queued: number;
+            /** @description The pool's pace; null for none. */
+            rate: {
+                /** Format: int32 */
+                runs: number;
+                /** @enum {string} */
+                per: "second" | "minute" | "hour";
+            } | null;
+            /**
+             * Format: date-time
+             * @description While the pool's pace is used up: when a claim may start one of its runs again. Null otherwise (no pace, or starts left).
+             */
+            next_start_at: string | null;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -1237,6 +1282,13 @@ export interface components {
             /** Format: int32 */
             slots: number;
             description?: string | null;
+            /** @description The pool's pace; null or absent for none. */
+            rate?: {
+                /** Format: int32 */
+                runs: number;
+                /** @enum {string} */
+                per: "second" | "minute" | "hour";
+            } | null;
         };
         PoolCollection: {
             pools: components["schemas"]["Pool"][];
@@ -1250,12 +1302,22 @@ export interface components {
             pool?: components["schemas"]["PoolName"];
         };
         DagRunPatch: {
-            state: components["schemas"]["DagRunState"];
+            state: components["schemas"]["DagRunReportState"];
             /** @description When given, the run must be running under this worker's live lease (else 409 `lease_lost`). */
             worker_id?: string;
             /** @description Why the run ended as it did, shown as the run's `note`. */
             note?: string;
+            /**
+             * Format: int64
+             * @description With `state` `deferred`, and only then: how long the run waits before a claim may hand it out again, 1..86400 seconds. Missing, out of that range, or given with another state, it is 422 `invalid_deferral`.
+             */
+            retry_after_seconds?: number;
         };
+        /**
+         * @description What a report says: a terminal state (`success`, `failed`, `canceled`), or `deferred` (the run's system asked for it to be tried later: it becomes `queued` again, not claimable for `retry_after_seconds`, with its `attempt` unchanged). `queued` and `running` are read as requests to move the run there, which a report cannot do (409 `invalid_transition`).
+         * @enum {string}
+         */
+        DagRunReportState: "queued" | "running" | "success" | "failed" | "canceled" | "deferred";
         DagRunCollection: {
             dag_runs: components["schemas"]["DagRun"][];
             /** Format: int64 */
@@ -1562,6 +1624,11 @@ export interface components {
             lease_seconds?: number;
             dag_id?: components["schemas"]["DagId"];
             pool?: components["schemas"]["PoolName"];
+            /**
+             * @description When nothing is claimable for the claim's filters, how long to wait for something to become claimable (a new backfill or run, a report or release that frees a slot, an unpause, a limit raised, a deferred run's time, a pace's next start) before answering no runs. The answer comes as soon as runs are claimed. A waiting claim holds no database connection and no admission slot.
+             * @default 0
+             */
+            wait_seconds?: number;
         };
         ClaimResponse: {
             runs: components["schemas"]["DagRun"][];
@@ -2201,6 +2268,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
