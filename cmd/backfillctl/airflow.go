@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -81,16 +80,8 @@ func airflowCommand(ctx context.Context, c *cli, _ *flag.FlagSet, args []string)
 		HeartbeatEvery: *heartbeat, Logger: logger, UntilIdle: *untilIdle,
 		ReleaseOnCancel: true, OnRunEnd: lines.end,
 	}
-	err = api.RunExecutor(ctx, cfg, bridge.work)
-	if err != nil {
-		var prob *client.ProblemError
-		if !errors.As(err, &prob) {
-			return usageErrorf("%v", err)
-		}
-		return err
-	}
 	// Stopped by SIGINT/SIGTERM (every run released, Airflow's runs left going) or idle.
-	return nil
+	return executorStopped(api.RunExecutor(ctx, cfg, bridge.work))
 }
 
 // airflowFlagNames are the names of a command's flags for Airflow's URL and credentials.

@@ -177,21 +177,10 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // startAirflow prints the start line of a run handed to Airflow.
 func (l *runLines) startAirflow(run client.DagRun, dagRunID string, adopted bool) {
-	now := time.Now()
-	l.mu.Lock()
-	l.started[run.Id] = now
-	l.mu.Unlock()
-	if l.json {
-		fmt.Fprintln(l.w, jsonLine(map[string]any{
-			"event": "start", "time": now.UTC().Format(time.RFC3339Nano), "id": run.Id, "dag_id": run.DagId,
-			"run_id": run.RunId, "logical_date": instant(run.LogicalDate), "attempt": run.Attempt,
-			"airflow_dag_run_id": dagRunID, "adopted": adopted,
-		}))
-		return
-	}
 	how := "triggered"
 	if adopted {
 		how = "following"
 	}
-	fmt.Fprintf(l.w, "start  %s %s attempt %d airflow %s %s\n", run.DagId, run.RunId, run.Attempt, how, dagRunID)
+	l.startLine(run, map[string]any{"airflow_dag_run_id": dagRunID, "adopted": adopted},
+		fmt.Sprintf("airflow %s %s", how, dagRunID))
 }

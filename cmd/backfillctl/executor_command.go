@@ -100,15 +100,22 @@ func executorCommand(ctx context.Context, c *cli, flagArgs, program []string) er
 		}
 		return err
 	})
-	if err != nil {
-		var prob *client.ProblemError
-		if !errors.As(err, &prob) {
-			return usageErrorf("%v", err)
-		}
-		return err
-	}
 	// Stopped by SIGINT/SIGTERM (every run released) or idle: a clean stop either way.
-	return nil
+	return executorStopped(err)
+}
+
+// executorStopped is what an executor command answers when RunExecutor returns: nil for a
+// clean stop, the service's problem as it is, and any other error (a configuration the SDK
+// refused) as a usage error.
+func executorStopped(err error) error {
+	if err == nil {
+		return nil
+	}
+	var prob *client.ProblemError
+	if !errors.As(err, &prob) {
+		return usageErrorf("%v", err)
+	}
+	return err
 }
 
 // runLines prints the line of each run's start and end.
@@ -120,18 +127,28 @@ type runLines struct {
 }
 
 func (l *runLines) start(run client.DagRun, pid int) {
+	l.startLine(run, map[string]any{"pid": pid}, fmt.Sprintf("pid %d", pid))
+}
+
+// startLine records the run's start and prints its line: in JSON with the fields extra adds,
+// else as text ending in tail.
+func (l *runLines) startLine(run client.DagRun, extra map[string]any, tail string) {
 	now := time.Now()
 	l.mu.Lock()
 	l.started[run.Id] = now
 	l.mu.Unlock()
 	if l.json {
-		fmt.Fprintln(l.w, jsonLine(map[string]any{
+		line := map[string]any{
 			"event": "start", "time": now.UTC().Format(time.RFC3339Nano), "id": run.Id, "dag_id": run.DagId,
-			"run_id": run.RunId, "logical_date": instant(run.LogicalDate), "attempt": run.Attempt, "pid": pid,
-		}))
+			"run_id": run.RunId, "logical_date": instant(run.LogicalDate), "attempt": run.Attempt,
+		}
+		for k, v := range extra {
+			line[k] = v
+		}
+		fmt.Fprintln(l.w, jsonLine(line))
 		return
 	}
-	fmt.Fprintf(l.w, "start  %s %s attempt %d pid %d\n", run.DagId, run.RunId, run.Attempt, pid)
+	fmt.Fprintf(l.w, "start  %s %s attempt %d %s\n", run.DagId, run.RunId, run.Attempt, tail)
 }
 
 func (l *runLines) end(run client.DagRun, outcome client.RunOutcome, note string) {
