@@ -21,12 +21,16 @@ func (t *Tracer) Middleware(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		ctx, span := t.tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(
-				attribute.String("http.request.method", r.Method),
-				attribute.String("request_id", middleware.GetReqID(r.Context())),
-			))
+		ctx, span := t.tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer))
 		defer span.End()
+		if !span.IsRecording() {
+			// Not sampled: its name and attributes would be dropped, so none are made.
+			next.ServeHTTP(w, r.WithContext(ctx))
+			return
+		}
+		span.SetAttributes(
+			attribute.String("http.request.method", r.Method),
+			attribute.String("request_id", middleware.GetReqID(r.Context())))
 		ww, ok := w.(middleware.WrapResponseWriter)
 		if !ok {
 			ww = middleware.NewWrapResponseWriter(w, r.ProtoMajor)

@@ -93,3 +93,25 @@ func TestStatementSpansCostNothingWithoutARecordingParent(t *testing.T) {
 	})
 	require.Zero(t, allocs)
 }
+
+// A request whose trace was not sampled makes no operation spans and no server-span
+// attributes; one that was makes both.
+func TestUnsampledRequestsMakeNoChildSpans(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tr := tracing.NewWithExporter(exp, tracing.Config{})
+	h := tr.Middleware(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		_, end := tr.StartOperation(r.Context(), "github.com/backfillsvc/backfill/tracing_test", "test")
+		end(nil)
+	}))
+	for _, flags := range []string{"00", "01"} {
+		exp.Reset()
+		req := httptest.NewRequest(http.MethodGet, "/x", nil)
+		req.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-"+flags)
+		h.ServeHTTP(httptest.NewRecorder(), req)
+		if flags == "00" {
+			require.Empty(t, exp.GetSpans(), "the caller did not sample the trace")
+			continue
+		}
+		require.Len(t, exp.GetSpans(), 2, "the server span and the operation's")
+	}
+}
