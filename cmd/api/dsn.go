@@ -264,6 +264,19 @@ func (d dsn) withDefault(k, v string) dsn {
 	return dsn{params: params}
 }
 
+// listening is d for a LISTEN session held for the process's life: its application_name (the
+// operator's, else "backfill") gains suffix, so that pg_stat_activity, and a count of a
+// replica's pool sessions by name, tell it from the pools' sessions.
+func (d dsn) listening(suffix string) dsn {
+	params := maps.Clone(d.params)
+	base := params["application_name"]
+	if base == "" {
+		base = "backfill"
+	}
+	params["application_name"] = base + suffix
+	return dsn{params: params}
+}
+
 // String is the key=value form lib/pq reads, keys sorted so that it is stable.
 func (d dsn) String() string { return d.format(false) }
 

@@ -175,7 +175,7 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 		return fmt.Errorf("start claim notifier: %w", err)
 	}
 	defer claimNotifier.Stop()
-	claimWaker := events.NewClaimWaker(direct.String(), claimNotifier.Kick, logger.With("component", "claims"))
+	claimWaker := events.NewClaimWaker(direct.listening("/claims").String(), claimNotifier.Kick, logger.With("component", "claims"))
 	if err := claimWaker.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("start claim waker: %w", err)
 	}
@@ -203,7 +203,7 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 	// The replica's one outbox listener: its own LISTEN connection, outside the pool (and
 	// past any transaction pooler; without a session it polls every 500 ms).
 	hub := events.New(store, events.Config{
-		DSN:          direct.String(),
+		DSN:          direct.listening("/events").String(),
 		PollInterval: cfg.EventPollInterval,
 		MaxStreams:   cfg.EventStreamsMax,
 		Logger:       logger.With("component", "events"),
