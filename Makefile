@@ -12,7 +12,7 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/backfill?sslmode=disable
 # (TEST_DATABASE_URL, else PostgreSQL on 127.0.0.1:5432, else Docker).
 TEST_TIMEOUT ?= 12m
 
-.PHONY: help run createdb test test-short test-timing test-faults chaos ha-test fuzz bench bench-smoke generate lint lint-deploy build
+.PHONY: help run createdb test test-short test-timing test-faults chaos ha-test fuzz bench bench-smoke generate schema lint lint-deploy build
 
 help:
 	@echo 'make run       run the API against $$DATABASE_URL (creates the database if missing)'
@@ -26,6 +26,7 @@ help:
 	@echo 'make bench     benchmarks side by side with the PostgreSQL floor (docs/BENCHMARKS.md)'
 	@echo 'make bench-smoke  the same at tiny sizes, about 20 s'
 	@echo 'make generate  regenerate code from the OpenAPI spec (go generate ./...)'
+	@echo 'make schema    regenerate migrations/schema.sql from a freshly migrated scratch database'
 	@echo 'make lint      gofmt, go vet, staticcheck, go.mod tidy, and generated code matches the spec'
 	@echo 'make build     build bin/api and bin/backfillctl'
 
@@ -103,6 +104,12 @@ bench-smoke:
 generate:
 	$(GO) generate ./...
 
+# migrations/schema.sql is the schema the migrations build, dumped from a scratch database
+# that migrations/schema.sh creates and drops on the server of SCHEMA_DATABASE_URL (else
+# TEST_DATABASE_URL, else PostgreSQL on 127.0.0.1:5432). Run it after adding a migration.
+schema:
+	GO='$(GO)' migrations/schema.sh migrations/schema.sql
+
 # The drift check regenerates and then requires api/ and client/ to be exactly what is
 # committed: a spec change without regenerated code, or hand edits to generated code, fail.
 lint:
@@ -127,6 +134,10 @@ lint:
 	if [ -n "$$dirty" ]; then \
 		echo 'new or changed files under api/ or client/ after go generate (commit them):'; echo "$$dirty"; exit 1; \
 	fi
+	@echo '--- migrations/schema.sql matches the migrations (make schema)'
+	@tmp=$$(mktemp); trap 'rm -f "$$tmp"' EXIT; \
+	GO='$(GO)' migrations/schema.sh "$$tmp" && diff -u migrations/schema.sql "$$tmp" || \
+		{ echo 'migrations/schema.sql differs from what the migrations build: run make schema and commit'; exit 1; }
 	@echo '--- deploy/ (its own module): the chart, the alert rules, the dashboard'
 	$(MAKE) lint-deploy
 	@echo '--- TypeScript SDK (types match the spec, tsc) and spec lint (redocly)'

@@ -56,6 +56,20 @@ const (
 	DeliveryErrorHTTPStatus DeliveryError = "http_status"
 )
 
+// DeliveryOutcome is what became of one webhook delivery attempt, as the metrics, the trace
+// and the log label it.
+type DeliveryOutcome string
+
+// The outcomes of an attempt.
+const (
+	// DeliveryDelivered: the receiver answered 2xx.
+	DeliveryDelivered DeliveryOutcome = "delivered"
+	// DeliveryRetry: the attempt failed and the delivery is due again later.
+	DeliveryRetry DeliveryOutcome = "retry"
+	// DeliveryGaveUp: the attempt failed and was the last one.
+	DeliveryGaveUp DeliveryOutcome = "gave_up"
+)
+
 // Event is one row of the outbox and the one document the service sends for it, everywhere:
 // GET /events, the event streams and webhook deliveries ({ id, type, backfill_id, dag_id,
 // occurred_at, data }, the spec's Event). Events are written only by the triggers of

@@ -32,7 +32,7 @@ type BackfillRequest struct {
 	RunBackwards bool
 	// DagRunConf is the client's JSON (nil for none), kept as sent: see RequestHash.
 	DagRunConf        []byte
-	ReprocessBehavior string
+	ReprocessBehavior ReprocessBehavior
 	MaxActiveRuns     int
 	Description       *string
 	// IdempotencyKey is "" when the request carries none.

@@ -2,11 +2,15 @@ package domain
 
 import "time"
 
-// Reprocess behaviours: which existing runs a backfill takes over.
+// ReprocessBehavior says which existing runs a backfill takes over, as the request's
+// reprocess_behavior and the backfills column name them.
+type ReprocessBehavior string
+
+// Reprocess behaviours.
 const (
-	ReprocessNone      = "none"
-	ReprocessFailed    = "failed"
-	ReprocessCompleted = "completed"
+	ReprocessNone      ReprocessBehavior = "none"
+	ReprocessFailed    ReprocessBehavior = "failed"
+	ReprocessCompleted ReprocessBehavior = "completed"
 )
 
 // ExistingRun is a run that already holds a slot's logical date.
@@ -18,7 +22,7 @@ type ExistingRun struct {
 
 // DecideExisting decides every slot whose date has a run in runs (the runs of the DAG in the
 // plan's Window): reprocess it or skip it with a reason. Slots without a run stay as they are.
-func DecideExisting(slots []PlannedSlot, behavior string, runs []ExistingRun) {
+func DecideExisting(slots []PlannedSlot, behavior ReprocessBehavior, runs []ExistingRun) {
 	if len(runs) == 0 {
 		return
 	}
@@ -36,7 +40,7 @@ func DecideExisting(slots []PlannedSlot, behavior string, runs []ExistingRun) {
 
 // Decide settles a slot whose date already has a run (runID, in state): reprocess it or skip
 // it with a reason.
-func Decide(slot *PlannedSlot, behavior string, runID int64, state RunState) {
+func Decide(slot *PlannedSlot, behavior ReprocessBehavior, runID int64, state RunState) {
 	if reason, skip := SkipReason(behavior, state); skip {
 		slot.Action = ActionSkip
 		slot.ExceptionReason = &reason
@@ -49,7 +53,7 @@ func Decide(slot *PlannedSlot, behavior string, runID int64, state RunState) {
 // SkipReason applies the contract's reprocess rules to a run that exists for a slot: a run in
 // flight is never taken over; "completed" takes over any finished run, "failed" a failed or
 // canceled one, "none" nothing.
-func SkipReason(behavior string, state RunState) (string, bool) {
+func SkipReason(behavior ReprocessBehavior, state RunState) (string, bool) {
 	switch {
 	case state.InFlight():
 		return ReasonInFlight, true

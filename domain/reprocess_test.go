@@ -10,7 +10,7 @@ import (
 // The contract's reprocess table, every behaviour against every run state.
 func TestSkipReason(t *testing.T) {
 	const take = ""
-	want := map[string]map[RunState]string{
+	want := map[ReprocessBehavior]map[RunState]string{
 		ReprocessNone: {
 			RunQueued: ReasonInFlight, RunRunning: ReasonInFlight,
 			RunSuccess: ReasonAlreadyExists, RunFailed: ReasonAlreadyExists, RunCanceled: ReasonAlreadyExists,
@@ -27,7 +27,7 @@ func TestSkipReason(t *testing.T) {
 	for behavior, byState := range want {
 		require.Len(t, byState, 5, "every run state of %s", behavior)
 		for state, reason := range byState {
-			t.Run(behavior+"/"+string(state), func(t *testing.T) {
+			t.Run(string(behavior)+"/"+string(state), func(t *testing.T) {
 				got, skip := SkipReason(behavior, state)
 				require.Equal(t, reason != take, skip)
 				require.Equal(t, reason, got)
@@ -39,7 +39,7 @@ func TestSkipReason(t *testing.T) {
 func TestDecide(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
-		behavior   string
+		behavior   ReprocessBehavior
 		state      RunState
 		wantAction SlotAction
 		wantReason string

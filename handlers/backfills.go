@@ -47,7 +47,7 @@ func (s *Server) backfillParams(r *http.Request) (domain.BackfillRequest, *api.P
 		p.RunBackwards = *body.RunBackwards
 	}
 	if body.ReprocessBehavior != nil {
-		p.ReprocessBehavior = string(*body.ReprocessBehavior)
+		p.ReprocessBehavior = domain.ReprocessBehavior(*body.ReprocessBehavior)
 	}
 	if body.MaxActiveRuns != nil {
 		p.MaxActiveRuns = int(*body.MaxActiveRuns)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/getkin/kin-openapi/openapi3"
 )
 
@@ -20,7 +21,7 @@ type specDefaults struct {
 	slotOrderBy           api.ListBackfillDagRunsParamsOrderBy
 	backfillMaxActiveRuns int
 	backfillRunBackwards  bool
-	reprocessBehavior     string
+	reprocessBehavior     domain.ReprocessBehavior
 	dagTimezone           string
 	dagMaxActiveRuns      int
 	dagIsPaused           bool
@@ -37,7 +38,7 @@ func loadDefaults(doc *openapi3.T) (specDefaults, error) {
 		slotOrderBy:           api.ListBackfillDagRunsParamsOrderBy(r.str(r.opParam("listBackfillDagRuns", "order_by"))),
 		backfillMaxActiveRuns: r.int(r.prop("BackfillCreate", "max_active_runs")),
 		backfillRunBackwards:  r.bool(r.prop("BackfillCreate", "run_backwards")),
-		reprocessBehavior:     r.str(r.prop("BackfillCreate", "reprocess_behavior")),
+		reprocessBehavior:     domain.ReprocessBehavior(r.str(r.prop("BackfillCreate", "reprocess_behavior"))),
 		dagTimezone:           r.str(r.prop("DagPut", "timezone")),
 		dagMaxActiveRuns:      r.int(r.prop("DagPut", "max_active_runs")),
 		dagIsPaused:           r.bool(r.prop("DagPut", "is_paused")),

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/stretchr/testify/require"
 )
@@ -19,7 +20,7 @@ func TestDefaultsComeFromTheSpecAndAreRequired(t *testing.T) {
 	d, err := loadDefaults(load())
 	require.NoError(t, err)
 	require.Equal(t, 300, d.leaseSeconds)
-	require.Equal(t, "none", d.reprocessBehavior)
+	require.Equal(t, domain.ReprocessNone, d.reprocessBehavior)
 
 	doc := load()
 	doc.Components.Schemas["ClaimRequest"].Value.Properties["lease_seconds"].Value.Default = nil

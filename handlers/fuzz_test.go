@@ -226,7 +226,7 @@ func (f *fakeStore) RunHeartbeat(ctx context.Context, runPK int64, workerID stri
 
 func (f *fakeStore) checkCreate(p domain.BackfillRequest) []string {
 	problems := []string{checkDagID(p.DagID), checkTime("from_date", p.FromDate), checkTime("to_date", p.ToDate),
-		checkEnum("reprocess_behavior", p.ReprocessBehavior, "none", "failed", "completed"),
+		checkEnum("reprocess_behavior", string(p.ReprocessBehavior), "none", "failed", "completed"),
 		checkRange("max_active_runs", p.MaxActiveRuns, 1, 1000), checkConf("dag_run_conf", p.DagRunConf)}
 	if p.FromDate.Location() != time.UTC || p.ToDate.Location() != time.UTC {
 		problems = append(problems, "dates not in UTC")

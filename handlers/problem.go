@@ -50,65 +50,72 @@ func writeProblem(w http.ResponseWriter, p api.Problem) {
 	_ = json.NewEncoder(w).Encode(p) // the client hung up; nothing to do
 }
 
+// errorAnswer is the answer to one domain error: its status, its stable code and its detail
+// ("" answers the error's own text), and members that some answers carry beside them.
+type errorAnswer struct {
+	err     error
+	status  int
+	code    api.ProblemCode
+	detail  string
+	members func(p *api.Problem, err error)
+}
+
+// errorAnswers is the table of domain errors and their answers (wtf's codes table); the
+// first row whose error errors.Is matches answers, so the order of rows is the order of
+// precedence.
+var errorAnswers = []errorAnswer{
+	{err: domain.ErrPlanChanged, status: http.StatusPreconditionFailed, code: "plan_changed",
+		detail: "the plan is no longer the one If-Match names; nothing was created: dry-run again", members: planChanged},
+	{err: repo.ErrBackfillNotTerminal, status: http.StatusConflict, code: "backfill_not_terminal"},
+	{err: repo.ErrRunsInFlight, status: http.StatusConflict, code: "runs_in_flight"},
+	{err: repo.ErrBackfillAlreadyRunning, status: http.StatusConflict, code: "backfill_already_running",
+		detail: "the DAG already has an active backfill; wait for it to finish or cancel it", members: alreadyRunning},
+	{err: repo.ErrDagNotFound, status: http.StatusNotFound, code: "dag_not_found", detail: "no DAG with this dag_id"},
+	{err: repo.ErrBackfillNotFound, status: http.StatusNotFound, code: "backfill_not_found", detail: "no backfill with this id"},
+	{err: repo.ErrRunNotFound, status: http.StatusNotFound, code: "run_not_found", detail: "no run with this id"},
+	{err: repo.ErrPoolNotFound, status: http.StatusNotFound, code: "pool_not_found", detail: "no pool with this name"},
+	{err: repo.ErrUnknownPool, status: http.StatusUnprocessableEntity, code: "pool_not_found"},
+	{err: repo.ErrPoolInUse, status: http.StatusConflict, code: "pool_in_use",
+		detail: "an active backfill or a queued or running run names the pool"},
+	{err: repo.ErrWebhookNotFound, status: http.StatusNotFound, code: "webhook_not_found", detail: "no webhook with this id"},
+	{err: repo.ErrInvalidWebhook, status: http.StatusUnprocessableEntity, code: "invalid_webhook"},
+	{err: repo.ErrRunAlreadyExists, status: http.StatusConflict, code: "run_already_exists",
+		detail: "the DAG already has a run for this logical_date"},
+	{err: repo.ErrBackfillNotActive, status: http.StatusConflict, code: "backfill_not_active"},
+	{err: repo.ErrInvalidTransition, status: http.StatusConflict, code: "invalid_transition",
+		detail: "a report moves a queued or running run to success, failed or canceled; only a claim starts a run"},
+	{err: repo.ErrLeaseLost, status: http.StatusConflict, code: "lease_lost",
+		detail: "the run is not running under a live lease of this worker"},
+	{err: domain.ErrInvalidDag, status: http.StatusUnprocessableEntity, code: "invalid_dag"},
+	{err: domain.ErrInvalidBackfill, status: http.StatusUnprocessableEntity, code: "invalid_backfill"},
+	{err: repo.ErrNoRunsToCreate, status: http.StatusUnprocessableEntity, code: "no_runs_to_create"},
+	{err: domain.ErrTooManyRuns, status: http.StatusUnprocessableEntity, code: "too_many_runs", members: tooManyRuns},
+	{err: domain.ErrInvalidLogicalDates, status: http.StatusUnprocessableEntity, code: "invalid_logical_dates",
+		members: invalidLogicalDates},
+	{err: repo.ErrIdempotencyKeyReused, status: http.StatusUnprocessableEntity, code: "idempotency_key_reused",
+		detail: "this Idempotency-Key was used with a different request"},
+}
+
 // writeError turns any error of a handler into its answer: the one place where domain errors
-// meet HTTP. Unknown errors are logged once here and answered without their text.
+// meet HTTP. Domain errors are answered from errorAnswers; the database's refusals become
+// 503s with a Retry-After; unknown errors are logged once here and answered without their
+// text.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	var running *repo.BackfillAlreadyRunningError
-	var planChanged *domain.PlanChangedError
+	for _, a := range errorAnswers {
+		if errors.Is(err, a.err) {
+			detail := a.detail
+			if detail == "" {
+				detail = err.Error()
+			}
+			p := problem(a.status, a.code, detail)
+			if a.members != nil {
+				a.members(&p, err)
+			}
+			writeProblem(w, p)
+			return
+		}
+	}
 	switch {
-	case errors.As(err, &planChanged):
-		p := problem(http.StatusPreconditionFailed, "plan_changed",
-			"the plan is no longer the one If-Match names; nothing was created: dry-run again")
-		p.CurrentPlanHash = &planChanged.CurrentPlanHash
-		writeProblem(w, p)
-	case errors.Is(err, repo.ErrBackfillNotTerminal):
-		writeProblem(w, problem(http.StatusConflict, "backfill_not_terminal", err.Error()))
-	case errors.Is(err, repo.ErrRunsInFlight):
-		writeProblem(w, problem(http.StatusConflict, "runs_in_flight", err.Error()))
-	case errors.As(err, &running):
-		p := problem(http.StatusConflict, "backfill_already_running",
-			"the DAG already has an active backfill; wait for it to finish or cancel it")
-		p.ActiveBackfillId = &running.ActiveBackfillID
-		writeProblem(w, p)
-	case errors.Is(err, repo.ErrDagNotFound):
-		writeProblem(w, problem(http.StatusNotFound, "dag_not_found", "no DAG with this dag_id"))
-	case errors.Is(err, repo.ErrBackfillNotFound):
-		writeProblem(w, problem(http.StatusNotFound, "backfill_not_found", "no backfill with this id"))
-	case errors.Is(err, repo.ErrRunNotFound):
-		writeProblem(w, problem(http.StatusNotFound, "run_not_found", "no run with this id"))
-	case errors.Is(err, repo.ErrPoolNotFound):
-		writeProblem(w, problem(http.StatusNotFound, "pool_not_found", "no pool with this name"))
-	case errors.Is(err, repo.ErrUnknownPool):
-		writeProblem(w, problem(http.StatusUnprocessableEntity, "pool_not_found", err.Error()))
-	case errors.Is(err, repo.ErrPoolInUse):
-		writeProblem(w, problem(http.StatusConflict, "pool_in_use",
-			"an active backfill or a queued or running run names the pool"))
-	case errors.Is(err, repo.ErrWebhookNotFound):
-		writeProblem(w, problem(http.StatusNotFound, "webhook_not_found", "no webhook with this id"))
-	case errors.Is(err, repo.ErrInvalidWebhook):
-		writeProblem(w, problem(http.StatusUnprocessableEntity, "invalid_webhook", err.Error()))
-	case errors.Is(err, repo.ErrRunAlreadyExists):
-		writeProblem(w, problem(http.StatusConflict, "run_already_exists", "the DAG already has a run for this logical_date"))
-	case errors.Is(err, repo.ErrBackfillNotActive):
-		writeProblem(w, problem(http.StatusConflict, "backfill_not_active", err.Error()))
-	case errors.Is(err, repo.ErrInvalidTransition):
-		writeProblem(w, problem(http.StatusConflict, "invalid_transition",
-			"a report moves a queued or running run to success, failed or canceled; only a claim starts a run"))
-	case errors.Is(err, repo.ErrLeaseLost):
-		writeProblem(w, problem(http.StatusConflict, "lease_lost", "the run is not running under a live lease of this worker"))
-	case errors.Is(err, domain.ErrInvalidDag):
-		writeProblem(w, problem(http.StatusUnprocessableEntity, "invalid_dag", err.Error()))
-	case errors.Is(err, domain.ErrInvalidBackfill):
-		writeProblem(w, problem(http.StatusUnprocessableEntity, "invalid_backfill", err.Error()))
-	case errors.Is(err, repo.ErrNoRunsToCreate):
-		writeProblem(w, problem(http.StatusUnprocessableEntity, "no_runs_to_create", err.Error()))
-	case errors.Is(err, domain.ErrTooManyRuns):
-		writeProblem(w, tooManyRuns(err))
-	case errors.Is(err, domain.ErrInvalidLogicalDates):
-		writeProblem(w, invalidLogicalDates(err))
-	case errors.Is(err, repo.ErrIdempotencyKeyReused):
-		writeProblem(w, problem(http.StatusUnprocessableEntity, "idempotency_key_reused",
-			"this Idempotency-Key was used with a different request"))
 	case errors.Is(err, repo.ErrRetriesExhausted):
 		s.log(r).Warn("transaction retries exhausted", "err", err)
 		w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
@@ -158,11 +165,26 @@ func (s *Server) log(r *http.Request) *slog.Logger {
 	return s.logger.With("request_id", middleware.GetReqID(r.Context()), "method", r.Method, "path", r.URL.Path)
 }
 
-// tooManyRuns is the 422 of a window over MAX_BACKFILL_RUNS, with the window's slot count
-// (when it was counted exactly) and the cap as members, so that a program can split the
-// window without reading the detail.
-func tooManyRuns(err error) api.Problem {
-	p := problem(http.StatusUnprocessableEntity, "too_many_runs", err.Error())
+// planChanged names the digest of the plan as it is now, for the client's next If-Match.
+func planChanged(p *api.Problem, err error) {
+	var pc *domain.PlanChangedError
+	if errors.As(err, &pc) {
+		p.CurrentPlanHash = &pc.CurrentPlanHash
+	}
+}
+
+// alreadyRunning names the backfill that holds the DAG's active slot.
+func alreadyRunning(p *api.Problem, err error) {
+	var running *repo.BackfillAlreadyRunningError
+	if errors.As(err, &running) {
+		p.ActiveBackfillId = &running.ActiveBackfillID
+	}
+}
+
+// tooManyRuns gives the 422 of a window over MAX_BACKFILL_RUNS the window's slot count (when
+// it was counted exactly) and the cap as members, so that a program can split the window
+// without reading the detail.
+func tooManyRuns(p *api.Problem, err error) {
 	var tm *domain.TooManyRunsError
 	if errors.As(err, &tm) {
 		limit := int64(tm.MaxRuns)
@@ -172,13 +194,11 @@ func tooManyRuns(err error) api.Problem {
 			p.Slots = &n
 		}
 	}
-	return p
 }
 
-// invalidLogicalDates is the 422 of chosen dates that are not slots, naming the first of them
-// as a member too, so that a program can drop them without reading the detail.
-func invalidLogicalDates(err error) api.Problem {
-	p := problem(http.StatusUnprocessableEntity, "invalid_logical_dates", err.Error())
+// invalidLogicalDates names, in the 422 of chosen dates that are not slots, the first of
+// them as a member too, so that a program can drop them without reading the detail.
+func invalidLogicalDates(p *api.Problem, err error) {
 	var bad *domain.InvalidLogicalDatesError
 	if errors.As(err, &bad) {
 		dates := make([]time.Time, len(bad.Dates))
@@ -187,5 +207,4 @@ func invalidLogicalDates(err error) api.Problem {
 		}
 		p.LogicalDates = &dates
 	}
-	return p
 }

@@ -13,7 +13,10 @@ import (
 	"github.com/pressly/goose/v3/lock"
 )
 
-//go:embed *.sql
+// The numbered files only: schema.sql beside them is generated from them (make schema) and
+// is no migration.
+//
+//go:embed [0-9][0-9][0-9][0-9][0-9]_*.sql
 var files embed.FS
 
 // NewProvider returns a goose provider over the embedded migrations that holds a Postgres

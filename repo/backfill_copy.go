@@ -67,8 +67,8 @@ func copyRunsAndSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p doma
 		state, run_type, backfill_id, backfill_sort_ordinal, conf, attempt, queued_at) FROM STDIN`, len(slots),
 		func(i int) []any {
 			sl := slots[i]
-			return []any{ids[i], p.DagID, RunIDFor(RunTypeBackfill, sl.LogicalDate), sl.LogicalDate, sl.LogicalDate,
-				sl.IntervalEnd, domain.RunQueued, RunTypeBackfill, backfillID, sl.SortOrdinal, conf, 1, now}
+			return []any{ids[i], p.DagID, RunIDFor(domain.RunTypeBackfill, sl.LogicalDate), sl.LogicalDate, sl.LogicalDate,
+				sl.IntervalEnd, domain.RunQueued, domain.RunTypeBackfill, backfillID, sl.SortOrdinal, conf, 1, now}
 		})
 	if err != nil {
 		return fmt.Errorf("copy runs: %w", err)

@@ -67,7 +67,7 @@ func insertRunsAndSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p do
 		ordinals[j] = int64(sl.SortOrdinal)
 		dates[j] = sl.LogicalDate.Format(time.RFC3339Nano)
 		ends[j] = sl.IntervalEnd.Format(time.RFC3339Nano)
-		runIDs[j] = RunIDFor(RunTypeBackfill, sl.LogicalDate)
+		runIDs[j] = RunIDFor(domain.RunTypeBackfill, sl.LogicalDate)
 	}
 	// The slot rows are made from the run insert's own RETURNING (no join back to the
 	// parameters), and the final SELECT reads the statement's own results, not a table: it

@@ -24,7 +24,7 @@ type existingRun struct {
 // decideSlots reads the runs that already exist in the window, in one query, and decides each
 // slot: create, reprocess (taking the run over) or skip with a reason. The dry run uses it;
 // creation reads only the dates whose insert conflicted (see backfillInsertAll).
-func decideSlots(ctx context.Context, q sqlx.QueryerContext, dagID, behavior string, slots []domain.PlannedSlot) error {
+func decideSlots(ctx context.Context, q sqlx.QueryerContext, dagID string, behavior domain.ReprocessBehavior, slots []domain.PlannedSlot) error {
 	if len(slots) == 0 {
 		return nil
 	}

@@ -32,7 +32,7 @@ type Run struct {
 	DataIntervalStart time.Time       `db:"data_interval_start"`
 	DataIntervalEnd   time.Time       `db:"data_interval_end"`
 	State             domain.RunState `db:"state"`
-	RunType           string          `db:"run_type"`
+	RunType           domain.RunType  `db:"run_type"`
 	BackfillID        *int64          `db:"backfill_id"`
 	Conf              JSON            `db:"conf"`
 	Attempt           int             `db:"attempt"`
@@ -79,23 +79,23 @@ func (p Progress) Total() int64 {
 
 // Backfill is a request to run a DAG over a window of past dates.
 type Backfill struct {
-	ID                int64                `db:"id"`
-	DagID             string               `db:"dag_id"`
-	FromDate          time.Time            `db:"from_date"`
-	ToDate            time.Time            `db:"to_date"`
-	RunBackwards      bool                 `db:"run_backwards"`
-	DagRunConf        JSON                 `db:"dag_run_conf"`
-	ReprocessBehavior string               `db:"reprocess_behavior"`
-	MaxActiveRuns     int                  `db:"max_active_runs"`
-	Description       *string              `db:"description"`
-	State             domain.BackfillState `db:"state"`
-	CreatedAt         time.Time            `db:"created_at"`
-	UpdatedAt         time.Time            `db:"updated_at"`
-	CompletedAt       *time.Time           `db:"completed_at"`
+	ID                int64                    `db:"id"`
+	DagID             string                   `db:"dag_id"`
+	FromDate          time.Time                `db:"from_date"`
+	ToDate            time.Time                `db:"to_date"`
+	RunBackwards      bool                     `db:"run_backwards"`
+	DagRunConf        JSON                     `db:"dag_run_conf"`
+	ReprocessBehavior domain.ReprocessBehavior `db:"reprocess_behavior"`
+	MaxActiveRuns     int                      `db:"max_active_runs"`
+	Description       *string                  `db:"description"`
+	State             domain.BackfillState     `db:"state"`
+	CreatedAt         time.Time                `db:"created_at"`
+	UpdatedAt         time.Time                `db:"updated_at"`
+	CompletedAt       *time.Time               `db:"completed_at"`
 	// MaxFailedRuns is the failure budget: nil for none.
 	MaxFailedRuns *int `db:"max_failed_runs"`
-	// PauseReason is PauseReasonUser or PauseReasonFailureBudget while paused, nil otherwise.
-	PauseReason *string `db:"pause_reason"`
+	// PauseReason is set while paused, nil otherwise.
+	PauseReason *domain.PauseReason `db:"pause_reason"`
 	// PlanHash digests the plan the backfill was created from (see domain.PlanHash).
 	PlanHash *string `db:"plan_hash"`
 	// ParentBackfillID is the backfill a retry was made from.
@@ -109,12 +109,6 @@ type Backfill struct {
 	Reason    *string `db:"reason"`
 	Progress
 }
-
-// Why a backfill is paused.
-const (
-	PauseReasonUser          = "user"
-	PauseReasonFailureBudget = "failure_budget"
-)
 
 const backfillColumns = `id, dag_id, from_date, to_date, run_backwards, dag_run_conf, reprocess_behavior,
 	max_active_runs, description, state, created_at, updated_at, completed_at,

@@ -11,19 +11,13 @@ import (
 	"github.com/jmoiron/sqlx"
 )
 
-// Run types.
-const (
-	RunTypeManual   = "manual"
-	RunTypeBackfill = "backfill"
-)
-
 // RunIDFor names a run the way Airflow does: its type, two underscores, the logical date in UTC
 // RFC 3339 with its fractional seconds when they are not zero (trailing zeros dropped:
 // manual__2024-01-01T00:00:00.5Z). Dropping them would give runs at 00:00:00 and 00:00:00.5
 // one run id, and the second a false run_already_exists. Dates carry microseconds at most
 // (finer ones are refused at the edge), so the id is exact.
-func RunIDFor(runType string, logicalDate time.Time) string {
-	return runType + "__" + logicalDate.UTC().Format(time.RFC3339Nano)
+func RunIDFor(runType domain.RunType, logicalDate time.Time) string {
+	return string(runType) + "__" + logicalDate.UTC().Format(time.RFC3339Nano)
 }
 
 // jsonParam passes a JSON document to a jsonb parameter; lib/pq would send a []byte as bytea.
@@ -91,7 +85,7 @@ func runInsertManual(ctx context.Context, tx *sqlx.Tx, p RunCreateParams) (Run, 
 			state, run_type, conf, attempt, queued_at, pool)
 		VALUES ($1, $2, $3, $3, $4, 'queued', 'manual', $5, 1, backfill_now(), $6)
 		RETURNING `+runColumns,
-		p.DagID, RunIDFor(RunTypeManual, p.LogicalDate), p.LogicalDate, sched.Next(p.LogicalDate), jsonParam(p.Conf), p.Pool)
+		p.DagID, RunIDFor(domain.RunTypeManual, p.LogicalDate), p.LogicalDate, sched.Next(p.LogicalDate), jsonParam(p.Conf), p.Pool)
 	switch uniqueViolation(err) {
 	case constraintRunPerDate, constraintRunIDPerDag:
 		return Run{}, ErrRunAlreadyExists

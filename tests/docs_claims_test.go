@@ -144,7 +144,7 @@ var (
 // migrations/, in order, and no doc names a migration that does not exist.
 func TestArchitectureListsEveryMigration(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob(filepath.Join(repoRoot, "migrations", "*.sql"))
+	files, err := filepath.Glob(filepath.Join(repoRoot, "migrations", "[0-9][0-9][0-9][0-9][0-9]_*.sql"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
 	var want []string

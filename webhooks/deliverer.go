@@ -35,22 +35,15 @@ type Store interface {
 // Observer is told the outcome of every attempt, for metrics.
 type Observer interface {
 	// WebhookAttempted counts an attempt by outcome: delivered, retry or gave_up.
-	WebhookAttempted(outcome string)
+	WebhookAttempted(outcome domain.DeliveryOutcome)
 	// WebhookDelivered observes the lag from the event to its delivery.
 	WebhookDelivered(lag time.Duration)
 }
 
-// Outcomes of an attempt, as metrics label them.
-const (
-	OutcomeDelivered = "delivered"
-	OutcomeRetry     = "retry"
-	OutcomeGaveUp    = "gave_up"
-)
-
 type nopObserver struct{}
 
-func (nopObserver) WebhookAttempted(string)        {}
-func (nopObserver) WebhookDelivered(time.Duration) {}
+func (nopObserver) WebhookAttempted(domain.DeliveryOutcome) {}
+func (nopObserver) WebhookDelivered(time.Duration)          {}
 
 // Config tunes a Deliverer. Zero values take defaults.
 type Config struct {
@@ -370,7 +363,7 @@ func (d *Deliverer) deliver(ctx context.Context, item repo.WebhookDue) (err erro
 	if status != 0 {
 		out.StatusCode = &status
 	}
-	outcome := OutcomeDelivered
+	outcome := domain.DeliveryDelivered
 	switch {
 	case attemptErr == nil && status >= 200 && status < 300:
 		out.Delivered = true
@@ -382,15 +375,15 @@ func (d *Deliverer) deliver(ctx context.Context, item repo.WebhookDue) (err erro
 		out.Error = &kind
 		zero := time.Duration(0)
 		out.RetryAfter = &zero
-		outcome = OutcomeRetry
+		outcome = domain.DeliveryRetry
 	default:
 		kind := classifyFailure(status, attemptErr)
 		out.Error = &kind
 		if delay, ok := retryDelay(item.Attempt); ok {
 			out.RetryAfter = &delay
-			outcome = OutcomeRetry
+			outcome = domain.DeliveryRetry
 		} else {
-			outcome = OutcomeGaveUp
+			outcome = domain.DeliveryGaveUp
 		}
 	}
 	// The outcome is recorded even while stopping, within a short bound of its own.
@@ -400,16 +393,16 @@ func (d *Deliverer) deliver(ctx context.Context, item repo.WebhookDue) (err erro
 		return fmt.Errorf("event %d to webhook %d: %w", item.ID, item.WebhookID, err)
 	}
 	d.cfg.Observer.WebhookAttempted(outcome)
-	tracing.SetAttributes(ctx, attribute.String("webhook.outcome", outcome))
+	tracing.SetAttributes(ctx, attribute.String("webhook.outcome", string(outcome)))
 	if out.Delivered {
 		// Both ends on the database's clock: the event's occurred_at and the claim's now.
 		d.cfg.Observer.WebhookDelivered(item.Now.Sub(item.OccurredAt) + elapsed)
 	}
 	level := slog.LevelDebug
 	switch outcome {
-	case OutcomeRetry:
+	case domain.DeliveryRetry:
 		level = slog.LevelInfo
-	case OutcomeGaveUp:
+	case domain.DeliveryGaveUp:
 		level = slog.LevelWarn
 	}
 	attrs := []any{"webhook_id", item.WebhookID, "event_id", item.ID, "attempt", item.Attempt,
