@@ -1,10 +1,14 @@
-// Package events is each replica's one listener on the outbox (the events table): it wakes on
-// PostgreSQL NOTIFY, polls as a fallback so that a lost notification delays an event but
-// never loses it (every 500 ms while no LISTEN session is proven to work, as behind a
-// transaction pooler), and fans new events and progress changes out to the replica's Server-Sent
-// Events streams. Streams never read the outbox on their own except to replay, so 1,000
-// streams cost one LISTEN connection, one outbox read per wake-up and one progress query per
-// tick, however many backfills they follow.
+// Package events holds each replica's LISTEN/NOTIFY machinery. The Hub is the replica's one
+// listener on the outbox (the events table): it wakes on PostgreSQL NOTIFY, polls as a
+// fallback so that a lost notification delays an event but never loses it (every
+// PollInterval, and every FallbackPollInterval while streams are open and no LISTEN session
+// is proven to deliver, as behind a transaction pooler: probe.go), and fans new events and
+// progress changes out to the replica's Server-Sent Events streams of backfills, so that
+// their streams cost one LISTEN connection, one outbox read per wake-up and one progress
+// query per tick, however many backfills they follow. Notifiers send the replica's NOTIFYs
+// (on Channel, and on ClaimableChannel), one small transaction at a time, so that the
+// writers never notify themselves; the ClaimWaker wakes the replica's waiting claims, on a
+// LISTEN session of its own.
 package events
 
 import (

@@ -121,7 +121,7 @@ func (h *Hub) readOutbox(ctx context.Context) bool {
 // lagNewcomers makes every stream read the outbox itself after a read that only counted
 // events, which it does when no stream was open as it began: the streams open now subscribed
 // during that read, and their replay may have come before some of the events it counted could
-// be served (CI, 2026-12-04: a pause counted, never sent, and the stream waited for it).
+// be served (a pause counted, never sent, and the stream waiting for it).
 func (h *Hub) lagNewcomers() {
 	h.mu.Lock()
 	defer h.mu.Unlock()

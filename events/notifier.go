@@ -18,8 +18,7 @@ import (
 // and not "BEGIN; SET LOCAL ...; SELECT pg_notify(...); COMMIT": when pg_notify is refused (a
 // standby, reached during a failover before HAProxy's check moved) the rest of that string is
 // skipped, and the pooled session stayed inside a failed transaction block that lib/pq does
-// not notice. Every later request on it was answered 25P02, a 500 (CI, 2026-12-03: 122 of them
-// after a crash of the leader).
+// not notice: every later request on it would be answered 25P02, a 500.
 const notifyStatement = `SELECT set_config('synchronous_commit', 'off', true), pg_notify('` + Channel + `', '')`
 
 // notifyStatementOn is notifyStatement on another channel.

@@ -95,8 +95,8 @@ const DefaultLeaseMaxInFlight = 4
 // no amount of reads can take the slots claims need. Likewise heartbeats may use all of the
 // lease slots and reports and releases all but a reserve (a quarter, at least one): a report
 // waits for its backfill's (or pool's) row, up to LOCK_WAIT, while another transaction holds
-// it, and reports of one held backfill filled every lease slot, so heartbeats of unrelated
-// runs were shed and a healthy run lost its lease (an audit, 2026-12-06). A heartbeat locks
+// it, and reports of one held backfill would fill every lease slot, so that heartbeats of
+// unrelated runs would be shed and a healthy run lose its lease. A heartbeat locks
 // only its own run.
 type AdmissionLimits struct {
 	Lease, Report, Claim, Default int

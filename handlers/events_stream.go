@@ -78,8 +78,8 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, id, after 
 	// A terminal backfill's terminal event committed with its state, before we read the
 	// state, yet the replay did not reach it: retention pruned it (nothing follows: end), or
 	// an older transaction of the database is still open and the outbox does not serve it
-	// yet (the feed serves in id order): follow the hub until it comes. Ending here sent a
-	// stream without its terminal event (an audit, 2026-12-06: 83 of 394 streams).
+	// yet (the feed serves in id order): follow the hub until it comes. Ending here would
+	// send a stream without its terminal event.
 	if b.State.Terminal() {
 		held, err := s.store.TerminalEventStored(ctx, id, sw.lastID)
 		if err != nil || !held {

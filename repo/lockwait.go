@@ -32,8 +32,8 @@ func lockWaitMillis(d time.Duration) string {
 // is in force when the statement waits for one, and set_config(..., true) lasts until the end
 // of the statement's implicit transaction, so the session keeps nothing. param is the
 // statement's parameter that carries the attempt's lockWait. Without it a PUT or PATCH of a
-// row that another transaction held waited for as long as the holder liked, holding its
-// connection and its admission slot (CI, 2026-12-04: a PUT of a DAG, 7 minutes).
+// row that another transaction holds waits for as long as the holder likes, holding its
+// connection and its admission slot (minutes).
 func statementLockWait(param string) string {
 	return "set_config('lock_timeout', " + param + ", true) IS NOT NULL"
 }
@@ -65,9 +65,9 @@ const lockWaitFloor = 10 * time.Millisecond
 // A lockBudget shares LOCK_WAIT among the attempts of one statement or transaction, so that
 // a statement's lock waits together last at most LOCK_WAIT. PostgreSQL's lock_timeout bounds
 // each wait on its own, and a statement queued behind another waiter waits twice: for the
-// tuple lock that waiter holds until it gives up, then for the holder's transaction (an
-// audit, 2026-12-06: with LOCK_WAIT 2 s and a row held for 12 s, the second of eight
-// PATCHes answered after 3.9 s). So each attempt is given half of what is left, and one that
+// tuple lock that waiter holds until it gives up, then for the holder's transaction (with
+// LOCK_WAIT 2 s and a row held for 12 s, the second of eight PATCHes would answer after
+// 3.9 s). So each attempt is given half of what is left, and one that
 // times out is sent again, at once, with half of the rest, until less than lockWaitFloor
 // would be given: a request behind one holder still waits about LOCK_WAIT in all, and one
 // queued behind another waiter no longer waits twice that. (A timed-out attempt wrote

@@ -252,7 +252,7 @@ func (s *Store) RunHeartbeat(ctx context.Context, runPK int64, workerID string) 
 	// changes the run, but anyone may hold its row (an operator's SQL, a migration): the
 	// statement bounds its wait by LOCK_WAIT like every write of one statement, so that
 	// heartbeats of a held run answer 503 busy instead of keeping lease slots for as long as
-	// the holder likes (an audit, 2026-12-06: 14 s, with every other heartbeat shed meanwhile).
+	// the holder likes (and shedding every other heartbeat meanwhile).
 	err := s.withRetry(ctx, func(a attempt) error {
 		return sqlx.GetContext(a.ctx, s.hot(a.ctx, s.leaseDB, s.leaseDB, runHeartbeatSQL), &row, runHeartbeatSQL, runPK, workerID, a.lockWait)
 	})

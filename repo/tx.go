@@ -133,8 +133,8 @@ func isRetrySafe(err error) bool {
 // readRetried runs reads outside any transaction under withRetry: a session lost during a
 // read changed nothing, so the read is sent again on a new session (a failover), as a
 // transaction that never reached COMMIT is. Without it a request caught reading when the
-// primary died answered 503 instead of riding the failover (TestPostgresFailover, CI
-// 2026-12-03: a creation reading the database clock).
+// primary dies answers 503 instead of riding the failover (TestPostgresFailover: a creation
+// reading the database clock).
 //
 // Its sessions skip the check for a dead idle socket (session.ResetSession): a read sent on a
 // session that died while idle fails and is sent again here, changing nothing, so the check's
@@ -152,8 +152,8 @@ func (s *Store) readRetried(ctx context.Context, read func(ctx context.Context) 
 
 // readValue is readRetried for a read that answers one value. The API's reads go through it
 // or readTwo, so that a read caught by a failover rides it as a transaction does, instead of
-// answering 503 once database/sql's own three attempts have met the dead primary (ha-test,
-// 2026-12-04: 124 reads of a backfill answered 503 in one crash of the leader).
+// answering 503 once database/sql's own three attempts have met the dead primary (ha-test:
+// a crash of the leader).
 func readValue[T any](ctx context.Context, s *Store, read func(ctx context.Context) (T, error)) (T, error) {
 	var out T
 	err := s.readRetried(ctx, func(ctx context.Context) (err error) {

@@ -30,8 +30,8 @@ func (s *Store) WebhookFanOut(ctx context.Context) error {
 // event's and whose creation did not see the event committed (its created_snapshot; the
 // horizon, first_event, is not enough: 00019), so an event that committed before the webhook
 // is never delivered to it.
-// Event writers used to do this in their own transaction; it is here so that writing an
-// event costs one row (migrations/00015_events_lean_writer.sql).
+// It is here, not in the event writers' transactions, so that writing an event costs one
+// row (migrations/00015_events_lean_writer.sql).
 //
 // It follows the outbox by snapshots (migrations/00021_webhook_fanout_by_snapshot.sql): it
 // takes the events whose writers committed since the last fan-out's snapshot, so an event is
@@ -52,8 +52,8 @@ func (s *Store) webhookFanOutPage(ctx context.Context, tx *sqlx.Tx, limit int) (
 	//
 	// JIT is off for the rest of the transaction: the planner cannot know how few rows the
 	// snapshot's ranges hold, and on a large outbox (or one not yet analyzed) it estimated
-	// the page at enough to compile it, 0.6-1 s of every 1.6 ms poll (an audit, 2026-12-06:
-	// webhooks 1.5 s late at 40 events/s, most of a core burned while idle). The setting
+	// the page at enough to compile it, 0.6-1 s of every 1.6 ms poll (webhooks 1.5 s late at
+	// 40 events/s, most of a core burned while idle). The setting
 	// is read when the statement runs, so it holds for the session's cached plan too.
 	var locked bool
 	if err := tx.GetContext(ctx, &locked, `SELECT pg_try_advisory_xact_lock($1) FROM set_config('jit', 'off', true)`, int64(fanOutLock)); err != nil {
@@ -77,8 +77,8 @@ func (s *Store) webhookFanOutPage(ctx context.Context, tx *sqlx.Tx, limit int) (
 // this statement's own snapshot when a batch starts, and the batch's stored snapshot while
 // one is paged through (then events committed since are left to the next batch). A short
 // page ends the batch: hi becomes the cursor. A fan-out that finds nothing writes nothing.
-// Prepared (Store.hot): planned at every call, its plan cost about as much as its run
-// (pgbench, 2026-12-04), and it runs twice a second.
+// Prepared (Store.hot): planned at every call, its plan costs about as much as its run
+// (pgbench), and it runs twice a second.
 const webhookFanOutSQL = `
 	WITH cursor AS (
 		SELECT after_snapshot AS lo, coalesce(batch_snapshot, pg_current_snapshot()) AS hi,

@@ -45,7 +45,7 @@ func (s *Store) WebhookPurgeDeleted(ctx context.Context, batch int) (int, error)
 // the rows earlier batches deleted are marked dead by that walk and cost the next one
 // nothing. Without the order it read every entry of the webhook into a bitmap first: 35 ms a
 // batch at a million attempts, every batch, a core's worth of CPU for the whole purge
-// (make test-timing, 2026-12-06); with it 10 ms. (PostgreSQL still sorts when it believes
+// (make test-timing); with it 10 ms. (PostgreSQL still sorts when it believes
 // the webhook has fewer rows than a batch, which is then cheap, or its statistics are stale.)
 func (s *Store) purgeOne(ctx context.Context, id int64, batch int) (int, error) {
 	res, err := s.db.ExecContext(ctx, `

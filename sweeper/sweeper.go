@@ -1,6 +1,10 @@
-// Package sweeper drives backfills to completion in the background: it expires leases,
-// finalizes backfills whose runs are all finished, and prunes old idempotency keys. Every
-// replica runs one; the repository's row locks with SKIP LOCKED make concurrent passes safe.
+// Package sweeper drives backfills to completion in the background: each pass expires
+// leases, finalizes backfills whose runs are all finished, and prunes idempotency keys and
+// events past their retention and deleted backfills' bounds past theirs, each step in bounded
+// batches of short transactions (the repository's Sweep* methods, through the Store interface
+// declared here). Every replica runs one; the repository's row locks with SKIP LOCKED make
+// concurrent passes safe, and a pass that meets a row held past LOCK_WAIT leaves it to the
+// next.
 package sweeper
 
 import (

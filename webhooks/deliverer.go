@@ -157,9 +157,9 @@ func (d *Deliverer) InFlight(webhookID int64) int {
 // When endpoints with attempts in flight could fill MaxInFlight between them (64 hanging
 // endpoints at 4 attempts each fill 256), each of them may hold only its share of it, less
 // one endpoint's Concurrency kept for the endpoints with nothing in flight: otherwise the
-// replica claimed nothing at all until a hung attempt timed out, and a healthy endpoint
-// waited behind endpoints it has nothing to do with (an audit, 2026-12-06: 70 hanging
-// endpoints, a healthy one's events up to 10 s late). An endpoint above its share keeps
+// replica claims nothing at all until a hung attempt times out, and a healthy endpoint
+// waits behind endpoints it has nothing to do with (70 hanging endpoints: a healthy one's
+// events up to 10 s late). An endpoint above its share keeps
 // what it has in flight and gets no more until it is under it.
 func (d *Deliverer) room() (map[int64]int, int) {
 	d.fmu.Lock()

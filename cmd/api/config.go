@@ -236,16 +236,16 @@ func sessionDSN(raw string, statementTimeout time.Duration) (dsn, error) {
 // share of LOCK_WAIT for the row locks they wait for (repo.lockBudget), but they do so once
 // the statement runs: the table locks a statement takes first (an operator's LOCK TABLE, a
 // migration's ALTER TABLE queued for its lock, which every later statement queues behind)
-// and every read were bounded only by statement_timeout (an audit, 2026-12-06: PATCHes and
-// reads waited 7–12 s behind a held table lock, then answered 200 or nothing at all). Not
+// and every read would be bounded only by statement_timeout (PATCHes and reads would wait
+// 7–12 s behind a held table lock, then answer 200 or nothing at all). Not
 // behind a transaction pooler, which refuses unknown startup parameters (there the
 // database's own setting applies, docs/HA.md), and not for the direct sessions: a migration
 // waits for its locks as long as it must.
 //
 // The same sessions run with JIT off unless the DSN says otherwise: every statement of the
 // service is a short OLTP statement, and JIT only ever added the compilation of one whose
-// rows the planner overestimated (the webhook fan-out, an audit of 2026-12-06: 0.6-1 s of a
-// 1.6 ms statement; that one turns it off itself, behind a pooler too).
+// rows the planner overestimated (the webhook fan-out: 0.6-1 s of a 1.6 ms statement; that
+// one turns it off itself, behind a pooler too).
 func poolSessionDSN(d dsn, lockWait time.Duration, pooler string) dsn {
 	if pooler == poolerTransaction {
 		return d

@@ -71,8 +71,8 @@ func (b *bench) createBackfill(ctx context.Context, w window, maxActive int) (ba
 //
 // First it waits (up to a minute) for autovacuum workers to finish: the scenarios leave
 // 100,000 dead rows behind at a time (a cancel, a takeover), and on 2 cores a timed operation
-// that shares them with autovacuum measures the machine, not the operation. (In one P6 run of
-// 2026-12-02 the 100k creations of rounds 2 and 3 took 2.2-2.3 s against 1.5 s in round 1.)
+// that shares them with autovacuum measures the machine, not the operation (P6's 100k
+// creations took 2.2-2.3 s beside autovacuum against 1.5 s without).
 func (b *bench) checkpoint(ctx context.Context) {
 	b.awaitAutovacuum(ctx)
 	if b.noCheckpoint {

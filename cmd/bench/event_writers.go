@@ -16,9 +16,9 @@ const targetEventWriters = 0.90
 
 // Changes per P9 round, and rounds (each one with events and one without). On 2 shared cores
 // one pair's ratio varies by ±10 % (other tenants, autovacuum): a median of 9 pairs still
-// moved by about ±3 % from run to run (2026-12-04: 0.889–1.01 at 8 clients over nine runs);
-// 15 narrowed that to about ±2 % on a quiet machine, for 25 more seconds, but on a noisy one
-// runs still spread by ±3 % (that evening: 0.872–0.934 at 32 clients).
+// moved by about ±3 % from run to run (0.889–1.01 at 8 clients over nine runs); 15 narrow
+// that to about ±2 % on a quiet machine, for 25 more seconds, but on a noisy one runs still
+// spread by ±3 % (0.872–0.934 at 32 clients).
 const (
 	eventWriterChanges = 6000
 	eventWriterRounds  = 15
@@ -78,8 +78,8 @@ func (b *bench) scenarioEventWriters(ctx context.Context) (eventWritersResult, e
 	}
 	defer func() { _ = floor.stop() }()
 	// The side with events is a process started for P9 as well, not the suite's: after P1–P8
-	// the suite's process cost 9–25 µs more a change than a fresh one running the same code
-	// (make bench, 2026-12-05), which P9 charged to the events.
+	// the suite's process costs 9–25 µs more a change than a fresh one running the same code,
+	// which P9 would charge to the events.
 	withEvents, err := startService(ctx, b.cfg.apiBin, "", b.svcDSN, b.log)
 	if err != nil {
 		return res, fmt.Errorf("p9 service with events: %w", err)

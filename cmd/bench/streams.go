@@ -157,8 +157,8 @@ func (b *bench) toggleLoop(ctx context.Context, id int64) <-chan error {
 				return
 			case <-t.C:
 			}
-			// Shed with 503 busy on a loaded machine (the smoke run beside the test suites,
-			// 2026-12-06), the toggle is sent again, as the GETs are: it only keeps events
+			// Shed with 503 busy on a loaded machine (the smoke run beside the test suites),
+			// the toggle is sent again, as the GETs are: it only keeps events
 			// flowing.
 			var refused atomic.Int64
 			err := resendShed(ctx, &refused, func() error {

@@ -329,7 +329,7 @@ func (c *pconn) startup() bool {
 			// closes after it has signalled the backend, and lib/pq takes that end as the
 			// cancel's delivery and hands the session out again. Closing at once let the
 			// signal land on the session's next statement (a sweep after the test's own
-			// canceled one failed 57014, 2026-12-06).
+			// canceled one failed 57014).
 			if _, err := c.server.Write(append(hdr[:], rest...)); err == nil {
 				_, _ = io.Copy(c.client, c.server)
 			}
