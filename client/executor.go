@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/backfillsvc/backfill/internal/ctxwait"
 )
 
 // Causes of a work function's context ending, read with context.Cause.
@@ -255,7 +257,7 @@ func (c *Client) RunExecutor(ctx context.Context, cfg ExecutorConfig, work func(
 			}
 			// An empty answer before the wait was over (a service that does not wait, or one
 			// draining) backs off as a claim that did not wait.
-			if !sleep(ctx, jitter(idle)) {
+			if !ctxwait.Sleep(ctx, jitter(idle)) {
 				return nil
 			}
 			idle = min(idle*2, cfg.MaxIdleBackoff)
@@ -293,7 +295,7 @@ func (c *Client) claim(ctx context.Context, cfg ExecutorConfig, log *slog.Logger
 	runs, err := c.ClaimRuns(ctx, req, KeyOptions{IdempotencyKey: key})
 	for err != nil && Retryable(err) && ctx.Err() == nil {
 		log.Warn("claim failed; sending it again with its key", "err", err)
-		if !sleep(ctx, jitter(*idle)) {
+		if !ctxwait.Sleep(ctx, jitter(*idle)) {
 			break
 		}
 		*idle = min(*idle*2, cfg.MaxIdleBackoff)
@@ -528,18 +530,6 @@ func noteOf(s string) string {
 // jitter spreads d over [0.75d, 1.25d) so that idle workers do not claim in lockstep.
 func jitter(d time.Duration) time.Duration {
 	return d*3/4 + rand.N(d/2+1)
-}
-
-// sleep waits d, or less when ctx ends first; it reports whether it waited the full d.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // traceparentOf is the run's traceparent, "" when the service does not trace.

@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"syscall"
 	"time"
+
+	"github.com/backfillsvc/backfill/internal/ctxwait"
 )
 
 // RetryPolicy says how the helpers that create something (CreateBackfill, RetryBackfill,
@@ -88,7 +90,7 @@ func withRetry[T any](ctx context.Context, c *Client, call func() (T, error)) (T
 		if errors.As(err, &pe) && pe.RetryAfter > d {
 			d = pe.RetryAfter
 		}
-		if !sleep(ctx, min(d, p.Max)) {
+		if !ctxwait.Sleep(ctx, min(d, p.Max)) {
 			return v, err
 		}
 		wait = min(wait*2, p.Max)

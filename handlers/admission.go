@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/backfillsvc/backfill/internal/ctxwait"
 )
 
 // AdmissionClass says how a request is admitted. Executor traffic goes ahead of reads and
@@ -325,12 +327,8 @@ func outsideAdmission(ctx context.Context, d time.Duration) bool {
 	if hold != nil {
 		hold.release()
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
+	if !ctxwait.Sleep(ctx, d) {
 		return false
-	case <-t.C:
 	}
 	return hold == nil || hold.reacquire(ctx) == nil
 }

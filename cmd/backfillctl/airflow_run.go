@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/client"
+	"github.com/backfillsvc/backfill/internal/ctxwait"
 )
 
 // airflowRunID is the dag_run_id under which a service run is triggered in Airflow:
@@ -89,7 +90,7 @@ func (b *airflowBridge) trigger(ctx context.Context, log *slog.Logger, run clien
 			return false, fmt.Errorf("airflow refused to trigger %s of DAG %s: %w", id, run.DagId, err)
 		}
 		log.Warn("trigger failed; sending it again", "err", err)
-		if !sleepCtx(ctx, wait) {
+		if !ctxwait.Sleep(ctx, wait) {
 			return false, b.stop(ctx, log, run, id)
 		}
 		wait = min(wait*2, time.Minute)
@@ -118,7 +119,7 @@ func (b *airflowBridge) follow(ctx context.Context, log *slog.Logger, run client
 		case got.State == "failed":
 			return b.failure(ctx, log, run, id)
 		}
-		if !sleepCtx(ctx, b.poll) {
+		if !ctxwait.Sleep(ctx, b.poll) {
 			return b.stop(ctx, log, run, id)
 		}
 	}
@@ -161,18 +162,6 @@ func (b *airflowBridge) stop(ctx context.Context, log *slog.Logger, run client.D
 		log.Warn("the backfill is being canceled, but Airflow's run could not be set to failed", "err", err)
 	}
 	return cause
-}
-
-// sleepCtx waits d or until ctx ends; it reports whether it waited the full d.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // startAirflow prints the start line of a run handed to Airflow.
