@@ -4,15 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/backfillsvc/backfill/client"
 )
 
 // airflowSynopsis is what follows `backfillctl airflow` in its usage.
@@ -33,17 +28,14 @@ func airflowCommand(ctx context.Context, c *cli, _ *flag.FlagSet, args []string)
 	token := fs.String("token", c.getenv("BACKFILL_AIRFLOW_TOKEN"), "Airflow's bearer token (env BACKFILL_AIRFLOW_TOKEN)")
 	user := fs.String("user", "", "Airflow user whose password buys tokens at POST /auth/token")
 	password := fs.String("password", c.getenv("BACKFILL_AIRFLOW_PASSWORD"), "that user's password (env BACKFILL_AIRFLOW_PASSWORD, which keeps it out of ps)")
-	host, _ := os.Hostname()
-	workerID := fs.String("worker-id", fmt.Sprintf("%s-%d", host, os.Getpid()), "this worker's id in claims, heartbeats and reports")
-	dagID := fs.String("dag-id", "", "claim only runs of this DAG (default: any)")
-	pool := fs.String("pool", "", "claim only runs in this pool (default: any)")
-	concurrency := fs.Int("concurrency", 1, "Airflow runs followed at once, 1..100")
-	lease := fs.Int("lease-seconds", 60, "lease asked for with each claim, 10..3600")
-	heartbeat := fs.Duration("heartbeat", 0, "time between heartbeats (default a third of the lease); also how soon a cancel reaches Airflow")
+	w := addWorkerFlags(fs, workerUsage{
+		concurrency: "Airflow runs followed at once, 1..100",
+		heartbeat:   "time between heartbeats (default a third of the lease); also how soon a cancel reaches Airflow",
+		untilIdle:   "exit once nothing in the filters is queued or running anywhere",
+		verbose:     "also log claims and Airflow calls",
+	})
 	poll := fs.Duration("poll", 5*time.Second, "time between reads of an Airflow run's state")
 	queuedWarn := fs.Duration("queued-warning", 5*time.Minute, "warn when an Airflow run stays queued this long (a paused DAG in Airflow keeps it queued); 0 never warns")
-	untilIdle := fs.Bool("until-idle", false, "exit once nothing in the filters is queued or running anywhere")
-	verbose := fs.Bool("verbose", false, "also log claims and Airflow calls")
 	fs.Usage = func() {
 		fmt.Fprintf(c.stderr, "Usage: backfillctl airflow %s\n\nFlags (--token is Airflow's here):\n", airflowSynopsis)
 		fs.VisitAll(func(f *flag.Flag) {
@@ -67,19 +59,9 @@ func airflowCommand(ctx context.Context, c *cli, _ *flag.FlagSet, args []string)
 		return err
 	}
 
-	level := slog.LevelWarn
-	if *verbose {
-		level = slog.LevelDebug
-	}
-	var outMu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(lockedWriter{mu: &outMu, w: c.stderr}, &slog.HandlerOptions{Level: level}))
-	lines := &runLines{json: c.g.output == "json", w: lockedWriter{mu: &outMu, w: c.stdout}, started: map[int64]time.Time{}}
+	logger, lines, _ := w.workerOutput(c)
 	bridge := &airflowBridge{api: af, poll: *poll, log: logger, lines: lines, queuedWarn: *queuedWarn}
-	cfg := client.ExecutorConfig{
-		WorkerID: *workerID, DagID: *dagID, Pool: *pool, Limit: *concurrency, LeaseSeconds: *lease,
-		HeartbeatEvery: *heartbeat, Logger: logger, UntilIdle: *untilIdle,
-		ReleaseOnCancel: true, OnRunEnd: lines.end,
-	}
+	cfg := w.executorConfig(logger, lines)
 	// Stopped by SIGINT/SIGTERM (every run released, Airflow's runs left going) or idle.
 	return executorStopped(api.RunExecutor(ctx, cfg, bridge.work))
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"os"
 	"os/exec"
 	"sync"
 	"time"
@@ -21,19 +19,16 @@ func executorCommand(ctx context.Context, c *cli, flagArgs, program []string) er
 	fs := newFlagSet("executor",
 		"executor [--concurrency N] [--dag-id ID] [--pool NAME] [--timeout D] [--grace 10s] [--defer 60s] [--until-idle] -- <program> [args...]",
 		&c.g, c.stderr)
-	host, _ := os.Hostname()
-	workerID := fs.String("worker-id", fmt.Sprintf("%s-%d", host, os.Getpid()), "this worker's id in claims, heartbeats and reports")
-	dagID := fs.String("dag-id", "", "claim only runs of this DAG (default: any)")
-	pool := fs.String("pool", "", "claim only runs in this pool (default: any)")
-	concurrency := fs.Int("concurrency", 1, "programs run at once, 1..100")
-	lease := fs.Int("lease-seconds", 60, "lease asked for with each claim, 10..3600")
-	heartbeat := fs.Duration("heartbeat", 0, "time between heartbeats (default a third of the lease)")
+	w := addWorkerFlags(fs, workerUsage{
+		concurrency: "programs run at once, 1..100",
+		heartbeat:   "time between heartbeats (default a third of the lease)",
+		untilIdle:   "exit once nothing in the filters is queued or running anywhere (runs waiting for another worker's slot are waited for)",
+		verbose:     "also log claims",
+	})
 	timeout := fs.Duration("timeout", 0, "stop a program that runs longer and report its run failed (default: no limit)")
 	grace := fs.Duration("grace", 10*time.Second, "time between SIGTERM and SIGKILL when a program is stopped (a lease no heartbeat renewed starts the stop this long before its end)")
-	untilIdle := fs.Bool("until-idle", false, "exit once nothing in the filters is queued or running anywhere (runs waiting for another worker's slot are waited for)")
 	deferFor := fs.Duration("defer", 60*time.Second, "how long a run whose program exits 75 (EX_TEMPFAIL) waits before it is claimed again, 1s..24h; its attempt is not charged")
 	claimWait := fs.Duration("claim-wait", 20*time.Second, "how long a claim that finds nothing waits on the service for work, 0..30s (0: poll); the service answers as soon as a run is claimable")
-	verbose := fs.Bool("verbose", false, "also log claims")
 	pos, err := parse(fs, flagArgs)
 	if err != nil {
 		return err
@@ -61,20 +56,10 @@ func executorCommand(ctx context.Context, c *cli, flagArgs, program []string) er
 	if err != nil {
 		return err
 	}
-	level := slog.LevelWarn
-	if *verbose {
-		level = slog.LevelDebug
-	}
-	var outMu sync.Mutex
-	errOut := lockedWriter{mu: &outMu, w: c.stderr}
-	logger := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: level}))
-	lines := &runLines{json: c.g.output == "json", w: lockedWriter{mu: &outMu, w: c.stdout}, started: map[int64]time.Time{}}
+	logger, lines, errOut := w.workerOutput(c)
 
-	cfg := client.ExecutorConfig{
-		WorkerID: *workerID, DagID: *dagID, Pool: *pool, Limit: *concurrency, LeaseSeconds: *lease,
-		HeartbeatEvery: *heartbeat, StopGrace: *grace, Logger: logger, UntilIdle: *untilIdle,
-		ReleaseOnCancel: true, OnRunEnd: lines.end, ClaimWait: *claimWait,
-	}
+	cfg := w.executorConfig(logger, lines)
+	cfg.StopGrace, cfg.ClaimWait = *grace, *claimWait
 	if *claimWait == 0 {
 		cfg.ClaimWait = -1 // the SDK's "no wait"
 	}
