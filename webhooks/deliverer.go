@@ -1,7 +1,9 @@
 // Package webhooks delivers events to registered endpoints per Standard Webhooks
 // (https://www.standardwebhooks.com). Every replica runs a Deliverer; the repository's claim
 // (FOR UPDATE SKIP LOCKED, then a lease) lets any number of them share the work, and a
-// delivery whose process dies is claimed again when its lease runs out: at least once.
+// delivery whose process dies is claimed again when its lease runs out: at least once. The
+// Deliverer also fans the outbox's new events out into deliveries (the repository's
+// WebhookFanOut, with its claims) and purges the delivery log of deleted webhooks.
 package webhooks
 
 import (
