@@ -199,7 +199,7 @@ func (b *bench) heartbeatNobody(ctx context.Context) error {
 	}
 }
 
-// Targets of issue 9.
+// Targets of the bulk changes (P6).
 const (
 	targetBulkVsCreate = 2.0  // cancel and reprocess ≤ 2 × the creation of the same backfill at the largest N
 	targetBulkGrowth   = 12.0 // t(100k) ≤ 12 × t(10k): linear is 10

@@ -1,6 +1,6 @@
 // Command bench measures the backfill service against the floor PostgreSQL sets for the same
-// work, side by side in one run, and prints one table of ratios (issue 5, P1–P5), and drives
-// it past its capacity to see it shed load (issue 10, P7).
+// work, side by side in one run, and prints one table of ratios (P1–P5), and drives it past
+// its capacity to see it shed load (P7).
 //
 // It creates scratch databases on one PostgreSQL server, builds ./cmd/api and starts it as a
 // child process against one of them, drives it over HTTP with its own load generator, and

@@ -20,7 +20,7 @@ type results struct {
 	claims    *claimResult
 	sweep     *sweepResult
 	bulk      *bulkResult
-	// streams is P8 (issue 12).
+	// streams is P8.
 	streams *streamsResult
 	// overload is P7.
 	overload *overloadResult
@@ -30,7 +30,7 @@ type results struct {
 	poolBusy *poolBusyResult
 }
 
-// Targets of issue 5.
+// Targets of P1–P5.
 const (
 	targetCreateVsCopy = 1.25 // service ≤ 1.25 × COPY floor at the largest N
 	targetVsRowByRow   = 20.0 // service ≥ 20 × faster than row-by-row at the largest N

@@ -119,7 +119,7 @@ func (b *bench) scenarioStatus(ctx context.Context, largeID int64) (statusResult
 }
 
 // getUntilOK is a closed-loop GET that must answer 200. A 503 busy means the service shed it
-// (admission control, issue 10: possible when 32 clients share a loaded machine with it); it
+// (admission control: possible when 32 clients share a loaded machine with it); it
 // is counted in shed and sent again at once, so that the loop measures what was served.
 func (b *bench) getUntilOK(url string, shed *atomic.Int64) func(ctx context.Context, _ int) error {
 	return func(ctx context.Context, _ int) error {

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Targets of issue 12 for event streams.
+// Targets of P8, the event streams.
 const (
 	targetStreamsP99 = 1.20 // ordinary requests' p99 with the streams ≤ 1.2 × without
 )
