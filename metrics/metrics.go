@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/backfillsvc/backfill/domain"
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
@@ -221,9 +220,7 @@ func (m *Metrics) SweepPassed(d time.Duration, err error) {
 }
 
 // WebhookAttempted implements webhooks.Observer.
-func (m *Metrics) WebhookAttempted(outcome domain.DeliveryOutcome) {
-	m.webhookAttempts.WithLabelValues(string(outcome)).Inc()
-}
+func (m *Metrics) WebhookAttempted(outcome string) { m.webhookAttempts.WithLabelValues(outcome).Inc() }
 
 // WebhookDelivered implements webhooks.Observer.
 func (m *Metrics) WebhookDelivered(lag time.Duration) { m.webhookLag.Observe(lag.Seconds()) }

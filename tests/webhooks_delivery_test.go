@@ -356,7 +356,7 @@ func TestWebhookDelivererLoopDeliversUntilStopped(t *testing.T) {
 		id := e.insertEvent("backfill.created", 1, "d")
 		select {
 		case outcome := <-recorded:
-			require.Equal(t, domain.DeliveryDelivered, outcome)
+			require.Equal(t, string(domain.DeliveryDelivered), outcome)
 		case <-time.After(30 * time.Second):
 			t.Fatalf("event %d not delivered by the loop within 30 s", id)
 		}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
-	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/metrics"
 	"github.com/backfillsvc/backfill/webhooks"
 	"github.com/stretchr/testify/require"
@@ -51,10 +50,10 @@ func (e *env) newDeliverer(cfg webhooks.Config) *deliverer {
 
 // outcomes is a webhooks.Observer that hands every attempt's outcome to the test, once it
 // is recorded.
-type outcomes chan domain.DeliveryOutcome
+type outcomes chan string
 
-func (o outcomes) WebhookAttempted(outcome domain.DeliveryOutcome) { o <- outcome }
-func (o outcomes) WebhookDelivered(time.Duration)                  {}
+func (o outcomes) WebhookAttempted(outcome string) { o <- outcome }
+func (o outcomes) WebhookDelivered(time.Duration)  {}
 
 // localDeliverer may reach the test's receivers on 127.0.0.1 (WEBHOOK_ALLOW_LOCAL=true).
 func (e *env) localDeliverer() *deliverer {

@@ -36,16 +36,17 @@ type Store interface {
 
 // Observer is told the outcome of every attempt, for metrics.
 type Observer interface {
-	// WebhookAttempted counts an attempt by outcome: delivered, retry or gave_up.
-	WebhookAttempted(outcome domain.DeliveryOutcome)
+	// WebhookAttempted counts an attempt by its outcome, a domain.DeliveryOutcome (delivered,
+	// retry or gave_up) as the metric's label.
+	WebhookAttempted(outcome string)
 	// WebhookDelivered observes the lag from the event to its delivery.
 	WebhookDelivered(lag time.Duration)
 }
 
 type nopObserver struct{}
 
-func (nopObserver) WebhookAttempted(domain.DeliveryOutcome) {}
-func (nopObserver) WebhookDelivered(time.Duration)          {}
+func (nopObserver) WebhookAttempted(string)        {}
+func (nopObserver) WebhookDelivered(time.Duration) {}
 
 // Config tunes a Deliverer. Zero values take defaults.
 type Config struct {
@@ -394,7 +395,7 @@ func (d *Deliverer) deliver(ctx context.Context, item repo.WebhookDue) (err erro
 	if _, err := d.store.WebhookDeliveryRecord(recCtx, out); err != nil {
 		return fmt.Errorf("event %d to webhook %d: %w", item.ID, item.WebhookID, err)
 	}
-	d.cfg.Observer.WebhookAttempted(outcome)
+	d.cfg.Observer.WebhookAttempted(string(outcome))
 	tracing.SetAttributes(ctx, attribute.String("webhook.outcome", string(outcome)))
 	if out.Delivered {
 		// Both ends on the database's clock: the event's occurred_at and the claim's now.
