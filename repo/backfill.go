@@ -11,7 +11,7 @@ import (
 
 // BackfillGet returns one backfill. Its progress is read from counters on the row, so the cost
 // is one primary-key lookup whatever the size of the backfill. Clients poll it: it is prepared
-// once per pooled connection unless a transaction pooler sits in between (prepared.go).
+// once per pooled connection unless a transaction pooler sits in between (pgrun/prepared.go).
 func (s *Store) BackfillGet(ctx context.Context, id int64) (Backfill, error) {
 	return readValue(ctx, s, func(ctx context.Context, q pgrun.Queryer) (Backfill, error) { return s.backfillGetOnce(ctx, q, id) })
 }

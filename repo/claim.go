@@ -141,7 +141,7 @@ const (
 // and again (within
 // claimRaceBudget, with a short jittered backoff) while it hands out nothing although an
 // owner in its scope is claimable. The claim is prepared once per pooled connection unless a
-// transaction pooler sits in between (prepared.go).
+// transaction pooler sits in between (pgrun/prepared.go).
 func (s *Store) claimRuns(ctx context.Context, q sqlx.QueryerContext, scope claimScope, args []any) ([]Run, error) {
 	claim := claimStatements[scope]
 	var deadline time.Time

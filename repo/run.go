@@ -228,7 +228,7 @@ func (s *Store) RunReport(ctx context.Context, p RunReportParams) (Run, error) {
 	return Run{}, ErrInvalidTransition
 }
 
-// runReportSQL is RunReport's statement, prepared on the lease pool (prepared.go).
+// runReportSQL is RunReport's statement, prepared on the lease pool (pgrun/prepared.go).
 var runReportSQL = `
 	WITH cur AS MATERIALIZED (
 		SELECT r.id, r.backfill_id,
@@ -273,7 +273,7 @@ func (s *Store) RunHeartbeat(ctx context.Context, runPK int64, workerID string) 
 	return Heartbeat{LeaseExpiresAt: row.LeaseExpiresAt.UTC(), CancelRequested: row.CancelRequested}, nil
 }
 
-// runHeartbeatSQL is RunHeartbeat's statement, prepared on the lease pool (prepared.go).
+// runHeartbeatSQL is RunHeartbeat's statement, prepared on the lease pool (pgrun/prepared.go).
 var runHeartbeatSQL = `
 	WITH hb AS (
 		UPDATE dag_runs SET lease_expires_at = backfill_now() + make_interval(secs => lease_seconds)

@@ -67,7 +67,7 @@ type Config struct {
 	// never queue for a connection behind claims or reads; nil uses the main pool.
 	LeaseDB *sqlx.DB
 	// PrepareStatements prepares the hot statements (status read, claim, report, heartbeat)
-	// once per pooled connection (prepared.go). Off behind a transaction pooler (DB_POOLER).
+	// once per pooled connection (pgrun/prepared.go). Off behind a transaction pooler (DB_POOLER).
 	PrepareStatements bool
 	// Tracer records a span per transaction or read, named by the Store method; nil is off.
 	Tracer *tracing.Tracer
