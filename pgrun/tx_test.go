@@ -245,3 +245,26 @@ func TestTxDoesNotRetryOtherErrors(t *testing.T) {
 	}
 	require.Zero(t, obs.retried.Load())
 }
+
+// An attempt that met a concurrent change (an error wrapping ErrTryAgain, as the creation's
+// "a concurrent run took a slot's date") runs again like a serialization failure, and counts
+// as a retry.
+func TestTxRetriesAnAttemptThatAsksToTryAgain(t *testing.T) {
+	t.Parallel()
+	s, obs := txTestStore(t)
+	var attempts int
+	err := s.Tx(context.Background(), sql.LevelSerializable, func(tx *sqlx.Tx) error {
+		attempts++
+		if _, err := tx.Exec(`INSERT INTO tx_probe VALUES ($1)`, attempts); err != nil {
+			return err
+		}
+		if attempts < 3 {
+			return fmt.Errorf("slot taken: %w", ErrTryAgain)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 3, attempts)
+	require.Equal(t, []int{3}, probeRows(t, s), "the attempts that asked to try again were rolled back")
+	require.EqualValues(t, 2, obs.retried.Load())
+}
