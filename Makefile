@@ -8,7 +8,7 @@ GO ?= go
 #   make run DATABASE_URL='postgres://user:pass@host:5432/backfill?sslmode=disable'
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/backfill?sslmode=disable
 
-# Per test binary. Database tests find their server as internal/pgtest describes
+# Per test binary. Database tests find their server as internal/testkit/pgtest describes
 # (TEST_DATABASE_URL, else PostgreSQL on 127.0.0.1:5432, else Docker).
 TEST_TIMEOUT ?= 12m
 

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/domain"
-	"github.com/backfillsvc/backfill/internal/pgtest"
+	"github.com/backfillsvc/backfill/internal/testkit/pgtest"
 	"github.com/backfillsvc/backfill/repo"
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"

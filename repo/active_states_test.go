@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/backfillsvc/backfill/domain"
-	"github.com/backfillsvc/backfill/internal/pgtest"
+	"github.com/backfillsvc/backfill/internal/testkit/pgtest"
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 )

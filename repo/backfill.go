@@ -5,20 +5,21 @@ import (
 	"fmt"
 
 	"github.com/backfillsvc/backfill/domain"
+	"github.com/backfillsvc/backfill/pgrun"
 	"github.com/jmoiron/sqlx"
 )
 
 // BackfillGet returns one backfill. Its progress is read from counters on the row, so the cost
 // is one primary-key lookup whatever the size of the backfill. Clients poll it: it is prepared
-// once per pooled connection unless a transaction pooler sits in between (prepared.go).
+// once per pooled connection unless a transaction pooler sits in between (pgrun/prepared.go).
 func (s *Store) BackfillGet(ctx context.Context, id int64) (Backfill, error) {
-	return readValue(ctx, s, func(ctx context.Context) (Backfill, error) { return s.backfillGetOnce(ctx, id) })
+	return readValue(ctx, s, func(ctx context.Context, q pgrun.Queryer) (Backfill, error) { return s.backfillGetOnce(ctx, q, id) })
 }
 
 // backfillGetOnce is one attempt of BackfillGet, which sends it again if its session dies.
-func (s *Store) backfillGetOnce(ctx context.Context, id int64) (Backfill, error) {
+func (s *Store) backfillGetOnce(ctx context.Context, q pgrun.Queryer, id int64) (Backfill, error) {
 	var b Backfill
-	err := s.hot(ctx, s.db, s.db, backfillGetSQL).QueryRowxContext(ctx, backfillGetSQL, id).Scan(b.scanDest()...)
+	err := s.hot(ctx, q, backfillGetSQL).QueryRowxContext(ctx, backfillGetSQL, id).Scan(b.scanDest()...)
 	if isNoRows(err) {
 		return Backfill{}, ErrBackfillNotFound
 	}
@@ -54,13 +55,15 @@ type BackfillListParams struct {
 
 // BackfillList pages backfills by id.
 func (s *Store) BackfillList(ctx context.Context, p BackfillListParams) ([]Backfill, int, error) {
-	return readTwo(ctx, s, func(ctx context.Context) ([]Backfill, int, error) { return s.backfillListOnce(ctx, p) })
+	return readTwo(ctx, s, func(ctx context.Context, q pgrun.Queryer) ([]Backfill, int, error) {
+		return s.backfillListOnce(ctx, q, p)
+	})
 }
 
 // backfillListOnce is one attempt of BackfillList, which sends it again if its session dies.
-func (s *Store) backfillListOnce(ctx context.Context, p BackfillListParams) ([]Backfill, int, error) {
+func (s *Store) backfillListOnce(ctx context.Context, q pgrun.Queryer, p BackfillListParams) ([]Backfill, int, error) {
 	var total int
-	if err := sqlx.GetContext(ctx, s.db, &total, `SELECT count(*)`+backfillListFilter, p.DagID, p.State, p.Active); err != nil {
+	if err := sqlx.GetContext(ctx, q, &total, `SELECT count(*)`+backfillListFilter, p.DagID, p.State, p.Active); err != nil {
 		return nil, 0, fmt.Errorf("count backfills: %w", err)
 	}
 	order := " AND ($6::text IS NULL OR id > $6::bigint) ORDER BY id"
@@ -68,7 +71,7 @@ func (s *Store) backfillListOnce(ctx context.Context, p BackfillListParams) ([]B
 		order = " AND ($6::text IS NULL OR id < $6::bigint) ORDER BY id DESC"
 	}
 	backfills := []Backfill{}
-	err := sqlx.SelectContext(ctx, s.db, &backfills, `SELECT `+backfillColumns+backfillListFilter+order+` LIMIT $4 OFFSET $5`,
+	err := sqlx.SelectContext(ctx, q, &backfills, `SELECT `+backfillColumns+backfillListFilter+order+` LIMIT $4 OFFSET $5`,
 		p.DagID, p.State, p.Active, p.Limit, p.Offset, p.After)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list backfills: %w", err)
@@ -94,12 +97,14 @@ type BackfillSlotsParams struct {
 // BackfillSlots pages a backfill's slots in sort order. A slot whose run a later backfill took
 // over shows the run as it was at the takeover (see backfill_slot_records, migration 00010).
 func (s *Store) BackfillSlots(ctx context.Context, p BackfillSlotsParams) ([]BackfillSlot, int64, error) {
-	return readTwo(ctx, s, func(ctx context.Context) ([]BackfillSlot, int64, error) { return s.backfillSlotsOnce(ctx, p) })
+	return readTwo(ctx, s, func(ctx context.Context, q pgrun.Queryer) ([]BackfillSlot, int64, error) {
+		return s.backfillSlotsOnce(ctx, q, p)
+	})
 }
 
 // backfillSlotsOnce is one attempt of BackfillSlots, which sends it again if its session dies.
-func (s *Store) backfillSlotsOnce(ctx context.Context, p BackfillSlotsParams) ([]BackfillSlot, int64, error) {
-	b, err := s.backfillGetOnce(ctx, p.BackfillID)
+func (s *Store) backfillSlotsOnce(ctx context.Context, q pgrun.Queryer, p BackfillSlotsParams) ([]BackfillSlot, int64, error) {
+	b, err := s.backfillGetOnce(ctx, q, p.BackfillID)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -108,7 +113,7 @@ func (s *Store) backfillSlotsOnce(ctx context.Context, p BackfillSlotsParams) ([
 		order = " AND ($4::text IS NULL OR s.sort_ordinal < $4::integer) ORDER BY s.sort_ordinal DESC"
 	}
 	slots := []BackfillSlot{}
-	err = sqlx.SelectContext(ctx, s.db, &slots, `
+	err = sqlx.SelectContext(ctx, q, &slots, `
 		SELECT s.sort_ordinal, s.logical_date, s.dag_run_id, s.run_id, s.state, s.exception_reason, s.attempt, s.note
 		FROM backfill_slot_records s
 		WHERE s.backfill_id = $1 AND ($5::text IS NULL OR s.state = $5)`+order+` LIMIT $2 OFFSET $3`,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/domain"
+	"github.com/backfillsvc/backfill/pgrun"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 )
@@ -42,8 +43,8 @@ func (s *Store) BackfillCreate(ctx context.Context, p domain.BackfillRequest) (B
 	if len(plan) == 0 {
 		return Backfill{}, false, fmt.Errorf("%w: no schedule tick in the window has ended", ErrNoRunsToCreate)
 	}
-	activeID, active, err := readTwo(ctx, s, func(ctx context.Context) (int64, bool, error) {
-		return activeBackfillID(ctx, s.db, p.DagID)
+	activeID, active, err := readTwo(ctx, s, func(ctx context.Context, q pgrun.Queryer) (int64, bool, error) {
+		return activeBackfillID(ctx, q, p.DagID)
 	})
 	if err != nil {
 		return Backfill{}, false, err
@@ -61,7 +62,7 @@ func (s *Store) BackfillCreate(ctx context.Context, p domain.BackfillRequest) (B
 			// Every attempt looks at the window afresh: dates read once and reused would
 			// go stale when a concurrent creation commits the same dates, or when the DAG is
 			// deleted (its runs with it) and created again.
-			known, err := s.existingRunDates(a.ctx, p.DagID, plan)
+			known, err := s.existingRunDates(a.ctx, a.db, p.DagID, plan)
 			if err != nil {
 				return err
 			}
@@ -83,7 +84,9 @@ func (s *Store) BackfillCreate(ctx context.Context, p domain.BackfillRequest) (B
 			}
 			return b, ok, err
 		case errors.Is(err, errBackfillUniqueViolation):
-			id, found, lerr := activeBackfillID(ctx, s.db, p.DagID)
+			id, found, lerr := readTwo(ctx, s, func(ctx context.Context, q pgrun.Queryer) (int64, bool, error) {
+				return activeBackfillID(ctx, q, p.DagID)
+			})
 			if lerr != nil {
 				return Backfill{}, false, lerr
 			}

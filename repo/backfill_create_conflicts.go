@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/backfillsvc/backfill/domain"
+	"github.com/backfillsvc/backfill/pgrun"
 	"github.com/jmoiron/sqlx"
 )
 
@@ -43,15 +44,15 @@ func (s *Store) idempotentReplay(ctx context.Context, key string, req domain.Fin
 		return Backfill{}, false, nil
 	}
 	r := idemRequest{key: key, op: opBackfill, fp: req}
-	ids, found, err := readTwo(ctx, s, func(ctx context.Context) ([]int64, bool, error) { return idemLookup(ctx, s.db, r) })
+	ids, found, err := readTwo(ctx, s, func(ctx context.Context, q pgrun.Queryer) ([]int64, bool, error) { return idemLookup(ctx, q, r) })
 	if err != nil || !found {
 		return Backfill{}, false, err
 	}
 	if len(ids) != 1 {
 		return Backfill{}, false, fmt.Errorf("idempotency key %q names %d backfills", key, len(ids))
 	}
-	b, err := idemReplay(ctx, s, ids, func(ctx context.Context, ids []int64) (Backfill, error) {
-		return s.backfillGetOnce(ctx, ids[0]) // idemReplay sends it again if its session dies
+	b, err := idemReplay(ctx, s, ids, func(ctx context.Context, q pgrun.Queryer, ids []int64) (Backfill, error) {
+		return s.backfillGetOnce(ctx, q, ids[0]) // idemReplay sends it again if its session dies
 	})
 	return b, err == nil, err
 }

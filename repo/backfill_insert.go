@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/domain"
+	"github.com/backfillsvc/backfill/pgrun"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 )
@@ -136,17 +137,14 @@ type runDates map[int64]bool
 // of the DAG's key range would take predicate locks that make creations for neighbouring DAGs
 // abort each other. It is only a hint (see insertNewRuns); a range scan of one index, it costs
 // little when the window is empty, the common case.
-func (s *Store) existingRunDates(ctx context.Context, dagID string, plan []domain.PlannedSlot) (runDates, error) {
+func (s *Store) existingRunDates(ctx context.Context, q pgrun.Queryer, dagID string, plan []domain.PlannedSlot) (runDates, error) {
 	first, last := domain.Window(plan)
 	var dates []time.Time
-	err := sqlx.SelectContext(ctx, s.db, &dates, `
+	err := sqlx.SelectContext(ctx, q, &dates, `
 		SELECT logical_date FROM dag_runs WHERE dag_id = $1 AND logical_date BETWEEN $2 AND $3`, dagID, first, last)
-	if err != nil && isSessionFailure(err) {
-		// A read: nothing was written, so the attempt may run again on a fresh session.
-		return nil, &errBeforeCommit{fmt.Errorf("read existing runs of %q: %w", dagID, err)}
-	}
 	if err != nil {
-		return nil, fmt.Errorf("read existing runs of %q: %w", dagID, err)
+		// A read: nothing was written, so the attempt may run again on a fresh session.
+		return nil, pgrun.Resendable(fmt.Errorf("read existing runs of %q: %w", dagID, err))
 	}
 	known := make(runDates, len(dates))
 	for _, d := range dates {

@@ -36,7 +36,7 @@ func (s *Store) BackfillPatch(ctx context.Context, p BackfillPatchParams) (Backf
 	defer s.eventsMayBeWritten()
 	var b Backfill
 	err := s.withRetry(ctx, func(a attempt) error {
-		return sqlx.GetContext(a.ctx, s.hot(a.ctx, s.db, s.db, backfillPatchSQL), &b, backfillPatchSQL,
+		return sqlx.GetContext(a.ctx, s.hot(a.ctx, a.db, backfillPatchSQL), &b, backfillPatchSQL,
 			p.ID, p.MaxActiveRuns, p.SetMaxFailed, p.MaxFailedRuns, p.SetDescription, p.Description, p.SetPool, p.Pool,
 			a.lockWait)
 	})

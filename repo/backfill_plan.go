@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/domain"
+	"github.com/backfillsvc/backfill/pgrun"
 	"github.com/jmoiron/sqlx"
 )
 
@@ -65,11 +66,11 @@ func (s *Store) BackfillDryRun(ctx context.Context, p domain.BackfillRequest) (D
 		return DryRun{}, err
 	}
 	out := DryRun{Slots: slots}
-	err = s.readRetried(ctx, func(ctx context.Context) error {
-		if err := decideSlots(ctx, s.db, p.DagID, p.ReprocessBehavior, slots); err != nil {
+	err = s.readRetried(ctx, func(ctx context.Context, q pgrun.Queryer) error {
+		if err := decideSlots(ctx, q, p.DagID, p.ReprocessBehavior, slots); err != nil {
 			return err
 		}
-		out.Estimate, out.EstimateBasis, err = backfillEstimate(ctx, s.db, p, slots)
+		out.Estimate, out.EstimateBasis, err = backfillEstimate(ctx, q, p, slots)
 		return err
 	})
 	if err != nil {
@@ -82,12 +83,12 @@ func (s *Store) BackfillDryRun(ctx context.Context, p domain.BackfillRequest) (D
 // dagAndNow reads what planning a backfill needs, the DAG and the database's clock, outside
 // any transaction, sent again on a new session if theirs dies (readRetried).
 func (s *Store) dagAndNow(ctx context.Context, dagID string) (Dag, time.Time, error) {
-	return readTwo(ctx, s, func(ctx context.Context) (Dag, time.Time, error) {
-		dag, err := dagGet(ctx, s.db, dagID, "")
+	return readTwo(ctx, s, func(ctx context.Context, q pgrun.Queryer) (Dag, time.Time, error) {
+		dag, err := dagGet(ctx, q, dagID, "")
 		if err != nil {
 			return Dag{}, time.Time{}, err
 		}
-		now, err := dbNow(ctx, s.db)
+		now, err := dbNow(ctx, q)
 		return dag, now, err
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/domain"
+	"github.com/backfillsvc/backfill/pgrun"
 	"github.com/jmoiron/sqlx"
 )
 
@@ -55,11 +56,13 @@ func (s *Store) BackfillRetry(ctx context.Context, rp BackfillRetryParams) (Back
 	if rp.LogicalDates != nil {
 		return s.BackfillCreate(ctx, retryRequest(parent, rp, nil))
 	}
-	var dates []time.Time
-	err = sqlx.SelectContext(ctx, s.db, &dates, `
-		SELECT s.logical_date FROM backfill_slot_records s
-		WHERE s.backfill_id = $1 AND s.state IN ('failed', 'canceled')
-		ORDER BY s.sort_ordinal`, parent.ID)
+	dates, err := readValue(ctx, s, func(ctx context.Context, q pgrun.Queryer) (dates []time.Time, err error) {
+		err = sqlx.SelectContext(ctx, q, &dates, `
+			SELECT s.logical_date FROM backfill_slot_records s
+			WHERE s.backfill_id = $1 AND s.state IN ('failed', 'canceled')
+			ORDER BY s.sort_ordinal`, parent.ID)
+		return dates, err
+	})
 	if err != nil {
 		return Backfill{}, false, fmt.Errorf("read failed slots of backfill %d: %w", parent.ID, err)
 	}

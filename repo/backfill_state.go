@@ -32,7 +32,7 @@ func (s *Store) backfillToggle(ctx context.Context, id int64, from, to domain.Ba
 	var b Backfill
 	for try := 1; ; try++ {
 		err := s.withRetry(ctx, func(a attempt) error {
-			return sqlx.GetContext(a.ctx, s.db, &b, `
+			return sqlx.GetContext(a.ctx, a.db, &b, `
 				UPDATE backfills SET state = $3, updated_at = backfill_change_time(updated_at),
 					pause_reason = CASE WHEN $3 = 'paused' THEN 'user' END
 				WHERE id = $1 AND state = $2 AND `+statementLockWait("$4")+`

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/domain"
+	"github.com/backfillsvc/backfill/pgrun"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 )
@@ -61,7 +62,7 @@ func (s *Store) RunClaim(ctx context.Context, p RunClaimParams) ([]Run, bool, er
 		// deadlock should not reach it; retrying one costs nothing if the planner ever locks in
 		// another way.
 		err = s.withRetry(ctx, func(a attempt) error {
-			claimed, err = s.claimRuns(a.ctx, nil, scope, args)
+			claimed, err = s.claimRuns(a.ctx, a.db, scope, args)
 			return err
 		})
 	} else {
@@ -89,10 +90,10 @@ func (s *Store) runClaimIdempotent(ctx context.Context, p RunClaimParams, scope 
 		return nil, false, err
 	}
 	r := idemRequest{key: p.IdempotencyKey, op: opClaim, fp: fp}
-	s.prepareHot(ctx, s.db, claimStatements[scope])
-	replay := func(ctx context.Context, ids []int64) ([]Run, error) {
+	s.prepareHot(ctx, claimStatements[scope])
+	replay := func(ctx context.Context, q pgrun.Queryer, ids []int64) ([]Run, error) {
 		var runs []Run
-		err := sqlx.SelectContext(ctx, s.db, &runs, `
+		err := sqlx.SelectContext(ctx, q, &runs, `
 			SELECT `+runColumns+`, `+claimCodeRef+` FROM dag_runs
 			WHERE id = ANY ($1) AND state = 'running' AND worker_id = $2
 			ORDER BY backfill_id NULLS FIRST, dag_id, backfill_sort_ordinal, logical_date`,
@@ -136,20 +137,17 @@ const (
 	claimRaceMaxDelay = 25 * time.Millisecond
 )
 
-// claimRuns runs the claim statement, in tx when it is not nil, and again (within
+// claimRuns runs the claim statement on q (the pool an attempt was handed, or a transaction),
+// and again (within
 // claimRaceBudget, with a short jittered backoff) while it hands out nothing although an
 // owner in its scope is claimable. The claim is prepared once per pooled connection unless a
-// transaction pooler sits in between (prepared.go).
-func (s *Store) claimRuns(ctx context.Context, tx *sqlx.Tx, scope claimScope, args []any) ([]Run, error) {
-	var q sqlx.QueryerContext = s.db
-	if tx != nil {
-		q = tx
-	}
+// transaction pooler sits in between (pgrun/prepared.go).
+func (s *Store) claimRuns(ctx context.Context, q sqlx.QueryerContext, scope claimScope, args []any) ([]Run, error) {
 	claim := claimStatements[scope]
 	var deadline time.Time
 	for attempt := 1; ; attempt++ {
 		var claimed []Run
-		if err := sqlx.SelectContext(ctx, s.hot(ctx, s.db, q, claim), &claimed, claim, args...); err != nil {
+		if err := sqlx.SelectContext(ctx, s.hot(ctx, q, claim), &claimed, claim, args...); err != nil {
 			return nil, fmt.Errorf("claim runs: %w", err)
 		}
 		if deadline.IsZero() {
@@ -160,7 +158,7 @@ func (s *Store) claimRuns(ctx context.Context, tx *sqlx.Tx, scope claimScope, ar
 		}
 		var skipped bool
 		claimable := claimableStatements[scope]
-		if err := sqlx.GetContext(ctx, s.hot(ctx, s.db, q, claimable), &skipped, claimable, args[3:]...); err != nil {
+		if err := sqlx.GetContext(ctx, s.hot(ctx, q, claimable), &skipped, claimable, args[3:]...); err != nil {
 			return nil, fmt.Errorf("claim runs: look for claimable owners: %w", err)
 		}
 		if !skipped {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/backfillsvc/backfill/domain"
+	"github.com/backfillsvc/backfill/pgrun"
 	"github.com/jmoiron/sqlx"
 )
 
@@ -30,7 +31,7 @@ func (s *Store) DagPut(ctx context.Context, p DagPutParams) (Dag, bool, error) {
 	}
 	// xmax is 0 only on a freshly inserted row: it tells created from replaced in one trip.
 	err := s.withRetry(ctx, func(a attempt) error {
-		return sqlx.GetContext(a.ctx, s.db, &row, dagPutSQL,
+		return sqlx.GetContext(a.ctx, a.db, &row, dagPutSQL,
 			p.DagID, p.Schedule, p.Timezone, p.MaxActiveRuns, p.IsPaused, p.Description, a.lockWait)
 	})
 	if err != nil {
@@ -56,12 +57,12 @@ var dagPutSQL = `
 
 // DagGet returns one DAG.
 func (s *Store) DagGet(ctx context.Context, dagID string) (Dag, error) {
-	return readValue(ctx, s, func(ctx context.Context) (Dag, error) { return s.dagGetOnce(ctx, dagID) })
+	return readValue(ctx, s, func(ctx context.Context, q pgrun.Queryer) (Dag, error) { return s.dagGetOnce(ctx, q, dagID) })
 }
 
 // dagGetOnce is one attempt of DagGet, which sends it again if its session dies.
-func (s *Store) dagGetOnce(ctx context.Context, dagID string) (Dag, error) {
-	return dagGet(ctx, s.db, dagID, "")
+func (s *Store) dagGetOnce(ctx context.Context, q pgrun.Queryer, dagID string) (Dag, error) {
+	return dagGet(ctx, q, dagID, "")
 }
 
 // dagGet reads a DAG, optionally with a row lock clause such as "FOR SHARE".
@@ -80,17 +81,17 @@ func dagGet(ctx context.Context, q sqlx.QueryerContext, dagID, lock string) (Dag
 
 // DagList pages DAGs by dag_id.
 func (s *Store) DagList(ctx context.Context, p ListParams) ([]Dag, int, error) {
-	return readTwo(ctx, s, func(ctx context.Context) ([]Dag, int, error) { return s.dagListOnce(ctx, p) })
+	return readTwo(ctx, s, func(ctx context.Context, q pgrun.Queryer) ([]Dag, int, error) { return s.dagListOnce(ctx, q, p) })
 }
 
 // dagListOnce is one attempt of DagList, which sends it again if its session dies.
-func (s *Store) dagListOnce(ctx context.Context, p ListParams) ([]Dag, int, error) {
+func (s *Store) dagListOnce(ctx context.Context, q pgrun.Queryer, p ListParams) ([]Dag, int, error) {
 	var total int
-	if err := sqlx.GetContext(ctx, s.db, &total, `SELECT count(*) FROM dags`); err != nil {
+	if err := sqlx.GetContext(ctx, q, &total, `SELECT count(*) FROM dags`); err != nil {
 		return nil, 0, fmt.Errorf("count dags: %w", err)
 	}
 	dags := []Dag{}
-	err := sqlx.SelectContext(ctx, s.db, &dags, `
+	err := sqlx.SelectContext(ctx, q, &dags, `
 		SELECT `+dagColumns+` FROM dags WHERE ($3::text IS NULL OR dag_id > $3)
 		ORDER BY dag_id LIMIT $1 OFFSET $2`, p.Limit, p.Offset, p.After)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/domain"
+	"github.com/backfillsvc/backfill/pgrun"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 )
@@ -52,7 +53,10 @@ func (s *Store) EventList(ctx context.Context, p EventListParams) ([]domain.Even
 func (s *Store) EventPage(ctx context.Context, p EventListParams) (events []domain.Event, held bool, err error) {
 	deadline := time.Now().Add(p.Wait)
 	for attempt := 0; ; attempt++ {
-		events, held, err = eventList(ctx, s.db, p)
+		err = s.readRetried(ctx, func(ctx context.Context, q pgrun.Queryer) (err error) {
+			events, held, err = eventList(ctx, q, p)
+			return err
+		})
 		if err != nil || !held || len(events) == p.Limit || !time.Now().Before(deadline) {
 			return events, held, err
 		}
@@ -155,7 +159,9 @@ func (s *Store) EventCounts(ctx context.Context, after int64, limit int) (counts
 		EventTypeCount
 		Last int64 `db:"last"`
 	}
-	err = sqlx.SelectContext(ctx, s.hot(ctx, s.db, s.db, eventCountsSQL), &rows, eventCountsSQL, after, limit)
+	err = s.readRetried(ctx, func(ctx context.Context, q pgrun.Queryer) error {
+		return sqlx.SelectContext(ctx, s.hot(ctx, q, eventCountsSQL), &rows, eventCountsSQL, after, limit)
+	})
 	if err != nil {
 		return nil, after, false, fmt.Errorf("count events: %w", err)
 	}
@@ -183,10 +189,13 @@ const eventCountsSQL = `
 // EventLastID is the largest servable event id so far (0 when none): where a listener that
 // starts now begins. Below the snapshot's xmin is below the horizon.
 func (s *Store) EventLastID(ctx context.Context) (int64, error) {
-	var id int64
-	if err := sqlx.GetContext(ctx, s.db, &id, `
-		SELECT coalesce(max(id), 0) FROM events
-		WHERE id < pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 12`); err != nil {
+	id, err := readValue(ctx, s, func(ctx context.Context, q pgrun.Queryer) (id int64, err error) {
+		err = sqlx.GetContext(ctx, q, &id, `
+			SELECT coalesce(max(id), 0) FROM events
+			WHERE id < pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 12`)
+		return id, err
+	})
+	if err != nil {
 		return 0, fmt.Errorf("last event id: %w", err)
 	}
 	return id, nil
@@ -197,10 +206,12 @@ func (s *Store) EventLastID(ctx context.Context) (int64, error) {
 // not reach it knows from this that an older transaction still holds it back (and waits for
 // it), rather than that retention pruned it (and ends).
 func (s *Store) TerminalEventStored(ctx context.Context, backfillID, after int64) (bool, error) {
-	var stored bool
-	err := sqlx.GetContext(ctx, s.db, &stored, `
-		SELECT EXISTS (SELECT 1 FROM backfill_events($1, $2, $3, 1))`,
-		backfillID, after, pq.StringArray{string(domain.EventBackfillSucceeded), string(domain.EventBackfillFailed), string(domain.EventBackfillCanceled)})
+	stored, err := readValue(ctx, s, func(ctx context.Context, q pgrun.Queryer) (stored bool, err error) {
+		err = sqlx.GetContext(ctx, q, &stored, `
+			SELECT EXISTS (SELECT 1 FROM backfill_events($1, $2, $3, 1))`,
+			backfillID, after, pq.StringArray{string(domain.EventBackfillSucceeded), string(domain.EventBackfillFailed), string(domain.EventBackfillCanceled)})
+		return stored, err
+	})
 	if err != nil {
 		return false, fmt.Errorf("find terminal event of backfill %d: %w", backfillID, err)
 	}
@@ -241,8 +252,10 @@ func (s *Store) BackfillProgressMany(ctx context.Context, ids []int64) ([]Backfi
 		Backfill
 		Now time.Time `db:"db_now"`
 	}
-	err := sqlx.SelectContext(ctx, s.db, &rows,
-		`SELECT backfill_now() AS db_now, `+backfillColumns+` FROM backfills WHERE id = ANY($1)`, pq.Int64Array(ids))
+	err := s.readRetried(ctx, func(ctx context.Context, q pgrun.Queryer) error {
+		return sqlx.SelectContext(ctx, q, &rows,
+			`SELECT backfill_now() AS db_now, `+backfillColumns+` FROM backfills WHERE id = ANY($1)`, pq.Int64Array(ids))
+	})
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("read progress of %d backfills: %w", len(ids), err)
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/backfillsvc/backfill/internal/pgtest"
+	"github.com/backfillsvc/backfill/internal/testkit/pgtest"
 	"github.com/stretchr/testify/require"
 )
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/domain"
+	"github.com/backfillsvc/backfill/pgrun"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 )
@@ -75,8 +76,10 @@ func (s *Store) EventScan(ctx context.Context, p EventScanParams) (EventScanPage
 		OccurredAt *time.Time `db:"occurred_at"`
 		Rendered   []byte     `db:"rendered"`
 	}
-	err := sqlx.SelectContext(ctx, s.db, &rows, eventScanSQL,
-		p.After, typ, p.Limit, dataOnlyFor, p.BackfillID, p.Rows, p.DagID)
+	err := s.readRetried(ctx, func(ctx context.Context, q pgrun.Queryer) error {
+		return sqlx.SelectContext(ctx, q, &rows, eventScanSQL,
+			p.After, typ, p.Limit, dataOnlyFor, p.BackfillID, p.Rows, p.DagID)
+	})
 	if err != nil {
 		return EventScanPage{}, fmt.Errorf("scan events: %w", err)
 	}

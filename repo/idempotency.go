@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/backfillsvc/backfill/domain"
+	"github.com/backfillsvc/backfill/pgrun"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 )
@@ -80,8 +81,8 @@ func idemRecord(ctx context.Context, tx sqlx.ExecerContext, r idemRequest, ids [
 // idemReplay answers a request from its stored key: what replay makes of the ids as they are
 // now, once it is durable (the first request's commit may still be waiting for its
 // synchronous standby: PostgreSQL shows it to other sessions meanwhile).
-func idemReplay[T any](ctx context.Context, s *Store, ids []int64, replay func(ctx context.Context, ids []int64) (T, error)) (T, error) {
-	out, err := readValue(ctx, s, func(ctx context.Context) (T, error) { return replay(ctx, ids) })
+func idemReplay[T any](ctx context.Context, s *Store, ids []int64, replay func(ctx context.Context, q pgrun.Queryer, ids []int64) (T, error)) (T, error) {
+	out, err := readValue(ctx, s, func(ctx context.Context, q pgrun.Queryer) (T, error) { return replay(ctx, q, ids) })
 	if err == nil {
 		err = s.awaitDurable(ctx)
 	}
@@ -94,7 +95,7 @@ func idemReplay[T any](ctx context.Context, s *Store, ids []int64, replay func(c
 // store no key (a change that changed nothing: its retry may as well do it afresh). With no
 // key it runs change alone.
 func idempotent[T any](ctx context.Context, s *Store, r idemRequest,
-	replay func(ctx context.Context, ids []int64) (T, error),
+	replay func(ctx context.Context, q pgrun.Queryer, ids []int64) (T, error),
 	change func(tx *sqlx.Tx) (T, []int64, *string, error),
 ) (T, bool, error) {
 	var zero T
@@ -122,7 +123,7 @@ func idempotent[T any](ctx context.Context, s *Store, r idemRequest,
 	// Each pass follows a concurrent request with the same key that committed first (the
 	// look-up then finds it) or rolled back (the change is tried again); a few are plenty.
 	for range maxCreatePasses {
-		ids, found, err := readTwo(ctx, s, func(ctx context.Context) ([]int64, bool, error) { return idemLookup(ctx, s.db, r) })
+		ids, found, err := readTwo(ctx, s, func(ctx context.Context, q pgrun.Queryer) ([]int64, bool, error) { return idemLookup(ctx, q, r) })
 		if err != nil {
 			return zero, false, err
 		}
@@ -138,7 +139,7 @@ func idempotent[T any](ctx context.Context, s *Store, r idemRequest,
 			// The change ran into what a concurrent request with this key committed first
 			// (a manual run's logical date, the DAG's active backfill) before it reached the
 			// key: when that request holds the key now, this one is its retry.
-			ids, found, lerr := readTwo(ctx, s, func(ctx context.Context) ([]int64, bool, error) { return idemLookup(ctx, s.db, r) })
+			ids, found, lerr := readTwo(ctx, s, func(ctx context.Context, q pgrun.Queryer) ([]int64, bool, error) { return idemLookup(ctx, q, r) })
 			if lerr == nil && found {
 				out, err := idemReplay(ctx, s, ids, replay)
 				return out, err == nil, err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/backfillsvc/backfill/pgrun"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 	"github.com/lib/pq/pqerror"
@@ -67,7 +68,7 @@ func (s *Store) PoolPut(ctx context.Context, p PoolPutParams) (Pool, bool, error
 		rateRuns, ratePer = &p.Rate.Runs, &p.Rate.Per
 	}
 	err := s.withRetry(ctx, func(a attempt) error {
-		return sqlx.GetContext(a.ctx, s.db, &row, `
+		return sqlx.GetContext(a.ctx, a.db, &row, `
 			INSERT INTO pools (name, slots, description, created_at, updated_at, rate_runs, rate_per)
 			SELECT $1, $2, $3, backfill_now(), backfill_now(), $5, $6
 			WHERE `+statementLockWait("$4")+`
@@ -89,13 +90,13 @@ func (s *Store) PoolPut(ctx context.Context, p PoolPutParams) (Pool, bool, error
 
 // PoolGet returns one pool.
 func (s *Store) PoolGet(ctx context.Context, name string) (Pool, error) {
-	return readValue(ctx, s, func(ctx context.Context) (Pool, error) { return s.poolGetOnce(ctx, name) })
+	return readValue(ctx, s, func(ctx context.Context, q pgrun.Queryer) (Pool, error) { return s.poolGetOnce(ctx, q, name) })
 }
 
 // poolGetOnce is one attempt of PoolGet, which sends it again if its session dies.
-func (s *Store) poolGetOnce(ctx context.Context, name string) (Pool, error) {
+func (s *Store) poolGetOnce(ctx context.Context, q pgrun.Queryer, name string) (Pool, error) {
 	var p Pool
-	err := sqlx.GetContext(ctx, s.db, &p, `SELECT `+poolColumns+` FROM pools WHERE name = $1`, name)
+	err := sqlx.GetContext(ctx, q, &p, `SELECT `+poolColumns+` FROM pools WHERE name = $1`, name)
 	if isNoRows(err) {
 		return Pool{}, ErrPoolNotFound
 	}
@@ -107,17 +108,17 @@ func (s *Store) poolGetOnce(ctx context.Context, name string) (Pool, error) {
 
 // PoolList pages pools by name.
 func (s *Store) PoolList(ctx context.Context, p ListParams) ([]Pool, int, error) {
-	return readTwo(ctx, s, func(ctx context.Context) ([]Pool, int, error) { return s.poolListOnce(ctx, p) })
+	return readTwo(ctx, s, func(ctx context.Context, q pgrun.Queryer) ([]Pool, int, error) { return s.poolListOnce(ctx, q, p) })
 }
 
 // poolListOnce is one attempt of PoolList, which sends it again if its session dies.
-func (s *Store) poolListOnce(ctx context.Context, p ListParams) ([]Pool, int, error) {
+func (s *Store) poolListOnce(ctx context.Context, q pgrun.Queryer, p ListParams) ([]Pool, int, error) {
 	var total int
-	if err := sqlx.GetContext(ctx, s.db, &total, `SELECT count(*) FROM pools`); err != nil {
+	if err := sqlx.GetContext(ctx, q, &total, `SELECT count(*) FROM pools`); err != nil {
 		return nil, 0, fmt.Errorf("count pools: %w", err)
 	}
 	pools := []Pool{}
-	err := sqlx.SelectContext(ctx, s.db, &pools, `
+	err := sqlx.SelectContext(ctx, q, &pools, `
 		SELECT `+poolColumns+` FROM pools ORDER BY name LIMIT $1 OFFSET $2`, p.Limit, p.Offset)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list pools: %w", err)

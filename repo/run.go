@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/domain"
+	"github.com/backfillsvc/backfill/pgrun"
 	"github.com/backfillsvc/backfill/schedule"
 	"github.com/jmoiron/sqlx"
 )
@@ -51,9 +52,9 @@ func (s *Store) RunCreate(ctx context.Context, p RunCreateParams) (Run, bool, er
 		return Run{}, false, err
 	}
 	r := idemRequest{key: p.IdempotencyKey, op: opDagRun, fp: fp}
-	replay := func(ctx context.Context, ids []int64) (Run, error) {
+	replay := func(ctx context.Context, q pgrun.Queryer, ids []int64) (Run, error) {
 		var run Run
-		err := sqlx.GetContext(ctx, s.db, &run, `SELECT `+runColumns+` FROM dag_runs WHERE id = $1`, ids[0])
+		err := sqlx.GetContext(ctx, q, &run, `SELECT `+runColumns+` FROM dag_runs WHERE id = $1`, ids[0])
 		if isNoRows(err) {
 			return Run{}, ErrRunNotFound
 		}
@@ -101,16 +102,16 @@ func runInsertManual(ctx context.Context, tx *sqlx.Tx, p RunCreateParams) (Run, 
 
 // RunGet returns one run by its run_id.
 func (s *Store) RunGet(ctx context.Context, dagID, runID string) (Run, error) {
-	return readValue(ctx, s, func(ctx context.Context) (Run, error) { return s.runGetOnce(ctx, dagID, runID) })
+	return readValue(ctx, s, func(ctx context.Context, q pgrun.Queryer) (Run, error) { return s.runGetOnce(ctx, q, dagID, runID) })
 }
 
 // runGetOnce is one attempt of RunGet, which sends it again if its session dies.
-func (s *Store) runGetOnce(ctx context.Context, dagID, runID string) (Run, error) {
+func (s *Store) runGetOnce(ctx context.Context, q pgrun.Queryer, dagID, runID string) (Run, error) {
 	var run Run
-	err := sqlx.GetContext(ctx, s.db, &run,
+	err := sqlx.GetContext(ctx, q, &run,
 		`SELECT `+runColumns+` FROM dag_runs WHERE dag_id = $1 AND run_id = $2`, dagID, runID)
 	if isNoRows(err) {
-		return Run{}, s.runNotFound(ctx, s.db, dagID)
+		return Run{}, s.runNotFound(ctx, q, dagID)
 	}
 	if err != nil {
 		return Run{}, fmt.Errorf("get run %s/%s: %w", dagID, runID, err)
@@ -136,23 +137,23 @@ type RunListParams struct {
 
 // RunList pages a DAG's runs by logical date.
 func (s *Store) RunList(ctx context.Context, p RunListParams) ([]Run, int, error) {
-	return readTwo(ctx, s, func(ctx context.Context) ([]Run, int, error) { return s.runListOnce(ctx, p) })
+	return readTwo(ctx, s, func(ctx context.Context, q pgrun.Queryer) ([]Run, int, error) { return s.runListOnce(ctx, q, p) })
 }
 
 // runListOnce is one attempt of RunList, which sends it again if its session dies.
-func (s *Store) runListOnce(ctx context.Context, p RunListParams) ([]Run, int, error) {
-	if _, err := dagGet(ctx, s.db, p.DagID, ""); err != nil {
+func (s *Store) runListOnce(ctx context.Context, q pgrun.Queryer, p RunListParams) ([]Run, int, error) {
+	if _, err := dagGet(ctx, q, p.DagID, ""); err != nil {
 		return nil, 0, err
 	}
 	const filter = ` FROM dag_runs WHERE dag_id = $1
 		AND ($2::text IS NULL OR state = $2) AND ($3::bigint IS NULL OR backfill_id = $3)`
 	var total int
-	if err := sqlx.GetContext(ctx, s.db, &total, `SELECT count(*)`+filter, p.DagID, p.State, p.BackfillID); err != nil {
+	if err := sqlx.GetContext(ctx, q, &total, `SELECT count(*)`+filter, p.DagID, p.State, p.BackfillID); err != nil {
 		return nil, 0, fmt.Errorf("count runs: %w", err)
 	}
 	runs := []Run{}
 	// logical_date is unique per DAG (dag_runs_dag_id_logical_date_key), so it is the key.
-	err := sqlx.SelectContext(ctx, s.db, &runs, `SELECT `+runColumns+filter+`
+	err := sqlx.SelectContext(ctx, q, &runs, `SELECT `+runColumns+filter+`
 		AND ($6::text IS NULL OR logical_date > $6::timestamptz) ORDER BY logical_date LIMIT $4 OFFSET $5`,
 		p.DagID, p.State, p.BackfillID, p.Limit, p.Offset, p.After)
 	if err != nil {
@@ -221,7 +222,7 @@ func (s *Store) RunReport(ctx context.Context, p RunReportParams) (Run, error) {
 	return Run{}, ErrInvalidTransition
 }
 
-// runReportSQL is RunReport's statement, prepared on the lease pool (prepared.go).
+// runReportSQL is RunReport's statement, prepared on the lease pool (pgrun/prepared.go).
 var runReportSQL = `
 	WITH cur AS MATERIALIZED (
 		SELECT r.id, r.backfill_id,
@@ -253,11 +254,12 @@ func (s *Store) RunHeartbeat(ctx context.Context, runPK int64, workerID string) 
 	// statement bounds its wait by LOCK_WAIT like every write of one statement, so that
 	// heartbeats of a held run answer 503 busy instead of keeping lease slots for as long as
 	// the holder likes (and shedding every other heartbeat meanwhile).
+	ctx = onLeasePool(ctx)
 	err := s.withRetry(ctx, func(a attempt) error {
-		return sqlx.GetContext(a.ctx, s.hot(a.ctx, s.leaseDB, s.leaseDB, runHeartbeatSQL), &row, runHeartbeatSQL, runPK, workerID, a.lockWait)
+		return sqlx.GetContext(a.ctx, s.hot(a.ctx, a.db, runHeartbeatSQL), &row, runHeartbeatSQL, runPK, workerID, a.lockWait)
 	})
 	if isNoRows(err) {
-		return Heartbeat{}, leaseLost(ctx, s.leaseDB, runPK)
+		return Heartbeat{}, s.leaseLost(ctx, runPK)
 	}
 	if err != nil {
 		return Heartbeat{}, fmt.Errorf("heartbeat run %d: %w", runPK, err)
@@ -265,7 +267,7 @@ func (s *Store) RunHeartbeat(ctx context.Context, runPK int64, workerID string) 
 	return Heartbeat{LeaseExpiresAt: row.LeaseExpiresAt.UTC(), CancelRequested: row.CancelRequested}, nil
 }
 
-// runHeartbeatSQL is RunHeartbeat's statement, prepared on the lease pool (prepared.go).
+// runHeartbeatSQL is RunHeartbeat's statement, prepared on the lease pool (pgrun/prepared.go).
 var runHeartbeatSQL = `
 	WITH hb AS (
 		UPDATE dag_runs SET lease_expires_at = backfill_now() + make_interval(secs => lease_seconds)
@@ -279,9 +281,12 @@ var runHeartbeatSQL = `
 // leaseLost explains why a statement guarded by a worker's live lease changed no row:
 // ErrRunNotFound when the run does not exist, else ErrLeaseLost (it is not running, another
 // worker holds it, or the lease expired).
-func leaseLost(ctx context.Context, q sqlx.QueryerContext, runPK int64) error {
-	var exists bool
-	if err := sqlx.GetContext(ctx, q, &exists, `SELECT EXISTS (SELECT 1 FROM dag_runs WHERE id = $1)`, runPK); err != nil {
+func (s *Store) leaseLost(ctx context.Context, runPK int64) error {
+	exists, err := readValue(ctx, s, func(ctx context.Context, q pgrun.Queryer) (exists bool, err error) {
+		err = sqlx.GetContext(ctx, q, &exists, `SELECT EXISTS (SELECT 1 FROM dag_runs WHERE id = $1)`, runPK)
+		return exists, err
+	})
+	if err != nil {
 		return fmt.Errorf("find run %d: %w", runPK, err)
 	}
 	if !exists {

@@ -29,7 +29,7 @@ func (s *Store) runDefer(ctx context.Context, p RunReportParams) (Run, error) {
 	return Run{}, ErrInvalidTransition
 }
 
-// runDeferSQL is runDefer's statement, prepared on the lease pool (prepared.go).
+// runDeferSQL is runDefer's statement, prepared on the lease pool (pgrun/prepared.go).
 var runDeferSQL = `
 	WITH cur AS MATERIALIZED (
 		SELECT r.id, r.backfill_id,

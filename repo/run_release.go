@@ -35,7 +35,7 @@ func (s *Store) RunRelease(ctx context.Context, runPK int64, workerID string) (R
 	if !isNoRows(err) {
 		return run, err
 	}
-	return Run{}, leaseLost(ctx, s.leaseDB, runPK)
+	return Run{}, s.leaseLost(onLeasePool(ctx), runPK)
 }
 
 // leaseEndSet is the SET list of an UPDATE of dag_runs d whose lease ends, FROM a row v that
@@ -56,9 +56,10 @@ const leaseEndSet = `
 // isNoRows accepts, for the caller to find out why nothing changed.
 func (s *Store) updateRunOnLeasePool(ctx context.Context, what, query string, args ...any) (Run, error) {
 	var run Run
-	s.prepareHot(ctx, s.leaseDB, query)
-	err := s.inTx(onLeasePool(ctx), func(tx *sqlx.Tx) error {
-		err := sqlx.GetContext(ctx, s.hot(ctx, s.leaseDB, tx, query), &run, query, args...)
+	ctx = onLeasePool(ctx)
+	s.prepareHot(ctx, query)
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		err := sqlx.GetContext(ctx, s.hot(ctx, tx, query), &run, query, args...)
 		if err != nil && !isNoRows(err) {
 			return fmt.Errorf("%s: %w", what, err)
 		}

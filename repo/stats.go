@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/backfillsvc/backfill/domain"
+	"github.com/backfillsvc/backfill/pgrun"
 	"github.com/jmoiron/sqlx"
 )
 
@@ -19,7 +20,9 @@ func (s *Store) StateCounts(ctx context.Context) (backfills, runs map[string]int
 		State string `db:"state"`
 		N     int64  `db:"n"`
 	}
-	err = sqlx.SelectContext(ctx, s.db, &rows, stateCountsSQL)
+	err = s.readRetried(ctx, func(ctx context.Context, q pgrun.Queryer) error {
+		return sqlx.SelectContext(ctx, q, &rows, stateCountsSQL)
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("count states: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/backfillsvc/backfill/pgrun"
 	"github.com/backfillsvc/backfill/tracing"
 	"github.com/jmoiron/sqlx"
 )
@@ -66,40 +67,34 @@ type Config struct {
 	// never queue for a connection behind claims or reads; nil uses the main pool.
 	LeaseDB *sqlx.DB
 	// PrepareStatements prepares the hot statements (status read, claim, report, heartbeat)
-	// once per pooled connection (prepared.go). Off behind a transaction pooler (DB_POOLER).
+	// once per pooled connection (pgrun/prepared.go). Off behind a transaction pooler (DB_POOLER).
 	PrepareStatements bool
 	// Tracer records a span per transaction or read, named by the Store method; nil is off.
 	Tracer *tracing.Tracer
 }
 
-// Store is the repository over one connection pool.
+// Store is the repository over one connection pool, which only its runtime holds.
 type Store struct {
-	db              *sqlx.DB
-	leaseDB         *sqlx.DB
-	lockWait        time.Duration
-	firstAttempt    attempt // firstAttempt(lockWait)
+	pg              *pgrun.DB
 	observer        Observer
 	maxBackfillRuns int
 	maxAttempts     int
-	reconnectWait   time.Duration
 	onEvents        func()
 	onClaimable     func()
-	prepared        *preparedStatements
-	tracer          *tracing.Tracer
 }
 
-// New returns a Store over db.
+// DefaultLockWait is how long a statement of a transaction waits for a row lock that another
+// transaction holds before the transaction gives up (LOCK_WAIT).
+const DefaultLockWait = pgrun.DefaultLockWait
+
+// New returns a Store over db, whose sessions should come from pgrun.Connector.
 func New(db *sqlx.DB, cfg Config) *Store {
 	s := &Store{
-		db:              db,
 		observer:        cfg.Observer,
 		maxBackfillRuns: cfg.MaxBackfillRuns,
 		maxAttempts:     cfg.MaxAttempts,
-		reconnectWait:   cfg.ReconnectWait,
 		onEvents:        cfg.OnEvents,
 		onClaimable:     cfg.OnClaimable,
-		prepared:        &preparedStatements{enabled: cfg.PrepareStatements},
-		tracer:          cfg.Tracer,
 	}
 	if s.observer == nil {
 		s.observer = nopObserver{}
@@ -110,19 +105,20 @@ func New(db *sqlx.DB, cfg Config) *Store {
 	if s.maxAttempts <= 0 {
 		s.maxAttempts = DefaultMaxAttempts
 	}
-	if s.reconnectWait <= 0 {
-		s.reconnectWait = 5 * time.Second
+	rt := pgrun.Config{
+		LeaseDB:           cfg.LeaseDB,
+		LockWait:          cfg.LockWait,
+		ReconnectWait:     cfg.ReconnectWait,
+		PrepareStatements: cfg.PrepareStatements,
+		OnRetry:           s.observer.TxRetried,
 	}
-	lockWait := cfg.LockWait
-	if lockWait <= 0 {
-		lockWait = DefaultLockWait
+	if tracer := cfg.Tracer; tracer != nil {
+		// Spans are named by the exported Store method found on the stack (tracing.Operation).
+		rt.Trace = func(ctx context.Context) (context.Context, func(error)) {
+			return tracer.StartOperation(ctx, "github.com/backfillsvc/backfill/repo", "repo")
+		}
 	}
-	s.lockWait = lockWait
-	s.firstAttempt = firstAttempt(lockWait)
-	s.leaseDB = cfg.LeaseDB
-	if s.leaseDB == nil {
-		s.leaseDB = db
-	}
+	s.pg = pgrun.New(db, rt)
 	return s
 }
 
@@ -138,31 +134,4 @@ func dbNow(ctx context.Context, q sqlx.QueryerContext) (time.Time, error) {
 }
 
 // Ping checks that the database answers.
-func (s *Store) Ping(ctx context.Context) error {
-	if err := s.db.PingContext(ctx); err != nil {
-		return fmt.Errorf("ping: %w", err)
-	}
-	return nil
-}
-
-// ProbeWrite proves that the database accepts a write now: one transaction on db that writes
-// a WAL record (durableMark) and commits, once, with no retry and no reconnect wait. A standby
-// fails at BEGIN READ WRITE; a primary whose synchronous standby is gone (or that was left
-// running after a failover) hangs at COMMIT until ctx ends, which is what readiness must see:
-// reads still work there, writes do not. db is readiness's own pool (cmd/api): on the
-// service's pool the probe would queue behind requests that ride an outage out or park on a
-// held row, and answer late or "not ready" for a busy but healthy replica.
-func ProbeWrite(ctx context.Context, db *sqlx.DB) error {
-	tx, err := db.BeginTxx(WithoutReconnectWait(ctx), nil)
-	if err != nil {
-		return fmt.Errorf("probe write: begin: %w", err)
-	}
-	defer func() { _ = tx.Rollback() }() // after a COMMIT this is a no-op
-	if _, err := tx.ExecContext(ctx, durableMark); err != nil {
-		return fmt.Errorf("probe write: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("probe write: commit: %w", err)
-	}
-	return nil
-}
+func (s *Store) Ping(ctx context.Context) error { return s.pg.Ping(ctx) }

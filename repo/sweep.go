@@ -158,10 +158,5 @@ func (s *Store) SweepPruneDeletedBackfills(ctx context.Context, maxAge time.Dura
 
 // prune deletes one batch of what p prunes and says how many rows went.
 func (s *Store) prune(ctx context.Context, p pruning, maxAge time.Duration, batch int) (int, error) {
-	res, err := s.db.ExecContext(ctx, p.stmt, maxAge.Seconds(), batch)
-	if err != nil {
-		return 0, fmt.Errorf("prune %s: %w", p.what, err)
-	}
-	n, err := res.RowsAffected()
-	return int(n), err
+	return s.deleted(ctx, "prune "+p.what, p.stmt, maxAge.Seconds(), batch)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/domain"
+	"github.com/backfillsvc/backfill/pgrun"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 )
@@ -47,9 +48,9 @@ func (s *Store) WebhookCreate(ctx context.Context, p WebhookCreateParams) (Webho
 		return Webhook{}, false, err
 	}
 	r := idemRequest{key: p.IdempotencyKey, op: opWebhook, fp: fp}
-	replay := func(ctx context.Context, ids []int64) (Webhook, error) {
+	replay := func(ctx context.Context, q pgrun.Queryer, ids []int64) (Webhook, error) {
 		var w Webhook
-		err := sqlx.GetContext(ctx, s.db, &w, `SELECT `+webhookColumns+`, secret FROM webhooks WHERE id = $1 AND deleted_at IS NULL`, ids[0])
+		err := sqlx.GetContext(ctx, q, &w, `SELECT `+webhookColumns+`, secret FROM webhooks WHERE id = $1 AND deleted_at IS NULL`, ids[0])
 		if isNoRows(err) {
 			// Deleted since: the answer of the first request no longer exists.
 			return Webhook{}, ErrWebhookNotFound
@@ -75,13 +76,13 @@ func (s *Store) WebhookCreate(ctx context.Context, p WebhookCreateParams) (Webho
 
 // WebhookGet returns one webhook without its secret.
 func (s *Store) WebhookGet(ctx context.Context, id int64) (Webhook, error) {
-	return readValue(ctx, s, func(ctx context.Context) (Webhook, error) { return s.webhookGetOnce(ctx, id) })
+	return readValue(ctx, s, func(ctx context.Context, q pgrun.Queryer) (Webhook, error) { return s.webhookGetOnce(ctx, q, id) })
 }
 
 // webhookGetOnce is one attempt of WebhookGet, which sends it again if its session dies.
-func (s *Store) webhookGetOnce(ctx context.Context, id int64) (Webhook, error) {
+func (s *Store) webhookGetOnce(ctx context.Context, q pgrun.Queryer, id int64) (Webhook, error) {
 	var w Webhook
-	err := sqlx.GetContext(ctx, s.db, &w, `SELECT `+webhookColumns+` FROM webhooks WHERE id = $1 AND deleted_at IS NULL`, id)
+	err := sqlx.GetContext(ctx, q, &w, `SELECT `+webhookColumns+` FROM webhooks WHERE id = $1 AND deleted_at IS NULL`, id)
 	if isNoRows(err) {
 		return Webhook{}, ErrWebhookNotFound
 	}
@@ -93,17 +94,19 @@ func (s *Store) webhookGetOnce(ctx context.Context, id int64) (Webhook, error) {
 
 // WebhookList pages webhooks by id, without secrets.
 func (s *Store) WebhookList(ctx context.Context, p ListParams) ([]Webhook, int, error) {
-	return readTwo(ctx, s, func(ctx context.Context) ([]Webhook, int, error) { return s.webhookListOnce(ctx, p) })
+	return readTwo(ctx, s, func(ctx context.Context, q pgrun.Queryer) ([]Webhook, int, error) {
+		return s.webhookListOnce(ctx, q, p)
+	})
 }
 
 // webhookListOnce is one attempt of WebhookList, which sends it again if its session dies.
-func (s *Store) webhookListOnce(ctx context.Context, p ListParams) ([]Webhook, int, error) {
+func (s *Store) webhookListOnce(ctx context.Context, q pgrun.Queryer, p ListParams) ([]Webhook, int, error) {
 	var total int
-	if err := sqlx.GetContext(ctx, s.db, &total, `SELECT count(*) FROM webhooks WHERE deleted_at IS NULL`); err != nil {
+	if err := sqlx.GetContext(ctx, q, &total, `SELECT count(*) FROM webhooks WHERE deleted_at IS NULL`); err != nil {
 		return nil, 0, fmt.Errorf("count webhooks: %w", err)
 	}
 	out := []Webhook{}
-	err := sqlx.SelectContext(ctx, s.db, &out, `
+	err := sqlx.SelectContext(ctx, q, &out, `
 		SELECT `+webhookColumns+` FROM webhooks WHERE deleted_at IS NULL ORDER BY id LIMIT $1 OFFSET $2`, p.Limit, p.Offset)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list webhooks: %w", err)
@@ -118,7 +121,7 @@ func (s *Store) webhookListOnce(ctx context.Context, p ListParams) ([]Webhook, i
 func (s *Store) WebhookDelete(ctx context.Context, id int64) error {
 	var n int64
 	err := s.withRetry(ctx, func(a attempt) error {
-		res, err := s.db.ExecContext(a.ctx, `UPDATE webhooks SET deleted_at = backfill_now()
+		res, err := a.db.ExecContext(a.ctx, `UPDATE webhooks SET deleted_at = backfill_now()
 			WHERE id = $1 AND deleted_at IS NULL AND `+statementLockWait("$2"), id, a.lockWait)
 		if err != nil {
 			return err

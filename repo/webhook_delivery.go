@@ -53,7 +53,7 @@ func (s *Store) WebhookDeliveryClaim(ctx context.Context, p WebhookClaimParams) 
 	}
 	var due []WebhookDue
 	if p.FanOut {
-		s.prepareHot(ctx, s.db, webhookFanOutSQL)
+		s.prepareHot(ctx, webhookFanOutSQL)
 	}
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		due = nil

@@ -21,7 +21,7 @@ const fanOutLock = 5_274_119_905_803_016_531
 // WebhookFanOut makes the deliveries of the events written since the last fan-out, in a
 // transaction of its own (the claim does it in its own; see webhookFanOut).
 func (s *Store) WebhookFanOut(ctx context.Context) error {
-	s.prepareHot(ctx, s.db, webhookFanOutSQL)
+	s.prepareHot(ctx, webhookFanOutSQL)
 	return s.inTx(ctx, func(tx *sqlx.Tx) error { return s.webhookFanOut(ctx, tx) })
 }
 
@@ -63,7 +63,7 @@ func (s *Store) webhookFanOutPage(ctx context.Context, tx *sqlx.Tx, limit int) (
 		return 0, nil // another replica is fanning out now
 	}
 	var taken int
-	if err := sqlx.GetContext(ctx, s.hot(ctx, s.db, tx, webhookFanOutSQL), &taken, webhookFanOutSQL, limit); err != nil {
+	if err := sqlx.GetContext(ctx, s.hot(ctx, tx, webhookFanOutSQL), &taken, webhookFanOutSQL, limit); err != nil {
 		return 0, fmt.Errorf("webhook fan-out: %w", err)
 	}
 	return taken, nil

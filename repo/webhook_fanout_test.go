@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"testing"
 
-	"github.com/backfillsvc/backfill/internal/pgtest"
+	"github.com/backfillsvc/backfill/internal/testkit/pgtest"
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/backfillsvc/backfill/pgrun"
 	"github.com/jmoiron/sqlx"
 )
 
@@ -16,12 +17,14 @@ import (
 // transaction that read the webhook just before its deletion committed is found here later
 // and removed like the rest.
 func (s *Store) WebhookPurgeDeleted(ctx context.Context, batch int) (int, error) {
-	var ids []int64
-	err := sqlx.SelectContext(ctx, s.db, &ids, `
-		SELECT w.id FROM webhooks w
-		WHERE w.deleted_at IS NOT NULL
-		  AND EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.webhook_id = w.id)
-		ORDER BY w.id LIMIT 16`)
+	ids, err := readValue(ctx, s, func(ctx context.Context, q pgrun.Queryer) (ids []int64, err error) {
+		err = sqlx.SelectContext(ctx, q, &ids, `
+			SELECT w.id FROM webhooks w
+			WHERE w.deleted_at IS NOT NULL
+			  AND EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.webhook_id = w.id)
+			ORDER BY w.id LIMIT 16`)
+		return ids, err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("find deleted webhooks to purge: %w", err)
 	}
@@ -48,23 +51,15 @@ func (s *Store) WebhookPurgeDeleted(ctx context.Context, batch int) (int, error)
 // (make test-timing); with it 10 ms. (PostgreSQL still sorts when it believes
 // the webhook has fewer rows than a batch, which is then cheap, or its statistics are stale.)
 func (s *Store) purgeOne(ctx context.Context, id int64, batch int) (int, error) {
-	res, err := s.db.ExecContext(ctx, `
+	n, err := s.deleted(ctx, fmt.Sprintf("purge attempts of deleted webhook %d", id), `
 		DELETE FROM webhook_attempts WHERE id IN (
 			SELECT id FROM webhook_attempts WHERE webhook_id = $1
 			ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)`, id, batch)
-	if err != nil {
-		return 0, fmt.Errorf("purge attempts of deleted webhook %d: %w", id, err)
+	if err != nil || n > 0 {
+		return n, err
 	}
-	if n, _ := res.RowsAffected(); n > 0 {
-		return int(n), nil
-	}
-	res, err = s.db.ExecContext(ctx, `
+	return s.deleted(ctx, fmt.Sprintf("purge deliveries of deleted webhook %d", id), `
 		DELETE FROM webhook_deliveries WHERE (webhook_id, event_id) IN (
 			SELECT webhook_id, event_id FROM webhook_deliveries WHERE webhook_id = $1
 			ORDER BY event_id LIMIT $2 FOR UPDATE SKIP LOCKED)`, id, batch)
-	if err != nil {
-		return 0, fmt.Errorf("purge deliveries of deleted webhook %d: %w", id, err)
-	}
-	n, _ := res.RowsAffected()
-	return int(n), nil
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/backfillsvc/backfill/internal/pgtest"
+	"github.com/backfillsvc/backfill/internal/testkit/pgtest"
 	"github.com/backfillsvc/backfill/repo"
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/backfillsvc/backfill/internal/airflowfake"
+	"github.com/backfillsvc/backfill/internal/testkit/airflowfake"
 	"github.com/stretchr/testify/require"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
-	"github.com/backfillsvc/backfill/internal/airflowfake"
+	"github.com/backfillsvc/backfill/internal/testkit/airflowfake"
 	"github.com/stretchr/testify/require"
 )
 

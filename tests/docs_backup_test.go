@@ -28,7 +28,7 @@ func TestOperationsBackupListNamesEveryTable(t *testing.T) {
 	var tables []string
 	require.NoError(t, e.DB.Select(&tables, `SELECT tablename FROM pg_tables
 		WHERE schemaname NOT IN ('pg_catalog', 'information_schema') AND tablename NOT LIKE 'goose%'`))
-	// The harness adds test_clock to every test database (internal/pgtest); no migration does.
+	// The harness adds test_clock to every test database (internal/testkit/pgtest); no migration does.
 	tables = slices.DeleteFunc(tables, func(s string) bool { return s == "test_clock" })
 	slices.Sort(documented)
 	slices.Sort(tables)

@@ -20,9 +20,10 @@ import (
 	"github.com/backfillsvc/backfill/api"
 	"github.com/backfillsvc/backfill/events"
 	"github.com/backfillsvc/backfill/handlers"
-	"github.com/backfillsvc/backfill/internal/pgproxy"
-	"github.com/backfillsvc/backfill/internal/pgtest"
+	"github.com/backfillsvc/backfill/internal/testkit/pgproxy"
+	"github.com/backfillsvc/backfill/internal/testkit/pgtest"
 	"github.com/backfillsvc/backfill/metrics"
+	"github.com/backfillsvc/backfill/pgrun"
 	"github.com/backfillsvc/backfill/repo"
 	"github.com/backfillsvc/backfill/sweeper"
 	"github.com/backfillsvc/backfill/tracing"
@@ -93,7 +94,7 @@ type envOptions struct {
 	// writeTimeout is the HTTP server's WriteTimeout, as cmd/api sets one (0: none).
 	writeTimeout time.Duration
 	// proxied: the store's pool reaches PostgreSQL through a fault-injecting proxy
-	// (env.Proxy), over repo.Connector as cmd/api opens it.
+	// (env.Proxy), over pgrun.Connector as cmd/api opens it.
 	proxied bool
 	// storeDSN, when set, maps the test database's DSN to the one the service's store
 	// connects to (through a fault-injecting proxy, say); e.DB stays direct.
@@ -181,7 +182,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		// Under the pooled suite the service reaches its database only through PgBouncer in
 		// transaction mode (pgbouncer_test.go); the test's own checks (e.DB) stay direct.
 		hubDSN = viaPooler(t, dsn, addr)
-		storeDB = openStoreDBWith(t, hubDSN, repo.ConnectorBehindPooler)
+		storeDB = openStoreDBWith(t, hubDSN, pgrun.ConnectorBehindPooler)
 	}
 	m := metrics.New()
 	logger := slog.New(slog.DiscardHandler)
@@ -265,7 +266,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 }
 
 // proxiedDB is a pool on dsn's database through a new pgproxy, opened as cmd/api opens its
-// own: lib/pq's connector wrapped by repo.Connector.
+// own: lib/pq's connector wrapped by pgrun.Connector.
 func proxiedDB(t testing.TB, dsn string) (*sqlx.DB, *pgproxy.Proxy) {
 	t.Helper()
 	u, err := url.Parse(dsn)
@@ -377,25 +378,25 @@ func (e *env) do(method, path string, body any, headers ...string) (*response, e
 }
 
 // openServicePool opens a fresh database through the connector the service itself uses
-// (repo.Connector), so that every test exercises the production driver path: reconnects, and
+// (pgrun.Connector), so that every test exercises the production driver path: reconnects, and
 // a statement whose answer is lost never sent twice.
 func openServicePool(t testing.TB) (*sqlx.DB, string) {
 	t.Helper()
 	dsn := pgtest.NewDatabase(t)
 	pc, err := pq.NewConnector(withServiceParams(t, dsn))
 	require.NoError(t, err)
-	db := sqlx.NewDb(sql.OpenDB(repo.Connector(pc, time.Second)), "postgres")
+	db := sqlx.NewDb(sql.OpenDB(pgrun.Connector(pc, time.Second)), "postgres")
 	// Cleanups run last-in first-out: this Close runs before NewDatabase's DROP.
 	t.Cleanup(func() { _ = db.Close() })
 	require.NoError(t, db.Ping())
 	return db, dsn
 }
 
-// openStoreDB opens a pool the way cmd/api does (repo.Connector waits out refused
+// openStoreDB opens a pool the way cmd/api does (pgrun.Connector waits out refused
 // connections), with as many connections as the tests' default pool.
 func openStoreDB(t testing.TB, dsn string) *sqlx.DB {
 	t.Helper()
-	return openStoreDBWith(t, dsn, repo.Connector)
+	return openStoreDBWith(t, dsn, pgrun.Connector)
 }
 
 // openStoreDBWith is openStoreDB through the given repo connector (ConnectorBehindPooler

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/client"
-	"github.com/backfillsvc/backfill/internal/pgtest"
+	"github.com/backfillsvc/backfill/internal/testkit/pgtest"
 	"github.com/stretchr/testify/require"
 )
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
-	"github.com/backfillsvc/backfill/internal/invariants"
+	"github.com/backfillsvc/backfill/internal/testkit/invariants"
 	"github.com/stretchr/testify/require"
 )
 

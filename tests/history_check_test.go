@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/backfillsvc/backfill/internal/invariants"
+	"github.com/backfillsvc/backfill/internal/testkit/invariants"
 	"github.com/stretchr/testify/require"
 )
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/client"
-	"github.com/backfillsvc/backfill/internal/pgproxy"
+	"github.com/backfillsvc/backfill/internal/testkit/pgproxy"
 	"github.com/stretchr/testify/require"
 )
 

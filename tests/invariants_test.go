@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/api"
-	"github.com/backfillsvc/backfill/internal/invariants"
+	"github.com/backfillsvc/backfill/internal/testkit/invariants"
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/backfillsvc/backfill/internal/pgproxy"
+	"github.com/backfillsvc/backfill/internal/testkit/pgproxy"
 	"github.com/stretchr/testify/require"
 )
 

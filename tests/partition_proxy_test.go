@@ -12,7 +12,7 @@ import (
 // partitionProxy is a plain TCP proxy that can cut its clients off from the upstream, as a
 // network partition does: Cut closes every forwarded connection, and from then on new
 // connections are accepted and held silent (no byte forwarded, none answered) until Heal.
-// internal/pgproxy reads PostgreSQL's protocol; this one knows nothing of what it carries,
+// internal/testkit/pgproxy reads PostgreSQL's protocol; this one knows nothing of what it carries,
 // so it stands between an executor and the service's HTTP port.
 type partitionProxy struct {
 	ln       net.Listener

@@ -22,6 +22,7 @@ import (
 	"github.com/backfillsvc/backfill/handlers"
 	"github.com/backfillsvc/backfill/metrics"
 	"github.com/backfillsvc/backfill/migrations"
+	"github.com/backfillsvc/backfill/pgrun"
 	"github.com/backfillsvc/backfill/repo"
 	"github.com/backfillsvc/backfill/sweeper"
 	"github.com/backfillsvc/backfill/webhooks"
@@ -64,12 +65,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	// repo.Connector waits up to DB_RECONNECT_WAIT for a session, and marks the failures
+	// pgrun.Connector waits up to DB_RECONNECT_WAIT for a session, and marks the failures
 	// that remain so that they are answered 503; behind a transaction pooler it also sends no
 	// cancel requests, which crash PgBouncer before 1.20.
-	poolConnector := repo.Connector
+	poolConnector := pgrun.Connector
 	if cfg.DBPooler == poolerTransaction {
-		poolConnector = repo.ConnectorBehindPooler
+		poolConnector = pgrun.ConnectorBehindPooler
 	}
 	db := openPool(poolConnector(connector, cfg.DBReconnectWait), cfg.DBMaxConns, cfg.DBConnMaxLifetime)
 	defer db.Close()
@@ -119,7 +120,7 @@ func withDirectDB(direct dsn, reconnectWait time.Duration, fn func(*sql.DB) erro
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	ddb := sql.OpenDB(repo.Connector(connector, reconnectWait))
+	ddb := sql.OpenDB(pgrun.Connector(connector, reconnectWait))
 	defer ddb.Close()
 	ddb.SetMaxOpenConns(2)
 	return fn(ddb)
@@ -324,7 +325,7 @@ func readiness(probeDB *sqlx.DB) (handlers.ReadinessFunc, error) {
 	return func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		if err := repo.ProbeWrite(ctx, probeDB); err != nil {
+		if err := pgrun.ProbeWrite(ctx, probeDB); err != nil {
 			return err
 		}
 		pending, err := migrations.Pending(ctx, p)

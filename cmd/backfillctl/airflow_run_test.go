@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/client"
-	"github.com/backfillsvc/backfill/internal/airflowfake"
+	"github.com/backfillsvc/backfill/internal/testkit/airflowfake"
 	"github.com/stretchr/testify/require"
 )
 

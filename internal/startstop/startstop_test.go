@@ -69,8 +69,10 @@ func TestStopWaitsForTheGoroutineAndIsIdempotent(t *testing.T) {
 func TestRestartAfterStop(t *testing.T) {
 	s := newService()
 	for range 3 {
+		started := s.Started()
 		require.NoError(t, s.Start(context.Background()))
-		require.Eventually(t, s.Running, time.Second, time.Millisecond)
+		<-started
+		require.True(t, s.Running())
 		s.Stop()
 	}
 	require.EqualValues(t, 3, s.runs.Load())
@@ -138,4 +140,61 @@ func TestStressStartStop(t *testing.T) {
 	require.Zero(t, s.live.Load())
 	require.Equal(t, s.runs.Load(), s.exited.Load())
 	require.Greater(t, s.runs.Load(), int32(1), "Stop and Start never interleaved")
+}
+
+// Started, taken before Start, is closed once the goroutine runs: a caller waits for
+// "running" without polling. After Stop a new Start has a new channel.
+func TestStartedIsClosedOnceTheGoroutineRuns(t *testing.T) {
+	s := newService()
+	started := s.Started()
+	select {
+	case <-started:
+		t.Fatal("Started closed before Start")
+	default:
+	}
+	require.NoError(t, s.Start(context.Background()))
+	select {
+	case <-started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Started not closed after Start")
+	}
+	require.True(t, s.Running())
+	s.Stop()
+	again := s.Started()
+	select {
+	case <-again:
+		t.Fatal("Started of the next Start closed before it")
+	default:
+	}
+	require.NoError(t, s.Start(context.Background()))
+	<-again
+	s.Stop()
+}
+
+// StopCause tells a Stop from the cancellation of Start's context and from a run that
+// returned by itself.
+func TestStopCauseSaysWhyTheGoroutineEnded(t *testing.T) {
+	s := newService()
+	require.NoError(t, s.StopCause())
+	require.NoError(t, s.Start(context.Background()))
+	<-s.Started()
+	require.NoError(t, s.StopCause(), "no cause while running")
+	s.Stop()
+	require.ErrorIs(t, s.StopCause(), ErrStop)
+
+	shutdown := errors.New("process shutting down")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	require.NoError(t, s.Start(ctx))
+	cancel(shutdown)
+	require.Eventually(t, func() bool { return !s.Running() }, 5*time.Second, time.Millisecond)
+	require.ErrorIs(t, s.StopCause(), shutdown)
+	s.Stop()
+	require.ErrorIs(t, s.StopCause(), shutdown, "a Stop after the goroutine ended changes nothing")
+
+	var b Base
+	b.Init(func(context.Context) {}, nil)
+	require.NoError(t, b.Start(context.Background()))
+	require.Eventually(t, func() bool { return !b.Running() }, 5*time.Second, time.Millisecond)
+	require.ErrorIs(t, b.StopCause(), errReturned)
+	b.Stop()
 }

@@ -6,11 +6,11 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/backfillsvc/backfill/internal/invariants"
+	"github.com/backfillsvc/backfill/internal/testkit/invariants"
 	"github.com/jmoiron/sqlx"
 )
 
-// checkInvariants returns every violation of the lifecycle invariants (internal/invariants)
+// checkInvariants returns every violation of the lifecycle invariants (internal/testkit/invariants)
 // and the backfill with the highest running/max_active_runs, for the logs.
 func checkInvariants(db *sqlx.DB) (violations []string, peak peakRunning, err error) {
 	rep, err := invariants.Check(context.Background(), db)

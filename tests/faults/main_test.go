@@ -30,7 +30,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/backfillsvc/backfill/internal/pgtest"
+	"github.com/backfillsvc/backfill/internal/testkit/pgtest"
 	"github.com/backfillsvc/backfill/tests/internal/loadkit"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"

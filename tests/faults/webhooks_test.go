@@ -15,7 +15,7 @@ import (
 	"time"
 
 	sdk "github.com/backfillsvc/backfill/client"
-	"github.com/backfillsvc/backfill/internal/pgtest"
+	"github.com/backfillsvc/backfill/internal/testkit/pgtest"
 	"github.com/jmoiron/sqlx"
 )
 

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/client"
-	"github.com/backfillsvc/backfill/internal/invariants"
+	"github.com/backfillsvc/backfill/internal/testkit/invariants"
 	"github.com/jmoiron/sqlx"
 	_ "github.com/lib/pq"
 	"github.com/stretchr/testify/require"

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package repo
+package pgrun
 
 // idleAlive cannot look at the socket here: a dead session is then found by its first
 // statement, which reports an unknown outcome for a write.

@@ -1,4 +1,4 @@
-package repo
+package pgrun
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/backfillsvc/backfill/internal/pgtest"
+	"github.com/backfillsvc/backfill/internal/testkit/pgtest"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
@@ -34,8 +34,8 @@ func (f *flakyConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	return f.Connector.Connect(ctx)
 }
 
-// connectorStore is a Store whose pool opens sessions through repo.Connector over conn.
-func connectorStore(t *testing.T, dsn string, conn func(driver.Connector) driver.Connector, wait time.Duration) *Store {
+// connectorStore is a Store whose pool opens sessions through pgrun.Connector over conn.
+func connectorStore(t *testing.T, dsn string, conn func(driver.Connector) driver.Connector, wait time.Duration) *DB {
 	t.Helper()
 	pc, err := pq.NewConnector(dsn)
 	require.NoError(t, err)
@@ -61,7 +61,7 @@ func TestTxRetriesUntilItCanConnect(t *testing.T) {
 	s.db.SetMaxIdleConns(0)
 	flaky.fails.Store(4)
 	var calls int
-	err := s.inTx(context.Background(), func(tx *sqlx.Tx) error {
+	err := s.Tx(context.Background(), sql.LevelReadCommitted, func(tx *sqlx.Tx) error {
 		calls++
 		_, err := tx.Exec(`INSERT INTO tx_probe VALUES (1)`)
 		return err
@@ -87,7 +87,7 @@ func TestTxGivesUpConnectingAfterTheReconnectWait(t *testing.T) {
 	s := New(db, Config{ReconnectWait: 300 * time.Millisecond})
 	start := time.Now()
 	called := false
-	err = s.inSerializableTx(context.Background(), func(tx *sqlx.Tx) error { called = true; return nil })
+	err = s.Tx(context.Background(), sql.LevelSerializable, func(tx *sqlx.Tx) error { called = true; return nil })
 	took := time.Since(start)
 	require.ErrorIs(t, err, ErrUnavailable)
 	require.True(t, IsUnavailable(err))
@@ -102,7 +102,7 @@ func TestTxRetriesASessionLostBeforeCommit(t *testing.T) {
 	t.Parallel()
 	s, _ := txTestStore(t)
 	var attempts int
-	err := s.inTx(context.Background(), func(tx *sqlx.Tx) error {
+	err := s.Tx(context.Background(), sql.LevelReadCommitted, func(tx *sqlx.Tx) error {
 		attempts++
 		if _, err := tx.Exec(`INSERT INTO tx_probe VALUES (1)`); err != nil {
 			return err
@@ -133,7 +133,7 @@ func TestTxDoesNotRetryASessionLostDuringCommit(t *testing.T) {
 			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION die_at_commit();`)
 	require.NoError(t, err)
 	var attempts int
-	err = s.inTx(context.Background(), func(tx *sqlx.Tx) error {
+	err = s.Tx(context.Background(), sql.LevelReadCommitted, func(tx *sqlx.Tx) error {
 		attempts++
 		_, err := tx.Exec(`INSERT INTO tx_probe VALUES (1)`)
 		return err
@@ -181,7 +181,7 @@ func TestTxStalePooledSessionsCauseNoError(t *testing.T) {
 	require.GreaterOrEqual(t, killed, n-1) // the Get above used one of the n
 
 	for i := range n {
-		err := s.inTx(context.Background(), func(tx *sqlx.Tx) error {
+		err := s.Tx(context.Background(), sql.LevelReadCommitted, func(tx *sqlx.Tx) error {
 			_, err := tx.Exec(`INSERT INTO tx_probe VALUES ($1)`, i)
 			return err
 		})
@@ -197,7 +197,7 @@ func TestTxStatementTimeoutIsNotUnavailable(t *testing.T) {
 	t.Parallel()
 	s, _ := txTestStore(t)
 	var attempts int
-	err := s.inTx(context.Background(), func(tx *sqlx.Tx) error {
+	err := s.Tx(context.Background(), sql.LevelReadCommitted, func(tx *sqlx.Tx) error {
 		attempts++
 		if _, err := tx.Exec(`SET LOCAL statement_timeout = '50ms'`); err != nil {
 			return err
@@ -212,7 +212,7 @@ func TestTxStatementTimeoutIsNotUnavailable(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
+	err = s.Tx(ctx, sql.LevelReadCommitted, func(tx *sqlx.Tx) error {
 		_, err := tx.ExecContext(ctx, `SELECT pg_sleep(2)`)
 		return err
 	})
@@ -230,7 +230,7 @@ func TestTxReadOnlySessionIsUnavailable(t *testing.T) {
 	require.NoError(t, err)
 	s := connectorStore(t, dsn, func(c driver.Connector) driver.Connector { return c }, 200*time.Millisecond)
 	var attempts int
-	err = s.inTx(context.Background(), func(tx *sqlx.Tx) error {
+	err = s.Tx(context.Background(), sql.LevelReadCommitted, func(tx *sqlx.Tx) error {
 		attempts++
 		if _, err := tx.Exec(`SET TRANSACTION READ ONLY`); err != nil {
 			return err

@@ -1,4 +1,4 @@
-package repo
+package pgrun
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/backfillsvc/backfill/internal/pgproxy"
-	"github.com/backfillsvc/backfill/internal/pgtest"
+	"github.com/backfillsvc/backfill/internal/testkit/pgproxy"
+	"github.com/backfillsvc/backfill/internal/testkit/pgtest"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
@@ -103,7 +103,14 @@ func TestStalePooledSessionIsReplacedBeforeAWrite(t *testing.T) {
 	require.Equal(t, 2, outcomeRows(t, direct))
 }
 
-// A read that is sent again when its session is lost (readRetried) skips that look at the
+// dbNow reads the service's clock, as the repository's reads do.
+func dbNow(ctx context.Context, q sqlx.QueryerContext) (time.Time, error) {
+	var now time.Time
+	err := sqlx.GetContext(ctx, q, &now, `SELECT backfill_now()`)
+	return now, err
+}
+
+// A read that is sent again when its session is lost (Read) skips that look at the
 // socket, and a pooled session the server ended while it sat idle costs it one more attempt,
 // not an error.
 func TestReadOnAStalePooledSessionIsSentAgain(t *testing.T) {
@@ -116,8 +123,11 @@ func TestReadOnAStalePooledSessionIsSentAgain(t *testing.T) {
 	require.NoError(t, err)
 	p.CutAll()
 	time.Sleep(50 * time.Millisecond) // let the FIN reach the client's socket
-	now, err := readValue(ctx, s, func(ctx context.Context) (time.Time, error) { return dbNow(ctx, through) })
-	require.NoError(t, err)
+	var now time.Time
+	require.NoError(t, s.Read(ctx, func(ctx context.Context, q Queryer) (err error) {
+		now, err = dbNow(ctx, q)
+		return err
+	}))
 	require.False(t, now.IsZero())
 }
 
@@ -127,7 +137,7 @@ func TestCommitWhoseAnswerIsLostIsOutcomeUnknown(t *testing.T) {
 	through, direct, p := proxiedPool(t)
 	s := New(through, Config{ReconnectWait: time.Second})
 	p.SetRule(pgproxy.Once(pgproxy.AtCommit(pgproxy.CutAfter)))
-	err := s.inTx(context.Background(), func(tx *sqlx.Tx) error {
+	err := s.Tx(context.Background(), sql.LevelReadCommitted, func(tx *sqlx.Tx) error {
 		_, err := tx.Exec(`INSERT INTO outcome_probe VALUES (1)`)
 		return err
 	})
@@ -149,7 +159,7 @@ func TestSessionLostBeforeCommitIsRunAgainWhole(t *testing.T) {
 		}
 		return pgproxy.Forward
 	})))
-	err := s.inTx(context.Background(), func(tx *sqlx.Tx) error {
+	err := s.Tx(context.Background(), sql.LevelReadCommitted, func(tx *sqlx.Tx) error {
 		_, err := tx.Exec(`INSERT INTO outcome_probe VALUES (1)`)
 		return err
 	})
@@ -233,7 +243,7 @@ func TestConnectorBehindPoolerSendsNoCancelRequest(t *testing.T) {
 }
 
 // A read outside any transaction whose session dies mid-answer (a connection reset, as when
-// the primary is killed) is sent again on a new session by readRetried; bare, it fails.
+// the primary is killed) is sent again on a new session by Read; bare, it fails.
 func TestReadOutsideATransactionRidesALostSession(t *testing.T) {
 	t.Parallel()
 	through, _, p := proxiedPool(t)
@@ -254,34 +264,10 @@ func TestReadOutsideATransactionRidesALostSession(t *testing.T) {
 
 	p.SetRule(resetMidAnswer())
 	var now time.Time
-	require.NoError(t, s.readRetried(ctx, func(ctx context.Context) (err error) {
-		now, err = dbNow(ctx, through)
+	require.NoError(t, s.Read(ctx, func(ctx context.Context, q Queryer) (err error) {
+		now, err = dbNow(ctx, q)
 		return err
 	}))
 	require.False(t, now.IsZero())
 	require.Equal(t, 2, p.Fired(), "the fault bit the retried read too, once")
-}
-
-// A read of the API caught by a failover rides it: its session dies on more attempts in a row
-// than database/sql makes by itself (three, two on pooled sessions and one on a new one),
-// and the read still answers, from a session opened after them.
-func TestReadOfTheAPIRidesSessionsLostInARow(t *testing.T) {
-	t.Parallel()
-	through, direct, p := proxiedPool(t)
-	ctx := context.Background()
-	_, _, err := New(direct, Config{}).DagPut(ctx, DagPutParams{
-		DagID: "ride", Schedule: "@daily", Timezone: "UTC", MaxActiveRuns: 1})
-	require.NoError(t, err)
-	s := New(through, Config{ReconnectWait: 5 * time.Second})
-	const lost = 5
-	p.SetRule(pgproxy.Times(lost, pgproxy.OnSQL("FROM dags WHERE dag_id", func(ev pgproxy.Event) pgproxy.Action {
-		if ev.Dir == pgproxy.FromServer && ev.Type == 'D' { // DataRow
-			return pgproxy.Reset
-		}
-		return pgproxy.Forward
-	})))
-	dag, err := s.DagGet(ctx, "ride")
-	require.NoError(t, err)
-	require.Equal(t, "ride", dag.DagID)
-	require.Equal(t, lost, p.Fired(), "every one of the lost sessions was met")
 }

@@ -1,4 +1,4 @@
-package repo
+package pgrun
 
 import (
 	"strconv"
@@ -13,13 +13,13 @@ import (
 // waits add up to LOCK_WAIT at most, even when each of them waits twice.
 func TestLockBudgetSharesLockWait(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "1000", firstAttempt(2*time.Second).lockWait, "half of 2 s")
-	require.Equal(t, "1", firstAttempt(time.Millisecond).lockWait, "lock_timeout 0 would mean no limit")
+	require.Equal(t, "1000", firstAttempt(2*time.Second).LockWait, "half of 2 s")
+	require.Equal(t, "1", firstAttempt(time.Millisecond).LockWait, "lock_timeout 0 would mean no limit")
 
 	b := lockBudget{deadline: time.Now().Add(400 * time.Millisecond)}
 	a, ok := b.next()
 	require.True(t, ok)
-	ms, err := strconv.Atoi(a.lockWait)
+	ms, err := strconv.Atoi(a.LockWait)
 	require.NoError(t, err)
 	require.InDelta(t, 200, ms, 20)
 

@@ -1,7 +1,8 @@
-package repo
+package pgrun
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -9,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/backfillsvc/backfill/internal/pgtest"
+	"github.com/backfillsvc/backfill/internal/testkit/pgtest"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
@@ -17,29 +18,28 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// countingObserver counts TxRetried calls.
+// countingObserver counts the runtime's retries (Config.OnRetry).
 type countingObserver struct {
-	nopObserver
 	retried atomic.Int64
 }
 
 func (o *countingObserver) TxRetried() { o.retried.Add(1) }
 
-// txTestStore is a Store on a fresh database with a scratch table, and its observer.
-func txTestStore(t *testing.T) (*Store, *countingObserver) {
+// txTestStore is a runtime on a fresh database with a scratch table, and its observer.
+func txTestStore(t *testing.T) (*DB, *countingObserver) {
 	t.Helper()
 	db, _ := pgtest.Open(t)
 	_, err := db.Exec(`CREATE TABLE tx_probe (k integer PRIMARY KEY)`)
 	require.NoError(t, err)
 	obs := &countingObserver{}
-	return New(db, Config{Observer: obs}), obs
+	return New(db, Config{OnRetry: obs.TxRetried}), obs
 }
 
 func serializationFailure() error {
 	return fmt.Errorf("insert probe: %w", &pq.Error{Code: "40001", Message: "could not serialize access"})
 }
 
-func probeRows(t *testing.T, s *Store) []int {
+func probeRows(t *testing.T, s *DB) []int {
 	t.Helper()
 	var ks []int
 	require.NoError(t, s.db.Select(&ks, `SELECT k FROM tx_probe ORDER BY k`))
@@ -54,7 +54,7 @@ func TestTxRetriesSerializationFailureFromAFreshBegin(t *testing.T) {
 	s, obs := txTestStore(t)
 	var attempts int
 	txids := map[int64]bool{}
-	err := s.inSerializableTx(context.Background(), func(tx *sqlx.Tx) error {
+	err := s.Tx(context.Background(), sql.LevelSerializable, func(tx *sqlx.Tx) error {
 		attempts++
 		var txid int64
 		require.NoError(t, tx.Get(&txid, `SELECT txid_current()`))
@@ -78,7 +78,7 @@ func TestTxRetriesSerializationFailureFromAFreshBegin(t *testing.T) {
 
 	// A deadlock (40P01) is retried too, at READ COMMITTED as well.
 	attempts = 0
-	err = s.inTx(context.Background(), func(tx *sqlx.Tx) error {
+	err = s.Tx(context.Background(), sql.LevelReadCommitted, func(tx *sqlx.Tx) error {
 		attempts++
 		if attempts == 1 {
 			return fmt.Errorf("lock runs: %w", &pq.Error{Code: "40P01", Message: "deadlock detected"})
@@ -108,7 +108,7 @@ func TestTxRetriesARealSerializationFailure(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			first := true
-			errs[i] = s.inSerializableTx(context.Background(), func(tx *sqlx.Tx) error {
+			errs[i] = s.Tx(context.Background(), sql.LevelSerializable, func(tx *sqlx.Tx) error {
 				attempts.Add(1)
 				var n int
 				if err := tx.Get(&n, `SELECT count(*) FROM tx_probe`); err != nil {
@@ -142,7 +142,7 @@ func TestTxGivesUpAfterMaxAttempts(t *testing.T) {
 	s, obs := txTestStore(t)
 	var attempts int
 	start := time.Now()
-	err := s.inSerializableTx(context.Background(), func(tx *sqlx.Tx) error {
+	err := s.Tx(context.Background(), sql.LevelSerializable, func(tx *sqlx.Tx) error {
 		attempts++
 		return serializationFailure()
 	})
@@ -161,7 +161,7 @@ func TestTxGivesUpAfterMaxAttempts(t *testing.T) {
 func TestTxObserverCountsReRunsNotFailures(t *testing.T) {
 	t.Parallel()
 	s, obs := txTestStore(t)
-	err := s.inSerializableTx(context.Background(), func(tx *sqlx.Tx) error { return serializationFailure() })
+	err := s.Tx(context.Background(), sql.LevelSerializable, func(tx *sqlx.Tx) error { return serializationFailure() })
 	require.ErrorIs(t, err, ErrRetriesExhausted)
 	require.EqualValues(t, maxTxAttempts-1, obs.retried.Load(),
 		"after %d attempts there were %d re-runs", maxTxAttempts, maxTxAttempts-1)
@@ -177,7 +177,7 @@ func TestTxStopsWhenContextIsCanceled(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		var attempts int
-		err := s.inSerializableTx(ctx, func(tx *sqlx.Tx) error {
+		err := s.Tx(ctx, sql.LevelSerializable, func(tx *sqlx.Tx) error {
 			attempts++
 			cancel()
 			return serializationFailure()
@@ -192,7 +192,7 @@ func TestTxStopsWhenContextIsCanceled(t *testing.T) {
 		defer cancel()
 		var attempts int
 		start := time.Now()
-		err := s.inSerializableTx(ctx, func(tx *sqlx.Tx) error {
+		err := s.Tx(ctx, sql.LevelSerializable, func(tx *sqlx.Tx) error {
 			attempts++
 			return serializationFailure()
 		})
@@ -207,7 +207,7 @@ func TestTxStopsWhenContextIsCanceled(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		called := false
-		err := s.inSerializableTx(ctx, func(tx *sqlx.Tx) error {
+		err := s.Tx(ctx, sql.LevelSerializable, func(tx *sqlx.Tx) error {
 			called = true
 			return nil
 		})
@@ -224,14 +224,14 @@ func TestTxDoesNotRetryOtherErrors(t *testing.T) {
 	boom := errors.New("boom")
 	for _, failure := range []error{
 		boom,
-		fmt.Errorf("wrapped: %w", ErrDagNotFound),
+		fmt.Errorf("wrapped: %w", errors.New("dag not found")),
 		fmt.Errorf("insert: %w", &pq.Error{Code: "23505", Message: "duplicate key"}),
 		fmt.Errorf("insert: %w", &pq.Error{Code: "57014", Message: "canceling statement due to statement timeout"}),
 		fmt.Errorf("insert: %w", &pq.Error{Code: "40002", Message: "integrity constraint violation"}),
 		context.Canceled,
 	} {
 		var attempts int
-		err := s.inSerializableTx(context.Background(), func(tx *sqlx.Tx) error {
+		err := s.Tx(context.Background(), sql.LevelSerializable, func(tx *sqlx.Tx) error {
 			attempts++
 			if _, err := tx.Exec(`INSERT INTO tx_probe VALUES (1)`); err != nil {
 				return err
@@ -244,4 +244,27 @@ func TestTxDoesNotRetryOtherErrors(t *testing.T) {
 		require.Empty(t, probeRows(t, s), "%v: the write was rolled back", failure)
 	}
 	require.Zero(t, obs.retried.Load())
+}
+
+// An attempt that met a concurrent change (an error wrapping ErrTryAgain, as the creation's
+// "a concurrent run took a slot's date") runs again like a serialization failure, and counts
+// as a retry.
+func TestTxRetriesAnAttemptThatAsksToTryAgain(t *testing.T) {
+	t.Parallel()
+	s, obs := txTestStore(t)
+	var attempts int
+	err := s.Tx(context.Background(), sql.LevelSerializable, func(tx *sqlx.Tx) error {
+		attempts++
+		if _, err := tx.Exec(`INSERT INTO tx_probe VALUES ($1)`, attempts); err != nil {
+			return err
+		}
+		if attempts < 3 {
+			return fmt.Errorf("slot taken: %w", ErrTryAgain)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 3, attempts)
+	require.Equal(t, []int{3}, probeRows(t, s), "the attempts that asked to try again were rolled back")
+	require.EqualValues(t, 2, obs.retried.Load())
 }

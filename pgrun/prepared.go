@@ -1,4 +1,4 @@
-package repo
+package pgrun
 
 import (
 	"context"
@@ -67,21 +67,23 @@ func (p *preparedStatements) cached(db *sqlx.DB, query string) *sqlx.Stmt {
 	return nil
 }
 
-// hot returns what runs query on q: the statement prepared on db when preparing is on, else q
-// itself (the statement then goes unnamed). q is db, or a transaction begun on db. The result
-// is used like q, with the same query text: sqlx.GetContext(ctx, s.hot(...), &dst, query, args...).
+// Hot returns what runs query on q: the statement prepared on the pool ctx names when preparing
+// is on, else q itself (the statement then goes unnamed). q is that pool (as an attempt or a
+// read is handed it), or a transaction begun on it. The result is used like q, with the same
+// query text: sqlx.GetContext(ctx, d.Hot(ctx, q, query), &dst, query, args...).
 //
-// Inside a transaction the pool's statement must already exist (prepareHot before BEGIN):
+// Inside a transaction the pool's statement must already exist (PrepareHot before BEGIN):
 // preparing it on the pool takes a connection of its own, and with every connection of a
 // small pool held by such transactions that would wait for ever. The transaction's connection
 // then prepares it once for the pool's statement, or reuses it (database/sql's Tx.Stmt).
-func (s *Store) hot(ctx context.Context, db *sqlx.DB, q sqlx.QueryerContext, query string) sqlx.QueryerContext {
+func (d *DB) Hot(ctx context.Context, q sqlx.QueryerContext, query string) sqlx.QueryerContext {
+	db := d.pool(ctx)
 	tx, inTx := q.(*sqlx.Tx)
 	var st *sqlx.Stmt
 	if inTx {
-		st = s.prepared.cached(db, query)
+		st = d.prepared.cached(db, query)
 	} else {
-		st = s.prepared.get(ctx, db, query)
+		st = d.prepared.get(ctx, db, query)
 	}
 	if st == nil {
 		return q
@@ -92,14 +94,14 @@ func (s *Store) hot(ctx context.Context, db *sqlx.DB, q sqlx.QueryerContext, que
 	return preparedQueryer{st}
 }
 
-// prepareHot prepares query on db, outside any transaction, for a transaction that runs it
-// through hot. A failure (an outage) leaves the transaction to send it unnamed.
-func (s *Store) prepareHot(ctx context.Context, db *sqlx.DB, query string) {
-	s.prepared.get(ctx, db, query)
+// PrepareHot prepares query on the pool ctx names, outside any transaction, for a transaction
+// that runs it through Hot. A failure (an outage) leaves the transaction to send it unnamed.
+func (d *DB) PrepareHot(ctx context.Context, query string) {
+	d.prepared.get(ctx, d.pool(ctx), query)
 }
 
 // preparedQueryer runs its prepared statement whatever query text it is given (always the
-// statement's own, see hot).
+// statement's own, see Hot).
 type preparedQueryer struct{ st *sqlx.Stmt }
 
 func (p preparedQueryer) QueryContext(ctx context.Context, _ string, args ...any) (*sql.Rows, error) {

@@ -1,4 +1,4 @@
-package repo
+package pgrun
 
 import (
 	"context"
@@ -21,47 +21,32 @@ const (
 	retryMaxDelay  = 250 * time.Millisecond
 )
 
-// inSerializableTx runs fn in a SERIALIZABLE transaction and, when fn or COMMIT fails with
-// 40001/40P01, runs it again from a fresh BEGIN with capped, jittered backoff. fn must only do
-// database work: it may run several times. After the last attempt it returns an error that
-// matches ErrRetriesExhausted.
-func (s *Store) inSerializableTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
-	return s.inTxWithRetry(ctx, sql.LevelSerializable, fn)
-}
-
-// inTx runs fn in a READ COMMITTED transaction, with the same retry rule: row-lock paths can
-// still meet a deadlock (40P01) that the database resolves by aborting one side.
-func (s *Store) inTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
-	return s.inTxWithRetry(ctx, sql.LevelReadCommitted, fn)
-}
-
-func (s *Store) inTxWithRetry(ctx context.Context, level sql.IsolationLevel, fn func(tx *sqlx.Tx) error) error {
-	return s.withRetry(ctx, func(a attempt) error { return s.runTx(ctx, level, a, fn) })
-}
-
-// withRetry runs attempt again while it fails for concurrency only (40001/40P01, at most
-// maxTxAttempts times), or because its session failed before anything could have committed
-// (runTx marks those; for up to reconnectWait since the first such failure: a failover of a
-// second or two is ridden inside the server instead of answered 503). A single statement
-// outside a transaction uses it directly: its session failures are not retried here (the
-// statement may have committed on its own; the session reports that as ErrOutcomeUnknown, and
-// database/sql has already run again one that failed before anything was sent), and a failure
-// to connect has already been waited out by Connector.
-func (s *Store) withRetry(ctx context.Context, attemptFn func(a attempt) error) (err error) {
-	if s.tracer != nil {
+// Do runs attemptFn again while it fails for concurrency only (40001/40P01 or ErrTryAgain, at
+// most maxTxAttempts times), or because its session failed before anything could have
+// committed (RunTx and Read mark those; for up to ReconnectWait since the first such failure:
+// a failover of a second or two is ridden inside the server instead of answered 503), or
+// because a row lock was not granted within the attempt's share of LOCK_WAIT. attemptFn is a
+// statement of its own on a.Pool, or a look followed by one transaction (RunTx). A single
+// statement's session failures are not retried here (the statement may have committed on its
+// own; the session reports that as ErrOutcomeUnknown, and database/sql has already run again
+// one that failed before anything was sent), and a failure to connect has already been waited
+// out by Connector.
+func (d *DB) Do(ctx context.Context, attemptFn func(a Attempt) error) (err error) {
+	if d.trace != nil {
 		var end func(error)
-		ctx, end = s.tracer.StartOperation(ctx, "github.com/backfillsvc/backfill/repo", "repo")
+		ctx, end = d.trace(ctx)
 		defer func() { end(err) }()
 	}
 	var (
 		serialization int
 		reconnects    int
 		firstLost     time.Time
-		locks         = newLockBudget(s.lockWait)
+		locks         = newLockBudget(d.lockWait)
 	)
-	a := s.firstAttempt
+	a := d.firstAttempt
+	a.Pool = d.pool(ctx)
 	for {
-		a.ctx = ctx
+		a.Ctx = ctx
 		err := attemptFn(a)
 		if err == nil {
 			return nil
@@ -81,15 +66,17 @@ func (s *Store) withRetry(ctx context.Context, attemptFn func(a attempt) error) 
 			if serialization >= maxTxAttempts {
 				return fmt.Errorf("%w after %d attempts: %w", ErrRetriesExhausted, maxTxAttempts, err)
 			}
-			s.observer.TxRetried()
+			if d.onRetry != nil {
+				d.onRetry()
+			}
 			delay = backoff(serialization)
 		case isRetrySafe(err):
 			if firstLost.IsZero() {
 				firstLost = time.Now()
 			}
-			left := s.reconnectWait - time.Since(firstLost)
+			left := d.reconnectWait - time.Since(firstLost)
 			if left <= 0 {
-				return fmt.Errorf("%w: no usable session for %s (%d retries): %w", ErrUnavailable, s.reconnectWait, reconnects, err)
+				return fmt.Errorf("%w: no usable session for %s (%d retries): %w", ErrUnavailable, d.reconnectWait, reconnects, err)
 			}
 			reconnects++
 			delay = min(reconnectBackoff(reconnects), left)
@@ -101,6 +88,7 @@ func (s *Store) withRetry(ctx context.Context, attemptFn func(a attempt) error) 
 			if !ok {
 				return fmt.Errorf("%w: %w", ErrLockWait, err)
 			}
+			next.Pool = a.Pool
 			a = next
 		case IsStatementTimeout(err):
 			return fmt.Errorf("%w: %w", ErrStatementTimeout, err)
@@ -121,7 +109,7 @@ type errBeforeCommit struct{ err error }
 func (e *errBeforeCommit) Error() string { return e.err.Error() }
 func (e *errBeforeCommit) Unwrap() error { return e.err }
 
-// isRetrySafe reports whether err is a session failure marked by runTx as having come
+// isRetrySafe reports whether err is a session failure marked by RunTx or Read as having come
 // before anything could commit. A failure to connect is not: Connector has already waited
 // for the database for as long as the service waits.
 func isRetrySafe(err error) bool {
@@ -130,19 +118,19 @@ func isRetrySafe(err error) bool {
 	return errors.As(err, &before) && !errors.As(err, &ce)
 }
 
-// readRetried runs reads outside any transaction under withRetry: a session lost during a
-// read changed nothing, so the read is sent again on a new session (a failover), as a
-// transaction that never reached COMMIT is. Without it a request caught reading when the
-// primary dies answers 503 instead of riding the failover (TestPostgresFailover: a creation
-// reading the database clock).
+// Read runs reads outside any transaction under Do, on the pool that ctx names (OnLeasePool),
+// which read is handed and reaches no other way: a session lost during a read changed
+// nothing, so the read is sent again on a new session (a failover), as a transaction that
+// never reached COMMIT is. Without it a request caught reading when the primary died answered
+// 503 instead of riding the failover (TestPostgresFailover).
 //
 // Its sessions skip the check for a dead idle socket (session.ResetSession): a read sent on a
 // session that died while idle fails and is sent again here, changing nothing, so the check's
 // system call, a few microseconds of every status read, buys a read nothing.
-func (s *Store) readRetried(ctx context.Context, read func(ctx context.Context) error) error {
+func (d *DB) Read(ctx context.Context, read func(ctx context.Context, q Queryer) error) error {
 	ctx = context.WithValue(ctx, resentIfLostKey{}, true)
-	return s.withRetry(ctx, func(a attempt) error {
-		err := read(a.ctx)
+	return d.Do(ctx, func(a Attempt) error {
+		err := read(a.Ctx, a.Pool)
 		if err != nil && isSessionFailure(err) {
 			return &errBeforeCommit{err}
 		}
@@ -150,43 +138,28 @@ func (s *Store) readRetried(ctx context.Context, read func(ctx context.Context) 
 	})
 }
 
-// readValue is readRetried for a read that answers one value. The API's reads go through it
-// or readTwo, so that a read caught by a failover rides it as a transaction does, instead of
-// answering 503 once database/sql's own three attempts have met the dead primary (ha-test:
-// a crash of the leader).
-func readValue[T any](ctx context.Context, s *Store, read func(ctx context.Context) (T, error)) (T, error) {
-	var out T
-	err := s.readRetried(ctx, func(ctx context.Context) (err error) {
-		out, err = read(ctx)
-		return err
-	})
-	return out, err
+// Tx runs fn in a transaction at level under Do: when fn or COMMIT fails with 40001/40P01,
+// it runs it again from a fresh BEGIN with capped, jittered backoff, and so it does when the
+// session was lost before COMMIT was sent. fn must only do database work: it may run several
+// times. After the last attempt it returns an error that matches ErrRetriesExhausted; a
+// COMMIT whose answer was lost returns ErrOutcomeUnknown and is never run again.
+func (d *DB) Tx(ctx context.Context, level sql.IsolationLevel, fn func(tx *sqlx.Tx) error) error {
+	return d.Do(ctx, func(a Attempt) error { return d.RunTx(ctx, level, a, fn) })
 }
 
-// readTwo is readRetried for a read that answers two values: a page and its total, an
-// idempotency key's ids and whether it was found, a DAG and the database's clock.
-func readTwo[A, B any](ctx context.Context, s *Store, read func(ctx context.Context) (A, B, error)) (A, B, error) {
-	var (
-		a A
-		b B
-	)
-	err := s.readRetried(ctx, func(ctx context.Context) (err error) {
-		a, b, err = read(ctx)
-		return err
-	})
-	return a, b, err
-}
-
-// resentIfLostKey marks the context of a read that readRetried sends again when its session
-// is lost.
+// resentIfLostKey marks the context of a read that Read sends again when its session is lost.
 type resentIfLostKey struct{}
 
-func (s *Store) runTx(ctx context.Context, level sql.IsolationLevel, a attempt, fn func(tx *sqlx.Tx) error) (err error) {
+// RunTx is one attempt of a transaction at level, for an attempt of Do that looks at
+// something before its transaction (Tx is Do of RunTx alone). It begins on the pool ctx names,
+// sets the attempt's lock wait, runs fn and commits; it marks a failure before COMMIT was sent
+// as safe to run again and a lost answer to COMMIT as ErrOutcomeUnknown.
+func (d *DB) RunTx(ctx context.Context, level sql.IsolationLevel, a Attempt, fn func(tx *sqlx.Tx) error) (err error) {
 	beginCtx := ctx
-	if a.ctx != nil {
-		beginCtx = a.ctx
+	if a.Ctx != nil {
+		beginCtx = a.Ctx
 	}
-	tx, err := s.txDB(ctx).BeginTxx(beginCtx, &sql.TxOptions{Isolation: level})
+	tx, err := d.pool(ctx).BeginTxx(beginCtx, &sql.TxOptions{Isolation: level})
 	if err != nil {
 		var ce *connectError
 		if errors.As(err, &ce) {
@@ -259,6 +232,13 @@ func backoff(attempt int) time.Duration {
 	return time.Duration(rand.Int64N(int64(ceiling))) + time.Millisecond
 }
 
+// Backoff is the jittered delay before the attempt-th retry of a collision: full jitter below a
+// ceiling that doubles from 2 ms to 250 ms.
+func Backoff(attempt int) time.Duration { return backoff(attempt) }
+
+// Sleep waits for d or until ctx ends, whichever comes first, and returns ctx's error then.
+func Sleep(ctx context.Context, d time.Duration) error { return sleepCtx(ctx, d) }
+
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -270,9 +250,6 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// isNoRows keeps sql.ErrNoRows checks short at call sites.
-func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
-
 // durableMark writes the smallest WAL record a transaction can write without a table (a
 // transactional logical-decoding message, ignored by every consumer that does not ask for
 // its prefix), so that its COMMIT waits for the synchronous standby like any write's.
@@ -281,15 +258,15 @@ func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
 // none.
 const durableMark = `SELECT pg_logical_emit_message(true, 'backfill.durable', '')`
 
-// awaitDurable returns once everything this server has seen committed is as durable as a
+// AwaitDurable returns once everything this server has seen committed is as durable as a
 // commit of its own: with synchronous replication, durableMark's commit is acknowledged only
 // after the standby has all WAL up to it. Needed before answering from a row another
 // transaction committed: PostgreSQL shows a commit to other sessions while it still waits
 // for its synchronous standby (and keeps it when that wait is canceled), so a replay
 // answered from it could acknowledge a backfill that a failover then loses. Without
 // synchronous replication it costs one short commit.
-func (s *Store) awaitDurable(ctx context.Context) error {
-	return s.inTx(ctx, func(tx *sqlx.Tx) error {
+func (d *DB) AwaitDurable(ctx context.Context) error {
+	return d.Tx(ctx, sql.LevelReadCommitted, func(tx *sqlx.Tx) error {
 		if _, err := tx.ExecContext(ctx, durableMark); err != nil {
 			return fmt.Errorf("await durable: %w", err)
 		}

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/backfillsvc/backfill/internal/pgproxy"
-	"github.com/backfillsvc/backfill/internal/pgtest"
+	"github.com/backfillsvc/backfill/internal/testkit/pgproxy"
+	"github.com/backfillsvc/backfill/internal/testkit/pgtest"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"

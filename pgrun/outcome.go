@@ -1,4 +1,4 @@
-package repo
+package pgrun
 
 import (
 	"context"
@@ -140,7 +140,7 @@ func (s *session) sentSince(before int64) bool {
 // classify turns a lost answer to an autocommit write into ErrOutcomeUnknown. Left alone:
 // every other error; a failure before anything was sent (database/sql may run the statement
 // on another session); a statement inside a transaction (it commits only with COMMIT, and
-// runTx runs a transaction lost before COMMIT again whole); and a read, which may run twice.
+// RunTx runs a transaction lost before COMMIT again whole); and a read, which may run twice.
 func (s *session) classify(op, query string, before int64, err error) error {
 	if err == nil || !lostAnswer(err) || s.inTx || !s.sentSince(before) || isRead(query) {
 		return err
@@ -219,7 +219,7 @@ func (s *session) PrepareContext(ctx context.Context, query string) (driver.Stmt
 }
 
 func (s *session) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	// A failed BEGIN leaves nothing behind: database/sql and runTx may begin again.
+	// A failed BEGIN leaves nothing behind: database/sql and RunTx may begin again.
 	tx, err := s.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -238,7 +238,7 @@ func (s *session) Ping(ctx context.Context) error {
 // it (or sent a FATAL error on it), and a statement written there would have its bytes
 // accepted by the kernel and its answer lost, an unknown outcome for what never arrived.
 // Found dead here, nothing has been sent: database/sql takes another session. A read that is
-// sent again when its session is lost (readRetried) skips the look.
+// sent again when its session is lost (Read) skips the look.
 func (s *session) ResetSession(ctx context.Context) error {
 	if err := s.Conn.(driver.SessionResetter).ResetSession(ctx); err != nil {
 		return err

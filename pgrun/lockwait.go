@@ -1,4 +1,4 @@
-package repo
+package pgrun
 
 import (
 	"context"
@@ -25,7 +25,7 @@ func lockWaitMillis(d time.Duration) string {
 	return strconv.FormatInt(max(d.Milliseconds(), 1), 10)
 }
 
-// statementLockWait is the condition with which a write made in one statement of its own,
+// StatementLockWait is the condition with which a write made in one statement of its own,
 // outside any transaction, bounds its lock waits as setLockWait bounds a transaction's,
 // without the three round trips of BEGIN, SET LOCAL and COMMIT: set in the WHERE of the
 // statement's row source, it is evaluated before the statement updates or locks a row, so it
@@ -34,7 +34,7 @@ func lockWaitMillis(d time.Duration) string {
 // statement's parameter that carries the attempt's lockWait. Without it a PUT or PATCH of a
 // row that another transaction holds waits for as long as the holder likes, holding its
 // connection and its admission slot (minutes).
-func statementLockWait(param string) string {
+func StatementLockWait(param string) string {
 	return "set_config('lock_timeout', " + param + ", true) IS NOT NULL"
 }
 
@@ -42,20 +42,24 @@ func statementLockWait(param string) string {
 // request that meets a row held for seconds answers 503 busy within LOCK_WAIT, nothing
 // written, instead of holding its connection and its admission slot for as long as the
 // holder likes.
-func setLockWait(ctx context.Context, tx *sqlx.Tx, a attempt) error {
-	if _, err := tx.ExecContext(ctx, lockWaitSQL(a.lockWait)); err != nil {
+func setLockWait(ctx context.Context, tx *sqlx.Tx, a Attempt) error {
+	if _, err := tx.ExecContext(ctx, lockWaitSQL(a.LockWait)); err != nil {
 		return fmt.Errorf("set lock_timeout: %w", err)
 	}
 	return nil
 }
 
-// attempt is what one attempt of a statement or transaction under withRetry is given.
-type attempt struct {
-	// lockWait is the attempt's lock_timeout in milliseconds (lockBudget).
-	lockWait string
-	// ctx is the operation's context, with its span when tracing is on: a transaction begun
-	// with it parents its statements' spans (session.BeginTx). Nil outside withRetry.
-	ctx context.Context
+// Attempt is what one attempt of an operation under Do is given.
+type Attempt struct {
+	// LockWait is the attempt's lock_timeout in milliseconds (lockBudget): a statement of its
+	// own passes it to StatementLockWait's parameter.
+	LockWait string
+	// Ctx is the operation's context, with its span when tracing is on: a transaction begun
+	// with it parents its statements' spans (session.BeginTx).
+	Ctx context.Context
+	// Pool is the pool the operation's context names (OnLeasePool), for a statement of its
+	// own: the one way to reach it.
+	Pool Queryer
 }
 
 // lockWaitFloor is the least share of LOCK_WAIT an attempt is sent with; below it the
@@ -81,35 +85,36 @@ func newLockBudget(lockWait time.Duration) lockBudget {
 }
 
 // firstAttempt is the first attempt's share: half of LOCK_WAIT, however short LOCK_WAIT is.
-// The Store formats it once, so that the reads and writes that never meet a held lock, nearly
+// New formats it once, so that the reads and writes that never meet a held lock, nearly
 // all of them, pay nothing but the budget's clock read for it.
-func firstAttempt(lockWait time.Duration) attempt {
-	return attempt{lockWait: lockWaitMillis(lockWait / 2)}
+func firstAttempt(lockWait time.Duration) Attempt {
+	return Attempt{LockWait: lockWaitMillis(lockWait / 2)}
 }
 
 // next is the share of the attempt after one that timed out, or false when too little is
 // left to try again.
-func (b lockBudget) next() (attempt, bool) {
+func (b lockBudget) next() (Attempt, bool) {
 	share := time.Until(b.deadline) / 2
 	if share < lockWaitFloor {
-		return attempt{}, false
+		return Attempt{}, false
 	}
-	return attempt{lockWait: lockWaitMillis(share)}, true
+	return Attempt{LockWait: lockWaitMillis(share)}, true
 }
 
 // leasePoolKey marks a context whose transactions run on the lease pool.
 type leasePoolKey struct{}
 
-// onLeasePool sends the transactions run under ctx to the lease pool (Config.LeaseDB), so
-// that heartbeats, reports and releases never wait for a connection behind other work.
-func onLeasePool(ctx context.Context) context.Context {
+// OnLeasePool sends the operations run under ctx (transactions, reads, statements, prepared
+// statements) to the lease pool (Config.LeaseDB), so that heartbeats, reports and releases
+// never wait for a connection behind other work.
+func OnLeasePool(ctx context.Context) context.Context {
 	return context.WithValue(ctx, leasePoolKey{}, true)
 }
 
-// txDB is the pool a transaction under ctx begins on.
-func (s *Store) txDB(ctx context.Context) *sqlx.DB {
+// pool is the pool an operation under ctx runs on.
+func (d *DB) pool(ctx context.Context) *sqlx.DB {
 	if ctx.Value(leasePoolKey{}) != nil {
-		return s.leaseDB
+		return d.leaseDB
 	}
-	return s.db
+	return d.db
 }
