@@ -105,18 +105,6 @@ func bearerToken(header string) (string, bool) {
 	return strings.TrimLeft(token, " "), true
 }
 
-// echoRequestID returns the request's id (the client's X-Request-Id when it sent one, else
-// the one chi's RequestID made) in the X-Request-Id answer header, so that a client can
-// quote it and an operator find the request's log lines.
-func echoRequestID(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if id := middleware.GetReqID(r.Context()); id != "" {
-			w.Header().Set(middleware.RequestIDHeader, id)
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
 // recoverer turns a panic into a logged 500 problem instead of a dropped connection.
 func (s *Server) recoverer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
