@@ -113,14 +113,16 @@ func jsonKind(t reflect.Type) string {
 
 // writeJSON answers with a JSON body.
 func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
-	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(v); err != nil {
+	buf := answerBuffers.Get().(*[]byte)
+	defer putAnswerBuffer(buf)
+	var err error
+	if *buf, err = appendAnswer((*buf)[:0], v); err != nil {
 		s.writeError(w, r, fmt.Errorf("encode answer: %w", err))
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = jsonContentType
 	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes()) // the client hung up; nothing to do
+	_, _ = w.Write(*buf) // the client hung up; nothing to do
 }
 
 // writePut answers a PUT that creates or replaces a resource: 201 with its location when it

@@ -40,7 +40,7 @@ func limitBody(next http.Handler) http.Handler {
 			writeProblem(w, tooLarge)
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+		body, err := readBody(http.MaxBytesReader(w, r.Body, MaxBodyBytes), r.ContentLength)
 		var maxErr *http.MaxBytesError
 		switch {
 		case errors.As(err, &maxErr):
@@ -54,6 +54,27 @@ func limitBody(next http.Handler) http.Handler {
 		r.ContentLength = int64(len(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// readBody reads a body whose length the request declared into a buffer of that size, in
+// place of io.ReadAll's growing ones; net/http ends the body at its Content-Length, so reading
+// on to EOF still finds one that is cut short.
+func readBody(body io.Reader, length int64) ([]byte, error) {
+	if length <= 0 || length > MaxBodyBytes {
+		return io.ReadAll(body)
+	}
+	buf := make([]byte, length, length+1)
+	if _, err := io.ReadFull(body, buf); err != nil {
+		return nil, err
+	}
+	// Nothing past the declared length (the read also meets a body that says it is longer).
+	if n, err := body.Read(buf[length : length+1]); n > 0 || (err != nil && err != io.EOF) {
+		if err == nil {
+			err = errors.New("body longer than its Content-Length")
+		}
+		return nil, err
+	}
+	return buf, nil
 }
 
 func takesBody(method string) bool {
@@ -103,18 +124,6 @@ func bearerToken(header string) (string, bool) {
 		return "", false
 	}
 	return strings.TrimLeft(token, " "), true
-}
-
-// echoRequestID returns the request's id (the client's X-Request-Id when it sent one, else
-// the one chi's RequestID made) in the X-Request-Id answer header, so that a client can
-// quote it and an operator find the request's log lines.
-func echoRequestID(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if id := middleware.GetReqID(r.Context()); id != "" {
-			w.Header().Set(middleware.RequestIDHeader, id)
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 // recoverer turns a panic into a logged 500 problem instead of a dropped connection.

@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -44,10 +43,14 @@ func badRequest(detail string, fields ...api.FieldError) api.Problem {
 }
 
 func writeProblem(w http.ResponseWriter, p api.Problem) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Cache-Control", "no-store")
+	h := w.Header()
+	h["Content-Type"] = problemContentType
+	h["Cache-Control"] = noStore
 	w.WriteHeader(int(p.Status))
-	_ = json.NewEncoder(w).Encode(p) // the client hung up; nothing to do
+	buf := answerBuffers.Get().(*[]byte)
+	defer putAnswerBuffer(buf)
+	*buf, _ = appendAnswer((*buf)[:0], p) // a Problem always encodes
+	_, _ = w.Write(*buf)                  // the client hung up; nothing to do
 }
 
 // errorAnswer is the answer to one domain error: its status, its stable code and its detail

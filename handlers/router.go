@@ -7,7 +7,6 @@ import (
 
 	"github.com/backfillsvc/backfill/api"
 	"github.com/go-chi/chi/v5"
-	"github.com/go-chi/chi/v5/middleware"
 )
 
 // New builds the service's HTTP handler: escapes of unreserved characters decoded, admission
@@ -67,7 +66,7 @@ func New(opts Options) (http.Handler, error) {
 	r.Use(admit)
 	// The server span goes inside the request id, which it records, and outside the access
 	// log, which logs its trace id; with tracing off Middleware adds no handler at all.
-	r.Use(middleware.RequestID, echoRequestID, opts.Tracer.Middleware, s.accessLog)
+	r.Use(requestID, opts.Tracer.Middleware, s.accessLog)
 	if opts.Instrument != nil {
 		r.Use(opts.Instrument)
 	}

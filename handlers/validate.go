@@ -33,6 +33,7 @@ import (
 // 2^53+1 fails its maximum: 400 either way, never a rounded value.
 type specValidator struct {
 	router   routers.Router
+	routes   specRoutes // the router's answers, found without it (validate_route.go)
 	idRoutes idRoutes
 	defaults specDefaults
 }
@@ -63,7 +64,7 @@ func newSpecValidator() (*specValidator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("openapi router: %w", err)
 	}
-	return &specValidator{router: router, idRoutes: newIDRoutes(doc), defaults: defaults}, nil
+	return &specValidator{router: router, routes: newSpecRoutes(doc), idRoutes: newIDRoutes(doc), defaults: defaults}, nil
 }
 
 func (v *specValidator) middleware(next http.Handler) http.Handler {
@@ -78,7 +79,11 @@ func (v *specValidator) middleware(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		route, pathParams, err := v.router.FindRoute(r)
+		route, pathParams := v.routes.find(r)
+		var err error
+		if route == nil {
+			route, pathParams, err = v.router.FindRoute(r)
+		}
 		switch {
 		case errors.Is(err, routers.ErrMethodNotAllowed):
 			// RFC 9110 §15.5.6: a 405 names the methods the route does take.
