@@ -108,6 +108,12 @@ func (s *Sweeper) loop(ctx context.Context) {
 		default:
 			s.log.Error("sweep pass failed", "err", err)
 		}
+		// select picks at random among ready cases: a tick that came while the pass ran is
+		// ready beside a Stop's cancel, and would start a pass that only fails with the
+		// context's error (counted as a failed pass) and another chance to choose it again.
+		if ctx.Err() != nil {
+			return
+		}
 		select {
 		case <-ctx.Done():
 			return

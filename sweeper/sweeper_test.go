@@ -167,6 +167,35 @@ func TestStopWaitsForThePassInFlight(t *testing.T) {
 	require.ErrorIs(t, errs[0], context.Canceled)
 }
 
+// TestStopRunsNoPassAfterTheOneItCut: a pass that outlasts the interval leaves a tick
+// ready when Stop cancels it; the loop ends there instead of starting another pass on the
+// cancelled context (which OnPass would count as one more failed pass). Each cycle of Start
+// and Stop makes exactly one pass; with the tick chosen at random half the time, 20 cycles
+// would show an extra pass all but certainly.
+func TestStopRunsNoPassAfterTheOneItCut(t *testing.T) {
+	_, store := sweepDB(t, time.Now())
+	b := &blockingStore{Store: store, entered: make(chan struct{}, 1)}
+	var log passLog
+	s := New(b, Config{Interval: time.Millisecond, OnPass: log.onPass})
+	const cycles = 20
+	for i := range cycles {
+		require.NoError(t, s.Start(context.Background()))
+		select {
+		case <-b.entered:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("cycle %d: the pass did not start", i)
+		}
+		// The blocked pass outlasts several intervals: a tick is waiting when Stop cancels.
+		time.Sleep(5 * time.Millisecond)
+		s.Stop()
+		require.Equal(t, i+1, log.count(), "cycle %d: a pass ran after the one Stop cut short", i)
+	}
+	_, errs := log.snapshot()
+	for i, err := range errs {
+		require.ErrorIs(t, err, context.Canceled, "pass %d", i)
+	}
+}
+
 // TestCancelledParentEndsTheLoop: the context given to Start bounds the loop too.
 func TestCancelledParentEndsTheLoop(t *testing.T) {
 	_, store := sweepDB(t, time.Now())

@@ -110,6 +110,8 @@ type envOptions struct {
 	// sessions' statement_timeout and tells the handlers, as DB_STATEMENT_TIMEOUT does.
 	admission        *handlers.Admission
 	statementTimeout time.Duration
+	// lockWait is the store's LOCK_WAIT (0: repo.DefaultLockWait, as cmd/api's default).
+	lockWait time.Duration
 }
 
 type envOption func(*envOptions)
@@ -127,6 +129,7 @@ func withWriteTimeout(d time.Duration) envOption {
 func withListenPoll(every time.Duration) envOption {
 	return func(o *envOptions) { o.pollEach = every }
 }
+func withLockWait(d time.Duration) envOption { return func(o *envOptions) { o.lockWait = d } }
 func withProxy() envOption                   { return func(o *envOptions) { o.proxied = true } }
 func withTracer(t *tracing.Tracer) envOption { return func(o *envOptions) { o.tracer = t } }
 func withStoreDSN(f func(dsn string) string) envOption {
@@ -207,6 +210,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		// the service runs with DB_POOLER=transaction.
 		PrepareStatements: addr == "",
 		Tracer:            o.tracer,
+		LockWait:          o.lockWait,
 	})
 	m.WatchStates(store.StateCounts)
 	m.WatchPools(func(ctx context.Context) (map[string]metrics.PoolFigures, error) {

@@ -57,6 +57,15 @@ func (c *admissionCounts) counts() (admitted, shed map[string]int) {
 // it; its Store is the front end's.
 func productionShape(t *testing.T, e *env, lockWait time.Duration) (*env, *admissionCounts) {
 	t.Helper()
+	return productionShapeScaled(t, e, lockWait, 1)
+}
+
+// productionShapeScaled is productionShape with its wall-clock settings (LOCK_WAIT and the
+// admission waits) multiplied by scale, for a test whose claim is what admission does, not
+// how fast this machine is: at scale 1 it is productionShape.
+func productionShapeScaled(t *testing.T, e *env, lockWait time.Duration, scale float64) (*env, *admissionCounts) {
+	t.Helper()
+	scaled := func(d time.Duration) time.Duration { return time.Duration(float64(d) * scale) }
 	pool := func(n int) *sqlx.DB {
 		db, err := sqlx.Open("postgres", e.DSN)
 		require.NoError(t, err)
@@ -66,14 +75,14 @@ func productionShape(t *testing.T, e *env, lockWait time.Duration) (*env, *admis
 		return db
 	}
 	m := metrics.New()
-	store := repo.New(pool(20), repo.Config{Observer: m, LockWait: lockWait, LeaseDB: pool(4), PrepareStatements: true})
+	store := repo.New(pool(20), repo.Config{Observer: m, LockWait: scaled(lockWait), LeaseDB: pool(4), PrepareStatements: true})
 	obs := &admissionCounts{Metrics: m, admitted: map[string]int{}, shed: map[string]int{}}
 	h, err := handlers.New(handlers.Options{
 		Store:   store,
 		Ready:   func(ctx context.Context) error { return store.Ping(ctx) },
 		Metrics: m.Handler(),
 		Admission: &handlers.Admission{MaxInFlight: 18, LeaseMaxInFlight: 4,
-			Wait: 100 * time.Millisecond, LongWait: time.Second, Observer: obs},
+			Wait: scaled(100 * time.Millisecond), LongWait: scaled(time.Second), Observer: obs},
 	})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
