@@ -242,7 +242,8 @@ func (s *Store) BackfillProgressMany(ctx context.Context, ids []int64) ([]Backfi
 		Now time.Time `db:"db_now"`
 	}
 	err := sqlx.SelectContext(ctx, s.db, &rows,
-		`SELECT backfill_now() AS db_now, `+backfillColumns+` FROM backfills WHERE id = ANY($1)`, pq.Int64Array(ids))
+		`SELECT backfill_now() AS db_now, `+backfillColumns+`, backfill_eta_seconds(backfills) AS eta_seconds
+		FROM backfills WHERE id = ANY($1)`, pq.Int64Array(ids))
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("read progress of %d backfills: %w", len(ids), err)
 	}

@@ -70,6 +70,9 @@ type Config struct {
 	PrepareStatements bool
 	// Tracer records a span per transaction or read, named by the Store method; nil is off.
 	Tracer *tracing.Tracer
+	// PriorityAging is how long a passed-over backfill waits for each point of effective
+	// priority in claims (PRIORITY_AGING); zero takes DefaultPriorityAging.
+	PriorityAging time.Duration
 }
 
 // Store is the repository over one connection pool.
@@ -86,6 +89,7 @@ type Store struct {
 	onClaimable     func()
 	prepared        *preparedStatements
 	tracer          *tracing.Tracer
+	priorityAging   time.Duration
 }
 
 // New returns a Store over db.
@@ -100,6 +104,10 @@ func New(db *sqlx.DB, cfg Config) *Store {
 		onClaimable:     cfg.OnClaimable,
 		prepared:        &preparedStatements{enabled: cfg.PrepareStatements},
 		tracer:          cfg.Tracer,
+		priorityAging:   cfg.PriorityAging,
+	}
+	if s.priorityAging <= 0 {
+		s.priorityAging = DefaultPriorityAging
 	}
 	if s.observer == nil {
 		s.observer = nopObserver{}
