@@ -319,7 +319,7 @@ func claimStatement(scope claimScope) string {
 				)
 				SELECT id, pool FROM walk) w
 		), backfill_rank AS MATERIALIZED (
-			SELECT id, row_number() OVER (ORDER BY ` + effectivePriority(aging) + ` DESC, id) AS k FROM backfills
+			SELECT id, row_number() OVER (ORDER BY ` + backfillRankOrder(aging) + `) AS k FROM backfills
 			WHERE ` + backfillOwner + `
 		), backfill_owner (k, id, room, pool, pool_room) AS (
 			SELECT * FROM (

@@ -39,5 +39,13 @@ func effectivePriority(aging string) string {
 	return `(priority + floor(greatest(extract(epoch FROM backfill_now() - claim_wait_since)::float8, 0) / ` + aging + `))`
 }
 
+// backfillRankOrder is the order in which a claim serves claimable backfills: effective
+// priority, highest first; among equals, the lower priority first (it has aged to get there:
+// a priority −10 backfill that has waited 20 agings goes before priority 10 work that is
+// served all along, instead of one aging later); then the existing fairness, oldest first.
+func backfillRankOrder(aging string) string {
+	return effectivePriority(aging) + ` DESC, priority, id`
+}
+
 // PriorityAging answers the Store's PRIORITY_AGING.
 func (s *Store) PriorityAging() time.Duration { return s.priorityAging }

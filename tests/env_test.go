@@ -109,6 +109,8 @@ type envOptions struct {
 	// sessions' statement_timeout and tells the handlers, as DB_STATEMENT_TIMEOUT does.
 	admission        *handlers.Admission
 	statementTimeout time.Duration
+	// priorityAging is the store's PRIORITY_AGING (0: the default).
+	priorityAging time.Duration
 }
 
 type envOption func(*envOptions)
@@ -206,6 +208,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		// the service runs with DB_POOLER=transaction.
 		PrepareStatements: addr == "",
 		Tracer:            o.tracer,
+		PriorityAging:     o.priorityAging,
 	})
 	m.WatchStates(store.StateCounts)
 	m.WatchPools(func(ctx context.Context) (map[string]metrics.PoolFigures, error) {

@@ -186,6 +186,7 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 		Observer:        m,
 		ReconnectWait:   cfg.DBReconnectWait,
 		LockWait:        cfg.LockWait,
+		PriorityAging:   cfg.PriorityAging,
 		LeaseDB:         p.lease,
 		OnEvents:        notifier.Kick,
 		OnClaimable:     claimWaker.Kick,
