@@ -211,6 +211,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		PriorityAging:     o.priorityAging,
 	})
 	m.WatchStates(store.StateCounts)
+	m.WatchPriorities(store.QueuedByPriority)
 	m.WatchPools(func(ctx context.Context) (map[string]metrics.PoolFigures, error) {
 		pools, err := store.PoolFigures(ctx)
 		out := map[string]metrics.PoolFigures{}

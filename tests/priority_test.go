@@ -35,6 +35,11 @@ func TestPriorityClaimsHigherFirstAndPatchIsLive(t *testing.T) {
 		require.Len(t, runs, 1)
 		return runs[0]
 	}
+	metrics := string(e.Do(http.MethodGet, "/metrics", nil).Body)
+	require.Contains(t, metrics, `backfill_queued_runs_by_priority{priority="5"} 10`)
+	require.Contains(t, metrics, `backfill_queued_runs_by_priority{priority="0"} 10`)
+	require.Contains(t, metrics, `backfill_queued_runs_by_priority{priority="-10"} 0`, "every priority has a series")
+
 	// Oldest first would take prio_old; priority 5 goes first.
 	for range 3 {
 		r := claimOne()

@@ -196,6 +196,7 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 		Tracer:            tracer,
 	})
 	m.WatchStates(store.StateCounts)
+	m.WatchPriorities(store.QueuedByPriority)
 	m.WatchPools(poolCounter(store))
 	ready, err := readiness(p.probe)
 	if err != nil {
