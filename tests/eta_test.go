@@ -131,7 +131,8 @@ func TestETARestartsAfterAPause(t *testing.T) {
 	e.Clock.Advance(time.Minute)
 	e.ActionOK(b.Id, "unpause")
 	require.Nil(t, getETA(e, b.Id), "the pace restarts at the unpause")
-	for getETA(e, b.Id) == nil {
+	for step := 0; getETA(e, b.Id) == nil; step++ {
+		require.Less(t, step, 20, "the pace is known again within 10 s of steady runs")
 		x.step()
 	}
 	var since int
