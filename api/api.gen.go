@@ -263,6 +263,7 @@ const (
 	ProblemCodeInvalidDag             ProblemCode = "invalid_dag"
 	ProblemCodeInvalidDeferral        ProblemCode = "invalid_deferral"
 	ProblemCodeInvalidLogicalDates    ProblemCode = "invalid_logical_dates"
+	ProblemCodeInvalidPriority        ProblemCode = "invalid_priority"
 	ProblemCodeInvalidRequest         ProblemCode = "invalid_request"
 	ProblemCodeInvalidTransition      ProblemCode = "invalid_transition"
 	ProblemCodeInvalidWebhook         ProblemCode = "invalid_webhook"
@@ -313,6 +314,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeInvalidDeferral:
 		return true
 	case ProblemCodeInvalidLogicalDates:
+		return true
+	case ProblemCodeInvalidPriority:
 		return true
 	case ProblemCodeInvalidRequest:
 		return true
@@ -518,10 +521,13 @@ type Backfill struct {
 	DagId DagId `json:"dag_id"`
 
 	// DagRunConf Free-form run configuration; null when none was given.
-	DagRunConf  *Conf     `json:"dag_run_conf"`
-	Description *string   `json:"description"`
-	FromDate    time.Time `json:"from_date"`
-	Id          int64     `json:"id"`
+	DagRunConf  *Conf   `json:"dag_run_conf"`
+	Description *string `json:"description"`
+
+	// EtaSeconds Only in the answer of `GET /api/v1/backfills/{backfill_id}`: the seconds until no run is left queued or running, at the pace of the backfill's successes since its pace last restarted (creation, a pause or unpause, a change of `max_active_runs` or `pool`), over at most the last 5 minutes. Null while the backfill is not running and until 2 successes give a pace; 0 once no run is left. The stream's `progress` messages, `backfillctl watch` and the console show this figure.
+	EtaSeconds *float64  `json:"eta_seconds,omitempty"`
+	FromDate   time.Time `json:"from_date"`
+	Id         int64     `json:"id"`
 
 	// IsPaused True exactly when `state` is `paused`.
 	IsPaused      bool  `json:"is_paused"`
@@ -541,6 +547,9 @@ type Backfill struct {
 
 	// Pool The pool the backfill's runs are claimed in; null for none.
 	Pool *string `json:"pool"`
+
+	// Priority Claims serve higher priority first (-10 to 10), with aging by `PRIORITY_AGING`; `PATCH` changes it for the next claim.
+	Priority int32 `json:"priority"`
 
 	// Progress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others.
 	Progress BackfillProgress `json:"progress"`
@@ -606,6 +615,11 @@ type BackfillCreate struct {
 	//
 	// Example: warehouse
 	Pool *PoolName `json:"pool,omitempty"`
+
+	// Priority Claims serve backfills of higher priority first: -10 to 10 (default 0), else 422 `invalid_priority`. A claimable backfill passed over gains one point of effective priority per `PRIORITY_AGING` (default 10 minutes) until it is served, so none starves; within one effective priority the order is the usual one (oldest first).
+	//
+	// Example: 5
+	Priority *int32 `json:"priority,omitempty"`
 
 	// Reason Why the backfill is made (a sentence, a ticket); at most 500 characters.
 	//
@@ -689,6 +703,9 @@ type BackfillPatch struct {
 
 	// Pool Moves the backfill's runs to this pool (null for none); running runs go on.
 	Pool *string `json:"pool,omitempty"`
+
+	// Priority The new priority, -10 to 10 (else 422 `invalid_priority`); the next claim ranks the backfill by it.
+	Priority *int32 `json:"priority,omitempty"`
 }
 
 // BackfillProgress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others.
@@ -720,6 +737,9 @@ type BackfillRetry struct {
 
 	// Pool The new backfill's pool (null for none); left out, the parent's.
 	Pool *string `json:"pool,omitempty"`
+
+	// Priority The new backfill's priority (-10 to 10, else 422 `invalid_priority`); left out, the parent's.
+	Priority *int32 `json:"priority,omitempty"`
 
 	// Reason Why the retry is made; not inherited from the parent.
 	Reason *string `json:"reason,omitempty"`

@@ -268,6 +268,7 @@ const (
 	ProblemCodeInvalidDag             ProblemCode = "invalid_dag"
 	ProblemCodeInvalidDeferral        ProblemCode = "invalid_deferral"
 	ProblemCodeInvalidLogicalDates    ProblemCode = "invalid_logical_dates"
+	ProblemCodeInvalidPriority        ProblemCode = "invalid_priority"
 	ProblemCodeInvalidRequest         ProblemCode = "invalid_request"
 	ProblemCodeInvalidTransition      ProblemCode = "invalid_transition"
 	ProblemCodeInvalidWebhook         ProblemCode = "invalid_webhook"
@@ -318,6 +319,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeInvalidDeferral:
 		return true
 	case ProblemCodeInvalidLogicalDates:
+		return true
+	case ProblemCodeInvalidPriority:
 		return true
 	case ProblemCodeInvalidRequest:
 		return true
@@ -523,10 +526,13 @@ type Backfill struct {
 	DagId DagId `json:"dag_id"`
 
 	// DagRunConf Free-form run configuration; null when none was given.
-	DagRunConf  *Conf     `json:"dag_run_conf"`
-	Description *string   `json:"description"`
-	FromDate    time.Time `json:"from_date"`
-	Id          int64     `json:"id"`
+	DagRunConf  *Conf   `json:"dag_run_conf"`
+	Description *string `json:"description"`
+
+	// EtaSeconds Only in the answer of `GET /api/v1/backfills/{backfill_id}`: the seconds until no run is left queued or running, at the pace of the backfill's successes since its pace last restarted (creation, a pause or unpause, a change of `max_active_runs` or `pool`), over at most the last 5 minutes. Null while the backfill is not running and until 2 successes give a pace; 0 once no run is left. The stream's `progress` messages, `backfillctl watch` and the console show this figure.
+	EtaSeconds *float64  `json:"eta_seconds,omitempty"`
+	FromDate   time.Time `json:"from_date"`
+	Id         int64     `json:"id"`
 
 	// IsPaused True exactly when `state` is `paused`.
 	IsPaused      bool  `json:"is_paused"`
@@ -546,6 +552,9 @@ type Backfill struct {
 
 	// Pool The pool the backfill's runs are claimed in; null for none.
 	Pool *string `json:"pool"`
+
+	// Priority Claims serve higher priority first (-10 to 10), with aging by `PRIORITY_AGING`; `PATCH` changes it for the next claim.
+	Priority int32 `json:"priority"`
 
 	// Progress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others.
 	Progress BackfillProgress `json:"progress"`
@@ -611,6 +620,11 @@ type BackfillCreate struct {
 	//
 	// Example: warehouse
 	Pool *PoolName `json:"pool,omitempty"`
+
+	// Priority Claims serve backfills of higher priority first: -10 to 10 (default 0), else 422 `invalid_priority`. A claimable backfill passed over gains one point of effective priority per `PRIORITY_AGING` (default 10 minutes) until it is served, so none starves; within one effective priority the order is the usual one (oldest first).
+	//
+	// Example: 5
+	Priority *int32 `json:"priority,omitempty"`
 
 	// Reason Why the backfill is made (a sentence, a ticket); at most 500 characters.
 	//
@@ -694,6 +708,9 @@ type BackfillPatch struct {
 
 	// Pool Moves the backfill's runs to this pool (null for none); running runs go on.
 	Pool *string `json:"pool,omitempty"`
+
+	// Priority The new priority, -10 to 10 (else 422 `invalid_priority`); the next claim ranks the backfill by it.
+	Priority *int32 `json:"priority,omitempty"`
 }
 
 // BackfillProgress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others.
@@ -725,6 +742,9 @@ type BackfillRetry struct {
 
 	// Pool The new backfill's pool (null for none); left out, the parent's.
 	Pool *string `json:"pool,omitempty"`
+
+	// Priority The new backfill's priority (-10 to 10, else 422 `invalid_priority`); left out, the parent's.
+	Priority *int32 `json:"priority,omitempty"`
 
 	// Reason Why the retry is made; not inherited from the parent.
 	Reason *string `json:"reason,omitempty"`
@@ -1685,6 +1705,12 @@ type ClientInterface interface {
 	// has no per-user identity: its tokens are shared); `reason` says why (at most 500
 	// characters).
 	//
+	// **Priority.** `priority` (-10 to 10, default 0; 422 `invalid_priority` outside) orders
+	// claims between backfills: higher first, runs outside backfills before all of them.
+	// A claimable backfill that claims pass over gains one point of effective priority per
+	// `PRIORITY_AGING` (default 10 minutes) until it is handed a run, so a priority -10
+	// backfill under a steady stream of priority 10 work is served within 20 of them.
+	//
 	// **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
 	// those slots, each of which must be a slot of the window (else 422
 	// `invalid_logical_dates`, naming them); everything else above applies to them.
@@ -1761,6 +1787,12 @@ type ClientInterface interface {
 	// has no per-user identity: its tokens are shared); `reason` says why (at most 500
 	// characters).
 	//
+	// **Priority.** `priority` (-10 to 10, default 0; 422 `invalid_priority` outside) orders
+	// claims between backfills: higher first, runs outside backfills before all of them.
+	// A claimable backfill that claims pass over gains one point of effective priority per
+	// `PRIORITY_AGING` (default 10 minutes) until it is handed a run, so a priority -10
+	// backfill under a steady stream of priority 10 work is served within 20 of them.
+	//
 	// **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
 	// those slots, each of which must be a slot of the window (else 422
 	// `invalid_logical_dates`, naming them); everything else above applies to them.
@@ -1780,7 +1812,8 @@ type ClientInterface interface {
 	// It is never 409: an active backfill of the DAG does not stop the preview. An empty
 	// window is 200 with no entries (not `no_runs_to_create`). Every other error of
 	// `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-	// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+	// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`,
+	// `invalid_priority`.
 	// With `logical_dates` it shows exactly those slots.
 	//
 	// It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
@@ -1811,7 +1844,8 @@ type ClientInterface interface {
 	// It is never 409: an active backfill of the DAG does not stop the preview. An empty
 	// window is 200 with no entries (not `no_runs_to_create`). Every other error of
 	// `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-	// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+	// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`,
+	// `invalid_priority`.
 	// With `logical_dates` it shows exactly those slots.
 	//
 	// It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
@@ -1843,8 +1877,11 @@ type ClientInterface interface {
 	// PatchBackfillWithBody Change a backfill's settings
 	//
 	// A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
-	// limit) and `description` of an active backfill; fields left out keep their value.
-	// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+	// limit), `description`, `pool` and `priority` of an active backfill; fields left out
+	// keep their value. Answers 200 with the backfill; 409 `backfill_not_active` on a
+	// terminal one; 422 `invalid_priority` for a priority outside -10..10.
+	//
+	// The next claim ranks the backfill by a new `priority`.
 	//
 	// The next claim obeys a new `max_active_runs`; runs already running above it are not
 	// stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
@@ -1858,8 +1895,11 @@ type ClientInterface interface {
 	// PatchBackfill Change a backfill's settings
 	//
 	// A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
-	// limit) and `description` of an active backfill; fields left out keep their value.
-	// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+	// limit), `description`, `pool` and `priority` of an active backfill; fields left out
+	// keep their value. Answers 200 with the backfill; 409 `backfill_not_active` on a
+	// terminal one; 422 `invalid_priority` for a priority outside -10..10.
+	//
+	// The next claim ranks the backfill by a new `priority`.
 	//
 	// The next claim obeys a new `max_active_runs`; runs already running above it are not
 	// stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
@@ -1873,8 +1913,11 @@ type ClientInterface interface {
 	// PatchBackfillWithApplicationMergePatchPlusJSONBody Change a backfill's settings
 	//
 	// A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
-	// limit) and `description` of an active backfill; fields left out keep their value.
-	// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+	// limit), `description`, `pool` and `priority` of an active backfill; fields left out
+	// keep their value. Answers 200 with the backfill; 409 `backfill_not_active` on a
+	// terminal one; 422 `invalid_priority` for a priority outside -10..10.
+	//
+	// The next claim ranks the backfill by a new `priority`.
 	//
 	// The next claim obeys a new `max_active_runs`; runs already running above it are not
 	// stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
@@ -1920,10 +1963,11 @@ type ClientInterface interface {
 	// 2. between them, `event: progress` messages without an id (not stored, not replayed)
 	//    whenever the counts change, at most 4 a second, and one after the replay. Their
 	//    data is `{"progress": <BackfillProgress>, "state": <BackfillState>,
-	//    "eta_seconds": <number or null>}`: `eta_seconds` estimates the seconds until no
-	//    run is left queued or running from the backfill's average pace since creation;
-	//    it is null before any run has finished and while the backfill is not running,
-	//    0 once no run is left;
+	//    "eta_seconds": <number or null>}`: `eta_seconds` is the backfill's
+	//    `eta_seconds` as `GET /api/v1/backfills/{backfill_id}` answers it (the pace of
+	//    its successes since the pace last restarted, over at most the last 5 minutes);
+	//    null while the backfill is not running and until 2 successes give a pace, 0 once
+	//    no run is left;
 	// 3. a comment line (`: keep-alive`) every 15 s of silence.
 	//
 	// The stream ends after the terminal event (`backfill.succeeded`, `backfill.failed`,
@@ -1955,8 +1999,8 @@ type ClientInterface interface {
 	// has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 	// The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 	// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-	// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
-	// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+	// `dag_run_conf`, `description`, `pool`, `priority` and `code_ref` (the parent's by
+	// default; 422 `invalid_code_ref` and `invalid_priority` as on creation). `created_by` (`X-Actor`) and `reason` are the
 	// retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
 	// exactly those dates (each a slot of the parent's window, else 422
 	// `invalid_logical_dates`) instead of the failed and canceled ones.
@@ -1980,8 +2024,8 @@ type ClientInterface interface {
 	// has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 	// The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 	// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-	// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
-	// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+	// `dag_run_conf`, `description`, `pool`, `priority` and `code_ref` (the parent's by
+	// default; 422 `invalid_code_ref` and `invalid_priority` as on creation). `created_by` (`X-Actor`) and `reason` are the
 	// retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
 	// exactly those dates (each a slot of the parent's window, else 422
 	// `invalid_logical_dates`) instead of the failed and canceled ones.
@@ -2737,6 +2781,12 @@ func (c *RawClient) ListBackfills(ctx context.Context, params *ListBackfillsPara
 // has no per-user identity: its tokens are shared); `reason` says why (at most 500
 // characters).
 //
+// **Priority.** `priority` (-10 to 10, default 0; 422 `invalid_priority` outside) orders
+// claims between backfills: higher first, runs outside backfills before all of them.
+// A claimable backfill that claims pass over gains one point of effective priority per
+// `PRIORITY_AGING` (default 10 minutes) until it is handed a run, so a priority -10
+// backfill under a steady stream of priority 10 work is served within 20 of them.
+//
 // **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
 // those slots, each of which must be a slot of the window (else 422
 // `invalid_logical_dates`, naming them); everything else above applies to them.
@@ -2823,6 +2873,12 @@ func (c *RawClient) CreateBackfillWithBody(ctx context.Context, params *CreateBa
 // has no per-user identity: its tokens are shared); `reason` says why (at most 500
 // characters).
 //
+// **Priority.** `priority` (-10 to 10, default 0; 422 `invalid_priority` outside) orders
+// claims between backfills: higher first, runs outside backfills before all of them.
+// A claimable backfill that claims pass over gains one point of effective priority per
+// `PRIORITY_AGING` (default 10 minutes) until it is handed a run, so a priority -10
+// backfill under a steady stream of priority 10 work is served within 20 of them.
+//
 // **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
 // those slots, each of which must be a slot of the window (else 422
 // `invalid_logical_dates`, naming them); everything else above applies to them.
@@ -2852,7 +2908,8 @@ func (c *RawClient) CreateBackfill(ctx context.Context, params *CreateBackfillPa
 // It is never 409: an active backfill of the DAG does not stop the preview. An empty
 // window is 200 with no entries (not `no_runs_to_create`). Every other error of
 // `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`,
+// `invalid_priority`.
 // With `logical_dates` it shows exactly those slots.
 //
 // It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
@@ -2893,7 +2950,8 @@ func (c *RawClient) DryRunBackfillWithBody(ctx context.Context, contentType stri
 // It is never 409: an active backfill of the DAG does not stop the preview. An empty
 // window is 200 with no entries (not `no_runs_to_create`). Every other error of
 // `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`,
+// `invalid_priority`.
 // With `logical_dates` it shows exactly those slots.
 //
 // It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
@@ -2945,8 +3003,11 @@ func (c *RawClient) GetBackfill(ctx context.Context, backfillId BackfillIdPath, 
 // PatchBackfillWithBody Change a backfill's settings
 //
 // A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
-// limit) and `description` of an active backfill; fields left out keep their value.
-// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+// limit), `description`, `pool` and `priority` of an active backfill; fields left out
+// keep their value. Answers 200 with the backfill; 409 `backfill_not_active` on a
+// terminal one; 422 `invalid_priority` for a priority outside -10..10.
+//
+// The next claim ranks the backfill by a new `priority`.
 //
 // The next claim obeys a new `max_active_runs`; runs already running above it are not
 // stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
@@ -2970,8 +3031,11 @@ func (c *RawClient) PatchBackfillWithBody(ctx context.Context, backfillId Backfi
 // PatchBackfill Change a backfill's settings
 //
 // A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
-// limit) and `description` of an active backfill; fields left out keep their value.
-// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+// limit), `description`, `pool` and `priority` of an active backfill; fields left out
+// keep their value. Answers 200 with the backfill; 409 `backfill_not_active` on a
+// terminal one; 422 `invalid_priority` for a priority outside -10..10.
+//
+// The next claim ranks the backfill by a new `priority`.
 //
 // The next claim obeys a new `max_active_runs`; runs already running above it are not
 // stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
@@ -2995,8 +3059,11 @@ func (c *RawClient) PatchBackfill(ctx context.Context, backfillId BackfillIdPath
 // PatchBackfillWithApplicationMergePatchPlusJSONBody Change a backfill's settings
 //
 // A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
-// limit) and `description` of an active backfill; fields left out keep their value.
-// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+// limit), `description`, `pool` and `priority` of an active backfill; fields left out
+// keep their value. Answers 200 with the backfill; 409 `backfill_not_active` on a
+// terminal one; 422 `invalid_priority` for a priority outside -10..10.
+//
+// The next claim ranks the backfill by a new `priority`.
 //
 // The next claim obeys a new `max_active_runs`; runs already running above it are not
 // stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
@@ -3072,10 +3139,11 @@ func (c *RawClient) ListBackfillDagRuns(ctx context.Context, backfillId Backfill
 //  2. between them, `event: progress` messages without an id (not stored, not replayed)
 //     whenever the counts change, at most 4 a second, and one after the replay. Their
 //     data is `{"progress": <BackfillProgress>, "state": <BackfillState>,
-//     "eta_seconds": <number or null>}`: `eta_seconds` estimates the seconds until no
-//     run is left queued or running from the backfill's average pace since creation;
-//     it is null before any run has finished and while the backfill is not running,
-//     0 once no run is left;
+//     "eta_seconds": <number or null>}`: `eta_seconds` is the backfill's
+//     `eta_seconds` as `GET /api/v1/backfills/{backfill_id}` answers it (the pace of
+//     its successes since the pace last restarted, over at most the last 5 minutes);
+//     null while the backfill is not running and until 2 successes give a pace, 0 once
+//     no run is left;
 //  3. a comment line (`: keep-alive`) every 15 s of silence.
 //
 // The stream ends after the terminal event (`backfill.succeeded`, `backfill.failed`,
@@ -3127,8 +3195,8 @@ func (c *RawClient) PauseBackfill(ctx context.Context, backfillId BackfillIdPath
 // has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 // The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 // settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
-// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+// `dag_run_conf`, `description`, `pool`, `priority` and `code_ref` (the parent's by
+// default; 422 `invalid_code_ref` and `invalid_priority` as on creation). `created_by` (`X-Actor`) and `reason` are the
 // retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
 // exactly those dates (each a slot of the parent's window, else 422
 // `invalid_logical_dates`) instead of the failed and canceled ones.
@@ -3162,8 +3230,8 @@ func (c *RawClient) RetryBackfillWithBody(ctx context.Context, backfillId Backfi
 // has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 // The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 // settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
-// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+// `dag_run_conf`, `description`, `pool`, `priority` and `code_ref` (the parent's by
+// default; 422 `invalid_code_ref` and `invalid_priority` as on creation). `created_by` (`X-Actor`) and `reason` are the
 // retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
 // exactly those dates (each a slot of the parent's window, else 422
 // `invalid_logical_dates`) instead of the failed and canceled ones.
@@ -6528,6 +6596,12 @@ type ClientWithResponsesInterface interface {
 	// has no per-user identity: its tokens are shared); `reason` says why (at most 500
 	// characters).
 	//
+	// **Priority.** `priority` (-10 to 10, default 0; 422 `invalid_priority` outside) orders
+	// claims between backfills: higher first, runs outside backfills before all of them.
+	// A claimable backfill that claims pass over gains one point of effective priority per
+	// `PRIORITY_AGING` (default 10 minutes) until it is handed a run, so a priority -10
+	// backfill under a steady stream of priority 10 work is served within 20 of them.
+	//
 	// **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
 	// those slots, each of which must be a slot of the window (else 422
 	// `invalid_logical_dates`, naming them); everything else above applies to them.
@@ -6604,6 +6678,12 @@ type ClientWithResponsesInterface interface {
 	// has no per-user identity: its tokens are shared); `reason` says why (at most 500
 	// characters).
 	//
+	// **Priority.** `priority` (-10 to 10, default 0; 422 `invalid_priority` outside) orders
+	// claims between backfills: higher first, runs outside backfills before all of them.
+	// A claimable backfill that claims pass over gains one point of effective priority per
+	// `PRIORITY_AGING` (default 10 minutes) until it is handed a run, so a priority -10
+	// backfill under a steady stream of priority 10 work is served within 20 of them.
+	//
 	// **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
 	// those slots, each of which must be a slot of the window (else 422
 	// `invalid_logical_dates`, naming them); everything else above applies to them.
@@ -6623,7 +6703,8 @@ type ClientWithResponsesInterface interface {
 	// It is never 409: an active backfill of the DAG does not stop the preview. An empty
 	// window is 200 with no entries (not `no_runs_to_create`). Every other error of
 	// `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-	// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+	// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`,
+	// `invalid_priority`.
 	// With `logical_dates` it shows exactly those slots.
 	//
 	// It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
@@ -6654,7 +6735,8 @@ type ClientWithResponsesInterface interface {
 	// It is never 409: an active backfill of the DAG does not stop the preview. An empty
 	// window is 200 with no entries (not `no_runs_to_create`). Every other error of
 	// `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-	// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+	// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`,
+	// `invalid_priority`.
 	// With `logical_dates` it shows exactly those slots.
 	//
 	// It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
@@ -6688,8 +6770,11 @@ type ClientWithResponsesInterface interface {
 	// PatchBackfillWithBodyWithResponse Change a backfill's settings
 	//
 	// A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
-	// limit) and `description` of an active backfill; fields left out keep their value.
-	// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+	// limit), `description`, `pool` and `priority` of an active backfill; fields left out
+	// keep their value. Answers 200 with the backfill; 409 `backfill_not_active` on a
+	// terminal one; 422 `invalid_priority` for a priority outside -10..10.
+	//
+	// The next claim ranks the backfill by a new `priority`.
 	//
 	// The next claim obeys a new `max_active_runs`; runs already running above it are not
 	// stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
@@ -6703,8 +6788,11 @@ type ClientWithResponsesInterface interface {
 	// PatchBackfillWithResponse Change a backfill's settings
 	//
 	// A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
-	// limit) and `description` of an active backfill; fields left out keep their value.
-	// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+	// limit), `description`, `pool` and `priority` of an active backfill; fields left out
+	// keep their value. Answers 200 with the backfill; 409 `backfill_not_active` on a
+	// terminal one; 422 `invalid_priority` for a priority outside -10..10.
+	//
+	// The next claim ranks the backfill by a new `priority`.
 	//
 	// The next claim obeys a new `max_active_runs`; runs already running above it are not
 	// stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
@@ -6718,8 +6806,11 @@ type ClientWithResponsesInterface interface {
 	// PatchBackfillWithApplicationMergePatchPlusJSONBodyWithResponse Change a backfill's settings
 	//
 	// A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
-	// limit) and `description` of an active backfill; fields left out keep their value.
-	// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+	// limit), `description`, `pool` and `priority` of an active backfill; fields left out
+	// keep their value. Answers 200 with the backfill; 409 `backfill_not_active` on a
+	// terminal one; 422 `invalid_priority` for a priority outside -10..10.
+	//
+	// The next claim ranks the backfill by a new `priority`.
 	//
 	// The next claim obeys a new `max_active_runs`; runs already running above it are not
 	// stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
@@ -6769,10 +6860,11 @@ type ClientWithResponsesInterface interface {
 	// 2. between them, `event: progress` messages without an id (not stored, not replayed)
 	//    whenever the counts change, at most 4 a second, and one after the replay. Their
 	//    data is `{"progress": <BackfillProgress>, "state": <BackfillState>,
-	//    "eta_seconds": <number or null>}`: `eta_seconds` estimates the seconds until no
-	//    run is left queued or running from the backfill's average pace since creation;
-	//    it is null before any run has finished and while the backfill is not running,
-	//    0 once no run is left;
+	//    "eta_seconds": <number or null>}`: `eta_seconds` is the backfill's
+	//    `eta_seconds` as `GET /api/v1/backfills/{backfill_id}` answers it (the pace of
+	//    its successes since the pace last restarted, over at most the last 5 minutes);
+	//    null while the backfill is not running and until 2 successes give a pace, 0 once
+	//    no run is left;
 	// 3. a comment line (`: keep-alive`) every 15 s of silence.
 	//
 	// The stream ends after the terminal event (`backfill.succeeded`, `backfill.failed`,
@@ -6808,8 +6900,8 @@ type ClientWithResponsesInterface interface {
 	// has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 	// The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 	// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-	// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
-	// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+	// `dag_run_conf`, `description`, `pool`, `priority` and `code_ref` (the parent's by
+	// default; 422 `invalid_code_ref` and `invalid_priority` as on creation). `created_by` (`X-Actor`) and `reason` are the
 	// retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
 	// exactly those dates (each a slot of the parent's window, else 422
 	// `invalid_logical_dates`) instead of the failed and canceled ones.
@@ -6833,8 +6925,8 @@ type ClientWithResponsesInterface interface {
 	// has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 	// The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 	// settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-	// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
-	// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+	// `dag_run_conf`, `description`, `pool`, `priority` and `code_ref` (the parent's by
+	// default; 422 `invalid_code_ref` and `invalid_priority` as on creation). `created_by` (`X-Actor`) and `reason` are the
 	// retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
 	// exactly those dates (each a slot of the parent's window, else 422
 	// `invalid_logical_dates`) instead of the failed and canceled ones.
@@ -11178,6 +11270,12 @@ func (c *ClientWithResponses) ListBackfillsWithResponse(ctx context.Context, par
 // has no per-user identity: its tokens are shared); `reason` says why (at most 500
 // characters).
 //
+// **Priority.** `priority` (-10 to 10, default 0; 422 `invalid_priority` outside) orders
+// claims between backfills: higher first, runs outside backfills before all of them.
+// A claimable backfill that claims pass over gains one point of effective priority per
+// `PRIORITY_AGING` (default 10 minutes) until it is handed a run, so a priority -10
+// backfill under a steady stream of priority 10 work is served within 20 of them.
+//
 // **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
 // those slots, each of which must be a slot of the window (else 422
 // `invalid_logical_dates`, naming them); everything else above applies to them.
@@ -11260,6 +11358,12 @@ func (c *ClientWithResponses) CreateBackfillWithBodyWithResponse(ctx context.Con
 // has no per-user identity: its tokens are shared); `reason` says why (at most 500
 // characters).
 //
+// **Priority.** `priority` (-10 to 10, default 0; 422 `invalid_priority` outside) orders
+// claims between backfills: higher first, runs outside backfills before all of them.
+// A claimable backfill that claims pass over gains one point of effective priority per
+// `PRIORITY_AGING` (default 10 minutes) until it is handed a run, so a priority -10
+// backfill under a steady stream of priority 10 work is served within 20 of them.
+//
 // **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
 // those slots, each of which must be a slot of the window (else 422
 // `invalid_logical_dates`, naming them); everything else above applies to them.
@@ -11285,7 +11389,8 @@ func (c *ClientWithResponses) CreateBackfillWithResponse(ctx context.Context, pa
 // It is never 409: an active backfill of the DAG does not stop the preview. An empty
 // window is 200 with no entries (not `no_runs_to_create`). Every other error of
 // `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`,
+// `invalid_priority`.
 // With `logical_dates` it shows exactly those slots.
 //
 // It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
@@ -11322,7 +11427,8 @@ func (c *ClientWithResponses) DryRunBackfillWithBodyWithResponse(ctx context.Con
 // It is never 409: an active backfill of the DAG does not stop the preview. An empty
 // window is 200 with no entries (not `no_runs_to_create`). Every other error of
 // `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+// `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`,
+// `invalid_priority`.
 // With `logical_dates` it shows exactly those slots.
 //
 // It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
@@ -11368,8 +11474,11 @@ func (c *ClientWithResponses) GetBackfillWithResponse(ctx context.Context, backf
 // PatchBackfillWithBodyWithResponse Change a backfill's settings
 //
 // A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
-// limit) and `description` of an active backfill; fields left out keep their value.
-// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+// limit), `description`, `pool` and `priority` of an active backfill; fields left out
+// keep their value. Answers 200 with the backfill; 409 `backfill_not_active` on a
+// terminal one; 422 `invalid_priority` for a priority outside -10..10.
+//
+// The next claim ranks the backfill by a new `priority`.
 //
 // The next claim obeys a new `max_active_runs`; runs already running above it are not
 // stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
@@ -11389,8 +11498,11 @@ func (c *ClientWithResponses) PatchBackfillWithBodyWithResponse(ctx context.Cont
 // PatchBackfillWithResponse Change a backfill's settings
 //
 // A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
-// limit) and `description` of an active backfill; fields left out keep their value.
-// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+// limit), `description`, `pool` and `priority` of an active backfill; fields left out
+// keep their value. Answers 200 with the backfill; 409 `backfill_not_active` on a
+// terminal one; 422 `invalid_priority` for a priority outside -10..10.
+//
+// The next claim ranks the backfill by a new `priority`.
 //
 // The next claim obeys a new `max_active_runs`; runs already running above it are not
 // stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
@@ -11410,8 +11522,11 @@ func (c *ClientWithResponses) PatchBackfillWithResponse(ctx context.Context, bac
 // PatchBackfillWithApplicationMergePatchPlusJSONBodyWithResponse Change a backfill's settings
 //
 // A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
-// limit) and `description` of an active backfill; fields left out keep their value.
-// Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+// limit), `description`, `pool` and `priority` of an active backfill; fields left out
+// keep their value. Answers 200 with the backfill; 409 `backfill_not_active` on a
+// terminal one; 422 `invalid_priority` for a priority outside -10..10.
+//
+// The next claim ranks the backfill by a new `priority`.
 //
 // The next claim obeys a new `max_active_runs`; runs already running above it are not
 // stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
@@ -11479,10 +11594,11 @@ func (c *ClientWithResponses) ListBackfillDagRunsWithResponse(ctx context.Contex
 //  2. between them, `event: progress` messages without an id (not stored, not replayed)
 //     whenever the counts change, at most 4 a second, and one after the replay. Their
 //     data is `{"progress": <BackfillProgress>, "state": <BackfillState>,
-//     "eta_seconds": <number or null>}`: `eta_seconds` estimates the seconds until no
-//     run is left queued or running from the backfill's average pace since creation;
-//     it is null before any run has finished and while the backfill is not running,
-//     0 once no run is left;
+//     "eta_seconds": <number or null>}`: `eta_seconds` is the backfill's
+//     `eta_seconds` as `GET /api/v1/backfills/{backfill_id}` answers it (the pace of
+//     its successes since the pace last restarted, over at most the last 5 minutes);
+//     null while the backfill is not running and until 2 successes give a pace, 0 once
+//     no run is left;
 //  3. a comment line (`: keep-alive`) every 15 s of silence.
 //
 // The stream ends after the terminal event (`backfill.succeeded`, `backfill.failed`,
@@ -11530,8 +11646,8 @@ func (c *ClientWithResponses) PauseBackfillWithResponse(ctx context.Context, bac
 // has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 // The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 // settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
-// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+// `dag_run_conf`, `description`, `pool`, `priority` and `code_ref` (the parent's by
+// default; 422 `invalid_code_ref` and `invalid_priority` as on creation). `created_by` (`X-Actor`) and `reason` are the
 // retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
 // exactly those dates (each a slot of the parent's window, else 422
 // `invalid_logical_dates`) instead of the failed and canceled ones.
@@ -11561,8 +11677,8 @@ func (c *ClientWithResponses) RetryBackfillWithBodyWithResponse(ctx context.Cont
 // has since succeeded is skipped as `already exists`, one in flight as `in flight`.
 // The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
 // settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-// `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
-// `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+// `dag_run_conf`, `description`, `pool`, `priority` and `code_ref` (the parent's by
+// default; 422 `invalid_code_ref` and `invalid_priority` as on creation). `created_by` (`X-Actor`) and `reason` are the
 // retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
 // exactly those dates (each a slot of the parent's window, else 422
 // `invalid_logical_dates`) instead of the failed and canceled ones.

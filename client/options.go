@@ -77,6 +77,8 @@ type BackfillChanges struct {
 	Description Field[string]
 	// Pool moves the backfill's runs to this pool (Null: none); running runs go on.
 	Pool Field[string]
+	// Priority (-10..10) ranks the backfill in the next claims.
+	Priority Field[int32]
 }
 
 // MarshalJSON writes the changes as a JSON merge patch.
@@ -86,6 +88,7 @@ func (b BackfillChanges) MarshalJSON() ([]byte, error) {
 		{"max_failed_runs", b.MaxFailedRuns.json()},
 		{"description", b.Description.json()},
 		{"pool", b.Pool.json()},
+		{"priority", b.Priority.json()},
 	}.marshal()
 }
 
@@ -106,6 +109,8 @@ type RetryRequest struct {
 	// LogicalDates retries exactly these slots of the parent's window instead of the failed
 	// and canceled ones.
 	LogicalDates Field[[]time.Time]
+	// Priority replaces the parent's priority.
+	Priority Field[int32]
 }
 
 // MarshalJSON writes the request with only the fields that are set.
@@ -119,6 +124,7 @@ func (r RetryRequest) MarshalJSON() ([]byte, error) {
 		{"code_ref", r.CodeRef.json()},
 		{"reason", r.Reason.json()},
 		{"logical_dates", r.LogicalDates.json()},
+		{"priority", r.Priority.json()},
 	}.marshal()
 }
 

@@ -60,6 +60,9 @@ type BackfillRequest struct {
 	// LogicalDates, when not nil, are the client's chosen slots of the window, instead of all
 	// of them: each must be a slot (slotsForLogicalDates).
 	LogicalDates []time.Time `json:",omitempty"`
+	// Priority orders claims between backfills (MinPriority..MaxPriority); 0, the default, is
+	// left out of the request hash.
+	Priority int `json:",omitempty"`
 }
 
 // SlotAction is what creation does with one slot.

@@ -147,7 +147,7 @@ func (h *Hub) readProgress(ctx context.Context) {
 		return
 	}
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	rows, now, err := h.store.BackfillProgressMany(qctx, ids)
+	rows, _, err := h.store.BackfillProgressMany(qctx, ids)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -158,7 +158,7 @@ func (h *Hub) readProgress(ctx context.Context) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, b := range rows {
-		p := ProgressOf(b, now)
+		p := ProgressOf(b)
 		if old, ok := h.progress[b.ID]; ok && old.SameCounts(p) {
 			continue
 		}

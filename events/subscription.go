@@ -2,7 +2,6 @@ package events
 
 import (
 	"sync"
-	"time"
 
 	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/repo"
@@ -97,23 +96,9 @@ type Progress struct {
 // aside (it moves with the clock alone).
 func (p Progress) SameCounts(q Progress) bool { return p.State == q.State && p.Counts == q.Counts }
 
-// ProgressOf reads a backfill's progress at now (the database's clock). The estimate is the
-// backfill's average pace since creation applied to the runs left: null before any run has
-// finished and while the backfill is not running (paused or canceling), 0 once nothing is left.
-func ProgressOf(b repo.Backfill, now time.Time) Progress {
-	p := Progress{State: b.State, Counts: b.Progress}
-	left := b.Queued + b.Running
-	done := b.Success + b.Failed + b.Canceled
-	elapsed := now.Sub(b.CreatedAt).Seconds()
-	switch {
-	case left == 0:
-		zero := 0.0
-		p.ETA = &zero
-	case b.State != domain.BackfillRunning || done == 0 || elapsed <= 0:
-	default:
-		eta := float64(left) * elapsed / float64(done)
-		eta = float64(int64(eta*10+0.5)) / 10
-		p.ETA = &eta
-	}
-	return p
+// ProgressOf is a backfill's progress as read with its estimate (repo.BackfillProgressMany):
+// the server's one eta_seconds (migrations/00031, backfill_eta_seconds), the figure that
+// GET /backfills/{id}, the console and `backfillctl watch` show.
+func ProgressOf(b repo.Backfill) Progress {
+	return Progress{State: b.State, Counts: b.Progress, ETA: b.ETA}
 }

@@ -52,6 +52,10 @@ func (g *gateStore) BackfillGet(ctx context.Context, id int64) (repo.Backfill, e
 	return repo.Backfill{ID: id, DagID: "d", State: "running"}, g.hold(ctx, "get")
 }
 
+func (g *gateStore) BackfillGetWithETA(ctx context.Context, id int64) (repo.Backfill, *float64, error) {
+	return repo.Backfill{ID: id, DagID: "d", State: "running"}, nil, g.hold(ctx, "get")
+}
+
 func (g *gateStore) RunClaim(ctx context.Context, p repo.RunClaimParams) ([]repo.Run, bool, error) {
 	return nil, false, g.hold(ctx, "claim")
 }

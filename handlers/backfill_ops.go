@@ -43,6 +43,7 @@ type backfillSettings struct {
 	Description   optional[string]          `json:"description"`
 	DagRunConf    optional[json.RawMessage] `json:"dag_run_conf"`
 	Pool          optional[string]          `json:"pool"`
+	Priority      optional[int]             `json:"priority"`
 	// Only a retry takes these (the spec refuses them in a patch): see RetryBackfill.
 	CodeRef      *string      `json:"code_ref"`
 	Reason       *string      `json:"reason"`
@@ -85,6 +86,10 @@ func (s *Server) PatchBackfill(w http.ResponseWriter, r *http.Request, id int64)
 		writeProblem(w, badRequest("max_active_runs cannot be null", fieldErr("max_active_runs", "cannot be null")))
 		return
 	}
+	if prob := s.checkPriorityField(body.Priority); prob != nil {
+		writeProblem(w, *prob)
+		return
+	}
 	b, err := s.store.BackfillPatch(r.Context(), repo.BackfillPatchParams{
 		ID:             id,
 		MaxActiveRuns:  body.MaxActiveRuns.Value,
@@ -94,6 +99,7 @@ func (s *Server) PatchBackfill(w http.ResponseWriter, r *http.Request, id int64)
 		Description:    body.Description.Value,
 		SetPool:        body.Pool.Set,
 		Pool:           body.Pool.Value,
+		Priority:       body.Priority.Value,
 	})
 	if err != nil {
 		s.writeError(w, r, err)
@@ -119,6 +125,10 @@ func (s *Server) RetryBackfill(w http.ResponseWriter, r *http.Request, id int64,
 		return
 	}
 	if prob := checkCodeRef(body.CodeRef); prob != nil {
+		writeProblem(w, *prob)
+		return
+	}
+	if prob := s.checkPriorityField(body.Priority); prob != nil {
 		writeProblem(w, *prob)
 		return
 	}
@@ -149,6 +159,7 @@ func (s *Server) RetryBackfill(w http.ResponseWriter, r *http.Request, id int64,
 		CreatedBy:      actor,
 		LogicalDates:   derefDates(body.LogicalDates),
 		Reason:         body.Reason,
+		Priority:       body.Priority.Value,
 	}
 	if body.DagRunConf.Set {
 		rp.SetConf = true

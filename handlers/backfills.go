@@ -43,6 +43,12 @@ func (s *Server) backfillParams(r *http.Request) (domain.BackfillRequest, *api.P
 	if prob := checkCodeRef(body.CodeRef); prob != nil {
 		return domain.BackfillRequest{}, prob
 	}
+	if body.Priority != nil {
+		p.Priority = int(*body.Priority)
+		if prob := checkPriority(&p.Priority); prob != nil {
+			return domain.BackfillRequest{}, prob
+		}
+	}
 	if body.RunBackwards != nil {
 		p.RunBackwards = *body.RunBackwards
 	}
@@ -135,7 +141,12 @@ func (s *Server) ListBackfills(w http.ResponseWriter, r *http.Request, params ap
 
 // GetBackfill answers one backfill with its progress.
 func (s *Server) GetBackfill(w http.ResponseWriter, r *http.Request, id int64) {
-	s.answerBackfill(w, r, s.store.BackfillGet, id)
+	b, eta, err := s.store.BackfillGetWithETA(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, backfillWithETA{Backfill: backfillOut(b), EtaSeconds: eta})
 }
 
 // ListBackfillDagRuns pages a backfill's slots.

@@ -29,6 +29,11 @@ func (e *emptyClaims) BackfillGet(_ context.Context, id int64) (repo.Backfill, e
 	return repo.Backfill{ID: id, DagID: "d", State: "running"}, nil
 }
 
+func (e *emptyClaims) BackfillGetWithETA(ctx context.Context, id int64) (repo.Backfill, *float64, error) {
+	b, err := e.BackfillGet(ctx, id)
+	return b, nil, err
+}
+
 // Claims waiting for work hold no admission slot: twelve of them wait at once behind four
 // claim slots, none is shed, and a read is served at once meanwhile. Each claims again on
 // every poll while it waits.

@@ -108,6 +108,7 @@ func backfillOut(b repo.Backfill) api.Backfill {
 		CodeRef:           b.CodeRef,
 		CreatedBy:         b.CreatedBy,
 		Reason:            b.Reason,
+		Priority:          int32(b.Priority),
 		Progress: api.BackfillProgress{
 			Total:    b.Total(),
 			Queued:   b.Queued,

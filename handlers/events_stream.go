@@ -56,7 +56,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, id, after 
 	}
 	defer sub.Close()
 	ctx := r.Context()
-	rows, now, err := s.store.BackfillProgressMany(ctx, []int64{id})
+	rows, _, err := s.store.BackfillProgressMany(ctx, []int64{id})
 	if err == nil && len(rows) == 0 {
 		err = repo.ErrBackfillNotFound
 	}
@@ -87,7 +87,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, id, after 
 			return
 		}
 	}
-	last := events.ProgressOf(b, now)
+	last := events.ProgressOf(b)
 	sw.progress(last)
 	if sw.flush() != nil {
 		return

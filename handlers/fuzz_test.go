@@ -297,6 +297,11 @@ func (f *fakeStore) BackfillGet(ctx context.Context, id int64) (repo.Backfill, e
 	return fakeBackfill(id, "d"), err
 }
 
+func (f *fakeStore) BackfillGetWithETA(ctx context.Context, id int64) (repo.Backfill, *float64, error) {
+	err := f.call("BackfillGetWithETA", false, checkPos("backfill_id", id))
+	return fakeBackfill(id, "d"), nil, err
+}
+
 func (f *fakeStore) BackfillList(ctx context.Context, p repo.BackfillListParams) ([]repo.Backfill, int, error) {
 	problems := checkList(p.ListParams)
 	if p.DagID != nil {

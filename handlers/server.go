@@ -32,6 +32,7 @@ type Store interface {
 	BackfillCreate(ctx context.Context, p domain.BackfillRequest) (repo.Backfill, bool, error)
 	BackfillDryRun(ctx context.Context, p domain.BackfillRequest) (repo.DryRun, error)
 	BackfillGet(ctx context.Context, id int64) (repo.Backfill, error)
+	BackfillGetWithETA(ctx context.Context, id int64) (repo.Backfill, *float64, error)
 	BackfillList(ctx context.Context, p repo.BackfillListParams) ([]repo.Backfill, int, error)
 	BackfillSlots(ctx context.Context, p repo.BackfillSlotsParams) ([]repo.BackfillSlot, int64, error)
 	BackfillPause(ctx context.Context, id int64) (repo.Backfill, error)

@@ -145,3 +145,28 @@ func slotTotal(p Progress, state *string) int64 {
 	}
 	return 0
 }
+
+// BackfillGetWithETA reads a backfill and its eta_seconds (backfill_eta_seconds,
+// migrations/00031): nil while it is not running and until its pace is known.
+func (s *Store) BackfillGetWithETA(ctx context.Context, id int64) (Backfill, *float64, error) {
+	type withETA struct {
+		b   Backfill
+		eta *float64
+	}
+	v, err := readValue(ctx, s, func(ctx context.Context, q pgrun.Queryer) (withETA, error) {
+		var out withETA
+		dest := append(out.b.scanDest(), &out.eta)
+		err := q.QueryRowxContext(ctx, backfillGetWithETASQL, id).Scan(dest...)
+		if isNoRows(err) {
+			return withETA{}, ErrBackfillNotFound
+		}
+		if err != nil {
+			return withETA{}, fmt.Errorf("get backfill %d: %w", id, err)
+		}
+		return out, nil
+	})
+	v.b.ETA = v.eta
+	return v.b, v.eta, err
+}
+
+const backfillGetWithETASQL = `SELECT ` + backfillColumns + `, backfill_eta_seconds(backfills) FROM backfills WHERE id = $1`

@@ -195,13 +195,13 @@ func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p domain.Bac
 	err = sqlx.GetContext(ctx, tx, &b, `
 		INSERT INTO backfills (id, dag_id, from_date, to_date, run_backwards, dag_run_conf, reprocess_behavior,
 			max_active_runs, description, state, created_at, updated_at, num_queued, num_skipped,
-			max_failed_runs, plan_hash, parent_backfill_id, pool, code_ref, created_by, reason)
+			max_failed_runs, plan_hash, parent_backfill_id, pool, code_ref, created_by, reason, priority)
 		OVERRIDING SYSTEM VALUE
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
 		RETURNING `+backfillColumns,
 		id, p.DagID, p.FromDate, p.ToDate, p.RunBackwards, jsonParam(p.DagRunConf), p.ReprocessBehavior,
 		p.MaxActiveRuns, p.Description, now, queued, skipped, p.MaxFailedRuns, planHash, p.ParentBackfillID, p.Pool,
-		p.CodeRef, p.CreatedBy, p.Reason)
+		p.CodeRef, p.CreatedBy, p.Reason, p.Priority)
 	if uniqueViolation(err) == constraintOneActivePerDag {
 		return Backfill{}, errBackfillUniqueViolation
 	}

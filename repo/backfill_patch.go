@@ -22,9 +22,11 @@ type BackfillPatchParams struct {
 	// the counter trigger moves their count with them.
 	SetPool bool
 	Pool    *string
+	// Priority, when not nil, is the new priority: the next claim ranks the backfill by it.
+	Priority *int
 }
 
-// BackfillPatch changes max_active_runs, max_failed_runs, description and pool of an active
+// BackfillPatch changes max_active_runs, max_failed_runs, description, pool and priority of an active
 // backfill in one guarded statement, which also writes its backfill.updated event. Claims
 // lock the backfill row and re-read max_active_runs, so the next claim obeys a new limit;
 // running runs above it go on. Lowering max_failed_runs to at or below the failed count does
@@ -38,7 +40,7 @@ func (s *Store) BackfillPatch(ctx context.Context, p BackfillPatchParams) (Backf
 	err := s.withRetry(ctx, func(a attempt) error {
 		return sqlx.GetContext(a.ctx, s.hot(a.ctx, a.db, backfillPatchSQL), &b, backfillPatchSQL,
 			p.ID, p.MaxActiveRuns, p.SetMaxFailed, p.MaxFailedRuns, p.SetDescription, p.Description, p.SetPool, p.Pool,
-			a.lockWait)
+			a.lockWait, p.Priority)
 	})
 	if err == nil {
 		return b, nil
@@ -93,13 +95,15 @@ func backfillPatchStatement(withEvent bool) string {
 			max_failed_runs = CASE WHEN $3 THEN $4 ELSE max_failed_runs END,
 			description = CASE WHEN $5 THEN $6 ELSE description END,
 			pool = CASE WHEN $7 THEN $8::text ELSE pool END,
+			priority = coalesce($10::smallint, priority),
 			settings_revision = settings_revision + 1,
 			updated_at = backfill_change_time(updated_at)
 		WHERE id = $1 AND state IN ` + activeStatesSQL + `
 			AND (coalesce($2, max_active_runs) IS DISTINCT FROM max_active_runs
 				OR (CASE WHEN $3 THEN $4 ELSE max_failed_runs END) IS DISTINCT FROM max_failed_runs
 				OR (CASE WHEN $5 THEN $6 ELSE description END) IS DISTINCT FROM description
-				OR (CASE WHEN $7 THEN $8::text ELSE pool END) IS DISTINCT FROM pool)
+				OR (CASE WHEN $7 THEN $8::text ELSE pool END) IS DISTINCT FROM pool
+				OR coalesce($10::smallint, priority) IS DISTINCT FROM priority)
 			AND ` + statementLockWait("$9") + `
 		RETURNING backfills AS snapshot, ` + backfillColumns + `)` + event + `
 	SELECT ` + backfillColumns + ` FROM patched`

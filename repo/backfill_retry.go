@@ -34,6 +34,8 @@ type BackfillRetryParams struct {
 	// LogicalDates, when not nil, are the slots to retry instead of the failed and canceled
 	// ones: any slots of the parent's window, each decided as the others are.
 	LogicalDates []time.Time
+	// Priority replaces the parent's priority when not nil.
+	Priority *int
 }
 
 // BackfillRetry creates a backfill of the same DAG whose slots are the parent's slots whose
@@ -95,6 +97,10 @@ func retryRequest(parent Backfill, rp BackfillRetryParams, dates []time.Time) do
 		CodeRef:           parent.CodeRef,
 		CreatedBy:         rp.CreatedBy,
 		Reason:            rp.Reason,
+		Priority:          parent.Priority,
+	}
+	if rp.Priority != nil {
+		p.Priority = *rp.Priority
 	}
 	if rp.CodeRef != nil {
 		p.CodeRef = rp.CodeRef

@@ -32,7 +32,8 @@ type RunClaimParams struct {
 
 // RunClaim moves up to Limit queued runs to running, leased to the worker. Runs outside
 // backfills come first (someone is waiting for them), DAGs in dag_id order, each DAG's runs by
-// logical date; then backfills oldest first, each in sort_ordinal order. It reports replayed =
+// logical date; then backfills by effective priority (claim_priority.go), highest first, and
+// oldest first within one, each in sort_ordinal order. It reports replayed =
 // true when it answered from an earlier claim with the same idempotency key.
 //
 // The claim is one statement (claimStatement), so one round trip. Without a key it runs in
@@ -52,6 +53,7 @@ func (s *Store) RunClaim(ctx context.Context, p RunClaimParams) ([]Run, bool, er
 	if p.Pool != nil {
 		scope, args = scope|claimInPool, append(args, *p.Pool)
 	}
+	args = append(args, s.priorityAging.Seconds()) // claimAgingParam
 	var (
 		claimed  []Run
 		replayed bool
@@ -158,7 +160,7 @@ func (s *Store) claimRuns(ctx context.Context, q sqlx.QueryerContext, scope clai
 		}
 		var skipped bool
 		claimable := claimableStatements[scope]
-		if err := sqlx.GetContext(ctx, s.hot(ctx, q, claimable), &skipped, claimable, args[3:]...); err != nil {
+		if err := sqlx.GetContext(ctx, s.hot(ctx, q, claimable), &skipped, claimable, args[3:len(args)-1]...); err != nil {
 			return nil, fmt.Errorf("claim runs: look for claimable owners: %w", err)
 		}
 		if !skipped {
@@ -191,7 +193,8 @@ type claimScope int
 const (
 	claimAnyDag claimScope = 0 // $1 worker_id, $2 lease_seconds, $3 limit
 	claimOneDag claimScope = 1 // the same and $4 dag_id
-	// claimInPool adds the pool as the last parameter ($4, or $5 after a dag_id).
+	// claimInPool adds the pool after them ($4, or $5 after a dag_id). The claim's last
+	// parameter, after every filter, is PRIORITY_AGING in seconds (claimAgingParam).
 	claimInPool claimScope = 2
 )
 
@@ -240,8 +243,9 @@ var claimStatements, claimableStatements = func() (claim, claimable [claimOneDag
 
 // claimStatement is the claim, in one statement. Its plan:
 //
-//  1. dag_owner and backfill_owner walk the partial indexes of claimable owners in claim order
-//     (DAGs by dag_id, backfills by id), one owner per step, and lock each owner row as it is
+//  1. dag_owner and backfill_owner walk the claimable owners in claim order (DAGs by dag_id
+//     along their partial index; backfills in backfill_rank's order, claim_priority.go, which
+//     ranks the backfills of backfills_claimable once), one owner per step, and lock each owner row as it is
 //     reached, FOR NO KEY UPDATE SKIP LOCKED: an owner locked by anyone else is passed over
 //     for the next one instead of waited on, so a transaction that holds a backfill row for
 //     seconds parks no claim inside the database. An owner that is locked is read at its
@@ -280,6 +284,7 @@ var claimStatements, claimableStatements = func() (claim, claimable [claimOneDag
 //     thinks of the table's size.
 func claimStatement(scope claimScope) string {
 	dagOwner, manualRun, backfillOwner := claimOwners(scope, 4)
+	aging := claimAgingParam(scope)
 	return `
 		WITH RECURSIVE dag_owner (dag_id, room) AS (
 			SELECT * FROM (
@@ -311,18 +316,23 @@ func claimStatement(scope claimScope) string {
 					WHERE w.n < least(o.room, $3::int)
 				)
 				SELECT id, pool FROM walk) w
-		), backfill_owner (id, room, pool, pool_room) AS (
+		), backfill_rank AS MATERIALIZED (
+			SELECT id, row_number() OVER (ORDER BY ` + backfillRankOrder(aging) + `) AS k FROM backfills
+			WHERE ` + backfillOwner + `
+		), backfill_owner (k, id, room, pool, pool_room) AS (
 			SELECT * FROM (
-				SELECT id, max_active_runs - num_running, pool, ` + snapshotPoolRoom + ` FROM backfills
+				SELECT r.k, backfills.id, max_active_runs - num_running, pool, ` + snapshotPoolRoom + `
+				FROM backfill_rank r JOIN backfills ON backfills.id = r.id
 				WHERE ` + backfillOwner + `
-				ORDER BY id LIMIT 1
-				FOR NO KEY UPDATE SKIP LOCKED) head
+				ORDER BY r.k LIMIT 1
+				FOR NO KEY UPDATE OF backfills SKIP LOCKED) head
 			UNION ALL
 			SELECT b.* FROM backfill_owner o CROSS JOIN LATERAL (
-				SELECT id, max_active_runs - num_running, pool, ` + snapshotPoolRoom + ` FROM backfills
-				WHERE ` + backfillOwner + ` AND id > o.id
-				ORDER BY id LIMIT 1
-				FOR NO KEY UPDATE SKIP LOCKED) b
+				SELECT r.k, backfills.id, max_active_runs - num_running, pool, ` + snapshotPoolRoom + `
+				FROM backfill_rank r JOIN backfills ON backfills.id = r.id
+				WHERE ` + backfillOwner + ` AND r.k > o.k
+				ORDER BY r.k LIMIT 1
+				FOR NO KEY UPDATE OF backfills SKIP LOCKED) b
 		), backfill_pick AS (
 			SELECT w.id, o.pool FROM backfill_owner o CROSS JOIN LATERAL (
 				WITH RECURSIVE walk (id, ordinal, n) AS (

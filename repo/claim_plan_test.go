@@ -114,10 +114,12 @@ func TestClaimPlanReadsOnlyClaimableOwners(t *testing.T) {
 		runs        float64
 		dags, fills float64 // at most this many owner rows read
 	}{
-		{"two manual runs", claimAnyDag, ``, `EXECUTE claim_probe('w2', 300, 2)`, 2, 2, 0},
-		{"one DAG", claimOneDag, ``, `EXECUTE claim_probe('w2', 300, 2, 'd3001')`, 2, 1, 1},
+		// The last parameter is PRIORITY_AGING in seconds. A backfill the claim takes is read
+		// twice: once to rank the claimable backfills (backfill_rank), once to lock it.
+		{"two manual runs", claimAnyDag, ``, `EXECUTE claim_probe('w2', 300, 2, 600)`, 2, 2, 0},
+		{"one DAG", claimOneDag, ``, `EXECUTE claim_probe('w2', 300, 2, 'd3001', 600)`, 2, 1, 2},
 		// With every DAG paused, the claim walks past 1,000 saturated backfills to the last one.
-		{"backfills", claimAnyDag, `UPDATE dags SET is_paused = true`, `EXECUTE claim_probe('w2', 300, 2)`, 1, 0, 1},
+		{"backfills", claimAnyDag, `UPDATE dags SET is_paused = true`, `EXECUTE claim_probe('w2', 300, 2, 600)`, 1, 0, 2},
 	}
 	for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
 		for _, probe := range probes {

@@ -254,7 +254,8 @@ func (s *Store) BackfillProgressMany(ctx context.Context, ids []int64) ([]Backfi
 	}
 	err := s.readRetried(ctx, func(ctx context.Context, q pgrun.Queryer) error {
 		return sqlx.SelectContext(ctx, q, &rows,
-			`SELECT backfill_now() AS db_now, `+backfillColumns+` FROM backfills WHERE id = ANY($1)`, pq.Int64Array(ids))
+			`SELECT backfill_now() AS db_now, `+backfillColumns+`, backfill_eta_seconds(backfills) AS eta_seconds
+			FROM backfills WHERE id = ANY($1)`, pq.Int64Array(ids))
 	})
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("read progress of %d backfills: %w", len(ids), err)

@@ -107,13 +107,18 @@ type Backfill struct {
 	// CreatedBy is who created the backfill (nil when unknown), Reason why (nil for none).
 	CreatedBy *string `db:"created_by"`
 	Reason    *string `db:"reason"`
+	// Priority orders claims between backfills (claim_priority.go).
+	Priority int `db:"priority"`
+	// ETA is eta_seconds (migrations/00031, backfill_eta_seconds); only the reads that
+	// select it set it (BackfillGetWithETA, BackfillProgressMany), not in backfillColumns.
+	ETA *float64 `db:"eta_seconds"`
 	Progress
 }
 
 const backfillColumns = `id, dag_id, from_date, to_date, run_backwards, dag_run_conf, reprocess_behavior,
 	max_active_runs, description, state, created_at, updated_at, completed_at,
 	num_queued, num_running, num_success, num_failed, num_canceled, num_skipped,
-	max_failed_runs, pause_reason, plan_hash, parent_backfill_id, pool, code_ref, created_by, reason`
+	max_failed_runs, pause_reason, plan_hash, parent_backfill_id, pool, code_ref, created_by, reason, priority`
 
 // scanDest is b's fields in backfillColumns order. The status read scans through it rather
 // than sqlx's mapping by column name, which costs reflection on every poll.
@@ -121,7 +126,7 @@ func (b *Backfill) scanDest() []any {
 	return []any{&b.ID, &b.DagID, &b.FromDate, &b.ToDate, &b.RunBackwards, &b.DagRunConf, &b.ReprocessBehavior,
 		&b.MaxActiveRuns, &b.Description, &b.State, &b.CreatedAt, &b.UpdatedAt, &b.CompletedAt,
 		&b.Queued, &b.Running, &b.Success, &b.Failed, &b.Canceled, &b.Skipped,
-		&b.MaxFailedRuns, &b.PauseReason, &b.PlanHash, &b.ParentBackfillID, &b.Pool, &b.CodeRef, &b.CreatedBy, &b.Reason}
+		&b.MaxFailedRuns, &b.PauseReason, &b.PlanHash, &b.ParentBackfillID, &b.Pool, &b.CodeRef, &b.CreatedBy, &b.Reason, &b.Priority}
 }
 
 // BackfillSlot is one slot of a backfill as its listing shows it.

@@ -71,6 +71,9 @@ type Config struct {
 	PrepareStatements bool
 	// Tracer records a span per transaction or read, named by the Store method; nil is off.
 	Tracer *tracing.Tracer
+	// PriorityAging is how long a passed-over backfill waits for each point of effective
+	// priority in claims (PRIORITY_AGING); zero takes DefaultPriorityAging.
+	PriorityAging time.Duration
 }
 
 // Store is the repository over one connection pool, which only its runtime holds.
@@ -81,6 +84,7 @@ type Store struct {
 	maxAttempts     int
 	onEvents        func()
 	onClaimable     func()
+	priorityAging   time.Duration
 }
 
 // DefaultLockWait is how long a statement of a transaction waits for a row lock that another
@@ -95,6 +99,10 @@ func New(db *sqlx.DB, cfg Config) *Store {
 		maxAttempts:     cfg.MaxAttempts,
 		onEvents:        cfg.OnEvents,
 		onClaimable:     cfg.OnClaimable,
+		priorityAging:   cfg.PriorityAging,
+	}
+	if s.priorityAging <= 0 {
+		s.priorityAging = DefaultPriorityAging
 	}
 	if s.observer == nil {
 		s.observer = nopObserver{}

@@ -112,6 +112,8 @@ type envOptions struct {
 	statementTimeout time.Duration
 	// lockWait is the store's LOCK_WAIT (0: repo.DefaultLockWait, as cmd/api's default).
 	lockWait time.Duration
+	// priorityAging is the store's PRIORITY_AGING (0: the default).
+	priorityAging time.Duration
 }
 
 type envOption func(*envOptions)
@@ -211,8 +213,10 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		PrepareStatements: addr == "",
 		Tracer:            o.tracer,
 		LockWait:          o.lockWait,
+		PriorityAging:     o.priorityAging,
 	})
 	m.WatchStates(store.StateCounts)
+	m.WatchPriorities(store.QueuedByPriority)
 	m.WatchPools(func(ctx context.Context) (map[string]metrics.PoolFigures, error) {
 		pools, err := store.PoolFigures(ctx)
 		out := map[string]metrics.PoolFigures{}

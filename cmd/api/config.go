@@ -73,6 +73,9 @@ type config struct {
 	DBLeaseMaxConns int
 	// LockWait bounds every wait of a transaction for a row lock (lock_timeout).
 	LockWait time.Duration
+	// PriorityAging is how long a passed-over backfill waits for each point of effective
+	// priority in claims (repo.Config.PriorityAging).
+	PriorityAging time.Duration
 	// AdmissionMaxInFlight bounds the requests served at once; by default the pool less
 	// admissionPoolReserve, so that an admitted request never queues for a connection.
 	AdmissionMaxInFlight int
@@ -121,6 +124,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		AdmissionLongWait:  time.Second,
 		DBLeaseMaxConns:    handlers.DefaultLeaseMaxInFlight,
 		LockWait:           repo.DefaultLockWait,
+		PriorityAging:      repo.DefaultPriorityAging,
 	}
 	var errs []error
 	if cfg.DatabaseURL == "" {
@@ -170,6 +174,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg.AdmissionLongWait = max(cfg.AdmissionLongWait, cfg.AdmissionWait)
 	intVar(getenv, "DB_LEASE_MAX_CONNS", &cfg.DBLeaseMaxConns, 1, 1000, &errs)
 	durationVar(getenv, "LOCK_WAIT", &cfg.LockWait, &errs)
+	durationVar(getenv, "PRIORITY_AGING", &cfg.PriorityAging, &errs)
 	cfg.AdmissionMaxInFlight = max(3, cfg.DBMaxConns-admissionPoolReserve)
 	intVar(getenv, "ADMISSION_MAX_IN_FLIGHT", &cfg.AdmissionMaxInFlight, 3, 10_000, &errs)
 	for _, t := range strings.Split(getenv("API_TOKEN"), ",") {
@@ -282,5 +287,6 @@ func (c config) logAttrs() []any {
 		"admission_long_wait", c.AdmissionLongWait.String(),
 		"db_lease_max_conns", c.DBLeaseMaxConns,
 		"lock_wait", c.LockWait.String(),
+		"priority_aging", c.PriorityAging.String(),
 	}, c.otelVars.logAttrs()...)
 }

@@ -61,6 +61,7 @@ func TestDocsStateTheDefaultsConfigApplies(t *testing.T) {
 		"ADMISSION_LONG_WAIT":  cfg.AdmissionLongWait,
 		"DB_LEASE_MAX_CONNS":   fmt.Sprint(cfg.DBLeaseMaxConns),
 		"LOCK_WAIT":            cfg.LockWait,
+		"PRIORITY_AGING":       cfg.PriorityAging,
 		// OpenTelemetry's variables (tracing_config.go); unset, tracing is off.
 		"OTEL_TRACES_EXPORTER":               "(none)",
 		"OTEL_EXPORTER_OTLP_ENDPOINT":        "(none)",

@@ -187,6 +187,7 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 		Observer:        m,
 		ReconnectWait:   cfg.DBReconnectWait,
 		LockWait:        cfg.LockWait,
+		PriorityAging:   cfg.PriorityAging,
 		LeaseDB:         p.lease,
 		OnEvents:        notifier.Kick,
 		OnClaimable:     claimWaker.Kick,
@@ -196,6 +197,7 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 		Tracer:            tracer,
 	})
 	m.WatchStates(store.StateCounts)
+	m.WatchPriorities(store.QueuedByPriority)
 	m.WatchPools(poolCounter(store))
 	ready, err := readiness(p.probe)
 	if err != nil {

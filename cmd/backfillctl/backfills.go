@@ -14,7 +14,7 @@ import (
 type backfillFlags struct {
 	dagID, reprocess, description string
 	from, to                      dateValue
-	maxActiveRuns                 int
+	maxActiveRuns, priority       int
 	runBackwards                  bool
 	conf                          confValue
 	pool, codeRef, reason         string
@@ -33,6 +33,7 @@ func (b *backfillFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.pool, "pool", "", "claim the backfill's runs in this `POOL` (see pools put)")
 	fs.StringVar(&b.codeRef, "code-ref", "", "the code the runs are to run (an image digest, a git SHA; at most 200 characters), fixed once created and given to programs as BACKFILL_CODE_REF")
 	fs.StringVar(&b.reason, "reason", "", "why the backfill is made, e.g. a ticket (at most 500 characters)")
+	fs.IntVar(&b.priority, "priority", 0, priorityUsage)
 	b.logicalDates.register(fs)
 }
 
@@ -57,6 +58,7 @@ func (b *backfillFlags) request(fs *flag.FlagSet) (client.BackfillCreate, error)
 	setIf(fs, "pool", &req.Pool, b.pool)
 	setIf(fs, "code-ref", &req.CodeRef, b.codeRef)
 	setIf(fs, "reason", &req.Reason, b.reason)
+	setIf(fs, "priority", &req.Priority, int32(b.priority))
 	dates, err := b.logicalDates.list()
 	if err != nil {
 		return client.BackfillCreate{}, err
@@ -148,10 +150,10 @@ var (
 )
 
 var backfillColumns = columns[client.Backfill]{
-	header: []string{"ID", "DAG_ID", "STATE", "FROM_DATE", "TO_DATE", "DONE", "SUCCESS", "FAILED", "CANCELED", "SKIPPED", "CREATED_AT", "CREATED_BY", "REASON"},
+	header: []string{"ID", "DAG_ID", "STATE", "PRIORITY", "FROM_DATE", "TO_DATE", "DONE", "SUCCESS", "FAILED", "CANCELED", "SKIPPED", "CREATED_AT", "CREATED_BY", "REASON"},
 	row: func(b client.Backfill) []string {
 		p := b.Progress
-		return []string{fmt.Sprint(b.Id), b.DagId, string(b.State), instant(b.FromDate), instant(b.ToDate),
+		return []string{fmt.Sprint(b.Id), b.DagId, string(b.State), fmt.Sprint(b.Priority), instant(b.FromDate), instant(b.ToDate),
 			fmt.Sprintf("%d/%d", p.Done(), p.Total), fmt.Sprint(p.Success), fmt.Sprint(p.Failed), fmt.Sprint(p.Canceled),
 			fmt.Sprint(p.Skipped), stamp(b.CreatedAt), deref(b.CreatedBy), deref(b.Reason)}
 	},

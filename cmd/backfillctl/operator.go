@@ -59,6 +59,8 @@ func given[T any](fs *flag.FlagSet, name string, v T) client.Field[T] {
 	return client.Set(v)
 }
 
+const priorityUsage = "claims serve higher `PRIORITY` first, -10..10 (server default 0); a backfill passed over gains one per PRIORITY_AGING, so none starves"
+
 const budgetUsage = "pause the backfill when a run fails while `N` runs have failed (none: no limit)"
 
 var backfillsPatch = do(backfillID, func(fs *flag.FlagSet) action[int64] {
@@ -66,17 +68,19 @@ var backfillsPatch = do(backfillID, func(fs *flag.FlagSet) action[int64] {
 	var budget budgetValue
 	fs.Var(&budget, "max-failed-runs", budgetUsage)
 	description := fs.String("description", "", "free text (an empty one clears it)")
+	priority := fs.Int("priority", 0, priorityUsage+"; the next claim ranks the backfill by it")
 	return func(ctx context.Context, c *cli, api *client.Client, id int64) error {
 		changes := client.BackfillChanges{
 			MaxActiveRuns: given(fs, "max-active-runs", int32(*maxActive)),
 			MaxFailedRuns: budget.field(fs, "max-failed-runs"),
 			Description:   given(fs, "description", *description),
+			Priority:      given(fs, "priority", int32(*priority)),
 		}
 		if *description == "" && changes.Description.IsSet() {
 			changes.Description = client.Null[string]()
 		}
-		if !changes.MaxActiveRuns.IsSet() && !changes.MaxFailedRuns.IsSet() && !changes.Description.IsSet() {
-			return usageErrorf("nothing to change: give --max-active-runs, --max-failed-runs or --description")
+		if !changes.MaxActiveRuns.IsSet() && !changes.MaxFailedRuns.IsSet() && !changes.Description.IsSet() && !changes.Priority.IsSet() {
+			return usageErrorf("nothing to change: give --max-active-runs, --max-failed-runs, --description or --priority")
 		}
 		b, err := api.PatchBackfill(ctx, id, changes)
 		if err != nil {
@@ -97,6 +101,7 @@ var backfillsRetry = do(backfillID, func(fs *flag.FlagSet) action[int64] {
 	ifMatch := fs.String("if-match", "", "create only if the plan still has this `PLAN_HASH`")
 	codeRef := fs.String("code-ref", "", "the code the retried runs are to run (default: the parent's)")
 	reason := fs.String("reason", "", "why the retry is made (the retry's own; never the parent's)")
+	priority := fs.Int("priority", 0, priorityUsage+" (default: the parent's)")
 	actor := fs.String("actor", "", "who asks (sent as X-Actor): recorded as created_by where the service has no per-user identity")
 	var chosen logicalDates
 	chosen.register(fs)
@@ -109,6 +114,7 @@ var backfillsRetry = do(backfillID, func(fs *flag.FlagSet) action[int64] {
 			Description:   given(fs, "description", *description),
 			CodeRef:       given(fs, "code-ref", *codeRef),
 			Reason:        given(fs, "reason", *reason),
+			Priority:      given(fs, "priority", int32(*priority)),
 		}
 		if conf.conf != nil {
 			req.DagRunConf = client.Set(*conf.conf)

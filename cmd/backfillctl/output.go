@@ -74,6 +74,7 @@ func (c *cli) printBackfill(b client.Backfill) error {
 		{"RUNS:", countsLine(p)},
 		{"REPROCESS BEHAVIOR:", string(b.ReprocessBehavior)},
 		{"MAX ACTIVE RUNS:", fmt.Sprint(b.MaxActiveRuns)},
+		{"PRIORITY:", fmt.Sprint(b.Priority)},
 		{"MAX FAILED RUNS:", budget},
 		{"RETRY OF:", parent},
 		{"PLAN HASH:", deref(b.PlanHash)},

@@ -31,11 +31,11 @@ type progress struct {
 
 	start   time.Time
 	samples []sample
-	// serverETA is the service's own estimate from the last progress message, in seconds
-	// at serverETAAt; nil when it has none.
-	serverETA   *float64
-	serverETAAt time.Time
-	drawn       int // lines on the terminal from the last draw
+	// serverETA is the service's eta_seconds from the last progress message or read; nil
+	// when it has none. The ETA shown is this figure, never one of the watch's own, so that
+	// the watch, the console and the API agree.
+	serverETA *float64
+	drawn     int // lines on the terminal from the last draw
 	// latest is the backfill a plain line shows at the next tick; printed, whether any
 	// plain line was printed yet.
 	latest  *client.Backfill
@@ -77,11 +77,12 @@ func (p *progress) show(b client.Backfill) {
 	p.drawLocked(b)
 }
 
-// serverEstimate keeps the service's ETA from a progress message (seconds; nil for none).
+// serverEstimate keeps the service's eta_seconds from a progress message or a read of the
+// backfill (nil for none).
 func (p *progress) serverEstimate(eta *float64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.serverETA, p.serverETAAt = eta, p.now()
+	p.serverETA = eta
 }
 
 // drawNow is draw that also prints a plain line at once (the backfill a watch ends on).
@@ -155,8 +156,8 @@ func (p *progress) endLocked() {
 	}
 }
 
-// lines renders the view: the state, bar, percentage, done/total, rate and ETA, then the
-// counts per state.
+// lines renders the view: the state, bar, percentage, done/total, rate and the service's
+// ETA, then the counts per state.
 func (p *progress) lines(b client.Backfill, bar bool) []string {
 	pr := b.Progress
 	done := pr.Done()
@@ -173,21 +174,19 @@ func (p *progress) lines(b client.Backfill, bar bool) []string {
 	case b.State == client.BackfillStateCanceling || b.State == client.BackfillStateCanceled:
 		// A canceled backfill never reaches its total: there is nothing to estimate.
 		head += "  canceled, no ETA"
-	case !ok && p.serverETA != nil && !b.State.Terminal():
-		// No two live samples yet: the service's estimate, from its own pace since creation.
-		head += "  -- runs/s  ETA " + etaString(p.serverRemaining())
-	case !ok:
-		head += "  -- runs/s  ETA --"
-	case b.State.Terminal():
+	case b.State.Terminal() && ok:
 		head += fmt.Sprintf("  %.1f runs/s", rate)
-	case done == pr.Total:
+	case b.State.Terminal():
+		head += "  -- runs/s"
+	case done == pr.Total && ok:
 		// Every run is finished; the service's sweep makes the backfill terminal shortly.
 		head += fmt.Sprintf("  %.1f runs/s  finishing", rate)
-	case rate == 0:
-		head += "  0.0 runs/s  ETA --"
 	default:
-		eta := time.Duration(float64(pr.Total-done) / rate * float64(time.Second))
-		head += fmt.Sprintf("  %.1f runs/s  ETA %s", rate, etaString(eta))
+		speed := "--"
+		if ok {
+			speed = fmt.Sprintf("%.1f", rate)
+		}
+		head += "  " + speed + " runs/s  ETA " + p.etaLocked()
 	}
 	return []string{head, countsLine(pr)}
 }
@@ -266,8 +265,11 @@ func duration(d time.Duration) string {
 	}
 }
 
-// serverRemaining is the service's last estimate less the time since it came.
-func (p *progress) serverRemaining() time.Duration {
-	d := time.Duration(*p.serverETA*float64(time.Second)) - p.now().Sub(p.serverETAAt)
-	return max(d, 0)
+// etaLocked is the service's eta_seconds as the watch prints it: "--" while the service has
+// none (before its pace is known).
+func (p *progress) etaLocked() string {
+	if p.serverETA == nil {
+		return "--"
+	}
+	return etaString(time.Duration(*p.serverETA * float64(time.Second)))
 }

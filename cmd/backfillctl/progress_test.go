@@ -37,10 +37,14 @@ func TestTerminalProgressRedrawsInPlaceWithRateAndETA(t *testing.T) {
 	require.Contains(t, first, "0%  0/10  -- runs/s  ETA --")
 	require.NotContains(t, first, "\x1b[1A", "nothing to redraw yet")
 
+	// The ETA is the service's eta_seconds, not one of the watch's own (which the rate,
+	// 5 runs/s with 5 left, would make 1s).
+	eta := 84.0
+	p.serverEstimate(&eta)
 	p.update(backfillAt(client.BackfillStateRunning, 4, 1, 5))
 	second := strings.TrimPrefix(out.String(), first)
 	require.True(t, strings.HasPrefix(second, "\r\x1b[2K\x1b[1A\x1b[2K"), "moves back over both lines: %q", second)
-	require.Contains(t, second, " 50%  5/10  5.0 runs/s  ETA 1s")
+	require.Contains(t, second, " 50%  5/10  5.0 runs/s  ETA 1m24s")
 	require.Contains(t, second, "success 4  failed 1  canceled 0  skipped 0  running 0  queued 5")
 
 	p.update(backfillAt(client.BackfillStateRunning, 9, 1, 0))
@@ -69,6 +73,8 @@ func TestPlainProgressPrintsOneStampedLinePerTick(t *testing.T) {
 	p := newProgress(&out, false, 0, clk.now)
 	p.update(backfillAt(client.BackfillStateRunning, 0, 0, 4))
 	p.update(backfillAt(client.BackfillStateRunning, 1, 0, 3))
+	eta := 6.0
+	p.serverEstimate(&eta)
 	p.update(backfillAt(client.BackfillStateRunning, 2, 0, 2))
 	require.Equal(t, 1, strings.Count(out.String(), "\n"), "nothing between ticks: %s", out.String())
 	p.tick()
@@ -77,7 +83,7 @@ func TestPlainProgressPrintsOneStampedLinePerTick(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	require.Len(t, lines, 4, out.String())
 	require.Equal(t, "1970-01-01T00:00:03Z running     0%  0/4  -- runs/s  ETA --  success 0  failed 0  canceled 0  skipped 0  running 0  queued 4", lines[0])
-	require.Regexp(t, `^1970-01-01T00:00:\d\dZ running    50%  2/4  \d+\.\d runs/s  ETA \d+s  `, lines[1])
+	require.Regexp(t, `^1970-01-01T00:00:\d\dZ running    50%  2/4  \d+\.\d runs/s  ETA 6s  `, lines[1])
 	require.NotEqual(t, lines[1][:20], lines[2][:20], "each line has its own time")
 	require.NotContains(t, out.String(), "\r")
 	require.Equal(t, "backfill 9 succeeded: 4/4 done (success 4, failed 0, canceled 0, skipped 0) in 7s", lines[3])

@@ -18,7 +18,7 @@ DAGs:
 Backfills:
   backfills create --dag-id ID --from-date DATE --to-date DATE [--reprocess-behavior none|failed|completed]
                    [--max-active-runs N] [--run-backwards] [--dag-run-conf JSON] [--description TEXT]
-                   [--max-failed-runs N] [--pool NAME] [--if-match PLAN_HASH]
+                   [--max-failed-runs N] [--pool NAME] [--if-match PLAN_HASH] [--priority -10..10]
                    [--code-ref REF] [--reason TEXT] [--actor NAME]
                    [--logical-date DATE]... [--logical-dates-file FILE]
                    [--idempotency-key KEY] [--dry-run] [--wait [--interval D] [--timeout 0] [--wait-through-pause]]
@@ -28,7 +28,8 @@ Backfills:
         runs run (fixed; programs get it as BACKFILL_CODE_REF); --reason and --actor (sent
         as X-Actor) are recorded as the backfill's reason and created_by. --logical-date
         (repeated) and --logical-dates-file (one date a line) limit it to those slots, each of
-        which must be a slot of the window.
+        which must be a slot of the window. --priority (default 0): claims serve higher
+        priority first; a backfill passed over gains one per PRIORITY_AGING, so none starves.
   backfills dry-run --dag-id ID --from-date DATE --to-date DATE [same flags as create] [--summary] [--limit N]
         What create would do, writing nothing: a row per slot (at most --limit N), the counts
         by action, the first and last slot, and the plan hash; --summary prints only those.
@@ -40,11 +41,11 @@ Backfills:
   backfills pause ID
   backfills unpause ID
   backfills cancel ID
-  backfills patch ID [--max-active-runs N] [--max-failed-runs N|none] [--description TEXT]
+  backfills patch ID [--max-active-runs N] [--max-failed-runs N|none] [--description TEXT] [--priority N]
         Changes a running or paused backfill's settings; the next claim obeys them.
   backfills retry ID [--max-active-runs N] [--max-failed-runs N] [--dag-run-conf JSON]
                    [--description TEXT] [--idempotency-key KEY] [--if-match PLAN_HASH]
-                   [--code-ref REF] [--reason TEXT] [--actor NAME]
+                   [--code-ref REF] [--reason TEXT] [--actor NAME] [--priority N]
                    [--logical-date DATE]... [--logical-dates-file FILE]
                    [--wait [--interval D] [--timeout 0] [--wait-through-pause]]
         A new backfill of the failed and canceled slots of a finished backfill, with the
@@ -52,9 +53,10 @@ Backfills:
         --logical-date / --logical-dates-file retry exactly those slots of its window.
   watch ID [--interval D] [--timeout 0] [--wait-through-pause]
         Live progress until the backfill is succeeded, failed or canceled: a bar of done/total
-        (done = success + failed + canceled + skipped), counts per state, rate and ETA (from
-        what this watch sees live, "--" until two readings; or the service's estimate), and at
-        the end the backfill's own duration. A pause stops the watch with why and what to do
+        (done = success + failed + canceled + skipped), counts per state, the rate this watch
+        sees, and the ETA: the service's eta_seconds (the pace of the last few minutes at the
+        current limits, as GET and the console show it; "--" while it has none), and at the
+        end the backfill's own duration. A pause stops the watch with why and what to do
         (exit code 4) unless --wait-through-pause; the same holds for create --wait.
         Redrawn in place on a terminal. Otherwise (a pipe, a CI log) no replay of past events:
         a line at once, then one per --interval (default 10s; on a terminal it is the poll

@@ -108,6 +108,7 @@ func (c *cli) watchBackfill(ctx context.Context, api *client.Client, id int64, w
 	if err != nil {
 		return err
 	}
+	p.serverEstimate(b.EtaSeconds)
 	p.update(b)
 	checkPause(b)
 	if !tty {
@@ -140,7 +141,8 @@ func (c *cli) watchBackfill(ctx context.Context, api *client.Client, id int64, w
 		}
 		b, err = followBackfill(fctx, api, id, b, live, snapshot, p.serverEstimate)
 		if errors.Is(err, client.ErrStreamUnsupported) {
-			b, err = api.WaitBackfill(fctx, id, wf.interval, live)
+			// Polls read the backfill with its eta_seconds.
+			b, err = api.WaitBackfill(fctx, id, wf.interval, func(b client.Backfill) { p.serverEstimate(b.EtaSeconds); live(b) })
 		}
 		stopIdle()
 		if ended != nil && errors.Is(context.Cause(fctx), errEndedWithoutEvent) {

@@ -130,6 +130,7 @@ async function createPage() {
   const to = dateInput(h, "create-to");
   const mar = h("input", { id: "create-max-active-runs", type: "number", min: 1, max: 1000, value: 10 });
   const mfr = h("input", { id: "create-max-failed-runs", type: "number", min: 1, placeholder: "no limit" });
+  const prio = h("input", { id: "create-priority", type: "number", min: -10, max: 10, value: 0 });
   const reprocess = h("select", { id: "create-reprocess" }, ...["none", "failed", "completed"].map((v) => h("option", { value: v }, v)));
   const backwards = h("input", { id: "create-backwards", type: "checkbox" });
   const conf = h("textarea", { id: "create-conf", placeholder: '{"full_refresh": true}' });
@@ -142,6 +143,7 @@ async function createPage() {
       max_active_runs: Number(mar.value), reprocess_behavior: reprocess.value, run_backwards: backwards.checked,
     };
     if (mfr.value !== "") body.max_failed_runs = Number(mfr.value);
+    if (prio.value !== "" && Number(prio.value) !== 0) body.priority = Number(prio.value);
     if (conf.value.trim() !== "") {
       try { body.dag_run_conf = JSON.parse(conf.value); } catch (err) { throw new Error(`Conf is not JSON: ${err.message}`); }
     }
@@ -157,6 +159,7 @@ async function createPage() {
     h("div", { class: "form-row" },
       h("label", { for: "create-max-active-runs" }, "Max active runs", mar),
       h("label", { for: "create-max-failed-runs" }, "Max failed runs", mfr),
+      h("label", { for: "create-priority" }, "Priority (−10..10)", prio),
       h("label", { for: "create-reprocess" }, "Reprocess", reprocess),
       h("label", { class: "check", for: "create-backwards" }, backwards, "Run backwards")),
     h("div", { class: "form-row" },

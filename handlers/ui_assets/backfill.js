@@ -35,6 +35,7 @@ export async function backfillPage(id, nav) {
       ...row("State", b.state + (b.pause_reason ? ` (${b.pause_reason === "failure_budget" ? "failure budget reached" : "paused by a user"})` : "")),
       ...row("Reprocess", b.reprocess_behavior),
       ...row("Max active runs", fmt(b.max_active_runs)),
+      ...row("Priority", String(b.priority ?? 0)),
       ...row("Max failed runs", b.max_failed_runs === null || b.max_failed_runs === undefined ? "no limit" : fmt(b.max_failed_runs)),
       ...row("Conf", b.dag_run_conf === null ? "—" : JSON.stringify(b.dag_run_conf)),
       ...row("Description", b.description ?? "—"),
@@ -55,6 +56,7 @@ export async function backfillPage(id, nav) {
     controls.change.disabled = !active;
     if (document.activeElement !== controls.mar) controls.mar.value = b.max_active_runs;
     if (document.activeElement !== controls.mfr) controls.mfr.value = b.max_failed_runs ?? "";
+    if (document.activeElement !== controls.prio) controls.prio.value = b.priority ?? 0;
   };
 
   const act = (label, fn, cls) => h("button", { type: "button", class: cls, onclick: () => run(fn) }, label);
@@ -72,12 +74,14 @@ export async function backfillPage(id, nav) {
     }, ""),
     mar: h("input", { type: "number", min: 1, max: 1000, id: "patch-max-active-runs" }),
     mfr: h("input", { type: "number", min: 1, placeholder: "no limit", id: "patch-max-failed-runs" }),
+    prio: h("input", { type: "number", min: -10, max: 10, id: "patch-priority" }),
     change: h("button", { type: "submit", class: "secondary" }, "Change limits"),
   };
   actions.append(controls.pause, controls.unpause, controls.cancel, controls.retry);
   limits.append(
     h("label", { for: "patch-max-active-runs" }, "Max active runs", controls.mar),
     h("label", { for: "patch-max-failed-runs" }, "Max failed runs", controls.mfr),
+    h("label", { for: "patch-priority" }, "Priority (−10..10)", controls.prio),
     controls.change);
   limits.addEventListener("submit", (ev) => {
     ev.preventDefault();
@@ -85,14 +89,19 @@ export async function backfillPage(id, nav) {
       body: {
         max_active_runs: Number(controls.mar.value),
         max_failed_runs: controls.mfr.value === "" ? null : Number(controls.mfr.value),
+        priority: Number(controls.prio.value),
       },
       headers: { "Content-Type": "application/merge-patch+json" },
     }));
   });
 
+  // The ETA shown is the service's eta_seconds (the pace of the last few minutes at the
+  // current limits), from this read and from the stream's progress messages: the same figure
+  // the API and `backfillctl watch` show.
   const refresh = async () => {
     const { data } = await api("GET", `/backfills/${id}`);
     state.backfill = data;
+    state.eta = data.eta_seconds ?? null;
     render();
   };
 

@@ -6,7 +6,7 @@
 
 import { count } from "./format.js";
 
-export const SETTINGS = ["max_active_runs", "max_failed_runs", "description", "pool"];
+export const SETTINGS = ["max_active_runs", "max_failed_runs", "description", "pool", "priority"];
 
 const show = (k, v) => {
   if (v === null || v === undefined) return k === "max_failed_runs" ? "no limit" : "none";

@@ -3,6 +3,7 @@
 
 import { fmtTime } from "./time.js";
 import { count } from "./confirm.js";
+import { formatSeconds } from "./format.js";
 
 const ROWS = 100;
 
@@ -55,6 +56,7 @@ export function previewSection(data, etag, onCreate, { h }) {
       h("div", { id: "count-reprocess" }, h("strong", {}, count(counts.reprocess)), "reprocess"),
       h("div", { id: "count-skip" }, h("strong", {}, count(counts.skip)), "skip")),
     warning,
+    estimateLine(data, { h }),
     h("p", { class: "muted" }, `Created only if the plan is still this one (If-Match: ${etag}).`),
     createBtn,
     h("div", { class: "pager" }, prev, range, next),
@@ -62,4 +64,21 @@ export function previewSection(data, etag, onCreate, { h }) {
       h("thead", {}, h("tr", {}, ...["#", "Logical date", "Action", "Reason"].map((t) => h("th", { scope: "col" }, t)))),
       body),
   ].filter(Boolean);
+}
+
+// estimateLine is the dry run's estimate: runner-seconds (the p50 of the DAG's last successful
+// runs times the runs to start) and wall-clock at the concurrency the backfill would have, or
+// why there is none.
+export function estimateLine(data, { h }) {
+  const e = data.estimate;
+  if (!e) {
+    const why = data.estimate_basis === "no_successful_runs"
+      ? "no estimate: the DAG has no successful run to measure"
+      : `no estimate (${data.estimate_basis ?? "unknown basis"})`;
+    return h("p", { class: "muted", id: "preview-estimate", "data-basis": data.estimate_basis ?? "" }, why);
+  }
+  return h("p", { id: "preview-estimate", "data-basis": data.estimate_basis,
+    "data-runner-seconds": e.runner_seconds, "data-wall-clock-seconds": e.wall_clock_seconds },
+  `Estimate: ${formatSeconds(e.runner_seconds)} of runner time, about ${formatSeconds(e.wall_clock_seconds)} wall-clock `,
+  `at ${count(e.concurrency)} at once (${count(e.runs)} runs × p50 ${formatSeconds(e.p50_run_seconds)} of the DAG's last ${count(e.sample_runs)} successful runs).`);
 }

@@ -253,6 +253,12 @@ export interface paths {
          *     has no per-user identity: its tokens are shared); `reason` says why (at most 500
          *     characters).
          *
+         *     **Priority.** `priority` (-10 to 10, default 0; 422 `invalid_priority` outside) orders
+         *     claims between backfills: higher first, runs outside backfills before all of them.
+         *     A claimable backfill that claims pass over gains one point of effective priority per
+         *     `PRIORITY_AGING` (default 10 minutes) until it is handed a run, so a priority -10
+         *     backfill under a steady stream of priority 10 work is served within 20 of them.
+         *
          *     **Exactly these slots.** With `logical_dates` (at most 10,000), the backfill has just
          *     those slots, each of which must be a slot of the window (else 422
          *     `invalid_logical_dates`, naming them); everything else above applies to them.
@@ -283,7 +289,8 @@ export interface paths {
          *     It is never 409: an active backfill of the DAG does not stop the preview. An empty
          *     window is 200 with no entries (not `no_runs_to_create`). Every other error of
          *     `POST /api/v1/backfills` applies: 404 `dag_not_found`, 422 `invalid_dag`,
-         *     `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`.
+         *     `invalid_backfill`, `too_many_runs`, `invalid_code_ref`, `invalid_logical_dates`,
+         *     `invalid_priority`.
          *     With `logical_dates` it shows exactly those slots.
          *
          *     It also answers `plan_hash`, and the header `ETag: "<plan_hash>"`: a digest of the
@@ -330,8 +337,11 @@ export interface paths {
         /**
          * Change a backfill's settings
          * @description A JSON merge patch (RFC 7396) of `max_active_runs`, `max_failed_runs` (null: no
-         *     limit) and `description` of an active backfill; fields left out keep their value.
-         *     Answers 200 with the backfill; 409 `backfill_not_active` on a terminal one.
+         *     limit), `description`, `pool` and `priority` of an active backfill; fields left out
+         *     keep their value. Answers 200 with the backfill; 409 `backfill_not_active` on a
+         *     terminal one; 422 `invalid_priority` for a priority outside -10..10.
+         *
+         *     The next claim ranks the backfill by a new `priority`.
          *
          *     The next claim obeys a new `max_active_runs`; runs already running above it are not
          *     stopped. Lowering `max_failed_runs` to at or below the `failed` count does not pause
@@ -360,8 +370,8 @@ export interface paths {
          *     has since succeeded is skipped as `already exists`, one in flight as `in flight`.
          *     The new backfill has `parent_backfill_id`, the parent's window, `run_backwards` and
          *     settings; the optional body overrides `max_active_runs`, `max_failed_runs`,
-         *     `dag_run_conf`, `description`, `pool` and `code_ref` (the parent's by default; 422
-         *     `invalid_code_ref` as on creation). `created_by` (`X-Actor`) and `reason` are the
+         *     `dag_run_conf`, `description`, `pool`, `priority` and `code_ref` (the parent's by
+         *     default; 422 `invalid_code_ref` and `invalid_priority` as on creation). `created_by` (`X-Actor`) and `reason` are the
          *     retry's own, never the parent's. With `logical_dates`, the new backfill's slots are
          *     exactly those dates (each a slot of the parent's window, else 422
          *     `invalid_logical_dates`) instead of the failed and canceled ones.
@@ -556,10 +566,11 @@ export interface paths {
          *     2. between them, `event: progress` messages without an id (not stored, not replayed)
          *        whenever the counts change, at most 4 a second, and one after the replay. Their
          *        data is `{"progress": <BackfillProgress>, "state": <BackfillState>,
-         *        "eta_seconds": <number or null>}`: `eta_seconds` estimates the seconds until no
-         *        run is left queued or running from the backfill's average pace since creation;
-         *        it is null before any run has finished and while the backfill is not running,
-         *        0 once no run is left;
+         *        "eta_seconds": <number or null>}`: `eta_seconds` is the backfill's
+         *        `eta_seconds` as `GET /api/v1/backfills/{backfill_id}` answers it (the pace of
+         *        its successes since the pace last restarted, over at most the last 5 minutes);
+         *        null while the backfill is not running and until 2 successes give a pace, 0 once
+         *        no run is left;
          *     3. a comment line (`: keep-alive`) every 15 s of silence.
          *
          *     The stream ends after the terminal event (`backfill.succeeded`, `backfill.failed`,
@@ -1121,7 +1132,7 @@ export interface components {
          * @description The stable, machine-readable error code. `not_found` and `method_not_allowed` answer requests to a path no route serves, or with a method the route does not serve.
          * @enum {string}
          */
-        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "plan_changed" | "backfill_not_terminal" | "runs_in_flight" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "invalid_code_ref" | "invalid_logical_dates" | "webhook_not_found" | "invalid_webhook" | "pool_not_found" | "pool_in_use" | "invalid_deferral" | "busy" | "timeout" | "unavailable" | "outcome_unknown" | "internal" | "not_found" | "method_not_allowed";
+        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "plan_changed" | "backfill_not_terminal" | "runs_in_flight" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "invalid_code_ref" | "invalid_logical_dates" | "invalid_priority" | "webhook_not_found" | "invalid_webhook" | "pool_not_found" | "pool_in_use" | "invalid_deferral" | "busy" | "timeout" | "unavailable" | "outcome_unknown" | "internal" | "not_found" | "method_not_allowed";
         Dag: {
             dag_id: components["schemas"]["DagId"];
             /**
@@ -1371,6 +1382,12 @@ export interface components {
              *     ]
              */
             logical_dates?: string[];
+            /**
+             * Format: int32
+             * @description Claims serve backfills of higher priority first: -10 to 10 (default 0), else 422 `invalid_priority`. A claimable backfill passed over gains one point of effective priority per `PRIORITY_AGING` (default 10 minutes) until it is served, so none starves; within one effective priority the order is the usual one (oldest first).
+             * @example 5
+             */
+            priority?: number;
         };
         Backfill: {
             /** Format: int64 */
@@ -1427,6 +1444,16 @@ export interface components {
             created_by: string | null;
             /** @description Why the backfill was made; null for none. */
             reason: string | null;
+            /**
+             * Format: int32
+             * @description Claims serve higher priority first (-10 to 10), with aging by `PRIORITY_AGING`; `PATCH` changes it for the next claim.
+             */
+            priority: number;
+            /**
+             * Format: double
+             * @description Only in the answer of `GET /api/v1/backfills/{backfill_id}`: the seconds until no run is left queued or running, at the pace of the backfill's successes since its pace last restarted (creation, a pause or unpause, a change of `max_active_runs` or `pool`), over at most the last 5 minutes. Null while the backfill is not running and until 2 successes give a pace; 0 once no run is left. The stream's `progress` messages, `backfillctl watch` and the console show this figure.
+             */
+            eta_seconds?: number | null;
         };
         /** @description Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others. */
         BackfillProgress: {
@@ -1590,6 +1617,11 @@ export interface components {
             description?: string | null;
             /** @description Moves the backfill's runs to this pool (null for none); running runs go on. */
             pool?: string | null;
+            /**
+             * Format: int32
+             * @description The new priority, -10 to 10 (else 422 `invalid_priority`); the next claim ranks the backfill by it.
+             */
+            priority?: number;
         };
         /** @description Settings of the new backfill; each left out is the parent's. */
         BackfillRetry: {
@@ -1606,6 +1638,11 @@ export interface components {
             reason?: string | null;
             /** @description Retry exactly these slots instead of the failed and canceled ones: each must be a tick of the DAG's schedule in the parent's window whose interval has ended, else 422 `invalid_logical_dates` naming the first that are not. Each is decided as the others are (`reprocess_behavior` `failed`). */
             logical_dates?: string[];
+            /**
+             * Format: int32
+             * @description The new backfill's priority (-10 to 10, else 422 `invalid_priority`); left out, the parent's.
+             */
+            priority?: number;
         };
         ReleaseRequest: {
             worker_id: string;
@@ -1867,7 +1904,8 @@ export interface components {
         /**
          * @description Well-formed but semantically impossible: `invalid_dag`, `invalid_backfill`,
          *     `no_runs_to_create`, `too_many_runs`, `idempotency_key_reused`, `invalid_code_ref`,
-         *     `invalid_logical_dates` or `invalid_webhook`, as the operation describes.
+         *     `invalid_logical_dates`, `invalid_priority` or `invalid_webhook`, as the operation
+         *     describes.
          */
         Unprocessable: {
             headers: {
