@@ -8,6 +8,10 @@ CREATE FUNCTION public.api_timestamp(t timestamp with time zone) RETURNS text
     SELECT (to_jsonb(t AT TIME ZONE 'UTC') #>> '{}') || 'Z'
 $$;
 
+CREATE FUNCTION public.backfill_now() RETURNS timestamp with time zone
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$ SELECT now() $$;
+
 CREATE FUNCTION public.event_horizon(s pg_snapshot) RETURNS bigint
     LANGUAGE plpgsql STABLE
     AS $$
@@ -53,6 +57,9 @@ CREATE TABLE public.backfills (
     code_ref text,
     created_by text,
     reason text,
+    priority smallint DEFAULT 0 NOT NULL,
+    claim_wait_since timestamp with time zone DEFAULT public.backfill_now() NOT NULL,
+    pace_since timestamp with time zone DEFAULT public.backfill_now() NOT NULL,
     CONSTRAINT backfills_code_ref_length CHECK (((char_length(code_ref) >= 1) AND (char_length(code_ref) <= 200))),
     CONSTRAINT backfills_completed_at_iff_terminal CHECK (((completed_at IS NOT NULL) = (state = ANY (ARRAY['succeeded'::text, 'failed'::text, 'canceled'::text])))),
     CONSTRAINT backfills_counts_not_negative CHECK ((LEAST(num_queued, num_running, num_success, num_failed, num_canceled, num_skipped) >= 0)),
@@ -61,6 +68,7 @@ CREATE TABLE public.backfills (
     CONSTRAINT backfills_max_failed_runs_valid CHECK (((max_failed_runs IS NULL) OR (max_failed_runs >= 1))),
     CONSTRAINT backfills_pause_reason_iff_paused CHECK (((pause_reason IS NOT NULL) = (state = 'paused'::text))),
     CONSTRAINT backfills_pause_reason_valid CHECK ((pause_reason = ANY (ARRAY['user'::text, 'failure_budget'::text]))),
+    CONSTRAINT backfills_priority_range CHECK (((priority >= '-10'::integer) AND (priority <= 10))),
     CONSTRAINT backfills_reason_length CHECK ((char_length(reason) <= 500)),
     CONSTRAINT backfills_reprocess_behavior_valid CHECK ((reprocess_behavior = ANY (ARRAY['none'::text, 'failed'::text, 'completed'::text]))),
     CONSTRAINT backfills_state_valid CHECK ((state = ANY (ARRAY['running'::text, 'paused'::text, 'canceling'::text, 'succeeded'::text, 'failed'::text, 'canceled'::text]))),
@@ -82,6 +90,7 @@ CREATE FUNCTION public.backfill_api_json(b public.backfills) RETURNS jsonb
         'max_failed_runs', b.max_failed_runs, 'pause_reason', b.pause_reason,
         'plan_hash', b.plan_hash, 'parent_backfill_id', b.parent_backfill_id, 'pool', b.pool,
         'code_ref', b.code_ref, 'created_by', b.created_by, 'reason', b.reason,
+        'priority', coalesce(b.priority, 0),
         'is_paused', b.state = 'paused',
         'progress', jsonb_build_object(
             'total', b.num_queued + b.num_running + b.num_success + b.num_failed
@@ -94,6 +103,50 @@ CREATE FUNCTION public.backfill_change_time(previous timestamp with time zone) R
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
     SELECT greatest(backfill_now(), previous + interval '1 microsecond')
+$$;
+
+CREATE FUNCTION public.backfill_clocks() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.num_running > OLD.num_running
+       OR (NEW.state = 'running' AND NEW.num_queued > 0 AND NEW.num_running < NEW.max_active_runs
+           AND NOT (OLD.state = 'running' AND OLD.num_queued > 0 AND OLD.num_running < OLD.max_active_runs)) THEN
+        NEW.claim_wait_since := backfill_now();
+    END IF;
+    IF NEW.state IS DISTINCT FROM OLD.state
+       OR NEW.max_active_runs IS DISTINCT FROM OLD.max_active_runs
+       OR NEW.pool IS DISTINCT FROM OLD.pool THEN
+        NEW.pace_since := backfill_now();
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
+CREATE FUNCTION public.backfill_eta_seconds(b public.backfills) RETURNS double precision
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT CASE
+        WHEN b.num_queued + b.num_running = 0 THEN 0::double precision
+        WHEN b.state <> 'running' THEN NULL
+        ELSE (
+            SELECT CASE WHEN w.n >= 2 AND w.span > 0 THEN
+                round(((b.num_queued + b.num_running) * w.span / w.n)::numeric, 1)::double precision
+            END
+            FROM (
+                SELECT count(*) AS n,
+                       extract(epoch FROM backfill_now() - CASE
+                           WHEN count(*) = 500 THEN min(s.end_date)
+                           ELSE greatest(b.pace_since, backfill_now() - interval '5 minutes')
+                       END)::double precision AS span
+                FROM (
+                    SELECT r.end_date FROM dag_runs r
+                    WHERE r.dag_id = b.dag_id AND r.state = 'success' AND r.backfill_id = b.id
+                      AND r.end_date >= greatest(b.pace_since, backfill_now() - interval '5 minutes')
+                    ORDER BY r.end_date DESC LIMIT 500
+                ) s
+            ) w)
+    END
 $$;
 
 CREATE FUNCTION public.events_next_id() RETURNS bigint
@@ -227,10 +280,6 @@ BEGIN
     RETURN NULL;
 END;
 $$;
-
-CREATE FUNCTION public.backfill_now() RETURNS timestamp with time zone
-    LANGUAGE sql STABLE PARALLEL SAFE
-    AS $$ SELECT now() $$;
 
 CREATE FUNCTION public.backfills_keep_deleted_bounds() RETURNS trigger
     LANGUAGE plpgsql
@@ -790,6 +839,8 @@ CREATE INDEX webhook_deliveries_by_event ON public.webhook_deliveries USING btre
 CREATE INDEX webhook_deliveries_due_by_webhook ON public.webhook_deliveries USING btree (webhook_id, next_attempt_at) WHERE (state = 'pending'::text);
 
 CREATE INDEX webhooks_deleted ON public.webhooks USING btree (id) WHERE (deleted_at IS NOT NULL);
+
+CREATE TRIGGER backfills_clocks BEFORE UPDATE ON public.backfills FOR EACH ROW WHEN (((new.num_running > old.num_running) OR (old.state IS DISTINCT FROM new.state) OR (old.max_active_runs IS DISTINCT FROM new.max_active_runs) OR (old.pool IS DISTINCT FROM new.pool) OR ((old.num_queued = 0) AND (new.num_queued > 0)) OR ((old.num_running >= old.max_active_runs) AND (new.num_running < new.max_active_runs)))) EXECUTE FUNCTION public.backfill_clocks();
 
 CREATE CONSTRAINT TRIGGER backfills_events_on_insert AFTER INSERT ON public.backfills DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.backfill_events_write();
 
