@@ -131,7 +131,7 @@ func testCLICommands(t *testing.T, bin string) {
 	var list client.BackfillCollection
 	require.NoError(t, json.Unmarshal([]byte(okCLI(t, bin, e, "backfills", "list", "--active", "-o", "json")), &list))
 	require.EqualValues(t, 1, list.TotalEntries)
-	require.Regexp(t, `(?m)^`+id+`\s+cli_dag\s+running\s+2024-01-01T00:00:00Z\s+2024-01-05T00:00:00Z\s+0/5\s`, okCLI(t, bin, e, "backfills", "list"))
+	require.Regexp(t, `(?m)^`+id+`\s+cli_dag\s+running\s+0\s+2024-01-01T00:00:00Z\s+2024-01-05T00:00:00Z\s+0/5\s`, okCLI(t, bin, e, "backfills", "list"))
 	require.Contains(t, okCLI(t, bin, e, "backfills", "list", "--active=false"), "ID  ")
 	// Newest first by default: a second DAG's backfill is listed above the first one.
 	okCLI(t, bin, e, "dags", "put", "cli_dag2", "--schedule", "@daily")
