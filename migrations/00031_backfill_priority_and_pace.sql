@@ -69,14 +69,14 @@ CREATE TRIGGER backfills_clocks BEFORE UPDATE ON backfills
 -- its pace last restarted (at most the last 5 minutes; the newest 500 successes, so a read
 -- costs at most 500 entries of dag_runs_successes_by_end, 00030). A DAG has one active
 -- backfill and the window starts after b's creation, so the DAG's successes in the window are
--- b's, manual runs aside (filtered out by backfill_id). 0 when nothing is left; null while b
--- is not running, and until 2 successes give a pace.
+-- b's, manual runs aside (filtered out by backfill_id). Null while b is not running (a
+-- finished backfill has no ETA), 0 when nothing is left, null until 2 successes give a pace.
 -- +goose StatementBegin
 CREATE FUNCTION backfill_eta_seconds(b backfills) RETURNS double precision
 LANGUAGE sql STABLE AS $$
     SELECT CASE
-        WHEN b.num_queued + b.num_running = 0 THEN 0::double precision
         WHEN b.state <> 'running' THEN NULL
+        WHEN b.num_queued + b.num_running = 0 THEN 0::double precision
         ELSE (
             SELECT CASE WHEN w.n >= 2 AND w.span > 0 THEN
                 round(((b.num_queued + b.num_running) * w.span / w.n)::numeric, 1)::double precision

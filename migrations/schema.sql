@@ -127,8 +127,8 @@ CREATE FUNCTION public.backfill_eta_seconds(b public.backfills) RETURNS double p
     LANGUAGE sql STABLE
     AS $$
     SELECT CASE
-        WHEN b.num_queued + b.num_running = 0 THEN 0::double precision
         WHEN b.state <> 'running' THEN NULL
+        WHEN b.num_queued + b.num_running = 0 THEN 0::double precision
         ELSE (
             SELECT CASE WHEN w.n >= 2 AND w.span > 0 THEN
                 round(((b.num_queued + b.num_running) * w.span / w.n)::numeric, 1)::double precision
