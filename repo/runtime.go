@@ -26,16 +26,6 @@ type attempt struct {
 	rt pgrun.Attempt
 }
 
-// inSerializableTx runs fn in a SERIALIZABLE transaction, run again from a fresh BEGIN after a
-// serialization failure or a deadlock (pgrun.DB.Tx). fn must only do database work. No method
-// needs one today (a creation runs its attempts through withRetry and runTx); it stays as the
-// one way to ask for one.
-//
-//lint:ignore U1000 the Store's helper for a SERIALIZABLE transaction, kept for the next caller
-func (s *Store) inSerializableTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
-	return s.inTxWithRetry(ctx, sql.LevelSerializable, fn)
-}
-
 // inTx runs fn in a READ COMMITTED transaction, with the same retry rule: row-lock paths can
 // still meet a deadlock (40P01) that the database resolves by aborting one side.
 func (s *Store) inTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
