@@ -72,9 +72,25 @@ func IsStatementTimeout(err error) bool {
 }
 
 // isLockNotAvailable reports 55P03: lock_timeout ran out (or a NOWAIT found the row held).
+// It also takes PostgreSQL's other report of a lock_timeout, a cancel "due to user request":
+// when the timeout fires as the lock is granted and the same statement then waits for another
+// lock (an UPDATE of many rows following a chain of lockers), the new wait re-arms the timeout
+// and clears its indicator, so the cancel already pending is reported as the user's (proc.c,
+// ProcSleep). This runtime sends a cancel request only when its caller's context ends, which
+// Do looks at first; a 57014 under a live context is that lock wait (CI saw a creation racing
+// a DAG's delete answered 503 timeout with no statement_timeout set anywhere).
 func isLockNotAvailable(err error) bool {
-	return pq.As(err, pqerror.LockNotAvailable) != nil
+	if pq.As(err, pqerror.LockNotAvailable) != nil {
+		return true
+	}
+	canceled := pq.As(err, pqerror.QueryCanceled)
+	return canceled != nil && canceled.Message == cancelByUserMessage
 }
+
+// cancelByUserMessage is PostgreSQL's message for a cancel that no timeout claims, in English
+// (lc_messages' default); under another language the cancel is answered as a statement
+// timeout, a 503 that changed nothing as well.
+const cancelByUserMessage = "canceling statement due to user request"
 
 // IsReadOnly reports whether the session's host accepts no writes: a hot standby, or a
 // primary set read-only.

@@ -1,10 +1,17 @@
 package pgrun
 
 import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/backfillsvc/backfill/internal/testkit/pgtest"
+	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 )
 
@@ -27,4 +34,33 @@ func TestLockBudgetSharesLockWait(t *testing.T) {
 	require.False(t, ok, "under the floor: answered, not tried again")
 	_, ok = lockBudget{deadline: time.Now().Add(-time.Second)}.next()
 	require.False(t, ok, "past the deadline")
+}
+
+// PostgreSQL reports a lock_timeout that fired as its lock was granted, followed by another
+// wait in the same statement, as a cancel "due to user request": under a live context that is
+// a lock wait, sent again with what is left of LOCK_WAIT and answered ErrLockWait, never a
+// statement timeout. A statement timeout stays one.
+func TestACancelNoTimeoutClaimsIsALockWait(t *testing.T) {
+	t.Parallel()
+	db, _ := pgtest.Open(t)
+	s := New(db, Config{LockWait: 100 * time.Millisecond})
+	byUser := &pq.Error{Code: "57014", Message: "canceling statement due to user request"}
+	var attempts int
+	err := s.Tx(context.Background(), sql.LevelReadCommitted, func(tx *sqlx.Tx) error {
+		attempts++
+		return fmt.Errorf("update runs: %w", byUser)
+	})
+	require.ErrorIs(t, err, ErrLockWait)
+	require.False(t, IsStatementTimeout(err) && !errors.Is(err, ErrLockWait))
+	require.Greater(t, attempts, 1, "sent again with what is left of LOCK_WAIT")
+
+	attempts = 0
+	timeout := &pq.Error{Code: "57014", Message: "canceling statement due to statement timeout"}
+	err = s.Tx(context.Background(), sql.LevelReadCommitted, func(tx *sqlx.Tx) error {
+		attempts++
+		return fmt.Errorf("update runs: %w", timeout)
+	})
+	require.ErrorIs(t, err, ErrStatementTimeout)
+	require.NotErrorIs(t, err, ErrLockWait)
+	require.Equal(t, 1, attempts)
 }
