@@ -3,9 +3,11 @@
 // fallback so that a lost notification delays an event but never loses it (every
 // PollInterval, and every FallbackPollInterval while streams are open and no LISTEN session
 // is proven to deliver, as behind a transaction pooler: probe.go), and fans new events and
-// progress changes out to the replica's Server-Sent Events streams of backfills, so that
-// their streams cost one LISTEN connection, one outbox read per wake-up and one progress
-// query per tick, however many backfills they follow. Notifiers send the replica's NOTIFYs
+// progress changes out to the replica's streams, so that they cost one LISTEN connection, one
+// outbox read per wake-up and one progress query per tick, however many backfills they
+// follow. A Stream (stream.go) is one client's: its replay of stored events, then what the hub
+// hands it, written to a Sink that frames them (handlers: Server-Sent Events). A Reader
+// (reader.go) reads the outbox in bounded steps for streams and JSON pages alike. Notifiers send the replica's NOTIFYs
 // (on Channel, and on ClaimableChannel), one small transaction at a time, so that the
 // writers never notify themselves; the ClaimWaker wakes the replica's waiting claims, on a
 // LISTEN session of its own.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/backfillsvc/backfill/api"
 	"github.com/backfillsvc/backfill/domain"
+	"github.com/backfillsvc/backfill/events"
 )
 
 // eventReadWait is how long a JSON read of events waits for committed events that an older
@@ -40,7 +41,7 @@ func eventsAfter(after *api.EventsAfter) int64 {
 }
 
 // ListEvents pages the outbox by id, or streams it for Accept: text/event-stream
-// (events_global.go).
+// (events_stream.go).
 func (s *Server) ListEvents(w http.ResponseWriter, r *http.Request, params api.ListEventsParams) {
 	after := eventsAfter(params.After)
 	if params.LastEventID != nil {
@@ -57,14 +58,14 @@ func (s *Server) ListEvents(w http.ResponseWriter, r *http.Request, params api.L
 
 // writeEventPage answers a JSON page of events (readEventPage): next_after is past the rows
 // the read looked at, which the filters may have skipped, so that asking again moves on.
-func (s *Server) writeEventPage(w http.ResponseWriter, r *http.Request, after int64, limit int, f eventFilter) {
+func (s *Server) writeEventPage(w http.ResponseWriter, r *http.Request, after int64, limit int, f events.Filter) {
 	read, err := s.readEventPage(r.Context(), after, limit, f)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	out := eventsOut(read.events, after)
-	out.NextAfter = max(out.NextAfter, read.next)
+	out := eventsOut(read.Events, after)
+	out.NextAfter = max(out.NextAfter, read.Next)
 	s.writeJSON(w, r, http.StatusOK, out)
 }
 
@@ -84,5 +85,14 @@ func (s *Server) GetBackfillEvents(w http.ResponseWriter, r *http.Request, id in
 		return
 	}
 	limit, _ := s.page(params.Limit, nil)
-	s.writeEventPage(w, r, after, limit, eventFilter{backfillID: &id})
+	s.writeEventPage(w, r, after, limit, events.Filter{BackfillID: &id})
+}
+
+func eventFilterOf(params api.ListEventsParams) events.Filter {
+	f := events.Filter{BackfillID: params.BackfillId, DagID: params.DagId}
+	if params.Type != nil {
+		t := domain.EventType(*params.Type)
+		f.Type = &t
+	}
+	return f
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/events"
 	"github.com/go-chi/chi/v5"
 )
 
@@ -32,16 +33,12 @@ func New(opts Options) (http.Handler, error) {
 		answers:           opts.Answers,
 
 		statementTimeout: opts.StatementTimeout,
-		eventScanRows:    opts.EventScanRows,
 		claimWaker:       opts.ClaimWaker,
 	}
 	if s.answers == nil {
 		s.answers = nopAnswers{}
 	}
-	if opts.OutboxScans <= 0 {
-		opts.OutboxScans = DefaultOutboxScans
-	}
-	s.outboxScans = make(chan struct{}, opts.OutboxScans)
+	s.outbox = events.NewReader(opts.Store, opts.EventScanRows, opts.OutboxScans)
 	if s.streamKeepAlive <= 0 {
 		s.streamKeepAlive = DefaultStreamKeepAlive
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/backfillsvc/backfill/api"
 	"github.com/backfillsvc/backfill/domain"
+	"github.com/backfillsvc/backfill/events"
 	"github.com/backfillsvc/backfill/repo"
 	"github.com/backfillsvc/backfill/tracing"
 )
@@ -130,11 +131,11 @@ type Server struct {
 
 	streams         EventStreams
 	streamKeepAlive time.Duration
-	// statementTimeout, outboxScans and eventScanRows: Options' StatementTimeout,
-	// OutboxScans (a semaphore) and EventScanRows.
+	// statementTimeout: Options' StatementTimeout.
 	statementTimeout time.Duration
-	outboxScans      chan struct{}
-	eventScanRows    int
+	// outbox reads the outbox for pages and streams, in bounded steps that take turns
+	// (Options' OutboxScans and EventScanRows).
+	outbox *events.Reader
 	// webhookAllowLocal: see Options.WebhookAllowLocal.
 	webhookAllowLocal bool
 	// tracer: see Options.Tracer.
