@@ -51,7 +51,9 @@ func (o *fakeOutbox) BackfillProgressMany(_ context.Context, ids []int64) ([]rep
 	return []repo.Backfill{{ID: 1, State: o.state, Progress: repo.Progress{Queued: 2}}}, time.Now(), nil
 }
 
-func (o *fakeOutbox) TerminalEventStored(context.Context, int64, int64) (bool, error) { return false, nil }
+func (o *fakeOutbox) TerminalEventStored(context.Context, int64, int64) (bool, error) {
+	return false, nil
+}
 
 // recordingSink records the frames a stream writes.
 type recordingSink struct {
