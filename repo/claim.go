@@ -280,6 +280,11 @@ var claimStatements, claimableStatements = func() (claim, claimable [claimOneDag
 //   - The claim's limit is a subquery in picked, so that no estimate depends on a parameter:
 //     otherwise a plan made for a known limit looks cheaper than the generic plan, and
 //     PostgreSQL re-plans the statement on every execution instead of reusing the prepared one.
+//   - A step reads the ranked ids through a subquery ordered by rank, so the planner knows
+//     its rows come in rank order and joins them to backfills lazily, stopping at the first
+//     it can lock. Joined to the ranked CTE directly, every step joined and sorted every
+//     claimable backfill again to find the next: a claim of two runs among 1,001 claimable
+//     backfills read 3,002 backfill rows instead of 1,003 (TestClaimPlanReadsOnlyClaimableOwners).
 //   - The picked runs are updated by primary key (= ANY of an array), whatever the planner
 //     thinks of the table's size.
 func claimStatement(scope claimScope) string {
@@ -322,15 +327,17 @@ func claimStatement(scope claimScope) string {
 		), backfill_owner (k, id, room, pool, pool_room) AS (
 			SELECT * FROM (
 				SELECT r.k, backfills.id, max_active_runs - num_running, pool, ` + snapshotPoolRoom + `
-				FROM backfill_rank r JOIN backfills ON backfills.id = r.id
+				FROM (SELECT id, k FROM backfill_rank ORDER BY k) r
+					JOIN backfills ON backfills.id = r.id
 				WHERE ` + backfillOwner + `
 				ORDER BY r.k LIMIT 1
 				FOR NO KEY UPDATE OF backfills SKIP LOCKED) head
 			UNION ALL
 			SELECT b.* FROM backfill_owner o CROSS JOIN LATERAL (
 				SELECT r.k, backfills.id, max_active_runs - num_running, pool, ` + snapshotPoolRoom + `
-				FROM backfill_rank r JOIN backfills ON backfills.id = r.id
-				WHERE ` + backfillOwner + ` AND r.k > o.k
+				FROM (SELECT id, k FROM backfill_rank WHERE k > o.k ORDER BY k) r
+					JOIN backfills ON backfills.id = r.id
+				WHERE ` + backfillOwner + `
 				ORDER BY r.k LIMIT 1
 				FOR NO KEY UPDATE OF backfills SKIP LOCKED) b
 		), backfill_pick AS (

@@ -120,6 +120,11 @@ func TestClaimPlanReadsOnlyClaimableOwners(t *testing.T) {
 		{"one DAG", claimOneDag, ``, `EXECUTE claim_probe('w2', 300, 2, 'd3001', 600)`, 2, 1, 2},
 		// With every DAG paused, the claim walks past 1,000 saturated backfills to the last one.
 		{"backfills", claimAnyDag, `UPDATE dags SET is_paused = true`, `EXECUTE claim_probe('w2', 300, 2, 600)`, 1, 0, 2},
+		// With all 1,001 backfills claimable, ranking reads each once and each of the two
+		// steps of the walk reads the one it locks, not every ranked backfill again (3,002
+		// rows when a step joined the ranked CTE directly).
+		{"many claimable backfills", claimAnyDag, `UPDATE dags SET is_paused = true; UPDATE backfills SET max_active_runs = 2`,
+			`EXECUTE claim_probe('w2', 300, 2, 600)`, 2, 0, 1001 + 2},
 	}
 	for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
 		for _, probe := range probes {
