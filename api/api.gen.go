@@ -119,6 +119,24 @@ func (e DagRunState) Valid() bool {
 	}
 }
 
+// Defines values for DependencyMapping.
+const (
+	DependencyMappingAll     DependencyMapping = "all"
+	DependencyMappingOverlap DependencyMapping = "overlap"
+)
+
+// Valid indicates whether the value is a known member of the DependencyMapping enum.
+func (e DependencyMapping) Valid() bool {
+	switch e {
+	case DependencyMappingAll:
+		return true
+	case DependencyMappingOverlap:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DryRunAction.
 const (
 	DryRunActionCreate    DryRunAction = "create"
@@ -255,7 +273,9 @@ const (
 	ProblemCodeBackfillNotFound       ProblemCode = "backfill_not_found"
 	ProblemCodeBackfillNotTerminal    ProblemCode = "backfill_not_terminal"
 	ProblemCodeBusy                   ProblemCode = "busy"
+	ProblemCodeDagHasDownstreams      ProblemCode = "dag_has_downstreams"
 	ProblemCodeDagNotFound            ProblemCode = "dag_not_found"
+	ProblemCodeDependencyCycle        ProblemCode = "dependency_cycle"
 	ProblemCodeIdempotencyKeyReused   ProblemCode = "idempotency_key_reused"
 	ProblemCodeInternal               ProblemCode = "internal"
 	ProblemCodeInvalidBackfill        ProblemCode = "invalid_backfill"
@@ -299,7 +319,11 @@ func (e ProblemCode) Valid() bool {
 		return true
 	case ProblemCodeBusy:
 		return true
+	case ProblemCodeDagHasDownstreams:
+		return true
 	case ProblemCodeDagNotFound:
+		return true
+	case ProblemCodeDependencyCycle:
 		return true
 	case ProblemCodeIdempotencyKeyReused:
 		return true
@@ -786,8 +810,14 @@ type Dag struct {
 	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
 	//
 	// Example: sales_daily
-	DagId       DagId   `json:"dag_id"`
-	Description *string `json:"description"`
+	DagId DagId `json:"dag_id"`
+
+	// DependsOnPast When true, each run waits for the DAG's previous slot in a backfill group.
+	DependsOnPast bool    `json:"depends_on_past"`
+	Description   *string `json:"description"`
+
+	// Downstreams The DAGs that name this one as an upstream, by dag_id.
+	Downstreams []DagId `json:"downstreams"`
 
 	// IsPaused When true, runs of this DAG outside backfills are not claimed.
 	IsPaused bool `json:"is_paused"`
@@ -805,6 +835,9 @@ type Dag struct {
 	// Example: UTC
 	Timezone  string    `json:"timezone"`
 	UpdatedAt time.Time `json:"updated_at"`
+
+	// Upstreams The DAGs this one depends on, in the order its definition gives them.
+	Upstreams []DagUpstream `json:"upstreams"`
 }
 
 // DagCollection defines model for DagCollection.
@@ -823,7 +856,9 @@ type DagId = string
 
 // DagPut defines model for DagPut.
 type DagPut struct {
-	Description *string `json:"description,omitempty"`
+	// DependsOnPast When true, in a backfill group each run of this DAG also waits for the DAG's previous slot in the group.
+	DependsOnPast *bool   `json:"depends_on_past,omitempty"`
+	Description   *string `json:"description,omitempty"`
 
 	// IsPaused When true, runs of this DAG outside backfills are not claimed. Backfills are paused on their own.
 	IsPaused *bool `json:"is_paused,omitempty"`
@@ -840,6 +875,9 @@ type DagPut struct {
 	//
 	// Example: Europe/Amsterdam
 	Timezone *string `json:"timezone,omitempty"`
+
+	// Upstreams The DAGs this one depends on, in the order given; none when left out (a PUT replaces them). In a backfill group each run waits for the runs of its upstreams that the mapping names. An upstream that does not exist is 422 `dag_not_found`; a DAG named twice is 422 `invalid_dag`; upstreams that would close a cycle are 422 `dependency_cycle` with the cycle in `cycle`.
+	Upstreams *[]DagUpstreamPut `json:"upstreams,omitempty"`
 }
 
 // DagRun defines model for DagRun.
@@ -940,6 +978,35 @@ type DagRunReportState string
 
 // DagRunState `queued` (waiting for a claim), `running` (claimed and leased to a worker), and the terminal `success`, `failed`, `canceled`.
 type DagRunState string
+
+// DagUpstream defines model for DagUpstream.
+type DagUpstream struct {
+	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
+	//
+	// Example: sales_daily
+	DagId    DagId `json:"dag_id"`
+	Lookback int32 `json:"lookback"`
+
+	// Mapping Which runs of the upstream a run waits for: `overlap`, those whose data interval overlaps its own (the same slot on one schedule, the day's 24 hours for an hourly → daily roll-up, the day around an hour for a daily → hourly fan-out); `all`, every run of the upstream in the group.
+	Mapping DependencyMapping `json:"mapping"`
+}
+
+// DagUpstreamPut defines model for DagUpstreamPut.
+type DagUpstreamPut struct {
+	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
+	//
+	// Example: sales_daily
+	DagId DagId `json:"dag_id"`
+
+	// Lookback Widens the run's data interval by this many of its own intervals into the past before it is matched to the upstream's runs (a 7-day rolling model: 6).
+	Lookback *int32 `json:"lookback,omitempty"`
+
+	// Mapping Which runs of the upstream a run waits for: `overlap`, those whose data interval overlaps its own (the same slot on one schedule, the day's 24 hours for an hourly → daily roll-up, the day around an hour for a daily → hourly fan-out); `all`, every run of the upstream in the group.
+	Mapping *DependencyMapping `json:"mapping,omitempty"`
+}
+
+// DependencyMapping Which runs of the upstream a run waits for: `overlap`, those whose data interval overlaps its own (the same slot on one schedule, the day's 24 hours for an hourly → daily roll-up, the day around an hour for a daily → hourly fan-out); `all`, every run of the upstream in the group.
+type DependencyMapping string
 
 // DryRunAction `create` a new run, `reprocess` the existing one, or `skip` the slot.
 type DryRunAction string
@@ -1107,8 +1174,16 @@ type Problem struct {
 	// CurrentPlanHash Present with `plan_changed`; the digest of the plan as it is now.
 	CurrentPlanHash *string `json:"current_plan_hash,omitempty"`
 
+	// Cycle Present with `dependency_cycle`: the cycle the upstreams would close, each DAG depending on the next, the first and last the DAG being defined.
+	//
+	// Example: ["orders","revenue","orders"]
+	Cycle *[]DagId `json:"cycle,omitempty"`
+
 	// Detail An explanation of this occurrence. Never internal error text.
 	Detail string `json:"detail"`
+
+	// Downstreams Present with `dag_has_downstreams`; the DAGs that name this one as an upstream.
+	Downstreams *[]DagId `json:"downstreams,omitempty"`
 
 	// Errors Present on 400; one entry per offending field.
 	Errors *[]FieldError `json:"errors,omitempty"`

@@ -124,6 +124,24 @@ func (e DagRunState) Valid() bool {
 	}
 }
 
+// Defines values for DependencyMapping.
+const (
+	DependencyMappingAll     DependencyMapping = "all"
+	DependencyMappingOverlap DependencyMapping = "overlap"
+)
+
+// Valid indicates whether the value is a known member of the DependencyMapping enum.
+func (e DependencyMapping) Valid() bool {
+	switch e {
+	case DependencyMappingAll:
+		return true
+	case DependencyMappingOverlap:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DryRunAction.
 const (
 	DryRunActionCreate    DryRunAction = "create"
@@ -260,7 +278,9 @@ const (
 	ProblemCodeBackfillNotFound       ProblemCode = "backfill_not_found"
 	ProblemCodeBackfillNotTerminal    ProblemCode = "backfill_not_terminal"
 	ProblemCodeBusy                   ProblemCode = "busy"
+	ProblemCodeDagHasDownstreams      ProblemCode = "dag_has_downstreams"
 	ProblemCodeDagNotFound            ProblemCode = "dag_not_found"
+	ProblemCodeDependencyCycle        ProblemCode = "dependency_cycle"
 	ProblemCodeIdempotencyKeyReused   ProblemCode = "idempotency_key_reused"
 	ProblemCodeInternal               ProblemCode = "internal"
 	ProblemCodeInvalidBackfill        ProblemCode = "invalid_backfill"
@@ -304,7 +324,11 @@ func (e ProblemCode) Valid() bool {
 		return true
 	case ProblemCodeBusy:
 		return true
+	case ProblemCodeDagHasDownstreams:
+		return true
 	case ProblemCodeDagNotFound:
+		return true
+	case ProblemCodeDependencyCycle:
 		return true
 	case ProblemCodeIdempotencyKeyReused:
 		return true
@@ -791,8 +815,14 @@ type Dag struct {
 	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
 	//
 	// Example: sales_daily
-	DagId       DagId   `json:"dag_id"`
-	Description *string `json:"description"`
+	DagId DagId `json:"dag_id"`
+
+	// DependsOnPast When true, each run waits for the DAG's previous slot in a backfill group.
+	DependsOnPast bool    `json:"depends_on_past"`
+	Description   *string `json:"description"`
+
+	// Downstreams The DAGs that name this one as an upstream, by dag_id.
+	Downstreams []DagId `json:"downstreams"`
 
 	// IsPaused When true, runs of this DAG outside backfills are not claimed.
 	IsPaused bool `json:"is_paused"`
@@ -810,6 +840,9 @@ type Dag struct {
 	// Example: UTC
 	Timezone  string    `json:"timezone"`
 	UpdatedAt time.Time `json:"updated_at"`
+
+	// Upstreams The DAGs this one depends on, in the order its definition gives them.
+	Upstreams []DagUpstream `json:"upstreams"`
 }
 
 // DagCollection defines model for DagCollection.
@@ -828,7 +861,9 @@ type DagId = string
 
 // DagPut defines model for DagPut.
 type DagPut struct {
-	Description *string `json:"description,omitempty"`
+	// DependsOnPast When true, in a backfill group each run of this DAG also waits for the DAG's previous slot in the group.
+	DependsOnPast *bool   `json:"depends_on_past,omitempty"`
+	Description   *string `json:"description,omitempty"`
 
 	// IsPaused When true, runs of this DAG outside backfills are not claimed. Backfills are paused on their own.
 	IsPaused *bool `json:"is_paused,omitempty"`
@@ -845,6 +880,9 @@ type DagPut struct {
 	//
 	// Example: Europe/Amsterdam
 	Timezone *string `json:"timezone,omitempty"`
+
+	// Upstreams The DAGs this one depends on, in the order given; none when left out (a PUT replaces them). In a backfill group each run waits for the runs of its upstreams that the mapping names. An upstream that does not exist is 422 `dag_not_found`; a DAG named twice is 422 `invalid_dag`; upstreams that would close a cycle are 422 `dependency_cycle` with the cycle in `cycle`.
+	Upstreams *[]DagUpstreamPut `json:"upstreams,omitempty"`
 }
 
 // DagRun defines model for DagRun.
@@ -945,6 +983,35 @@ type DagRunReportState string
 
 // DagRunState `queued` (waiting for a claim), `running` (claimed and leased to a worker), and the terminal `success`, `failed`, `canceled`.
 type DagRunState string
+
+// DagUpstream defines model for DagUpstream.
+type DagUpstream struct {
+	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
+	//
+	// Example: sales_daily
+	DagId    DagId `json:"dag_id"`
+	Lookback int32 `json:"lookback"`
+
+	// Mapping Which runs of the upstream a run waits for: `overlap`, those whose data interval overlaps its own (the same slot on one schedule, the day's 24 hours for an hourly → daily roll-up, the day around an hour for a daily → hourly fan-out); `all`, every run of the upstream in the group.
+	Mapping DependencyMapping `json:"mapping"`
+}
+
+// DagUpstreamPut defines model for DagUpstreamPut.
+type DagUpstreamPut struct {
+	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
+	//
+	// Example: sales_daily
+	DagId DagId `json:"dag_id"`
+
+	// Lookback Widens the run's data interval by this many of its own intervals into the past before it is matched to the upstream's runs (a 7-day rolling model: 6).
+	Lookback *int32 `json:"lookback,omitempty"`
+
+	// Mapping Which runs of the upstream a run waits for: `overlap`, those whose data interval overlaps its own (the same slot on one schedule, the day's 24 hours for an hourly → daily roll-up, the day around an hour for a daily → hourly fan-out); `all`, every run of the upstream in the group.
+	Mapping *DependencyMapping `json:"mapping,omitempty"`
+}
+
+// DependencyMapping Which runs of the upstream a run waits for: `overlap`, those whose data interval overlaps its own (the same slot on one schedule, the day's 24 hours for an hourly → daily roll-up, the day around an hour for a daily → hourly fan-out); `all`, every run of the upstream in the group.
+type DependencyMapping string
 
 // DryRunAction `create` a new run, `reprocess` the existing one, or `skip` the slot.
 type DryRunAction string
@@ -1112,8 +1179,16 @@ type Problem struct {
 	// CurrentPlanHash Present with `plan_changed`; the digest of the plan as it is now.
 	CurrentPlanHash *string `json:"current_plan_hash,omitempty"`
 
+	// Cycle Present with `dependency_cycle`: the cycle the upstreams would close, each DAG depending on the next, the first and last the DAG being defined.
+	//
+	// Example: ["orders","revenue","orders"]
+	Cycle *[]DagId `json:"cycle,omitempty"`
+
 	// Detail An explanation of this occurrence. Never internal error text.
 	Detail string `json:"detail"`
+
+	// Downstreams Present with `dag_has_downstreams`; the DAGs that name this one as an upstream.
+	Downstreams *[]DagId `json:"downstreams,omitempty"`
 
 	// Errors Present on 400; one entry per offending field.
 	Errors *[]FieldError `json:"errors,omitempty"`
@@ -2062,7 +2137,8 @@ type ClientInterface interface {
 	// Removes the DAG with its runs and its backfills' history (slots and idempotency keys
 	// included). Answers 204. It is 409 `backfill_already_running` (with
 	// `active_backfill_id`) while the DAG has an active backfill, and 409 `runs_in_flight`
-	// while one of its runs outside backfills is `queued` or `running`. A backfill or a
+	// while one of its runs outside backfills is `queued` or `running`, and 409
+	// `dag_has_downstreams` (with `downstreams`) while other DAGs name it as an upstream. A backfill or a
 	// manual run created concurrently either commits first (and the delete answers 409) or
 	// finds the DAG gone (404 `dag_not_found`); it never survives the DAG.
 	//
@@ -2092,6 +2168,12 @@ type ClientInterface interface {
 	//
 	// A schedule or timezone that cannot be understood is 422 `invalid_dag`.
 	//
+	// `upstreams` and `depends_on_past` declare how the DAG's runs wait for other runs in a
+	// backfill group. An upstream that does not exist is 422 `dag_not_found`; upstreams that
+	// would close a cycle are 422 `dependency_cycle`, naming it in `cycle`. Definitions
+	// that would close a cycle together, concurrently, are taken one after the other: the
+	// second is refused.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /api/v1/dags/{dag_id} (the `PutDag` operationId).
@@ -2112,6 +2194,12 @@ type ClientInterface interface {
 	// occurrence.
 	//
 	// A schedule or timezone that cannot be understood is 422 `invalid_dag`.
+	//
+	// `upstreams` and `depends_on_past` declare how the DAG's runs wait for other runs in a
+	// backfill group. An upstream that does not exist is 422 `dag_not_found`; upstreams that
+	// would close a cycle are 422 `dependency_cycle`, naming it in `cycle`. Definitions
+	// that would close a cycle together, concurrently, are taken one after the other: the
+	// second is refused.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3298,7 +3386,8 @@ func (c *RawClient) ListDags(ctx context.Context, params *ListDagsParams, reqEdi
 // Removes the DAG with its runs and its backfills' history (slots and idempotency keys
 // included). Answers 204. It is 409 `backfill_already_running` (with
 // `active_backfill_id`) while the DAG has an active backfill, and 409 `runs_in_flight`
-// while one of its runs outside backfills is `queued` or `running`. A backfill or a
+// while one of its runs outside backfills is `queued` or `running`, and 409
+// `dag_has_downstreams` (with `downstreams`) while other DAGs name it as an upstream. A backfill or a
 // manual run created concurrently either commits first (and the delete answers 409) or
 // finds the DAG gone (404 `dag_not_found`); it never survives the DAG.
 //
@@ -3348,6 +3437,12 @@ func (c *RawClient) GetDag(ctx context.Context, dagId DagIdPath, reqEditors ...R
 //
 // A schedule or timezone that cannot be understood is 422 `invalid_dag`.
 //
+// `upstreams` and `depends_on_past` declare how the DAG's runs wait for other runs in a
+// backfill group. An upstream that does not exist is 422 `dag_not_found`; upstreams that
+// would close a cycle are 422 `dependency_cycle`, naming it in `cycle`. Definitions
+// that would close a cycle together, concurrently, are taken one after the other: the
+// second is refused.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PUT /api/v1/dags/{dag_id} (the `PutDag` operationId).
@@ -3378,6 +3473,12 @@ func (c *RawClient) PutDagWithBody(ctx context.Context, dagId DagIdPath, content
 // occurrence.
 //
 // A schedule or timezone that cannot be understood is 422 `invalid_dag`.
+//
+// `upstreams` and `depends_on_past` declare how the DAG's runs wait for other runs in a
+// backfill group. An upstream that does not exist is 422 `dag_not_found`; upstreams that
+// would close a cycle are 422 `dependency_cycle`, naming it in `cycle`. Definitions
+// that would close a cycle together, concurrently, are taken one after the other: the
+// second is refused.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -6967,7 +7068,8 @@ type ClientWithResponsesInterface interface {
 	// Removes the DAG with its runs and its backfills' history (slots and idempotency keys
 	// included). Answers 204. It is 409 `backfill_already_running` (with
 	// `active_backfill_id`) while the DAG has an active backfill, and 409 `runs_in_flight`
-	// while one of its runs outside backfills is `queued` or `running`. A backfill or a
+	// while one of its runs outside backfills is `queued` or `running`, and 409
+	// `dag_has_downstreams` (with `downstreams`) while other DAGs name it as an upstream. A backfill or a
 	// manual run created concurrently either commits first (and the delete answers 409) or
 	// finds the DAG gone (404 `dag_not_found`); it never survives the DAG.
 	//
@@ -7001,6 +7103,12 @@ type ClientWithResponsesInterface interface {
 	//
 	// A schedule or timezone that cannot be understood is 422 `invalid_dag`.
 	//
+	// `upstreams` and `depends_on_past` declare how the DAG's runs wait for other runs in a
+	// backfill group. An upstream that does not exist is 422 `dag_not_found`; upstreams that
+	// would close a cycle are 422 `dependency_cycle`, naming it in `cycle`. Definitions
+	// that would close a cycle together, concurrently, are taken one after the other: the
+	// second is refused.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /api/v1/dags/{dag_id} (the `PutDag` operationId).
@@ -7021,6 +7129,12 @@ type ClientWithResponsesInterface interface {
 	// occurrence.
 	//
 	// A schedule or timezone that cannot be understood is 422 `invalid_dag`.
+	//
+	// `upstreams` and `depends_on_past` declare how the DAG's runs wait for other runs in a
+	// backfill group. An upstream that does not exist is 422 `dag_not_found`; upstreams that
+	// would close a cycle are 422 `dependency_cycle`, naming it in `cycle`. Definitions
+	// that would close a cycle together, concurrently, are taken one after the other: the
+	// second is refused.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11737,7 +11851,8 @@ func (c *ClientWithResponses) ListDagsWithResponse(ctx context.Context, params *
 // Removes the DAG with its runs and its backfills' history (slots and idempotency keys
 // included). Answers 204. It is 409 `backfill_already_running` (with
 // `active_backfill_id`) while the DAG has an active backfill, and 409 `runs_in_flight`
-// while one of its runs outside backfills is `queued` or `running`. A backfill or a
+// while one of its runs outside backfills is `queued` or `running`, and 409
+// `dag_has_downstreams` (with `downstreams`) while other DAGs name it as an upstream. A backfill or a
 // manual run created concurrently either commits first (and the delete answers 409) or
 // finds the DAG gone (404 `dag_not_found`); it never survives the DAG.
 //
@@ -11783,6 +11898,12 @@ func (c *ClientWithResponses) GetDagWithResponse(ctx context.Context, dagId DagI
 //
 // A schedule or timezone that cannot be understood is 422 `invalid_dag`.
 //
+// `upstreams` and `depends_on_past` declare how the DAG's runs wait for other runs in a
+// backfill group. An upstream that does not exist is 422 `dag_not_found`; upstreams that
+// would close a cycle are 422 `dependency_cycle`, naming it in `cycle`. Definitions
+// that would close a cycle together, concurrently, are taken one after the other: the
+// second is refused.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /api/v1/dags/{dag_id} (the `PutDag` operationId).
@@ -11809,6 +11930,12 @@ func (c *ClientWithResponses) PutDagWithBodyWithResponse(ctx context.Context, da
 // occurrence.
 //
 // A schedule or timezone that cannot be understood is 422 `invalid_dag`.
+//
+// `upstreams` and `depends_on_past` declare how the DAG's runs wait for other runs in a
+// backfill group. An upstream that does not exist is 422 `dag_not_found`; upstreams that
+// would close a cycle are 422 `dependency_cycle`, naming it in `cycle`. Definitions
+// that would close a cycle together, concurrently, are taken one after the other: the
+// second is refused.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

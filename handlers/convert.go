@@ -48,7 +48,26 @@ func dagOut(d repo.Dag) api.Dag {
 		Description:   d.Description,
 		CreatedAt:     utc(d.CreatedAt),
 		UpdatedAt:     utc(d.UpdatedAt),
+		Upstreams:     upstreamsOut(d.Upstreams),
+		Downstreams:   nonNil([]string(d.Downstreams)),
+		DependsOnPast: d.DependsOnPast,
 	}
+}
+
+func upstreamsOut(ups repo.Upstreams) []api.DagUpstream {
+	out := make([]api.DagUpstream, len(ups))
+	for i, u := range ups {
+		out[i] = api.DagUpstream{DagId: u.DagID, Mapping: api.DependencyMapping(u.Mapping), Lookback: int32(u.Lookback)}
+	}
+	return out
+}
+
+// nonNil answers an empty list for none: the spec's arrays are never null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
 
 func runOut(r repo.Run) api.DagRun {

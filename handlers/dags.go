@@ -5,6 +5,7 @@ import (
 	"net/url"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/repo"
 )
 
@@ -31,6 +32,13 @@ func (s *Server) PutDag(w http.ResponseWriter, r *http.Request, dagID string) {
 	}
 	if body.IsPaused != nil {
 		params.IsPaused = *body.IsPaused
+	}
+	params.DependsOnPast = s.defaults.dagDependsOnPast
+	if body.DependsOnPast != nil {
+		params.DependsOnPast = *body.DependsOnPast
+	}
+	if body.Upstreams != nil {
+		params.Upstreams = s.upstreamsIn(*body.Upstreams)
 	}
 	dag, created, err := s.store.DagPut(r.Context(), params)
 	if err != nil {
@@ -64,4 +72,19 @@ func (s *Server) ListDags(w http.ResponseWriter, r *http.Request, params api.Lis
 	}
 	dags, next := nextCursor(dags, pr, dagListing, "", func(d repo.Dag) string { return d.DagID })
 	s.writeJSON(w, r, http.StatusOK, api.DagCollection{Dags: convertAll(dags, dagOut), TotalEntries: int64(total), NextCursor: next})
+}
+
+// upstreamsIn is a DAG definition's upstreams with the spec's defaults filled in.
+func (s *Server) upstreamsIn(in []api.DagUpstreamPut) []domain.Upstream {
+	out := make([]domain.Upstream, len(in))
+	for i, u := range in {
+		out[i] = domain.Upstream{DagID: u.DagId, Mapping: s.defaults.upstreamMapping, Lookback: s.defaults.upstreamLookback}
+		if u.Mapping != nil {
+			out[i].Mapping = domain.DependencyMapping(*u.Mapping)
+		}
+		if u.Lookback != nil {
+			out[i].Lookback = int(*u.Lookback)
+		}
+	}
+	return out
 }

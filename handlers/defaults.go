@@ -25,6 +25,9 @@ type specDefaults struct {
 	dagTimezone           string
 	dagMaxActiveRuns      int
 	dagIsPaused           bool
+	dagDependsOnPast      bool
+	upstreamMapping       domain.DependencyMapping
+	upstreamLookback      int
 	claimLimit            int
 	leaseSeconds          int
 }
@@ -42,6 +45,9 @@ func loadDefaults(doc *openapi3.T) (specDefaults, error) {
 		dagTimezone:           r.str(r.prop("DagPut", "timezone")),
 		dagMaxActiveRuns:      r.int(r.prop("DagPut", "max_active_runs")),
 		dagIsPaused:           r.bool(r.prop("DagPut", "is_paused")),
+		dagDependsOnPast:      r.bool(r.prop("DagPut", "depends_on_past")),
+		upstreamMapping:       domain.DependencyMapping(r.str(r.prop("DagUpstreamPut", "mapping"))),
+		upstreamLookback:      r.int(r.prop("DagUpstreamPut", "lookback")),
 		claimLimit:            r.int(r.prop("ClaimRequest", "limit")),
 		leaseSeconds:          r.int(r.prop("ClaimRequest", "lease_seconds")),
 	}

@@ -90,6 +90,9 @@ var errorAnswers = []errorAnswer{
 	{err: repo.ErrLeaseLost, status: http.StatusConflict, code: "lease_lost",
 		detail: "the run is not running under a live lease of this worker"},
 	{err: domain.ErrInvalidDag, status: http.StatusUnprocessableEntity, code: "invalid_dag"},
+	{err: domain.ErrDependencyCycle, status: http.StatusUnprocessableEntity, code: "dependency_cycle", members: dependencyCycle},
+	{err: repo.ErrUnknownUpstream, status: http.StatusUnprocessableEntity, code: "dag_not_found"},
+	{err: repo.ErrDagHasDownstreams, status: http.StatusConflict, code: "dag_has_downstreams", members: dagHasDownstreams},
 	{err: domain.ErrInvalidBackfill, status: http.StatusUnprocessableEntity, code: "invalid_backfill"},
 	{err: repo.ErrNoRunsToCreate, status: http.StatusUnprocessableEntity, code: "no_runs_to_create"},
 	{err: domain.ErrTooManyRuns, status: http.StatusUnprocessableEntity, code: "too_many_runs", members: tooManyRuns},
@@ -181,6 +184,22 @@ func alreadyRunning(p *api.Problem, err error) {
 	var running *repo.BackfillAlreadyRunningError
 	if errors.As(err, &running) {
 		p.ActiveBackfillId = &running.ActiveBackfillID
+	}
+}
+
+// dependencyCycle gives the 422 of a definition that would close a cycle the cycle itself.
+func dependencyCycle(p *api.Problem, err error) {
+	var c *domain.DependencyCycleError
+	if errors.As(err, &c) {
+		p.Cycle = &c.Path
+	}
+}
+
+// dagHasDownstreams gives the 409 of a delete the DAGs that still depend on the DAG.
+func dagHasDownstreams(p *api.Problem, err error) {
+	var d *repo.DagHasDownstreamsError
+	if errors.As(err, &d) {
+		p.Downstreams = &d.Downstreams
 	}
 }
 

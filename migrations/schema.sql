@@ -627,6 +627,17 @@ ALTER TABLE public.backfills ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
+CREATE TABLE public.dag_dependencies (
+    dag_id text NOT NULL,
+    upstream_dag_id text NOT NULL,
+    "position" smallint NOT NULL,
+    mapping text NOT NULL,
+    lookback integer NOT NULL,
+    CONSTRAINT dag_dependencies_lookback_check CHECK (((lookback >= 0) AND (lookback <= 1000))),
+    CONSTRAINT dag_dependencies_mapping_check CHECK ((mapping = ANY (ARRAY['overlap'::text, 'all'::text]))),
+    CONSTRAINT dag_dependencies_not_self CHECK ((dag_id <> upstream_dag_id))
+);
+
 ALTER TABLE public.dag_runs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME public.dag_runs_id_seq
     START WITH 1
@@ -648,6 +659,7 @@ CREATE TABLE public.dags (
     num_manual_queued integer DEFAULT 0 NOT NULL,
     num_manual_running integer DEFAULT 0 NOT NULL,
     manual_claimable boolean GENERATED ALWAYS AS (((NOT is_paused) AND (num_manual_queued > 0) AND (num_manual_running < max_active_runs))) STORED NOT NULL,
+    depends_on_past boolean DEFAULT false NOT NULL,
     CONSTRAINT dags_dag_id_valid CHECK ((dag_id ~ '^[A-Za-z0-9_.-]{1,250}$'::text)),
     CONSTRAINT dags_manual_counts_not_negative CHECK ((LEAST(num_manual_queued, num_manual_running) >= 0)),
     CONSTRAINT dags_max_active_runs_valid CHECK (((max_active_runs >= 1) AND (max_active_runs <= 1000)))
@@ -758,6 +770,9 @@ ALTER TABLE ONLY public.backfill_dag_runs
 ALTER TABLE ONLY public.backfills
     ADD CONSTRAINT backfills_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY public.dag_dependencies
+    ADD CONSTRAINT dag_dependencies_pkey PRIMARY KEY (dag_id, upstream_dag_id);
+
 ALTER TABLE ONLY public.dag_runs
     ADD CONSTRAINT dag_runs_dag_id_logical_date_key UNIQUE (dag_id, logical_date);
 
@@ -811,6 +826,8 @@ CREATE INDEX backfills_by_pool ON public.backfills USING btree (pool) WHERE (poo
 CREATE INDEX backfills_claimable ON public.backfills USING btree (id) WHERE claimable;
 
 CREATE UNIQUE INDEX backfills_one_active_per_dag ON public.backfills USING btree (dag_id) WHERE (state = ANY (ARRAY['running'::text, 'paused'::text, 'canceling'::text]));
+
+CREATE INDEX dag_dependencies_by_upstream ON public.dag_dependencies USING btree (upstream_dag_id);
 
 CREATE INDEX dag_runs_by_backfill ON public.dag_runs USING btree (backfill_id) WHERE (backfill_id IS NOT NULL);
 
@@ -878,6 +895,12 @@ CREATE TRIGGER dag_runs_pool_counts_update AFTER UPDATE OF state, backfill_id ON
 
 ALTER TABLE ONLY public.backfills
     ADD CONSTRAINT backfills_dag_id_fkey FOREIGN KEY (dag_id) REFERENCES public.dags(dag_id);
+
+ALTER TABLE ONLY public.dag_dependencies
+    ADD CONSTRAINT dag_dependencies_dag_id_fkey FOREIGN KEY (dag_id) REFERENCES public.dags(dag_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.dag_dependencies
+    ADD CONSTRAINT dag_dependencies_upstream_dag_id_fkey FOREIGN KEY (upstream_dag_id) REFERENCES public.dags(dag_id);
 
 ALTER TABLE ONLY public.dag_runs
     ADD CONSTRAINT dag_runs_pool_fkey FOREIGN KEY (pool) REFERENCES public.pools(name) ON DELETE SET NULL;

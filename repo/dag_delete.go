@@ -7,16 +7,19 @@ import (
 	"github.com/jmoiron/sqlx"
 )
 
-// DagDelete removes a DAG with its runs and its backfills' history. It refuses while the DAG
-// has an active backfill (BackfillAlreadyRunningError) or a queued or running run outside
-// backfills (ErrRunsInFlight).
+// DagDelete removes a DAG with its runs, its backfills' history and its upstreams. It refuses
+// while the DAG has an active backfill (BackfillAlreadyRunningError), while other DAGs name it
+// as an upstream (DagHasDownstreamsError), or while a run outside backfills is queued or
+// running (ErrRunsInFlight).
 //
 // It runs at READ COMMITTED and first locks the DAG row FOR UPDATE. Every path that adds to
 // a DAG holds a lock that conflicts with that one until it commits: a manual run reads the
 // DAG FOR KEY SHARE, a backfill's insert checks its foreign key to the DAG (FOR KEY SHARE).
 // So a concurrent addition either committed before the lock was granted, and the checks
 // below (each statement a fresh snapshot) see it, or it waits for this transaction and then
-// finds no DAG (404, or a serialization failure that its retry turns into 404).
+// finds no DAG (404, or a serialization failure that its retry turns into 404). A definition
+// that names the DAG as an upstream locks it FOR KEY SHARE too (replaceUpstreams): it either
+// committed first, and the delete answers 409, or finds the DAG gone.
 func (s *Store) DagDelete(ctx context.Context, dagID string) error {
 	defer s.eventsMayBeWritten()
 	return s.inTx(ctx, func(tx *sqlx.Tx) error {
@@ -29,8 +32,15 @@ func (s *Store) DagDelete(ctx context.Context, dagID string) error {
 			}
 			return &BackfillAlreadyRunningError{ActiveBackfillID: id}
 		}
+		downs, err := dagDownstreams(ctx, tx, dagID)
+		if err != nil {
+			return err
+		}
+		if len(downs) > 0 {
+			return &DagHasDownstreamsError{Downstreams: downs}
+		}
 		var inFlight bool
-		err := sqlx.GetContext(ctx, tx, &inFlight, `
+		err = sqlx.GetContext(ctx, tx, &inFlight, `
 			SELECT EXISTS (SELECT 1 FROM dag_runs
 				WHERE dag_id = $1 AND backfill_id IS NULL AND state IN ('queued', 'running'))`, dagID)
 		if err != nil {

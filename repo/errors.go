@@ -3,6 +3,7 @@ package repo
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/backfillsvc/backfill/pgrun"
 	"github.com/lib/pq"
@@ -36,6 +37,12 @@ var (
 	ErrUnknownPool = errors.New("unknown pool")
 	// ErrPoolInUse: an active backfill or an unfinished run names the pool.
 	ErrPoolInUse = errors.New("pool in use")
+
+	// ErrUnknownUpstream: a DAG named an upstream that does not exist (422 dag_not_found).
+	ErrUnknownUpstream = errors.New("unknown upstream")
+	// ErrDagHasDownstreams: a DAG that others name as an upstream cannot be deleted
+	// (DagHasDownstreamsError names them).
+	ErrDagHasDownstreams = errors.New("dag has downstreams")
 
 	ErrWebhookNotFound = errors.New("webhook not found")
 	ErrInvalidWebhook  = errors.New("invalid webhook")
@@ -96,3 +103,12 @@ func uniqueViolation(err error) string {
 	}
 	return ""
 }
+
+// DagHasDownstreamsError names the DAGs that depend on a DAG that was to be deleted.
+type DagHasDownstreamsError struct{ Downstreams []string }
+
+func (e *DagHasDownstreamsError) Error() string {
+	return fmt.Sprintf("DAGs %s name this DAG as an upstream: change their upstreams first", strings.Join(e.Downstreams, ", "))
+}
+
+func (e *DagHasDownstreamsError) Is(target error) bool { return target == ErrDagHasDownstreams }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/backfillsvc/backfill/domain"
+	"github.com/lib/pq"
 )
 
 // Dag is a schedule that runs are made for.
@@ -18,10 +19,14 @@ type Dag struct {
 	Description   *string   `db:"description"`
 	CreatedAt     time.Time `db:"created_at"`
 	UpdatedAt     time.Time `db:"updated_at"`
+	DependsOnPast bool      `db:"depends_on_past"`
+	// Upstreams and Downstreams are read by the API's reads (dagAPIColumns) only.
+	Upstreams   Upstreams      `db:"upstreams"`
+	Downstreams pq.StringArray `db:"downstreams"`
 }
 
-// dagColumns selects a Dag; keep it in step with the struct.
-const dagColumns = `dag_id, schedule, timezone, max_active_runs, is_paused, description, created_at, updated_at`
+// dagColumns selects a Dag without its dependencies; keep it in step with the struct.
+const dagColumns = `dag_id, schedule, timezone, max_active_runs, is_paused, description, created_at, updated_at, depends_on_past`
 
 // Run is one execution of a DAG for one logical date.
 type Run struct {

@@ -97,7 +97,7 @@ func testCLICommands(t *testing.T, bin string) {
 
 	out := okCLI(t, bin, e, "dags", "put", "cli_dag", "--schedule", "@daily", "--timezone", "UTC", "--description", "from the CLI")
 	require.Regexp(t, `(?m)^DAG_ID\s+SCHEDULE\s+TIMEZONE`, out)
-	require.Regexp(t, `(?m)^cli_dag\s+@daily\s+UTC\s+16\s+false\s+from the CLI$`, out)
+	require.Regexp(t, `(?m)^cli_dag\s+@daily\s+UTC\s+16\s+false\s+-\s+from the CLI$`, out)
 	var dag client.Dag
 	require.NoError(t, json.Unmarshal([]byte(okCLI(t, bin, e, "-o", "json", "dags", "get", "cli_dag")), &dag))
 	require.Equal(t, "@daily", dag.Schedule)

@@ -7,11 +7,15 @@ Usage:
 
 DAGs:
   dags put DAG_ID --schedule CRON [--timezone TZ] [--max-active-runs N] [--paused] [--description TEXT]
+               [--upstream DAG_ID[:overlap|all[:LOOKBACK]]]... [--depends-on-past]
+        Creates or replaces the DAG whole: --upstream (repeated) names the DAGs it depends on in
+        a backfill group (overlap: the upstream runs whose data interval overlaps; all: every
+        one; LOOKBACK widens the interval by that many of its own into the past).
   dags get DAG_ID
   dags list [--limit N] [--offset N]
   dags delete DAG_ID
         Removes the DAG with its runs and backfill history (refused while it has an active
-        backfill or a queued or running run).
+        backfill or a queued or running run, or while other DAGs name it as an upstream).
   dags import --airflow URL [--dag-id ID]... [--airflow-token T | --airflow-user U --airflow-password P]
         Creates or updates DAGs from Airflow 3's (cron schedule, timezone, max_active_runs); others are skipped.
 

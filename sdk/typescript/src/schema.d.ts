@@ -54,6 +54,12 @@ export interface paths {
          *     occurrence.
          *
          *     A schedule or timezone that cannot be understood is 422 `invalid_dag`.
+         *
+         *     `upstreams` and `depends_on_past` declare how the DAG's runs wait for other runs in a
+         *     backfill group. An upstream that does not exist is 422 `dag_not_found`; upstreams that
+         *     would close a cycle are 422 `dependency_cycle`, naming it in `cycle`. Definitions
+         *     that would close a cycle together, concurrently, are taken one after the other: the
+         *     second is refused.
          */
         put: operations["putDag"];
         post?: never;
@@ -62,7 +68,8 @@ export interface paths {
          * @description Removes the DAG with its runs and its backfills' history (slots and idempotency keys
          *     included). Answers 204. It is 409 `backfill_already_running` (with
          *     `active_backfill_id`) while the DAG has an active backfill, and 409 `runs_in_flight`
-         *     while one of its runs outside backfills is `queued` or `running`. A backfill or a
+         *     while one of its runs outside backfills is `queued` or `running`, and 409
+         *     `dag_has_downstreams` (with `downstreams`) while other DAGs name it as an upstream. A backfill or a
          *     manual run created concurrently either commits first (and the delete answers 409) or
          *     finds the DAG gone (404 `dag_not_found`); it never survives the DAG.
          */
@@ -1132,7 +1139,7 @@ export interface components {
          * @description The stable, machine-readable error code. `not_found` and `method_not_allowed` answer requests to a path no route serves, or with a method the route does not serve.
          * @enum {string}
          */
-        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "plan_changed" | "backfill_not_terminal" | "runs_in_flight" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "invalid_code_ref" | "invalid_logical_dates" | "invalid_priority" | "webhook_not_found" | "invalid_webhook" | "pool_not_found" | "pool_in_use" | "invalid_deferral" | "busy" | "timeout" | "unavailable" | "outcome_unknown" | "internal" | "not_found" | "method_not_allowed";
+        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "dependency_cycle" | "dag_has_downstreams" | "plan_changed" | "backfill_not_terminal" | "runs_in_flight" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "invalid_code_ref" | "invalid_logical_dates" | "invalid_priority" | "webhook_not_found" | "invalid_webhook" | "pool_not_found" | "pool_in_use" | "invalid_deferral" | "busy" | "timeout" | "unavailable" | "outcome_unknown" | "internal" | "not_found" | "method_not_allowed";
         Dag: {
             dag_id: components["schemas"]["DagId"];
             /**
@@ -1157,6 +1164,12 @@ export interface components {
             created_at: string;
             /** Format: date-time */
             updated_at: string;
+            /** @description The DAGs this one depends on, in the order its definition gives them. */
+            upstreams: components["schemas"]["DagUpstream"][];
+            /** @description The DAGs that name this one as an upstream, by dag_id. */
+            downstreams: components["schemas"]["DagId"][];
+            /** @description When true, each run waits for the DAG's previous slot in a backfill group. */
+            depends_on_past: boolean;
         };
         DagPut: {
             /**
@@ -1182,7 +1195,39 @@ export interface components {
              */
             is_paused?: boolean;
             description?: string | null;
+            /**
+             * @description The DAGs this one depends on, in the order given; none when left out (a PUT replaces them). In a backfill group each run waits for the runs of its upstreams that the mapping names. An upstream that does not exist is 422 `dag_not_found`; a DAG named twice is 422 `invalid_dag`; upstreams that would close a cycle are 422 `dependency_cycle` with the cycle in `cycle`.
+             * @default []
+             */
+            upstreams?: components["schemas"]["DagUpstreamPut"][];
+            /**
+             * @description When true, in a backfill group each run of this DAG also waits for the DAG's previous slot in the group.
+             * @default false
+             */
+            depends_on_past?: boolean;
         };
+        DagUpstreamPut: {
+            dag_id: components["schemas"]["DagId"];
+            mapping?: components["schemas"]["DependencyMapping"];
+            /**
+             * Format: int32
+             * @description Widens the run's data interval by this many of its own intervals into the past before it is matched to the upstream's runs (a 7-day rolling model: 6).
+             * @default 0
+             */
+            lookback?: number;
+        };
+        DagUpstream: {
+            dag_id: components["schemas"]["DagId"];
+            mapping: components["schemas"]["DependencyMapping"];
+            /** Format: int32 */
+            lookback: number;
+        };
+        /**
+         * @description Which runs of the upstream a run waits for: `overlap`, those whose data interval overlaps its own (the same slot on one schedule, the day's 24 hours for an hourly → daily roll-up, the day around an hour for a daily → hourly fan-out); `all`, every run of the upstream in the group.
+         * @default overlap
+         * @enum {string}
+         */
+        DependencyMapping: "overlap" | "all";
         DagCollection: {
             dags: components["schemas"]["Dag"][];
             /** Format: int64 */
@@ -1733,6 +1778,17 @@ export interface components {
              *     ]
              */
             logical_dates?: string[];
+            /**
+             * @description Present with `dependency_cycle`: the cycle the upstreams would close, each DAG depending on the next, the first and last the DAG being defined.
+             * @example [
+             *       "orders",
+             *       "revenue",
+             *       "orders"
+             *     ]
+             */
+            cycle?: components["schemas"]["DagId"][];
+            /** @description Present with `dag_has_downstreams`; the DAGs that name this one as an upstream. */
+            downstreams?: components["schemas"]["DagId"][];
         };
         /**
          * @description The type of a lifecycle event.
