@@ -16,7 +16,8 @@ import (
 // TestAirflowDagsImportTakesCronDAGsAndSkipsOthers: `dags import` pages through Airflow's
 // DAGs (past the first page of 100), creates or updates the service's DAG of each cron or
 // preset timetable with its timezone and max_active_runs, and reports and skips a DAG
-// scheduled on assets or with no schedule. A user's password buys its token.
+// scheduled on assets or with no schedule. A user's password buys its token. An update keeps
+// the service's own dependencies of the DAG, which Airflow does not know.
 func TestAirflowDagsImportTakesCronDAGsAndSkipsOthers(t *testing.T) {
 	t.Parallel()
 	bin := buildCLI(t)
@@ -32,7 +33,9 @@ func TestAirflowDagsImportTakesCronDAGsAndSkipsOthers(t *testing.T) {
 		f.AddDAG(airflowfake.DAG{DagID: fmt.Sprintf("af_once_%03d", i), TimetableSummary: str("@once"), Timezone: "UTC"})
 	}
 	f.AddDAG(airflowfake.DAG{DagID: "af_second_page", TimetableSummary: str("30 * * * *"), Timezone: "Europe/Amsterdam", MaxActiveRuns: 2})
-	e.PutDag("af_cron", "@hourly", "")
+	e.PutDag("af_upstream", "@hourly", "")
+	e.PutDagWith("af_cron", "@hourly", "depends_on_past", true,
+		"upstreams", []any{map[string]any{"dag_id": "af_upstream", "mapping": "all", "lookback": 2}})
 
 	r := runCLI(t, bin, e, "dags", "import", "--airflow", f.URL, "--airflow-user", "importer", "--airflow-password", "pw", "-o", "json")
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
@@ -62,6 +65,9 @@ func TestAirflowDagsImportTakesCronDAGsAndSkipsOthers(t *testing.T) {
 		require.Equal(t, want.tz, d.Timezone, want.id)
 		require.Equal(t, want.maxActive, d.MaxActiveRuns, want.id)
 	}
+	kept := call[api.Dag](e, http.StatusOK, http.MethodGet, "/api/v1/dags/af_cron", nil)
+	require.Equal(t, []api.DagUpstream{{DagId: "af_upstream", Mapping: api.DependencyMappingAll, Lookback: 2}}, kept.Upstreams)
+	require.True(t, kept.DependsOnPast)
 	for _, id := range []string{"af_asset", "af_none", "af_once_000"} {
 		require.Equal(t, http.StatusNotFound, e.Do(http.MethodGet, "/api/v1/dags/"+id, nil).Status, "%s was not imported", id)
 	}

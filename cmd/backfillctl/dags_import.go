@@ -73,6 +73,18 @@ func importDAG(ctx context.Context, c *cli, api *client.Client, af *airflowAPI, 
 		return nil
 	}
 	body := client.DagPut{Schedule: schedule}
+	// Airflow knows nothing of the service's dependencies between DAGs: an update keeps the
+	// DAG's upstreams and depends_on_past, which a PUT would otherwise replace with none.
+	switch cur, err := api.GetDag(ctx, id); {
+	case err == nil:
+		ups := make([]client.DagUpstreamPut, len(cur.Upstreams))
+		for i, u := range cur.Upstreams {
+			ups[i] = client.DagUpstreamPut{DagId: u.DagId, Mapping: &u.Mapping, Lookback: &u.Lookback}
+		}
+		body.Upstreams, body.DependsOnPast = &ups, &cur.DependsOnPast
+	case !client.IsCode(err, client.ProblemCodeDagNotFound):
+		return fmt.Errorf("read the service's DAG: %w", err)
+	}
 	if d.Timezone != nil && *d.Timezone != "" {
 		body.Timezone = d.Timezone
 	}
