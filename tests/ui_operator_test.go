@@ -146,6 +146,8 @@ func TestConsoleCreatesADag(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS("#dag-schedule"), "0 2 * * *"),
 		chromedp.SetValue(chromedp.CSS("#dag-max-active-runs"), "4"),
 		chromedp.SetValue(chromedp.CSS("#dag-description"), "Nightly sales"),
+		chromedp.SetValue(chromedp.CSS("#dag-upstreams"), "ui_dag_existing:all:2"),
+		chromedp.Click(chromedp.CSS("#dag-depends-on-past")),
 		chromedp.Click(chromedp.CSS("#dag-save")))
 	b.waitFor(t, `document.querySelector('#dags tr[data-dag="ui_dag_new"]') !== null`)
 	require.True(t, eval[bool](t, b, `document.querySelector("#error").hidden`))
@@ -156,7 +158,27 @@ func TestConsoleCreatesADag(t *testing.T) {
 	require.Equal(t, "0 2 * * *", dag.Schedule)
 	require.Equal(t, "Europe/Amsterdam", dag.Timezone)
 	require.EqualValues(t, 4, dag.MaxActiveRuns)
+	require.Equal(t, []api.DagUpstream{{DagId: "ui_dag_existing", Mapping: api.DependencyMappingAll, Lookback: 2}}, dag.Upstreams)
+	require.True(t, dag.DependsOnPast)
+	require.Equal(t, "ui_dag_existing:all:2 (and its past)", b.text(t, `#dags tr[data-dag="ui_dag_new"] td.upstreams`))
+	require.Equal(t, "ui_dag_new", b.text(t, `#dags tr[data-dag="ui_dag_existing"] td.downstreams`))
 	b.screenshot(t, "ui-dags")
+
+	// Replacing a DAG with the upstreams left empty (the saved form is drawn anew, empty) keeps
+	// them, and says so first.
+	require.Empty(t, eval[string](t, b, `document.querySelector("#dag-upstreams").value`))
+	b.do(t,
+		chromedp.SetValue(chromedp.CSS("#dag-id"), "ui_dag_new"),
+		chromedp.SetValue(chromedp.CSS("#dag-schedule"), "0 3 * * *"),
+		chromedp.Click(chromedp.CSS("#dag-save")),
+		chromedp.WaitVisible(chromedp.CSS("#confirm-yes")))
+	require.Contains(t, b.text(t, "#confirm-message"), "Its upstreams (ui_dag_existing:all:2) are kept.")
+	b.do(t, chromedp.Click(chromedp.CSS("#confirm-yes")))
+	b.waitFor(t, `document.querySelector('#dags tr[data-dag="ui_dag_new"] code')?.textContent === "0 3 * * *"`)
+	res = e.Do(http.MethodGet, "/api/v1/dags/ui_dag_new", nil)
+	res.Decode(t, &dag)
+	require.Equal(t, "0 3 * * *", dag.Schedule)
+	require.Len(t, dag.Upstreams, 1, "the replace kept the upstreams")
 
 	// An existing DAG: dismissing the question leaves it as it was.
 	b.do(t,
