@@ -124,29 +124,33 @@ END;
 $$;
 
 CREATE FUNCTION public.backfill_eta_seconds(b public.backfills) RETURNS double precision
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
-    SELECT CASE
-        WHEN b.state <> 'running' THEN NULL
-        WHEN b.num_queued + b.num_running = 0 THEN 0::double precision
-        ELSE (
-            SELECT CASE WHEN w.n >= 2 AND w.span > 0 THEN
-                round(((b.num_queued + b.num_running) * w.span / w.n)::numeric, 1)::double precision
-            END
+BEGIN
+    IF b.state <> 'running' THEN
+        RETURN NULL;
+    END IF;
+    IF b.num_queued + b.num_running = 0 THEN
+        RETURN 0;
+    END IF;
+    RETURN (
+        SELECT CASE WHEN w.n >= 2 AND w.span > 0 THEN
+            round(((b.num_queued + b.num_running) * w.span / w.n)::numeric, 1)::double precision
+        END
+        FROM (
+            SELECT count(*) AS n,
+                   extract(epoch FROM backfill_now() - CASE
+                       WHEN count(*) = 500 THEN min(s.end_date)
+                       ELSE greatest(b.pace_since, backfill_now() - interval '5 minutes')
+                   END)::double precision AS span
             FROM (
-                SELECT count(*) AS n,
-                       extract(epoch FROM backfill_now() - CASE
-                           WHEN count(*) = 500 THEN min(s.end_date)
-                           ELSE greatest(b.pace_since, backfill_now() - interval '5 minutes')
-                       END)::double precision AS span
-                FROM (
-                    SELECT r.end_date FROM dag_runs r
-                    WHERE r.dag_id = b.dag_id AND r.state = 'success' AND r.backfill_id = b.id
-                      AND r.end_date >= greatest(b.pace_since, backfill_now() - interval '5 minutes')
-                    ORDER BY r.end_date DESC LIMIT 500
-                ) s
-            ) w)
-    END
+                SELECT r.end_date FROM dag_runs r
+                WHERE r.dag_id = b.dag_id AND r.state = 'success' AND r.backfill_id = b.id
+                  AND r.end_date >= greatest(b.pace_since, backfill_now() - interval '5 minutes')
+                ORDER BY r.end_date DESC LIMIT 500
+            ) s
+        ) w);
+END
 $$;
 
 CREATE FUNCTION public.events_next_id() RETURNS bigint
