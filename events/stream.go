@@ -106,7 +106,7 @@ func (s *Stream) Serve(ctx context.Context, sink Sink) {
 }
 
 func (s *Stream) serveBackfill(ctx context.Context) {
-	if ended := s.replay(ctx); ended || s.err != nil {
+	if _, ended := s.readBack(ctx); ended || s.err != nil {
 		s.flush()
 		return
 	}
@@ -131,7 +131,7 @@ func (s *Stream) serveBackfill(ctx context.Context) {
 		evs, lagged, p := s.sub.Take()
 		if lagged {
 			// This stream fell behind the hub: read what it missed from the outbox.
-			if s.replay(ctx) {
+			if _, ended := s.readBack(ctx); ended {
 				return true, true
 			}
 		}
@@ -148,39 +148,12 @@ func (s *Stream) serveBackfill(ctx context.Context) {
 	})
 }
 
-// replay writes the followed backfill's stored events after the last one sent and reports
-// whether the terminal one was among them. It reads in bounded steps and moves the stream's
-// position past the rows it looked at, so that a backfill whose events are old costs its walk
-// of the outbox once.
-func (s *Stream) replay(ctx context.Context) bool {
-	for s.err == nil {
-		read, err := s.reader.streamRead(ctx, s.lastID, s.filter)
-		if err != nil {
-			s.err = err
-			return false
-		}
-		for _, ev := range read.Events {
-			if s.event(ev) && ev.Type.Terminal() {
-				return true
-			}
-		}
-		s.lastID = max(s.lastID, read.Next)
-		if read.End {
-			return false
-		}
-		if len(read.Events) > 0 && s.flush() != nil {
-			return false
-		}
-	}
-	return false
-}
-
 // serveAll serves the stream of every event the filter keeps. It reads the outbox only to
 // catch up (at the start, and when it fell behind the hub), in bounded steps; live, it keeps
 // what the replica's hub hands it, so that a filter that matches rarely costs no read of the
 // outbox at all. A terminal event does not end it.
 func (s *Stream) serveAll(ctx context.Context) {
-	s.catchUp(ctx)
+	s.readBack(ctx)
 	if s.flush() != nil {
 		return
 	}
@@ -188,7 +161,8 @@ func (s *Stream) serveAll(ctx context.Context) {
 		evs, lagged, _ := s.sub.Take()
 		if lagged {
 			// Fell behind the hub, or subscribed while it read: read the outbox itself.
-			return s.catchUp(ctx), s.err != nil
+			wrote, _ := s.readBack(ctx)
+			return wrote, s.err != nil
 		}
 		for _, ev := range evs {
 			if ev.ID <= s.lastID {
@@ -203,30 +177,37 @@ func (s *Stream) serveAll(ctx context.Context) {
 	})
 }
 
-// catchUp writes everything stored after the stream's position that the filter keeps, in id
-// order, and moves the position past what it looked at; it reports whether it wrote anything.
-func (s *Stream) catchUp(ctx context.Context) bool {
-	wrote := false
+// readBack writes what the outbox holds after the stream's position that the filter keeps,
+// in id order, reading in bounded steps and moving the position past the rows it looked at
+// (so that old events cost their walk of the outbox once). It reports whether it wrote
+// anything and whether it wrote a terminal event, where a backfill's stream stops reading.
+// An error it meets ends the stream, unless the client had gone already.
+func (s *Stream) readBack(ctx context.Context) (wrote, terminal bool) {
 	for s.err == nil && ctx.Err() == nil {
 		read, err := s.reader.streamRead(ctx, s.lastID, s.filter)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.err = err
 			}
-			return wrote
+			return wrote, false
 		}
 		for _, ev := range read.Events {
-			wrote = s.event(ev) || wrote
+			if s.event(ev) {
+				wrote = true
+				if s.followed != nil && ev.Type.Terminal() {
+					return true, true
+				}
+			}
 		}
 		s.lastID = max(s.lastID, read.Next)
 		if read.End {
-			return wrote
+			return wrote, false
 		}
-		if wrote && s.flush() != nil {
-			return wrote
+		if len(read.Events) > 0 && s.flush() != nil {
+			return wrote, false
 		}
 	}
-	return wrote
+	return wrote, false
 }
 
 // follow keeps the stream open until the client leaves, the server shuts down, a write fails

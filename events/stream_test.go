@@ -61,7 +61,6 @@ type recordingSink struct {
 	events    []int64
 	progress  int
 	keepAlive int
-	flushed   chan struct{}
 }
 
 func (s *recordingSink) Event(ev domain.Event) error {
@@ -85,13 +84,7 @@ func (s *recordingSink) KeepAlive() error {
 	return nil
 }
 
-func (s *recordingSink) Flush() error {
-	select {
-	case s.flushed <- struct{}{}:
-	default:
-	}
-	return nil
-}
+func (s *recordingSink) Flush() error { return nil }
 
 func (s *recordingSink) sent() []int64 {
 	s.mu.Lock()
@@ -117,12 +110,7 @@ func TestBackfillStreamReplaysThenFollowsEachEventOnceUntilTerminal(t *testing.T
 		t.Fatal(err)
 	}
 	defer st.Close()
-	sink := &recordingSink{flushed: make(chan struct{}, 1)}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		st.Serve(context.Background(), sink)
-	}()
+	sink, done := serveInBackground(st)
 	// Backfill 1's stored events are the even ids; the position is 2.
 	waitFor(t, func() bool { return slices.Equal(sink.sent(), []int64{4, 6, 8}) }, "the replay after event 2")
 	// The hub hands on an event the replay sent, then a new one, then the terminal one.
@@ -161,12 +149,7 @@ func TestGlobalStreamFiltersKeepsAliveAndEndsAtShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	sink := &recordingSink{flushed: make(chan struct{}, 1)}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		st.Serve(context.Background(), sink)
-	}()
+	sink, done := serveInBackground(st)
 	waitFor(t, func() bool { return slices.Equal(sink.sent(), []int64{3, 6}) }, "the catch-up of the DAG's events")
 	st.sub.push(domain.Event{ID: 7, DagID: "other", Type: domain.EventBackfillCreated})
 	st.sub.push(domain.Event{ID: 8, DagID: dag, Type: domain.EventBackfillCreated})
@@ -178,6 +161,17 @@ func TestGlobalStreamFiltersKeepsAliveAndEndsAtShutdown(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the stream outlived the server's shutdown")
 	}
+}
+
+// serveInBackground serves st to a recording sink until it ends (done closes).
+func serveInBackground(st *Stream) (*recordingSink, <-chan struct{}) {
+	sink := &recordingSink{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		st.Serve(context.Background(), sink)
+	}()
+	return sink, done
 }
 
 func waitFor(t *testing.T, cond func() bool, what string) {
