@@ -60,6 +60,8 @@ CREATE TABLE public.backfills (
     priority smallint DEFAULT 0 NOT NULL,
     claim_wait_since timestamp with time zone DEFAULT public.backfill_now() NOT NULL,
     pace_since timestamp with time zone DEFAULT public.backfill_now() NOT NULL,
+    eta_last timestamp with time zone,
+    eta_buckets integer[],
     CONSTRAINT backfills_code_ref_length CHECK (((char_length(code_ref) >= 1) AND (char_length(code_ref) <= 200))),
     CONSTRAINT backfills_completed_at_iff_terminal CHECK (((completed_at IS NOT NULL) = (state = ANY (ARRAY['succeeded'::text, 'failed'::text, 'canceled'::text])))),
     CONSTRAINT backfills_counts_not_negative CHECK ((LEAST(num_queued, num_running, num_success, num_failed, num_canceled, num_skipped) >= 0)),
@@ -126,6 +128,15 @@ $$;
 CREATE FUNCTION public.backfill_eta_seconds(b public.backfills) RETURNS double precision
     LANGUAGE plpgsql STABLE
     AS $$
+DECLARE
+    width constant interval := interval '15 seconds';
+    t constant timestamptz := backfill_now();
+    window_start timestamptz;
+    bucket_start timestamptz;
+    span_from timestamptz;
+    n integer := 0;
+    k integer;
+    span double precision;
 BEGIN
     IF b.state <> 'running' THEN
         RETURN NULL;
@@ -133,23 +144,29 @@ BEGIN
     IF b.num_queued + b.num_running = 0 THEN
         RETURN 0;
     END IF;
-    RETURN (
-        SELECT CASE WHEN w.n >= 2 AND w.span > 0 THEN
-            round(((b.num_queued + b.num_running) * w.span / w.n)::numeric, 1)::double precision
-        END
-        FROM (
-            SELECT count(*) AS n,
-                   extract(epoch FROM backfill_now() - CASE
-                       WHEN count(*) = 500 THEN min(s.end_date)
-                       ELSE greatest(b.pace_since, backfill_now() - interval '5 minutes')
-                   END)::double precision AS span
-            FROM (
-                SELECT r.end_date FROM dag_runs r
-                WHERE r.dag_id = b.dag_id AND r.state = 'success' AND r.backfill_id = b.id
-                  AND r.end_date >= greatest(b.pace_since, backfill_now() - interval '5 minutes')
-                ORDER BY r.end_date DESC LIMIT 500
-            ) s
-        ) w);
+    IF b.eta_last IS NULL OR b.eta_buckets IS NULL OR b.eta_last < b.pace_since THEN
+        RETURN NULL;
+    END IF;
+    -- The span runs from the window's start, or from the start of the bucket that holds it
+    -- (counted whole), or, once 500 successes are counted, from the bucket that made them.
+    window_start := greatest(b.pace_since, t - interval '5 minutes');
+    span_from := window_start;
+    k := cardinality(b.eta_buckets);
+    FOR i IN REVERSE k..1 LOOP
+        bucket_start := b.eta_last - width * (k - i);
+        EXIT WHEN bucket_start + width <= window_start;
+        n := n + b.eta_buckets[i];
+        span_from := least(span_from, bucket_start);
+        IF n >= 500 THEN
+            span_from := bucket_start;
+            EXIT;
+        END IF;
+    END LOOP;
+    span := extract(epoch FROM t - span_from);
+    IF n < 2 OR span <= 0 THEN
+        RETURN NULL;
+    END IF;
+    RETURN round(((b.num_queued + b.num_running) * span / n)::numeric, 1)::double precision;
 END
 $$;
 
@@ -399,13 +416,25 @@ BEGIN
     LOOP
         -- A change that moves no counter (a heartbeat) touches no backfill row.
         CONTINUE WHEN d.queued = 0 AND d.running = 0 AND d.success = 0 AND d.failed = 0 AND d.canceled = 0;
-        UPDATE backfills SET
-            num_queued   = num_queued   + d.queued,
-            num_running  = num_running  + d.running,
-            num_success  = num_success  + d.success,
-            num_failed   = num_failed   + d.failed,
-            num_canceled = num_canceled + d.canceled
-        WHERE id = d.backfill_id AND state IN ('running', 'paused', 'canceling');
+        IF d.success > 0 THEN
+            UPDATE backfills SET
+                num_queued   = num_queued   + d.queued,
+                num_running  = num_running  + d.running,
+                num_success  = num_success  + d.success,
+                num_failed   = num_failed   + d.failed,
+                num_canceled = num_canceled + d.canceled,
+                (eta_last, eta_buckets) = (SELECT r.new_last, r.new_buckets
+                    FROM eta_record(eta_last, eta_buckets, pace_since, d.success::integer, backfill_now()) r)
+            WHERE id = d.backfill_id AND state IN ('running', 'paused', 'canceling');
+        ELSE
+            UPDATE backfills SET
+                num_queued   = num_queued   + d.queued,
+                num_running  = num_running  + d.running,
+                num_success  = num_success  + d.success,
+                num_failed   = num_failed   + d.failed,
+                num_canceled = num_canceled + d.canceled
+            WHERE id = d.backfill_id AND state IN ('running', 'paused', 'canceling');
+        END IF;
     END LOOP;
     RETURN NULL;
 END;
@@ -466,6 +495,33 @@ BEGIN
     END IF;
     RETURN NULL;
 END;
+$$;
+
+CREATE FUNCTION public.eta_record(last timestamp with time zone, buckets integer[], pace_since timestamp with time zone, n integer, at timestamp with time zone, OUT new_last timestamp with time zone, OUT new_buckets integer[]) RETURNS record
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+    width constant interval := interval '15 seconds';
+    keep constant integer := 21;
+    shift integer;
+BEGIN
+    IF last IS NULL OR buckets IS NULL OR last < pace_since THEN
+        new_last := pace_since + width * floor(greatest(extract(epoch FROM at - pace_since), 0) / 15);
+        new_buckets := ARRAY[n];
+        RETURN;
+    END IF;
+    -- A transaction that began before the newest bucket counts in it.
+    shift := greatest(floor(extract(epoch FROM at - last) / 15)::integer, 0);
+    new_last := last + width * shift;
+    new_buckets := buckets;
+    IF shift > 0 THEN
+        new_buckets := new_buckets || array_fill(0, ARRAY[least(shift, keep)]);
+    END IF;
+    IF cardinality(new_buckets) > keep THEN
+        new_buckets := new_buckets[cardinality(new_buckets) - keep + 1 :];
+    END IF;
+    new_buckets[cardinality(new_buckets)] := new_buckets[cardinality(new_buckets)] + n;
+END
 $$;
 
 CREATE FUNCTION public.event_data(e public.events) RETURNS jsonb

@@ -19,6 +19,9 @@ type steadyExecutor struct {
 	runTime  time.Duration
 	tick     time.Duration
 	inFlight map[string]stampedRun
+	// claimLimit, when set, is the most runs the executor keeps running (0: as many as the
+	// service gives).
+	claimLimit int
 }
 
 type stampedRun struct {
@@ -46,7 +49,14 @@ func (x *steadyExecutor) step() {
 			delete(x.inFlight, id)
 		}
 	}
-	for _, r := range x.e.ClaimDag("steady", x.dag, 100) {
+	want := 100
+	if x.claimLimit > 0 {
+		want = x.claimLimit - len(x.inFlight)
+	}
+	if want <= 0 {
+		return
+	}
+	for _, r := range x.e.ClaimDag("steady", x.dag, want) {
 		x.inFlight[r.RunId] = stampedRun{run: r, started: now}
 	}
 }
@@ -138,4 +148,43 @@ func TestETARestartsAfterAPause(t *testing.T) {
 		SELECT count(*) FROM dag_runs r JOIN backfills b ON b.id = r.backfill_id
 		WHERE b.id = $1 AND r.state = 'success' AND r.end_date >= b.pace_since`, b.Id))
 	require.GreaterOrEqual(t, since, 2, "known from 2 successes after the restart")
+}
+
+// The ETA's pace is the window's: after 5 minutes at 4 runs at once and 6 more at 1, a pace
+// restarts nowhere (no limit change since the first), yet eta_seconds follows the last 5
+// minutes, not the average since the start. And a fast backfill counts its newest 500
+// successes only: at 40 runs at once of 1 s, 5 minutes hold 12,000; the ETA still follows
+// the pace. Both come from the counters on the backfill row (00034), never from a read of
+// its runs: deleting the runs' history under a running backfill leaves eta_seconds as it was.
+func TestETAFollowsTheLastFiveMinutesAndItsNewest500(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const slots = 4000
+	e.PutDag("eta_window", "@hourly", "")
+	b := e.CreateBackfill(backfillBody("eta_window", day(1, 1), day(1, 1).Add((slots-1)*time.Hour), "max_active_runs", 40))
+	x := &steadyExecutor{e: e, dag: "eta_window", runTime: time.Second, tick: 500 * time.Millisecond, inFlight: map[string]stampedRun{}}
+
+	x.runFor(30 * time.Second)
+	left := func() float64 {
+		p := e.GetBackfill(b.Id).Progress
+		return float64(p.Queued + p.Running)
+	}
+	eta := getETA(e, b.Id)
+	require.NotNil(t, eta)
+	require.InEpsilon(t, left()/40, *eta, 0.25, "at 40 runs of 1 s at once, over 500 successes in the window")
+
+	// The executor slows to 4 runs at once without a limit change (it claims fewer): the
+	// window forgets the fast minutes within 5 minutes and 15 s.
+	x.claimLimit = 4
+	x.runFor(5*time.Minute + 30*time.Second)
+	eta = getETA(e, b.Id)
+	require.NotNil(t, eta)
+	require.InEpsilon(t, left()/4, *eta, 0.25, "the last 5 minutes ran 4 at a time")
+
+	// The ETA reads no run: with the successes' rows gone, it is what it was.
+	_, err := e.DB.Exec(`DELETE FROM dag_runs WHERE backfill_id = $1 AND state = 'success'`, b.Id)
+	require.NoError(t, err)
+	again := getETA(e, b.Id)
+	require.NotNil(t, again)
+	require.InDelta(t, *eta, *again, 0.5)
 }
