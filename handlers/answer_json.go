@@ -18,8 +18,9 @@ import (
 // offset, its pre-encoded `"name":` and an append function for its kind; a kind it does not
 // know (a map, a float, a json.RawMessage, any type with its own MarshalJSON or MarshalText)
 // is handed to encoding/json for that field alone, and a type it cannot plan at all (omitzero,
-// embedded fields, ",string") is written by encoding/json whole. answer_json_test.go holds it
-// to encoding/json's output over random values of every answer type of the spec.
+// an embedded pointer, ",string") is written by encoding/json whole. answer_json_test.go holds it
+// to encoding/json's output over random values of every answer type of the spec. An embedded
+// struct's fields are written where it is embedded, by encoding/json's dominance rules.
 
 // appendAnswer appends v's JSON and a newline, as json.Encoder.Encode does.
 func appendAnswer(b []byte, v any) ([]byte, error) {
@@ -207,43 +208,11 @@ type fieldPlan struct {
 }
 
 func structEncoder(t reflect.Type, open map[reflect.Type]bool) (encFunc, bool) {
-	var fields []fieldPlan
-	for i := range t.NumField() {
-		f := t.Field(i)
-		tag := f.Tag.Get("json")
-		if tag == "-" {
-			continue
-		}
-		if f.Anonymous || !f.IsExported() {
-			return nil, false // encoding/json's embedding and visibility rules: not worth copying
-		}
-		name, opts, _ := cutComma(tag)
-		if name == "" {
-			name = f.Name
-		}
-		omitEmpty := false
-		for opts != "" {
-			var o string
-			o, opts, _ = cutComma(opts)
-			switch o {
-			case "omitempty":
-				omitEmpty = true
-			default: // omitzero, string: encoding/json's
-				return nil, false
-			}
-		}
-		enc, ok := encoderFor(f.Type, open)
-		if !ok || !plainName(name) {
-			return nil, false
-		}
-		fp := fieldPlan{offset: f.Offset, key: strconv.Quote(name) + ":", enc: enc}
-		if omitEmpty {
-			if fp.empty, ok = emptyTest(f.Type); !ok {
-				return nil, false
-			}
-		}
-		fields = append(fields, fp)
+	candidates, ok := structFields(t, 0, 0, open)
+	if !ok {
+		return nil, false
 	}
+	fields := dominantFields(candidates)
 	return func(b []byte, p unsafe.Pointer) ([]byte, error) {
 		b = append(b, '{')
 		first := true
@@ -265,6 +234,109 @@ func structEncoder(t reflect.Type, open map[reflect.Type]bool) (encFunc, bool) {
 		}
 		return append(b, '}'), nil
 	}, true
+}
+
+// fieldCandidate is a field a struct's JSON may hold: its plan, its name, how deep an
+// embedding it comes from and whether its tag names it (encoding/json's dominance rules).
+type fieldCandidate struct {
+	fieldPlan
+	name   string
+	depth  int
+	tagged bool
+}
+
+// structFields lists t's fields in encoding/json's order, those of an embedded struct (a
+// struct type embedded by value, without a tag's name) where it is embedded, at offset base.
+// ok is false for what a plan does not copy of encoding/json: an embedded pointer or
+// non-struct, an unexported field, omitzero or ",string".
+func structFields(t reflect.Type, base uintptr, depth int, open map[reflect.Type]bool) ([]fieldCandidate, bool) {
+	var out []fieldCandidate
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, opts, _ := cutComma(tag)
+		// encoding/json promotes an embedded struct's fields, exported or not.
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			inner, ok := structFields(f.Type, base+f.Offset, depth+1, open)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, inner...)
+			continue
+		}
+		if f.Anonymous || !f.IsExported() {
+			return nil, false
+		}
+		tagged := name != ""
+		if !tagged {
+			name = f.Name
+		}
+		omitEmpty := false
+		for opts != "" {
+			var o string
+			o, opts, _ = cutComma(opts)
+			switch o {
+			case "omitempty":
+				omitEmpty = true
+			default: // omitzero, string: encoding/json's
+				return nil, false
+			}
+		}
+		enc, ok := encoderFor(f.Type, open)
+		if !ok || !plainName(name) {
+			return nil, false
+		}
+		fp := fieldPlan{offset: base + f.Offset, key: strconv.Quote(name) + ":", enc: enc}
+		if omitEmpty {
+			if fp.empty, ok = emptyTest(f.Type); !ok {
+				return nil, false
+			}
+		}
+		out = append(out, fieldCandidate{fieldPlan: fp, name: name, depth: depth, tagged: tagged})
+	}
+	return out, true
+}
+
+// dominantFields keeps, of the candidates sharing a name, the one encoding/json writes: the
+// shallowest, then, of several as shallow, the only tagged one; a name that is still shared
+// is written by none. The kept ones stay in their order.
+func dominantFields(candidates []fieldCandidate) []fieldPlan {
+	byName := map[string][]int{}
+	for i, c := range candidates {
+		byName[c.name] = append(byName[c.name], i)
+	}
+	keep := make([]bool, len(candidates))
+	for _, idxs := range byName {
+		shallowest := candidates[idxs[0]].depth
+		for _, i := range idxs {
+			shallowest = min(shallowest, candidates[i].depth)
+		}
+		var atTop, tagged []int
+		for _, i := range idxs {
+			if candidates[i].depth == shallowest {
+				atTop = append(atTop, i)
+				if candidates[i].tagged {
+					tagged = append(tagged, i)
+				}
+			}
+		}
+		switch {
+		case len(atTop) == 1:
+			keep[atTop[0]] = true
+		case len(tagged) == 1:
+			keep[tagged[0]] = true
+		}
+	}
+	var fields []fieldPlan
+	for i, c := range candidates {
+		if keep[i] {
+			fields = append(fields, c.fieldPlan)
+		}
+	}
+	return fields
 }
 
 func cutComma(s string) (before, after string, found bool) {

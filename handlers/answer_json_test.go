@@ -22,10 +22,11 @@ var answerTypes = []any{
 	api.EventCollection{}, api.EventData{}, api.FieldError{}, api.Health{}, api.HeartbeatResponse{},
 	api.Pool{}, api.PoolRate{}, api.PoolCollection{}, api.Problem{}, api.Webhook{},
 	api.WebhookCollection{}, api.WebhookDelivery{}, api.WebhookDeliveryCollection{},
-	api.WebhookWithSecret{}, eventCollectionOut{},
+	api.WebhookWithSecret{}, eventCollectionOut{}, backfillWithETA{},
 	// Shapes the models do not have today: omitempty on every kind, a self-reference,
-	// an embedded struct, a pointer-shaped struct.
-	omitting{}, selfRef{}, embedding{}, onePointer{},
+	// embedded structs (shadowing, tie-breaking by tag, a name two embeddings share), a
+	// pointer-shaped struct.
+	omitting{}, selfRef{}, embedding{}, embeddingTwice{}, onePointer{},
 }
 
 type omitting struct {
@@ -50,6 +51,34 @@ type selfRef struct {
 
 type embedding struct {
 	api.FieldError
+	Extra string `json:"extra"`
+	// Field shadows the embedded FieldError's "field".
+	Field *int `json:"field"`
+}
+
+type Tagged struct {
+	A string `json:"a"`
+	B string
+	X string `json:"D"`
+}
+
+type Untagged struct {
+	A string
+	B string
+	D string
+	C int `json:"c,omitempty"`
+}
+
+// embeddingTwice: "a" and "A" are two names; "B" is untagged in both (written by neither);
+// "D" is tagged in one (that one is written); "c" comes from one only.
+type embeddingTwice struct {
+	Tagged
+	Untagged
+	Z bool `json:"z"`
+}
+
+type embeddedPointer struct {
+	*api.FieldError
 	Extra string `json:"extra"`
 }
 
@@ -96,7 +125,10 @@ func TestAnswerTypesArePlanned(t *testing.T) {
 		require.NotNil(t, p, "%s is not planned", typ)
 		require.True(t, p.direct, typ)
 	}
-	require.Nil(t, planOf(reflect.TypeFor[embedding]()), "an embedded field goes to encoding/json whole")
+	require.NotNil(t, planOf(reflect.TypeFor[embedding]()), "an embedded struct is planned")
+	require.NotNil(t, planOf(reflect.TypeFor[embeddingTwice]()), "structs embedded side by side are planned")
+	require.NotNil(t, planOf(reflect.TypeFor[backfillWithETA]()), "the status read's answer is planned")
+	require.Nil(t, planOf(reflect.TypeFor[embeddedPointer]()), "an embedded pointer goes to encoding/json whole")
 	require.False(t, planOf(reflect.TypeFor[onePointer]()).direct, "a pointer-shaped struct sits in the interface itself")
 }
 
