@@ -97,7 +97,7 @@ type Progress struct {
 func (p Progress) SameCounts(q Progress) bool { return p.State == q.State && p.Counts == q.Counts }
 
 // ProgressOf is a backfill's progress as read with its estimate (repo.BackfillProgressMany):
-// the server's one eta_seconds (migrations/00031, backfill_eta_seconds), the figure that
+// the server's one eta_seconds (domain.ETA), the figure that
 // GET /backfills/{id}, the console and `backfillctl watch` show.
 func ProgressOf(b repo.Backfill) Progress {
 	return Progress{State: b.State, Counts: b.Progress, ETA: b.ETA}

@@ -7,7 +7,7 @@
 -- message. Now the report's counter trigger, which already updates the backfill row, also
 -- counts successes in 15-second buckets aligned to pace_since (eta_last: the newest bucket's
 -- start; eta_buckets: the counts, oldest first, at most 21, 5 minutes and the current one),
--- and the ETA is arithmetic on the row. A bucket is counted whole and the span taken from its
+-- and the ETA is arithmetic on the row, done by the service (domain.ETA). A bucket is counted whole and the span taken from its
 -- start, so the count and the span always match: the rate is exact over a window at most
 -- 15 seconds longer than before (the bucket that holds the window's start). A pace that restarts (pace_since moves, backfills_clocks)
 -- leaves older buckets behind: a count from before it is never read.
@@ -97,59 +97,13 @@ END;
 $$;
 -- +goose StatementEnd
 
--- +goose StatementBegin
--- The seconds until no run of b is left queued or running, at the pace of its successes in
--- its window: since pace_since, at most the last 5 minutes, at most the newest 500 (counted
--- by whole buckets, newest first). Null while b is not running (a finished backfill has no
--- ETA), 0 when nothing is left, null until 2 successes give a pace.
-CREATE OR REPLACE FUNCTION backfill_eta_seconds(b backfills) RETURNS double precision
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    width constant interval := interval '15 seconds';
-    t constant timestamptz := backfill_now();
-    window_start timestamptz;
-    bucket_start timestamptz;
-    span_from timestamptz;
-    n integer := 0;
-    k integer;
-    span double precision;
-BEGIN
-    IF b.state <> 'running' THEN
-        RETURN NULL;
-    END IF;
-    IF b.num_queued + b.num_running = 0 THEN
-        RETURN 0;
-    END IF;
-    IF b.eta_last IS NULL OR b.eta_buckets IS NULL OR b.eta_last < b.pace_since THEN
-        RETURN NULL;
-    END IF;
-    -- The span runs from the window's start, or from the start of the bucket that holds it
-    -- (counted whole), or, once 500 successes are counted, from the bucket that made them.
-    window_start := greatest(b.pace_since, t - interval '5 minutes');
-    span_from := window_start;
-    k := cardinality(b.eta_buckets);
-    FOR i IN REVERSE k..1 LOOP
-        bucket_start := b.eta_last - width * (k - i);
-        EXIT WHEN bucket_start + width <= window_start;
-        n := n + b.eta_buckets[i];
-        span_from := least(span_from, bucket_start);
-        IF n >= 500 THEN
-            span_from := bucket_start;
-            EXIT;
-        END IF;
-    END LOOP;
-    span := extract(epoch FROM t - span_from);
-    IF n < 2 OR span <= 0 THEN
-        RETURN NULL;
-    END IF;
-    RETURN round(((b.num_queued + b.num_running) * span / n)::numeric, 1)::double precision;
-END
-$$;
--- +goose StatementEnd
+-- The ETA is read in the service now (domain.ETA, from the columns above and the database's
+-- now): one implementation of the reader, beside this one of the counting.
+DROP FUNCTION backfill_eta_seconds(backfills);
 
 -- +goose Down
 -- +goose StatementBegin
-CREATE OR REPLACE FUNCTION backfill_eta_seconds(b backfills) RETURNS double precision
+CREATE FUNCTION backfill_eta_seconds(b backfills) RETURNS double precision
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     IF b.state <> 'running' THEN

@@ -125,51 +125,6 @@ BEGIN
 END;
 $$;
 
-CREATE FUNCTION public.backfill_eta_seconds(b public.backfills) RETURNS double precision
-    LANGUAGE plpgsql STABLE
-    AS $$
-DECLARE
-    width constant interval := interval '15 seconds';
-    t constant timestamptz := backfill_now();
-    window_start timestamptz;
-    bucket_start timestamptz;
-    span_from timestamptz;
-    n integer := 0;
-    k integer;
-    span double precision;
-BEGIN
-    IF b.state <> 'running' THEN
-        RETURN NULL;
-    END IF;
-    IF b.num_queued + b.num_running = 0 THEN
-        RETURN 0;
-    END IF;
-    IF b.eta_last IS NULL OR b.eta_buckets IS NULL OR b.eta_last < b.pace_since THEN
-        RETURN NULL;
-    END IF;
-    -- The span runs from the window's start, or from the start of the bucket that holds it
-    -- (counted whole), or, once 500 successes are counted, from the bucket that made them.
-    window_start := greatest(b.pace_since, t - interval '5 minutes');
-    span_from := window_start;
-    k := cardinality(b.eta_buckets);
-    FOR i IN REVERSE k..1 LOOP
-        bucket_start := b.eta_last - width * (k - i);
-        EXIT WHEN bucket_start + width <= window_start;
-        n := n + b.eta_buckets[i];
-        span_from := least(span_from, bucket_start);
-        IF n >= 500 THEN
-            span_from := bucket_start;
-            EXIT;
-        END IF;
-    END LOOP;
-    span := extract(epoch FROM t - span_from);
-    IF n < 2 OR span <= 0 THEN
-        RETURN NULL;
-    END IF;
-    RETURN round(((b.num_queued + b.num_running) * span / n)::numeric, 1)::double precision;
-END
-$$;
-
 CREATE FUNCTION public.events_next_id() RETURNS bigint
     LANGUAGE plpgsql
     AS $$

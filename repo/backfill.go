@@ -146,30 +146,26 @@ func slotTotal(p Progress, state *string) int64 {
 	return 0
 }
 
-// BackfillGetWithETA reads a backfill and its eta_seconds (backfill_eta_seconds,
-// migrations/00031): nil while it is not running and until its pace is known. It is the
-// status poll, so its statement is prepared once per session (hot): sent unprepared, every
-// GET was parsed and planned with the ETA's function inlined, 520 µs of PostgreSQL CPU
-// against the floor's 37 µs (cpureq, 2026-12-07).
+// BackfillGetWithETA reads a backfill and its eta_seconds (domain.ETA, from the pace the
+// backfill's row counts, migrations/00034, at the database's now): nil while it is not
+// running and until its pace is known. It is the status poll, so its statement is prepared
+// once per session (hot) and reads nothing but the row.
 func (s *Store) BackfillGetWithETA(ctx context.Context, id int64) (Backfill, *float64, error) {
-	type withETA struct {
-		b   Backfill
-		eta *float64
-	}
-	v, err := readValue(ctx, s, func(ctx context.Context, q pgrun.Queryer) (withETA, error) {
-		var out withETA
-		dest := append(out.b.scanDest(), &out.eta)
+	b, err := readValue(ctx, s, func(ctx context.Context, q pgrun.Queryer) (Backfill, error) {
+		var b Backfill
+		var pace paceRow
+		dest := append(b.scanDest(), pace.scanDest()...)
 		err := s.hot(ctx, q, backfillGetWithETASQL).QueryRowxContext(ctx, backfillGetWithETASQL, id).Scan(dest...)
 		if isNoRows(err) {
-			return withETA{}, ErrBackfillNotFound
+			return Backfill{}, ErrBackfillNotFound
 		}
 		if err != nil {
-			return withETA{}, fmt.Errorf("get backfill %d: %w", id, err)
+			return Backfill{}, fmt.Errorf("get backfill %d: %w", id, err)
 		}
-		return out, nil
+		b.ETA = pace.eta(b)
+		return b, nil
 	})
-	v.b.ETA = v.eta
-	return v.b, v.eta, err
+	return b, b.ETA, err
 }
 
-const backfillGetWithETASQL = `SELECT ` + backfillColumns + `, backfill_eta_seconds(backfills) FROM backfills WHERE id = $1`
+const backfillGetWithETASQL = `SELECT ` + backfillColumns + `, ` + paceColumns + ` FROM backfills WHERE id = $1`

@@ -250,12 +250,11 @@ func (s *Store) SweepPruneEvents(ctx context.Context, maxAge time.Duration, batc
 func (s *Store) BackfillProgressMany(ctx context.Context, ids []int64) ([]Backfill, time.Time, error) {
 	var rows []struct {
 		Backfill
-		Now time.Time `db:"db_now"`
+		paceRow
 	}
 	err := s.readRetried(ctx, func(ctx context.Context, q pgrun.Queryer) error {
 		return sqlx.SelectContext(ctx, q, &rows,
-			`SELECT backfill_now() AS db_now, `+backfillColumns+`, backfill_eta_seconds(backfills) AS eta_seconds
-			FROM backfills WHERE id = ANY($1)`, pq.Int64Array(ids))
+			`SELECT `+backfillColumns+`, `+paceColumns+` FROM backfills WHERE id = ANY($1)`, pq.Int64Array(ids))
 	})
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("read progress of %d backfills: %w", len(ids), err)
@@ -264,6 +263,7 @@ func (s *Store) BackfillProgressMany(ctx context.Context, ids []int64) ([]Backfi
 	var now time.Time
 	for i, r := range rows {
 		out[i], now = r.Backfill, r.Now
+		out[i].ETA = r.paceRow.eta(r.Backfill)
 	}
 	return out, now, nil
 }

@@ -114,9 +114,9 @@ type Backfill struct {
 	Reason    *string `db:"reason"`
 	// Priority orders claims between backfills (claim_priority.go).
 	Priority int `db:"priority"`
-	// ETA is eta_seconds (migrations/00031, backfill_eta_seconds); only the reads that
-	// select it set it (BackfillGetWithETA, BackfillProgressMany), not in backfillColumns.
-	ETA *float64 `db:"eta_seconds"`
+	// ETA is eta_seconds (domain.ETA); only the reads that select the pace (paceColumns)
+	// set it: BackfillGetWithETA, BackfillProgressMany.
+	ETA *float64 `db:"-"`
 	Progress
 }
 
