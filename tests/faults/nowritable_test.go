@@ -127,6 +127,9 @@ func allHostsReadOnly(t *testing.T, pair *pgPair, px *failoverProxy, multi, prox
 	}
 	px.switchTo(pair.standby.addr())
 
+	// The write is a statement of its own (a pool's PUT): the standby's refusal is its answer
+	// at once. A transaction (a DAG's PUT, since its upstreams are written with it) rides the
+	// refusal as a failover for DB_RECONNECT_WAIT and then answers "no writable database host".
 	for _, tc := range []struct {
 		name   string
 		c      *client
@@ -136,7 +139,7 @@ func allHostsReadOnly(t *testing.T, pair *pgPair, px *failoverProxy, multi, prox
 		{"proxy to the standby", cp, "accepts no writes"},
 	} {
 		start := time.Now()
-		a := tc.c.must(t, http.MethodPut, "/api/v1/dags/ro_c", map[string]any{"schedule": "@daily"}, 503)
+		a := tc.c.must(t, http.MethodPut, "/api/v1/pools/ro_c", map[string]any{"slots": 1}, 503)
 		took := time.Since(start)
 		p := a.Problem()
 		if p.Code != "unavailable" || a.Header.Get("Retry-After") == "" || !strings.Contains(p.Detail, tc.detail) {
