@@ -23,10 +23,7 @@ type eventCollectionOut struct {
 }
 
 func eventsOut(evs []domain.Event, after int64) eventCollectionOut {
-	if evs == nil {
-		evs = []domain.Event{} // the spec's events is an array, never null
-	}
-	out := eventCollectionOut{Events: evs, NextAfter: after}
+	out := eventCollectionOut{Events: nonNil(evs), NextAfter: after} // the spec's events is an array, never null
 	if len(evs) > 0 {
 		out.NextAfter = evs[len(evs)-1].ID
 	}

@@ -12,10 +12,6 @@ import (
 // next_after past the rows it looked at.
 const eventPageBudget = 250 * time.Millisecond
 
-// DefaultOutboxScans is how many scanning steps of the outbox the replica runs at once
-// (Options.OutboxScans, events.NewReader).
-const DefaultOutboxScans = events.DefaultOutboxScans
-
 // pageBudgets are a JSON page's time to scan and its time to wait for held events, both
 // from the request's start: within the server's statement_timeout together, so that no
 // request lasts longer than a single statement may.

@@ -19,9 +19,6 @@ import (
 // EventStreams is the replica's one outbox listener (events.Hub) that streams subscribe to.
 type EventStreams = events.Subscriber
 
-// DefaultStreamKeepAlive is the silence after which a stream sends a comment line.
-const DefaultStreamKeepAlive = events.DefaultStreamKeepAlive
-
 var streamPath = regexp.MustCompile(`^/api/v1/(backfills/[^/]+/)?events/?$`)
 
 // IsEventStream reports whether r asks for a Server-Sent Events stream (a backfill's, or

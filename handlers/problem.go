@@ -35,9 +35,7 @@ func problem(status int, code api.ProblemCode, detail string) api.Problem {
 // badRequest is the 400 for a request that cannot be read as the spec describes it.
 func badRequest(detail string, fields ...api.FieldError) api.Problem {
 	p := problem(http.StatusBadRequest, "invalid_request", detail)
-	if fields == nil {
-		fields = []api.FieldError{}
-	}
+	fields = nonNil(fields)
 	p.Errors = &fields
 	return p
 }

@@ -39,9 +39,6 @@ func New(opts Options) (http.Handler, error) {
 		s.answers = nopAnswers{}
 	}
 	s.outbox = events.NewReader(opts.Store, opts.EventScanRows, opts.OutboxScans)
-	if s.streamKeepAlive <= 0 {
-		s.streamKeepAlive = DefaultStreamKeepAlive
-	}
 	validator, err := newSpecValidator()
 	if err != nil {
 		return nil, fmt.Errorf("handlers: %w", err)

@@ -75,7 +75,8 @@ type Options struct {
 	// EventStreams serves GET /backfills/{id}/events as Server-Sent Events; nil answers
 	// such requests 503.
 	EventStreams EventStreams
-	// StreamKeepAlive is the silence after which a stream sends a comment (default 15s).
+	// StreamKeepAlive is the silence after which a stream sends a comment (default
+	// events.DefaultStreamKeepAlive).
 	StreamKeepAlive time.Duration
 	// Admission bounds the requests served at once (see admission.go); nil admits all.
 	Admission *Admission
@@ -90,7 +91,7 @@ type Options struct {
 	// made of several statements, a page of events, ends within it too (pageBudgets).
 	StatementTimeout time.Duration
 	// OutboxScans bounds the scanning steps of the outbox run at once (default
-	// DefaultOutboxScans): streams' replays, and JSON pages past their first step.
+	// events.DefaultOutboxScans): streams' replays, and JSON pages past their first step.
 	OutboxScans int
 	// EventScanRows is the most outbox rows one read statement looks at (default
 	// repo.DefaultEventScanRows); tests make it small.

@@ -83,22 +83,19 @@ func (s *Store) dagGetOnce(ctx context.Context, q pgrun.Queryer, dagID string) (
 
 // dagGetAPI reads a DAG with its dependencies, as the API answers it.
 func dagGetAPI(ctx context.Context, q sqlx.QueryerContext, dagID string) (Dag, error) {
-	var d Dag
-	err := sqlx.GetContext(ctx, q, &d, `SELECT `+dagAPIColumns+` FROM dags WHERE dag_id = $1`, dagID)
-	if isNoRows(err) {
-		return Dag{}, ErrDagNotFound
-	}
-	if err != nil {
-		return Dag{}, fmt.Errorf("get dag %q: %w", dagID, err)
-	}
-	return d, nil
+	return dagRead(ctx, q, dagAPIColumns, dagID, "")
 }
 
-// dagGet reads a DAG, optionally with a row lock clause such as "FOR SHARE".
+// dagGet reads a DAG without its dependencies, optionally with a row lock clause such as
+// "FOR SHARE".
 func dagGet(ctx context.Context, q sqlx.QueryerContext, dagID, lock string) (Dag, error) {
+	return dagRead(ctx, q, dagColumns, dagID, lock)
+}
+
+// dagRead reads one DAG's columns, with lock (a row lock clause, or "").
+func dagRead(ctx context.Context, q sqlx.QueryerContext, columns, dagID, lock string) (Dag, error) {
 	var d Dag
-	err := sqlx.GetContext(ctx, q, &d, `
-		SELECT `+dagColumns+` FROM dags WHERE dag_id = $1 `+lock, dagID)
+	err := sqlx.GetContext(ctx, q, &d, `SELECT `+columns+` FROM dags WHERE dag_id = $1 `+lock, dagID)
 	if isNoRows(err) {
 		return Dag{}, ErrDagNotFound
 	}

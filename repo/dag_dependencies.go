@@ -2,7 +2,6 @@ package repo
 
 import (
 	"context"
-	"database/sql/driver"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -31,10 +30,6 @@ func (u *Upstreams) Scan(src any) error {
 	}
 	return json.Unmarshal(data, (*[]domain.Upstream)(u))
 }
-
-// Value is never written (the edges are rows of dag_dependencies); it exists so that a Dag
-// can be a query parameter's struct without surprises.
-func (u Upstreams) Value() (driver.Value, error) { return json.Marshal([]domain.Upstream(u)) }
 
 // dagAPIColumns selects a Dag with its dependencies, as the API answers it: the upstreams in
 // the order the definition lists them, the downstreams by dag_id.
