@@ -32,6 +32,84 @@ func (e BackfillPauseReason) Valid() bool {
 	}
 }
 
+// Defines values for BackfillGroupIncludeDownstream.
+const (
+	BackfillGroupIncludeDownstreamGroupIncludeAll    BackfillGroupIncludeDownstream = "all"
+	BackfillGroupIncludeDownstreamGroupIncludeDirect BackfillGroupIncludeDownstream = "direct"
+	BackfillGroupIncludeDownstreamGroupIncludeNone   BackfillGroupIncludeDownstream = "none"
+)
+
+// Valid indicates whether the value is a known member of the BackfillGroupIncludeDownstream enum.
+func (e BackfillGroupIncludeDownstream) Valid() bool {
+	switch e {
+	case BackfillGroupIncludeDownstreamGroupIncludeAll:
+		return true
+	case BackfillGroupIncludeDownstreamGroupIncludeDirect:
+		return true
+	case BackfillGroupIncludeDownstreamGroupIncludeNone:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for BackfillGroupPauseReason.
+const (
+	BackfillGroupPauseReasonFailureBudget BackfillGroupPauseReason = "failure_budget"
+	BackfillGroupPauseReasonUser          BackfillGroupPauseReason = "user"
+)
+
+// Valid indicates whether the value is a known member of the BackfillGroupPauseReason enum.
+func (e BackfillGroupPauseReason) Valid() bool {
+	switch e {
+	case BackfillGroupPauseReasonFailureBudget:
+		return true
+	case BackfillGroupPauseReasonUser:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for BackfillGroupCreateIncludeDownstream.
+const (
+	BackfillGroupCreateIncludeDownstreamIncludeAll    BackfillGroupCreateIncludeDownstream = "all"
+	BackfillGroupCreateIncludeDownstreamIncludeDirect BackfillGroupCreateIncludeDownstream = "direct"
+	BackfillGroupCreateIncludeDownstreamIncludeNone   BackfillGroupCreateIncludeDownstream = "none"
+)
+
+// Valid indicates whether the value is a known member of the BackfillGroupCreateIncludeDownstream enum.
+func (e BackfillGroupCreateIncludeDownstream) Valid() bool {
+	switch e {
+	case BackfillGroupCreateIncludeDownstreamIncludeAll:
+		return true
+	case BackfillGroupCreateIncludeDownstreamIncludeDirect:
+		return true
+	case BackfillGroupCreateIncludeDownstreamIncludeNone:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for BackfillGroupDryRunMemberEstimateBasis.
+const (
+	BackfillGroupDryRunMemberEstimateBasisLastSuccessfulRuns BackfillGroupDryRunMemberEstimateBasis = "last_successful_runs"
+	BackfillGroupDryRunMemberEstimateBasisNoSuccessfulRuns   BackfillGroupDryRunMemberEstimateBasis = "no_successful_runs"
+)
+
+// Valid indicates whether the value is a known member of the BackfillGroupDryRunMemberEstimateBasis enum.
+func (e BackfillGroupDryRunMemberEstimateBasis) Valid() bool {
+	switch e {
+	case BackfillGroupDryRunMemberEstimateBasisLastSuccessfulRuns:
+		return true
+	case BackfillGroupDryRunMemberEstimateBasisNoSuccessfulRuns:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for BackfillState.
 const (
 	BackfillStateCanceled  BackfillState = "canceled"
@@ -196,14 +274,21 @@ func (e EventDataReason) Valid() bool {
 
 // Defines values for EventType.
 const (
-	EventTypeCanceled  EventType = "backfill.canceled"
-	EventTypeCanceling EventType = "backfill.canceling"
-	EventTypeCreated   EventType = "backfill.created"
-	EventTypeFailed    EventType = "backfill.failed"
-	EventTypePaused    EventType = "backfill.paused"
-	EventTypeSucceeded EventType = "backfill.succeeded"
-	EventTypeUnpaused  EventType = "backfill.unpaused"
-	EventTypeUpdated   EventType = "backfill.updated"
+	EventTypeCanceled       EventType = "backfill.canceled"
+	EventTypeCanceling      EventType = "backfill.canceling"
+	EventTypeCreated        EventType = "backfill.created"
+	EventTypeFailed         EventType = "backfill.failed"
+	EventTypeGroupCanceled  EventType = "backfill_group.canceled"
+	EventTypeGroupCanceling EventType = "backfill_group.canceling"
+	EventTypeGroupCreated   EventType = "backfill_group.created"
+	EventTypeGroupFailed    EventType = "backfill_group.failed"
+	EventTypeGroupPaused    EventType = "backfill_group.paused"
+	EventTypeGroupSucceeded EventType = "backfill_group.succeeded"
+	EventTypeGroupUnpaused  EventType = "backfill_group.unpaused"
+	EventTypePaused         EventType = "backfill.paused"
+	EventTypeSucceeded      EventType = "backfill.succeeded"
+	EventTypeUnpaused       EventType = "backfill.unpaused"
+	EventTypeUpdated        EventType = "backfill.updated"
 )
 
 // Valid indicates whether the value is a known member of the EventType enum.
@@ -216,6 +301,20 @@ func (e EventType) Valid() bool {
 	case EventTypeCreated:
 		return true
 	case EventTypeFailed:
+		return true
+	case EventTypeGroupCanceled:
+		return true
+	case EventTypeGroupCanceling:
+		return true
+	case EventTypeGroupCreated:
+		return true
+	case EventTypeGroupFailed:
+		return true
+	case EventTypeGroupPaused:
+		return true
+	case EventTypeGroupSucceeded:
+		return true
+	case EventTypeGroupUnpaused:
 		return true
 	case EventTypePaused:
 		return true
@@ -269,6 +368,7 @@ func (e PoolRatePer) Valid() bool {
 // Defines values for ProblemCode.
 const (
 	ProblemCodeBackfillAlreadyRunning ProblemCode = "backfill_already_running"
+	ProblemCodeBackfillGroupNotFound  ProblemCode = "backfill_group_not_found"
 	ProblemCodeBackfillNotActive      ProblemCode = "backfill_not_active"
 	ProblemCodeBackfillNotFound       ProblemCode = "backfill_not_found"
 	ProblemCodeBackfillNotTerminal    ProblemCode = "backfill_not_terminal"
@@ -288,6 +388,7 @@ const (
 	ProblemCodeInvalidTransition      ProblemCode = "invalid_transition"
 	ProblemCodeInvalidWebhook         ProblemCode = "invalid_webhook"
 	ProblemCodeLeaseLost              ProblemCode = "lease_lost"
+	ProblemCodeManagedByGroup         ProblemCode = "managed_by_group"
 	ProblemCodeMethodNotAllowed       ProblemCode = "method_not_allowed"
 	ProblemCodeNoRunsToCreate         ProblemCode = "no_runs_to_create"
 	ProblemCodeNotFound               ProblemCode = "not_found"
@@ -300,6 +401,7 @@ const (
 	ProblemCodeRunNotFound            ProblemCode = "run_not_found"
 	ProblemCodeRunsInFlight           ProblemCode = "runs_in_flight"
 	ProblemCodeTimeout                ProblemCode = "timeout"
+	ProblemCodeTooManyDependencies    ProblemCode = "too_many_dependencies"
 	ProblemCodeTooManyRuns            ProblemCode = "too_many_runs"
 	ProblemCodeUnauthorized           ProblemCode = "unauthorized"
 	ProblemCodeUnavailable            ProblemCode = "unavailable"
@@ -310,6 +412,8 @@ const (
 func (e ProblemCode) Valid() bool {
 	switch e {
 	case ProblemCodeBackfillAlreadyRunning:
+		return true
+	case ProblemCodeBackfillGroupNotFound:
 		return true
 	case ProblemCodeBackfillNotActive:
 		return true
@@ -349,6 +453,8 @@ func (e ProblemCode) Valid() bool {
 		return true
 	case ProblemCodeLeaseLost:
 		return true
+	case ProblemCodeManagedByGroup:
+		return true
 	case ProblemCodeMethodNotAllowed:
 		return true
 	case ProblemCodeNoRunsToCreate:
@@ -372,6 +478,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeRunsInFlight:
 		return true
 	case ProblemCodeTimeout:
+		return true
+	case ProblemCodeTooManyDependencies:
 		return true
 	case ProblemCodeTooManyRuns:
 		return true
@@ -457,14 +565,21 @@ func (e WebhookDeliveryError) Valid() bool {
 
 // Defines values for WebhookEventType.
 const (
-	WebhookEventTypeBackfillCanceled  WebhookEventType = "backfill.canceled"
-	WebhookEventTypeBackfillCanceling WebhookEventType = "backfill.canceling"
-	WebhookEventTypeBackfillCreated   WebhookEventType = "backfill.created"
-	WebhookEventTypeBackfillFailed    WebhookEventType = "backfill.failed"
-	WebhookEventTypeBackfillPaused    WebhookEventType = "backfill.paused"
-	WebhookEventTypeBackfillSucceeded WebhookEventType = "backfill.succeeded"
-	WebhookEventTypeBackfillUnpaused  WebhookEventType = "backfill.unpaused"
-	WebhookEventTypeBackfillUpdated   WebhookEventType = "backfill.updated"
+	WebhookEventTypeBackfillCanceled       WebhookEventType = "backfill.canceled"
+	WebhookEventTypeBackfillCanceling      WebhookEventType = "backfill.canceling"
+	WebhookEventTypeBackfillCreated        WebhookEventType = "backfill.created"
+	WebhookEventTypeBackfillFailed         WebhookEventType = "backfill.failed"
+	WebhookEventTypeBackfillGroupCanceled  WebhookEventType = "backfill_group.canceled"
+	WebhookEventTypeBackfillGroupCanceling WebhookEventType = "backfill_group.canceling"
+	WebhookEventTypeBackfillGroupCreated   WebhookEventType = "backfill_group.created"
+	WebhookEventTypeBackfillGroupFailed    WebhookEventType = "backfill_group.failed"
+	WebhookEventTypeBackfillGroupPaused    WebhookEventType = "backfill_group.paused"
+	WebhookEventTypeBackfillGroupSucceeded WebhookEventType = "backfill_group.succeeded"
+	WebhookEventTypeBackfillGroupUnpaused  WebhookEventType = "backfill_group.unpaused"
+	WebhookEventTypeBackfillPaused         WebhookEventType = "backfill.paused"
+	WebhookEventTypeBackfillSucceeded      WebhookEventType = "backfill.succeeded"
+	WebhookEventTypeBackfillUnpaused       WebhookEventType = "backfill.unpaused"
+	WebhookEventTypeBackfillUpdated        WebhookEventType = "backfill.updated"
 )
 
 // Valid indicates whether the value is a known member of the WebhookEventType enum.
@@ -477,6 +592,20 @@ func (e WebhookEventType) Valid() bool {
 	case WebhookEventTypeBackfillCreated:
 		return true
 	case WebhookEventTypeBackfillFailed:
+		return true
+	case WebhookEventTypeBackfillGroupCanceled:
+		return true
+	case WebhookEventTypeBackfillGroupCanceling:
+		return true
+	case WebhookEventTypeBackfillGroupCreated:
+		return true
+	case WebhookEventTypeBackfillGroupFailed:
+		return true
+	case WebhookEventTypeBackfillGroupPaused:
+		return true
+	case WebhookEventTypeBackfillGroupSucceeded:
+		return true
+	case WebhookEventTypeBackfillGroupUnpaused:
 		return true
 	case WebhookEventTypeBackfillPaused:
 		return true
@@ -551,7 +680,10 @@ type Backfill struct {
 	// EtaSeconds Only in the answer of `GET /api/v1/backfills/{backfill_id}`: the seconds until no run is left queued or running, at the pace of the backfill's successes since its pace last restarted (creation, a pause or unpause, a change of `max_active_runs` or `pool`), over at most the last 5 minutes. Null while the backfill is not running and until 2 successes give a pace; 0 once no run is left. The stream's `progress` messages, `backfillctl watch` and the console show this figure.
 	EtaSeconds *float64  `json:"eta_seconds,omitempty"`
 	FromDate   time.Time `json:"from_date"`
-	Id         int64     `json:"id"`
+
+	// GroupId The backfill group this backfill is a member of; null for none. A member is paused, unpaused and canceled with its group (409 `managed_by_group` otherwise).
+	GroupId *int64 `json:"group_id"`
+	Id      int64  `json:"id"`
 
 	// IsPaused True exactly when `state` is `paused`.
 	IsPaused      bool  `json:"is_paused"`
@@ -575,7 +707,7 @@ type Backfill struct {
 	// Priority Claims serve higher priority first (-10 to 10), with aging by `PRIORITY_AGING`; `PATCH` changes it for the next claim.
 	Priority int32 `json:"priority"`
 
-	// Progress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others.
+	// Progress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of those. `blocked` counts the `queued` runs that still wait for another run (a group's member); they are in `queued` too.
 	Progress BackfillProgress `json:"progress"`
 
 	// Reason Why the backfill was made; null for none.
@@ -665,6 +797,9 @@ type BackfillDagRun struct {
 	// Attempt The run's attempt (for a slot whose run a later backfill took over, the attempt it had then); null for a skipped slot.
 	Attempt *int32 `json:"attempt"`
 
+	// BlockedBy How many runs the slot's run still waits for (a group member's run: 0 once every run it waits for succeeded); null for a skipped slot and one whose run a later backfill took over.
+	BlockedBy *int32 `json:"blocked_by"`
+
 	// DagRunId The run's numeric `id`; null for a skipped slot.
 	DagRunId *int64 `json:"dag_run_id"`
 
@@ -717,6 +852,174 @@ type BackfillEstimate struct {
 	WallClockSeconds float64 `json:"wall_clock_seconds"`
 }
 
+// BackfillGroup defines model for BackfillGroup.
+type BackfillGroup struct {
+	CodeRef *string `json:"code_ref"`
+
+	// CompletedAt Set exactly when the state is terminal: once every member is, `succeeded` when every member succeeded, `canceled` when the group was canceled, else `failed`.
+	CompletedAt *time.Time `json:"completed_at"`
+	CreatedAt   time.Time  `json:"created_at"`
+
+	// CreatedBy The `X-Actor` header of the creating request; null when not known.
+	CreatedBy *string `json:"created_by"`
+
+	// DagIds The targets, as asked.
+	DagIds []DagId `json:"dag_ids"`
+
+	// DagRunConf Free-form run configuration; null when none was given.
+	DagRunConf *Conf `json:"dag_run_conf"`
+
+	// Dependencies The run-to-run dependencies written at creation.
+	Dependencies      int64                          `json:"dependencies"`
+	Description       *string                        `json:"description"`
+	FromDate          time.Time                      `json:"from_date"`
+	Id                int64                          `json:"id"`
+	IncludeDownstream BackfillGroupIncludeDownstream `json:"include_downstream"`
+
+	// MaxActiveRuns Per member.
+	MaxActiveRuns int32 `json:"max_active_runs"`
+
+	// MaxFailedRuns The group's failure budget: when the failed runs of all members together reach it, the group and its running members become `paused` with `pause_reason` `failure_budget`, in the transaction that failed the run.
+	MaxFailedRuns *int32 `json:"max_failed_runs"`
+
+	// Members The member backfills, by depth then `dag_id`.
+	Members     []BackfillGroupMember     `json:"members"`
+	PauseReason *BackfillGroupPauseReason `json:"pause_reason"`
+
+	// PlanHash The digest of the group's plan, as its dry run answers it.
+	PlanHash string  `json:"plan_hash"`
+	Pool     *string `json:"pool"`
+	Priority int32   `json:"priority"`
+
+	// Progress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of those. `blocked` counts the `queued` runs that still wait for another run (a group's member); they are in `queued` too.
+	Progress BackfillProgress `json:"progress"`
+	Reason   *string          `json:"reason"`
+
+	// ReprocessBehavior What a backfill does with a slot whose run already exists and is terminal: `none` skips it; `failed` reprocesses a `failed` or `canceled` run; `completed` reprocesses any terminal run. A `queued` or `running` run is always skipped.
+	ReprocessBehavior ReprocessBehavior `json:"reprocess_behavior"`
+	RunBackwards      bool              `json:"run_backwards"`
+
+	// State Active: `running`, `paused`, `canceling`. Terminal: `succeeded` (every run succeeded), `failed` (at least one run failed or was canceled), `canceled`.
+	State     BackfillState `json:"state"`
+	ToDate    time.Time     `json:"to_date"`
+	UpdatedAt time.Time     `json:"updated_at"`
+}
+
+// BackfillGroupIncludeDownstream defines model for BackfillGroup.IncludeDownstream.
+type BackfillGroupIncludeDownstream string
+
+// BackfillGroupPauseReason defines model for BackfillGroup.PauseReason.
+type BackfillGroupPauseReason string
+
+// BackfillGroupCollection defines model for BackfillGroupCollection.
+type BackfillGroupCollection struct {
+	BackfillGroups []BackfillGroup `json:"backfill_groups"`
+
+	// NextCursor Send as `cursor` for the next page; null on the last page.
+	NextCursor   *string `json:"next_cursor"`
+	TotalEntries int64   `json:"total_entries"`
+}
+
+// BackfillGroupCreate defines model for BackfillGroupCreate.
+type BackfillGroupCreate struct {
+	// CodeRef Every member's `code_ref` (1-200 printable characters without spaces).
+	CodeRef *string `json:"code_ref,omitempty"`
+
+	// DagIds The DAGs to backfill (the targets).
+	DagIds []DagId `json:"dag_ids"`
+
+	// DagRunConf Free-form run configuration; null when none was given.
+	DagRunConf  *Conf   `json:"dag_run_conf,omitempty"`
+	Description *string `json:"description,omitempty"`
+
+	// FromDate Inclusive start of the window, for every member.
+	FromDate time.Time `json:"from_date"`
+
+	// IncludeDownstream Which DAGs downstream of the targets join the group: none, those that name a target as an upstream (`direct`), or every DAG downstream of one (`all`).
+	IncludeDownstream *BackfillGroupCreateIncludeDownstream `json:"include_downstream,omitempty"`
+
+	// MaxActiveRuns The most runs of each member that may run at once.
+	MaxActiveRuns *int32 `json:"max_active_runs,omitempty"`
+
+	// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
+	MaxFailedRuns *MaxFailedRuns `json:"max_failed_runs,omitempty"`
+
+	// Pool A pool's name, 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..` (like a `dag_id`).
+	//
+	// Example: warehouse
+	Pool *PoolName `json:"pool,omitempty"`
+
+	// Priority Every member's priority, -10 to 10 (default 0), else 422 `invalid_priority`.
+	Priority *int32  `json:"priority,omitempty"`
+	Reason   *string `json:"reason,omitempty"`
+
+	// ReprocessBehavior What a backfill does with a slot whose run already exists and is terminal: `none` skips it; `failed` reprocesses a `failed` or `canceled` run; `completed` reprocesses any terminal run. A `queued` or `running` run is always skipped.
+	ReprocessBehavior *ReprocessBehavior `json:"reprocess_behavior,omitempty"`
+	RunBackwards      *bool              `json:"run_backwards,omitempty"`
+
+	// ToDate Inclusive end of the window, for every member.
+	ToDate time.Time `json:"to_date"`
+}
+
+// BackfillGroupCreateIncludeDownstream Which DAGs downstream of the targets join the group: none, those that name a target as an upstream (`direct`), or every DAG downstream of one (`all`).
+type BackfillGroupCreateIncludeDownstream string
+
+// BackfillGroupDryRun defines model for BackfillGroupDryRun.
+type BackfillGroupDryRun struct {
+	// Blocked The runs that would wait for another at the start.
+	Blocked int64 `json:"blocked"`
+
+	// Dependencies The run-to-run dependencies the group would have.
+	Dependencies int64 `json:"dependencies"`
+
+	// Members By depth then `dag_id`.
+	Members []BackfillGroupDryRunMember `json:"members"`
+
+	// PlanHash Send as `If-Match` to create exactly this plan.
+	PlanHash string `json:"plan_hash"`
+}
+
+// BackfillGroupDryRunMember defines model for BackfillGroupDryRunMember.
+type BackfillGroupDryRunMember struct {
+	Blocked int64 `json:"blocked"`
+
+	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
+	//
+	// Example: sales_daily
+	DagId DagId `json:"dag_id"`
+	Depth int32 `json:"depth"`
+
+	// Estimate What a backfill would cost, from how long the DAG's runs took; null when the DAG has no successful run to measure (`estimate_basis` says so).
+	Estimate      *BackfillEstimate                      `json:"estimate"`
+	EstimateBasis BackfillGroupDryRunMemberEstimateBasis `json:"estimate_basis"`
+
+	// PlanHash The member's plan digest (as a backfill's dry run answers it).
+	PlanHash string        `json:"plan_hash"`
+	Runs     []DryRunEntry `json:"runs"`
+}
+
+// BackfillGroupDryRunMemberEstimateBasis defines model for BackfillGroupDryRunMember.EstimateBasis.
+type BackfillGroupDryRunMemberEstimateBasis string
+
+// BackfillGroupMember defines model for BackfillGroupMember.
+type BackfillGroupMember struct {
+	BackfillId int64 `json:"backfill_id"`
+
+	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
+	//
+	// Example: sales_daily
+	DagId DagId `json:"dag_id"`
+
+	// Depth 0 for a DAG with no upstream in the group, else one more than its deepest upstream's.
+	Depth int32 `json:"depth"`
+
+	// Progress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of those. `blocked` counts the `queued` runs that still wait for another run (a group's member); they are in `queued` too.
+	Progress BackfillProgress `json:"progress"`
+
+	// State Active: `running`, `paused`, `canceling`. Terminal: `succeeded` (every run succeeded), `failed` (at least one run failed or was canceled), `canceled`.
+	State BackfillState `json:"state"`
+}
+
 // BackfillPatch A JSON merge patch; fields left out keep their value.
 type BackfillPatch struct {
 	Description   *string `json:"description,omitempty"`
@@ -732,8 +1035,9 @@ type BackfillPatch struct {
 	Priority *int32 `json:"priority,omitempty"`
 }
 
-// BackfillProgress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others.
+// BackfillProgress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of those. `blocked` counts the `queued` runs that still wait for another run (a group's member); they are in `queued` too.
 type BackfillProgress struct {
+	Blocked  int64 `json:"blocked"`
 	Canceled int64 `json:"canceled"`
 	Failed   int64 `json:"failed"`
 	Queued   int64 `json:"queued"`
@@ -1039,16 +1343,19 @@ type DryRunEntry struct {
 	SortOrdinal     int32     `json:"sort_ordinal"`
 }
 
-// Event One change of a backfill's state or settings, written in its transaction.
+// Event One change of a backfill's state or settings, or of a backfill group's state, written in its transaction. A backfill's events have `backfill_id` and `dag_id` (and a member's, `group_id`); a group's (`backfill_group.*`) have `group_id` only.
 type Event struct {
-	BackfillId int64 `json:"backfill_id"`
+	BackfillId *int64 `json:"backfill_id,omitempty"`
 
 	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
 	//
 	// Example: sales_daily
-	DagId DagId     `json:"dag_id"`
-	Data  EventData `json:"data"`
-	Id    int64     `json:"id"`
+	DagId *DagId `json:"dag_id,omitempty"`
+
+	// Data `backfill` in a backfill's events, `group` in a group's.
+	Data    EventData `json:"data"`
+	GroupId *int64    `json:"group_id,omitempty"`
+	Id      int64     `json:"id"`
 
 	// OccurredAt When the change was made, on the database's clock: its transaction's time, or a microsecond after the backfill's previous change when that is later (a change that waited for another's row lock may have started first). A backfill's events order by `occurred_at` exactly as their changes were made, and each equals the `updated_at` of the snapshot it carries (a change made by SQL outside the service that sets no `updated_at` carries its transaction's time).
 	OccurredAt time.Time `json:"occurred_at"`
@@ -1063,15 +1370,16 @@ type EventCollection struct {
 	NextAfter int64 `json:"next_after"`
 }
 
-// EventData defines model for EventData.
+// EventData `backfill` in a backfill's events, `group` in a group's.
 type EventData struct {
-	Backfill Backfill `json:"backfill"`
+	Backfill *Backfill      `json:"backfill,omitempty"`
+	Group    *BackfillGroup `json:"group,omitempty"`
 
-	// Reason `backfill.paused` only: who paused it.
+	// Reason `backfill.paused` and `backfill_group.paused` only: who paused it.
 	Reason *EventDataReason `json:"reason,omitempty"`
 }
 
-// EventDataReason `backfill.paused` only: who paused it.
+// EventDataReason `backfill.paused` and `backfill_group.paused` only: who paused it.
 type EventDataReason string
 
 // EventType defines model for EventType.
@@ -1082,6 +1390,16 @@ type FieldError struct {
 	// Field The offending body field, query or path parameter, or header.
 	Field   string `json:"field"`
 	Message string `json:"message"`
+}
+
+// GroupConflict defines model for GroupConflict.
+type GroupConflict struct {
+	ActiveBackfillId int64 `json:"active_backfill_id"`
+
+	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
+	//
+	// Example: sales_daily
+	DagId DagId `json:"dag_id"`
 }
 
 // Health defines model for Health.
@@ -1171,6 +1489,9 @@ type Problem struct {
 	// Code The stable, machine-readable error code. `not_found` and `method_not_allowed` answer requests to a path no route serves, or with a method the route does not serve.
 	Code ProblemCode `json:"code"`
 
+	// Conflicts Present with `backfill_already_running` from a group's creation: every member DAG that has an active backfill.
+	Conflicts *[]GroupConflict `json:"conflicts,omitempty"`
+
 	// CurrentPlanHash Present with `plan_changed`; the digest of the plan as it is now.
 	CurrentPlanHash *string `json:"current_plan_hash,omitempty"`
 
@@ -1178,6 +1499,9 @@ type Problem struct {
 	//
 	// Example: ["orders","revenue","orders"]
 	Cycle *[]DagId `json:"cycle,omitempty"`
+
+	// Dependencies Present with `too_many_dependencies`; the run-to-run dependencies the group would have.
+	Dependencies *int64 `json:"dependencies,omitempty"`
 
 	// Detail An explanation of this occurrence. Never internal error text.
 	Detail string `json:"detail"`
@@ -1197,6 +1521,9 @@ type Problem struct {
 	//
 	// Example: 100000
 	MaxBackfillRuns *int64 `json:"max_backfill_runs,omitempty"`
+
+	// MaxRunDependencies Present with `too_many_dependencies`; `MAX_RUN_DEPENDENCIES`.
+	MaxRunDependencies *int64 `json:"max_run_dependencies,omitempty"`
 
 	// Slots Present with `too_many_runs` when the window's slots were counted exactly: how many the window holds. Counting stops 1,000,000 slots past the cap; a window larger than that has no `slots`, and `detail` says "more than".
 	//
@@ -1319,6 +1646,9 @@ type EventTypeQuery = EventType
 // EventsAfter defines model for EventsAfter.
 type EventsAfter = int64
 
+// GroupIdPath defines model for GroupIdPath.
+type GroupIdPath = int64
+
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
 
@@ -1368,6 +1698,44 @@ type Unauthorized = Problem
 
 // Unprocessable An RFC 9457 problem detail with a stable `code`.
 type Unprocessable = Problem
+
+// ListBackfillGroupsParams defines parameters for ListBackfillGroups.
+type ListBackfillGroupsParams struct {
+	// State Only groups in this state.
+	State *BackfillState `form:"state,omitempty" json:"state,omitempty"`
+
+	// DagId Only groups with a member backfill of this DAG.
+	DagId *DagId `form:"dag_id,omitempty" json:"dag_id,omitempty"`
+
+	// Limit Page size.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
+	// entry, in the same order, whatever was inserted or removed before it, and costs the
+	// same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+	// 400 `invalid_request`, as is a cursor of another listing or order.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// CreateBackfillGroupParams defines parameters for CreateBackfillGroup.
+type CreateBackfillGroupParams struct {
+	// IdempotencyKey 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
+	// operation's description.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
+	// IfMatch `"<plan_hash>"` from a dry run (several may be listed, comma-separated): create only
+	// if the plan made inside the creating transaction has that digest, else 412
+	// `plan_changed`. `*` checks nothing.
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// XActor Who sends the request (1-200 printable characters, e.g. a user name), recorded as the
+	// backfill's `created_by`. The service has no per-user identity (`API_TOKEN`'s tokens
+	// are shared secrets, several only for rotation), so this header is the principal.
+	XActor *Actor `json:"X-Actor,omitempty"`
+}
 
 // ListBackfillsParams defines parameters for ListBackfills.
 type ListBackfillsParams struct {
@@ -1425,6 +1793,9 @@ type ListBackfillDagRunsParams struct {
 	// State Only slots whose `state` is this (for example `failed`, with each run's `note` and
 	// `attempt`). Skipped slots have no state and never match.
 	State *DagRunState `form:"state,omitempty" json:"state,omitempty"`
+
+	// Blocked `true`: only the slots whose run is queued and waits for another (`blocked_by` > 0); `false`: every other slot.
+	Blocked *bool `form:"blocked,omitempty" json:"blocked,omitempty"`
 
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
@@ -1579,6 +1950,12 @@ type ListWebhookDeliveriesParams struct {
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
+// CreateBackfillGroupJSONRequestBody defines body for CreateBackfillGroup for application/json ContentType.
+type CreateBackfillGroupJSONRequestBody = BackfillGroupCreate
+
+// DryRunBackfillGroupJSONRequestBody defines body for DryRunBackfillGroup for application/json ContentType.
+type DryRunBackfillGroupJSONRequestBody = BackfillGroupCreate
+
 // CreateBackfillJSONRequestBody defines body for CreateBackfill for application/json ContentType.
 type CreateBackfillJSONRequestBody = BackfillCreate
 
@@ -1623,6 +2000,27 @@ type ServerInterface interface {
 	// GetRoot Start page
 	// (GET /)
 	GetRoot(w http.ResponseWriter, r *http.Request)
+	// ListBackfillGroups List backfill groups
+	// (GET /api/v1/backfill_groups)
+	ListBackfillGroups(w http.ResponseWriter, r *http.Request, params ListBackfillGroupsParams)
+	// CreateBackfillGroup Backfill a pipeline
+	// (POST /api/v1/backfill_groups)
+	CreateBackfillGroup(w http.ResponseWriter, r *http.Request, params CreateBackfillGroupParams)
+	// DryRunBackfillGroup Preview a backfill group
+	// (POST /api/v1/backfill_groups/dry_run)
+	DryRunBackfillGroup(w http.ResponseWriter, r *http.Request)
+	// GetBackfillGroup Get a backfill group
+	// (GET /api/v1/backfill_groups/{group_id})
+	GetBackfillGroup(w http.ResponseWriter, r *http.Request, groupId GroupIdPath)
+	// CancelBackfillGroup Cancel a backfill group
+	// (PUT /api/v1/backfill_groups/{group_id}/cancel)
+	CancelBackfillGroup(w http.ResponseWriter, r *http.Request, groupId GroupIdPath)
+	// PauseBackfillGroup Pause a backfill group
+	// (PUT /api/v1/backfill_groups/{group_id}/pause)
+	PauseBackfillGroup(w http.ResponseWriter, r *http.Request, groupId GroupIdPath)
+	// UnpauseBackfillGroup Unpause a backfill group
+	// (PUT /api/v1/backfill_groups/{group_id}/unpause)
+	UnpauseBackfillGroup(w http.ResponseWriter, r *http.Request, groupId GroupIdPath)
 	// ListBackfills List backfills
 	// (GET /api/v1/backfills)
 	ListBackfills(w http.ResponseWriter, r *http.Request, params ListBackfillsParams)
@@ -1755,6 +2153,48 @@ type Unimplemented struct{}
 // GetRoot Start page
 // (GET /)
 func (_ Unimplemented) GetRoot(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListBackfillGroups List backfill groups
+// (GET /api/v1/backfill_groups)
+func (_ Unimplemented) ListBackfillGroups(w http.ResponseWriter, r *http.Request, params ListBackfillGroupsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CreateBackfillGroup Backfill a pipeline
+// (POST /api/v1/backfill_groups)
+func (_ Unimplemented) CreateBackfillGroup(w http.ResponseWriter, r *http.Request, params CreateBackfillGroupParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// DryRunBackfillGroup Preview a backfill group
+// (POST /api/v1/backfill_groups/dry_run)
+func (_ Unimplemented) DryRunBackfillGroup(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetBackfillGroup Get a backfill group
+// (GET /api/v1/backfill_groups/{group_id})
+func (_ Unimplemented) GetBackfillGroup(w http.ResponseWriter, r *http.Request, groupId GroupIdPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CancelBackfillGroup Cancel a backfill group
+// (PUT /api/v1/backfill_groups/{group_id}/cancel)
+func (_ Unimplemented) CancelBackfillGroup(w http.ResponseWriter, r *http.Request, groupId GroupIdPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// PauseBackfillGroup Pause a backfill group
+// (PUT /api/v1/backfill_groups/{group_id}/pause)
+func (_ Unimplemented) PauseBackfillGroup(w http.ResponseWriter, r *http.Request, groupId GroupIdPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// UnpauseBackfillGroup Unpause a backfill group
+// (PUT /api/v1/backfill_groups/{group_id}/unpause)
+func (_ Unimplemented) UnpauseBackfillGroup(w http.ResponseWriter, r *http.Request, groupId GroupIdPath) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -2018,6 +2458,288 @@ func (siw *ServerInterfaceWrapper) GetRoot(w http.ResponseWriter, r *http.Reques
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetRoot(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListBackfillGroups operation middleware
+func (siw *ServerInterfaceWrapper) ListBackfillGroups(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListBackfillGroupsParams
+
+	// ------------- Optional query parameter "state" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "state", r.URL.Query(), &params.State, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "state"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "state", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "dag_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "dag_id", r.URL.Query(), &params.DagId, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "dag_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "dag_id", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "offset" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "offset", r.URL.Query(), &params.Offset, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "offset"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "offset", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListBackfillGroups(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateBackfillGroup operation middleware
+func (siw *ServerInterfaceWrapper) CreateBackfillGroup(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreateBackfillGroupParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	// ------------- Optional header parameter "If-Match" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("If-Match")]; found {
+		var IfMatch IfMatch
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "If-Match", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "If-Match", valueList[0], &IfMatch, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "If-Match", Err: err})
+			return
+		}
+
+		params.IfMatch = &IfMatch
+
+	}
+
+	// ------------- Optional header parameter "X-Actor" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("X-Actor")]; found {
+		var XActor Actor
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "X-Actor", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "X-Actor", valueList[0], &XActor, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "X-Actor", Err: err})
+			return
+		}
+
+		params.XActor = &XActor
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateBackfillGroup(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DryRunBackfillGroup operation middleware
+func (siw *ServerInterfaceWrapper) DryRunBackfillGroup(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DryRunBackfillGroup(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetBackfillGroup operation middleware
+func (siw *ServerInterfaceWrapper) GetBackfillGroup(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "group_id" -------------
+	var groupId GroupIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "group_id", chi.URLParam(r, "group_id"), &groupId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "int64", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "group_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetBackfillGroup(w, r, groupId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CancelBackfillGroup operation middleware
+func (siw *ServerInterfaceWrapper) CancelBackfillGroup(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "group_id" -------------
+	var groupId GroupIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "group_id", chi.URLParam(r, "group_id"), &groupId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "int64", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "group_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CancelBackfillGroup(w, r, groupId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PauseBackfillGroup operation middleware
+func (siw *ServerInterfaceWrapper) PauseBackfillGroup(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "group_id" -------------
+	var groupId GroupIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "group_id", chi.URLParam(r, "group_id"), &groupId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "int64", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "group_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PauseBackfillGroup(w, r, groupId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// UnpauseBackfillGroup operation middleware
+func (siw *ServerInterfaceWrapper) UnpauseBackfillGroup(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "group_id" -------------
+	var groupId GroupIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "group_id", chi.URLParam(r, "group_id"), &groupId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "int64", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "group_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UnpauseBackfillGroup(w, r, groupId)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2349,6 +3071,19 @@ func (siw *ServerInterfaceWrapper) ListBackfillDagRuns(w http.ResponseWriter, r 
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "state"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "state", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "blocked" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "blocked", r.URL.Query(), &params.Blocked, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "blocked"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "blocked", Err: err})
 		}
 		return
 	}
@@ -3816,6 +4551,27 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Put(options.BaseURL+"/api/v1/backfills/{backfill_id}/cancel", wrapper.CancelBackfill)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/api/v1/backfill_groups", wrapper.ListBackfillGroups)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/api/v1/backfill_groups", wrapper.CreateBackfillGroup)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/api/v1/backfill_groups/dry_run", wrapper.DryRunBackfillGroup)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/api/v1/backfill_groups/{group_id}", wrapper.GetBackfillGroup)
+	})
+	r.Group(func(r chi.Router) {
+		r.Put(options.BaseURL+"/api/v1/backfill_groups/{group_id}/pause", wrapper.PauseBackfillGroup)
+	})
+	r.Group(func(r chi.Router) {
+		r.Put(options.BaseURL+"/api/v1/backfill_groups/{group_id}/unpause", wrapper.UnpauseBackfillGroup)
+	})
+	r.Group(func(r chi.Router) {
+		r.Put(options.BaseURL+"/api/v1/backfill_groups/{group_id}/cancel", wrapper.CancelBackfillGroup)
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/api/v1/events", wrapper.ListEvents)

@@ -8,6 +8,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/backfillsvc/backfill/api"
+	"github.com/backfillsvc/backfill/domain"
 )
 
 func loadSpec(t *testing.T) *openapi3.T {
@@ -67,6 +68,25 @@ func TestRequestBodiesRejectUnknownFields(t *testing.T) {
 					t.Errorf("%s %s: %s body schema allows additional properties", method, path, ct)
 				}
 			}
+		}
+	}
+}
+
+// The event types the service writes are the spec's, in its order, for events and for
+// webhooks' filters alike.
+func TestEventTypesAreTheSpecs(t *testing.T) {
+	doc := loadSpec(t)
+	for _, name := range []string{"EventType", "WebhookEventType"} {
+		var spec []string
+		for _, v := range doc.Components.Schemas[name].Value.Enum {
+			spec = append(spec, v.(string))
+		}
+		var ours []string
+		for _, t := range domain.EventTypes {
+			ours = append(ours, string(t))
+		}
+		if strings.Join(spec, ",") != strings.Join(ours, ",") {
+			t.Fatalf("%s lists %v, domain.EventTypes %v", name, spec, ours)
 		}
 	}
 }

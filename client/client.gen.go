@@ -37,6 +37,84 @@ func (e BackfillPauseReason) Valid() bool {
 	}
 }
 
+// Defines values for BackfillGroupIncludeDownstream.
+const (
+	BackfillGroupIncludeDownstreamGroupIncludeAll    BackfillGroupIncludeDownstream = "all"
+	BackfillGroupIncludeDownstreamGroupIncludeDirect BackfillGroupIncludeDownstream = "direct"
+	BackfillGroupIncludeDownstreamGroupIncludeNone   BackfillGroupIncludeDownstream = "none"
+)
+
+// Valid indicates whether the value is a known member of the BackfillGroupIncludeDownstream enum.
+func (e BackfillGroupIncludeDownstream) Valid() bool {
+	switch e {
+	case BackfillGroupIncludeDownstreamGroupIncludeAll:
+		return true
+	case BackfillGroupIncludeDownstreamGroupIncludeDirect:
+		return true
+	case BackfillGroupIncludeDownstreamGroupIncludeNone:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for BackfillGroupPauseReason.
+const (
+	BackfillGroupPauseReasonFailureBudget BackfillGroupPauseReason = "failure_budget"
+	BackfillGroupPauseReasonUser          BackfillGroupPauseReason = "user"
+)
+
+// Valid indicates whether the value is a known member of the BackfillGroupPauseReason enum.
+func (e BackfillGroupPauseReason) Valid() bool {
+	switch e {
+	case BackfillGroupPauseReasonFailureBudget:
+		return true
+	case BackfillGroupPauseReasonUser:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for BackfillGroupCreateIncludeDownstream.
+const (
+	BackfillGroupCreateIncludeDownstreamIncludeAll    BackfillGroupCreateIncludeDownstream = "all"
+	BackfillGroupCreateIncludeDownstreamIncludeDirect BackfillGroupCreateIncludeDownstream = "direct"
+	BackfillGroupCreateIncludeDownstreamIncludeNone   BackfillGroupCreateIncludeDownstream = "none"
+)
+
+// Valid indicates whether the value is a known member of the BackfillGroupCreateIncludeDownstream enum.
+func (e BackfillGroupCreateIncludeDownstream) Valid() bool {
+	switch e {
+	case BackfillGroupCreateIncludeDownstreamIncludeAll:
+		return true
+	case BackfillGroupCreateIncludeDownstreamIncludeDirect:
+		return true
+	case BackfillGroupCreateIncludeDownstreamIncludeNone:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for BackfillGroupDryRunMemberEstimateBasis.
+const (
+	BackfillGroupDryRunMemberEstimateBasisLastSuccessfulRuns BackfillGroupDryRunMemberEstimateBasis = "last_successful_runs"
+	BackfillGroupDryRunMemberEstimateBasisNoSuccessfulRuns   BackfillGroupDryRunMemberEstimateBasis = "no_successful_runs"
+)
+
+// Valid indicates whether the value is a known member of the BackfillGroupDryRunMemberEstimateBasis enum.
+func (e BackfillGroupDryRunMemberEstimateBasis) Valid() bool {
+	switch e {
+	case BackfillGroupDryRunMemberEstimateBasisLastSuccessfulRuns:
+		return true
+	case BackfillGroupDryRunMemberEstimateBasisNoSuccessfulRuns:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for BackfillState.
 const (
 	BackfillStateCanceled  BackfillState = "canceled"
@@ -201,14 +279,21 @@ func (e EventDataReason) Valid() bool {
 
 // Defines values for EventType.
 const (
-	EventTypeCanceled  EventType = "backfill.canceled"
-	EventTypeCanceling EventType = "backfill.canceling"
-	EventTypeCreated   EventType = "backfill.created"
-	EventTypeFailed    EventType = "backfill.failed"
-	EventTypePaused    EventType = "backfill.paused"
-	EventTypeSucceeded EventType = "backfill.succeeded"
-	EventTypeUnpaused  EventType = "backfill.unpaused"
-	EventTypeUpdated   EventType = "backfill.updated"
+	EventTypeCanceled       EventType = "backfill.canceled"
+	EventTypeCanceling      EventType = "backfill.canceling"
+	EventTypeCreated        EventType = "backfill.created"
+	EventTypeFailed         EventType = "backfill.failed"
+	EventTypeGroupCanceled  EventType = "backfill_group.canceled"
+	EventTypeGroupCanceling EventType = "backfill_group.canceling"
+	EventTypeGroupCreated   EventType = "backfill_group.created"
+	EventTypeGroupFailed    EventType = "backfill_group.failed"
+	EventTypeGroupPaused    EventType = "backfill_group.paused"
+	EventTypeGroupSucceeded EventType = "backfill_group.succeeded"
+	EventTypeGroupUnpaused  EventType = "backfill_group.unpaused"
+	EventTypePaused         EventType = "backfill.paused"
+	EventTypeSucceeded      EventType = "backfill.succeeded"
+	EventTypeUnpaused       EventType = "backfill.unpaused"
+	EventTypeUpdated        EventType = "backfill.updated"
 )
 
 // Valid indicates whether the value is a known member of the EventType enum.
@@ -221,6 +306,20 @@ func (e EventType) Valid() bool {
 	case EventTypeCreated:
 		return true
 	case EventTypeFailed:
+		return true
+	case EventTypeGroupCanceled:
+		return true
+	case EventTypeGroupCanceling:
+		return true
+	case EventTypeGroupCreated:
+		return true
+	case EventTypeGroupFailed:
+		return true
+	case EventTypeGroupPaused:
+		return true
+	case EventTypeGroupSucceeded:
+		return true
+	case EventTypeGroupUnpaused:
 		return true
 	case EventTypePaused:
 		return true
@@ -274,6 +373,7 @@ func (e PoolRatePer) Valid() bool {
 // Defines values for ProblemCode.
 const (
 	ProblemCodeBackfillAlreadyRunning ProblemCode = "backfill_already_running"
+	ProblemCodeBackfillGroupNotFound  ProblemCode = "backfill_group_not_found"
 	ProblemCodeBackfillNotActive      ProblemCode = "backfill_not_active"
 	ProblemCodeBackfillNotFound       ProblemCode = "backfill_not_found"
 	ProblemCodeBackfillNotTerminal    ProblemCode = "backfill_not_terminal"
@@ -293,6 +393,7 @@ const (
 	ProblemCodeInvalidTransition      ProblemCode = "invalid_transition"
 	ProblemCodeInvalidWebhook         ProblemCode = "invalid_webhook"
 	ProblemCodeLeaseLost              ProblemCode = "lease_lost"
+	ProblemCodeManagedByGroup         ProblemCode = "managed_by_group"
 	ProblemCodeMethodNotAllowed       ProblemCode = "method_not_allowed"
 	ProblemCodeNoRunsToCreate         ProblemCode = "no_runs_to_create"
 	ProblemCodeNotFound               ProblemCode = "not_found"
@@ -305,6 +406,7 @@ const (
 	ProblemCodeRunNotFound            ProblemCode = "run_not_found"
 	ProblemCodeRunsInFlight           ProblemCode = "runs_in_flight"
 	ProblemCodeTimeout                ProblemCode = "timeout"
+	ProblemCodeTooManyDependencies    ProblemCode = "too_many_dependencies"
 	ProblemCodeTooManyRuns            ProblemCode = "too_many_runs"
 	ProblemCodeUnauthorized           ProblemCode = "unauthorized"
 	ProblemCodeUnavailable            ProblemCode = "unavailable"
@@ -315,6 +417,8 @@ const (
 func (e ProblemCode) Valid() bool {
 	switch e {
 	case ProblemCodeBackfillAlreadyRunning:
+		return true
+	case ProblemCodeBackfillGroupNotFound:
 		return true
 	case ProblemCodeBackfillNotActive:
 		return true
@@ -354,6 +458,8 @@ func (e ProblemCode) Valid() bool {
 		return true
 	case ProblemCodeLeaseLost:
 		return true
+	case ProblemCodeManagedByGroup:
+		return true
 	case ProblemCodeMethodNotAllowed:
 		return true
 	case ProblemCodeNoRunsToCreate:
@@ -377,6 +483,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeRunsInFlight:
 		return true
 	case ProblemCodeTimeout:
+		return true
+	case ProblemCodeTooManyDependencies:
 		return true
 	case ProblemCodeTooManyRuns:
 		return true
@@ -462,14 +570,21 @@ func (e WebhookDeliveryError) Valid() bool {
 
 // Defines values for WebhookEventType.
 const (
-	WebhookEventTypeBackfillCanceled  WebhookEventType = "backfill.canceled"
-	WebhookEventTypeBackfillCanceling WebhookEventType = "backfill.canceling"
-	WebhookEventTypeBackfillCreated   WebhookEventType = "backfill.created"
-	WebhookEventTypeBackfillFailed    WebhookEventType = "backfill.failed"
-	WebhookEventTypeBackfillPaused    WebhookEventType = "backfill.paused"
-	WebhookEventTypeBackfillSucceeded WebhookEventType = "backfill.succeeded"
-	WebhookEventTypeBackfillUnpaused  WebhookEventType = "backfill.unpaused"
-	WebhookEventTypeBackfillUpdated   WebhookEventType = "backfill.updated"
+	WebhookEventTypeBackfillCanceled       WebhookEventType = "backfill.canceled"
+	WebhookEventTypeBackfillCanceling      WebhookEventType = "backfill.canceling"
+	WebhookEventTypeBackfillCreated        WebhookEventType = "backfill.created"
+	WebhookEventTypeBackfillFailed         WebhookEventType = "backfill.failed"
+	WebhookEventTypeBackfillGroupCanceled  WebhookEventType = "backfill_group.canceled"
+	WebhookEventTypeBackfillGroupCanceling WebhookEventType = "backfill_group.canceling"
+	WebhookEventTypeBackfillGroupCreated   WebhookEventType = "backfill_group.created"
+	WebhookEventTypeBackfillGroupFailed    WebhookEventType = "backfill_group.failed"
+	WebhookEventTypeBackfillGroupPaused    WebhookEventType = "backfill_group.paused"
+	WebhookEventTypeBackfillGroupSucceeded WebhookEventType = "backfill_group.succeeded"
+	WebhookEventTypeBackfillGroupUnpaused  WebhookEventType = "backfill_group.unpaused"
+	WebhookEventTypeBackfillPaused         WebhookEventType = "backfill.paused"
+	WebhookEventTypeBackfillSucceeded      WebhookEventType = "backfill.succeeded"
+	WebhookEventTypeBackfillUnpaused       WebhookEventType = "backfill.unpaused"
+	WebhookEventTypeBackfillUpdated        WebhookEventType = "backfill.updated"
 )
 
 // Valid indicates whether the value is a known member of the WebhookEventType enum.
@@ -482,6 +597,20 @@ func (e WebhookEventType) Valid() bool {
 	case WebhookEventTypeBackfillCreated:
 		return true
 	case WebhookEventTypeBackfillFailed:
+		return true
+	case WebhookEventTypeBackfillGroupCanceled:
+		return true
+	case WebhookEventTypeBackfillGroupCanceling:
+		return true
+	case WebhookEventTypeBackfillGroupCreated:
+		return true
+	case WebhookEventTypeBackfillGroupFailed:
+		return true
+	case WebhookEventTypeBackfillGroupPaused:
+		return true
+	case WebhookEventTypeBackfillGroupSucceeded:
+		return true
+	case WebhookEventTypeBackfillGroupUnpaused:
 		return true
 	case WebhookEventTypeBackfillPaused:
 		return true
@@ -556,7 +685,10 @@ type Backfill struct {
 	// EtaSeconds Only in the answer of `GET /api/v1/backfills/{backfill_id}`: the seconds until no run is left queued or running, at the pace of the backfill's successes since its pace last restarted (creation, a pause or unpause, a change of `max_active_runs` or `pool`), over at most the last 5 minutes. Null while the backfill is not running and until 2 successes give a pace; 0 once no run is left. The stream's `progress` messages, `backfillctl watch` and the console show this figure.
 	EtaSeconds *float64  `json:"eta_seconds,omitempty"`
 	FromDate   time.Time `json:"from_date"`
-	Id         int64     `json:"id"`
+
+	// GroupId The backfill group this backfill is a member of; null for none. A member is paused, unpaused and canceled with its group (409 `managed_by_group` otherwise).
+	GroupId *int64 `json:"group_id"`
+	Id      int64  `json:"id"`
 
 	// IsPaused True exactly when `state` is `paused`.
 	IsPaused      bool  `json:"is_paused"`
@@ -580,7 +712,7 @@ type Backfill struct {
 	// Priority Claims serve higher priority first (-10 to 10), with aging by `PRIORITY_AGING`; `PATCH` changes it for the next claim.
 	Priority int32 `json:"priority"`
 
-	// Progress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others.
+	// Progress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of those. `blocked` counts the `queued` runs that still wait for another run (a group's member); they are in `queued` too.
 	Progress BackfillProgress `json:"progress"`
 
 	// Reason Why the backfill was made; null for none.
@@ -670,6 +802,9 @@ type BackfillDagRun struct {
 	// Attempt The run's attempt (for a slot whose run a later backfill took over, the attempt it had then); null for a skipped slot.
 	Attempt *int32 `json:"attempt"`
 
+	// BlockedBy How many runs the slot's run still waits for (a group member's run: 0 once every run it waits for succeeded); null for a skipped slot and one whose run a later backfill took over.
+	BlockedBy *int32 `json:"blocked_by"`
+
 	// DagRunId The run's numeric `id`; null for a skipped slot.
 	DagRunId *int64 `json:"dag_run_id"`
 
@@ -722,6 +857,174 @@ type BackfillEstimate struct {
 	WallClockSeconds float64 `json:"wall_clock_seconds"`
 }
 
+// BackfillGroup defines model for BackfillGroup.
+type BackfillGroup struct {
+	CodeRef *string `json:"code_ref"`
+
+	// CompletedAt Set exactly when the state is terminal: once every member is, `succeeded` when every member succeeded, `canceled` when the group was canceled, else `failed`.
+	CompletedAt *time.Time `json:"completed_at"`
+	CreatedAt   time.Time  `json:"created_at"`
+
+	// CreatedBy The `X-Actor` header of the creating request; null when not known.
+	CreatedBy *string `json:"created_by"`
+
+	// DagIds The targets, as asked.
+	DagIds []DagId `json:"dag_ids"`
+
+	// DagRunConf Free-form run configuration; null when none was given.
+	DagRunConf *Conf `json:"dag_run_conf"`
+
+	// Dependencies The run-to-run dependencies written at creation.
+	Dependencies      int64                          `json:"dependencies"`
+	Description       *string                        `json:"description"`
+	FromDate          time.Time                      `json:"from_date"`
+	Id                int64                          `json:"id"`
+	IncludeDownstream BackfillGroupIncludeDownstream `json:"include_downstream"`
+
+	// MaxActiveRuns Per member.
+	MaxActiveRuns int32 `json:"max_active_runs"`
+
+	// MaxFailedRuns The group's failure budget: when the failed runs of all members together reach it, the group and its running members become `paused` with `pause_reason` `failure_budget`, in the transaction that failed the run.
+	MaxFailedRuns *int32 `json:"max_failed_runs"`
+
+	// Members The member backfills, by depth then `dag_id`.
+	Members     []BackfillGroupMember     `json:"members"`
+	PauseReason *BackfillGroupPauseReason `json:"pause_reason"`
+
+	// PlanHash The digest of the group's plan, as its dry run answers it.
+	PlanHash string  `json:"plan_hash"`
+	Pool     *string `json:"pool"`
+	Priority int32   `json:"priority"`
+
+	// Progress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of those. `blocked` counts the `queued` runs that still wait for another run (a group's member); they are in `queued` too.
+	Progress BackfillProgress `json:"progress"`
+	Reason   *string          `json:"reason"`
+
+	// ReprocessBehavior What a backfill does with a slot whose run already exists and is terminal: `none` skips it; `failed` reprocesses a `failed` or `canceled` run; `completed` reprocesses any terminal run. A `queued` or `running` run is always skipped.
+	ReprocessBehavior ReprocessBehavior `json:"reprocess_behavior"`
+	RunBackwards      bool              `json:"run_backwards"`
+
+	// State Active: `running`, `paused`, `canceling`. Terminal: `succeeded` (every run succeeded), `failed` (at least one run failed or was canceled), `canceled`.
+	State     BackfillState `json:"state"`
+	ToDate    time.Time     `json:"to_date"`
+	UpdatedAt time.Time     `json:"updated_at"`
+}
+
+// BackfillGroupIncludeDownstream defines model for BackfillGroup.IncludeDownstream.
+type BackfillGroupIncludeDownstream string
+
+// BackfillGroupPauseReason defines model for BackfillGroup.PauseReason.
+type BackfillGroupPauseReason string
+
+// BackfillGroupCollection defines model for BackfillGroupCollection.
+type BackfillGroupCollection struct {
+	BackfillGroups []BackfillGroup `json:"backfill_groups"`
+
+	// NextCursor Send as `cursor` for the next page; null on the last page.
+	NextCursor   *string `json:"next_cursor"`
+	TotalEntries int64   `json:"total_entries"`
+}
+
+// BackfillGroupCreate defines model for BackfillGroupCreate.
+type BackfillGroupCreate struct {
+	// CodeRef Every member's `code_ref` (1-200 printable characters without spaces).
+	CodeRef *string `json:"code_ref,omitempty"`
+
+	// DagIds The DAGs to backfill (the targets).
+	DagIds []DagId `json:"dag_ids"`
+
+	// DagRunConf Free-form run configuration; null when none was given.
+	DagRunConf  *Conf   `json:"dag_run_conf,omitempty"`
+	Description *string `json:"description,omitempty"`
+
+	// FromDate Inclusive start of the window, for every member.
+	FromDate time.Time `json:"from_date"`
+
+	// IncludeDownstream Which DAGs downstream of the targets join the group: none, those that name a target as an upstream (`direct`), or every DAG downstream of one (`all`).
+	IncludeDownstream *BackfillGroupCreateIncludeDownstream `json:"include_downstream,omitempty"`
+
+	// MaxActiveRuns The most runs of each member that may run at once.
+	MaxActiveRuns *int32 `json:"max_active_runs,omitempty"`
+
+	// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
+	MaxFailedRuns *MaxFailedRuns `json:"max_failed_runs,omitempty"`
+
+	// Pool A pool's name, 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..` (like a `dag_id`).
+	//
+	// Example: warehouse
+	Pool *PoolName `json:"pool,omitempty"`
+
+	// Priority Every member's priority, -10 to 10 (default 0), else 422 `invalid_priority`.
+	Priority *int32  `json:"priority,omitempty"`
+	Reason   *string `json:"reason,omitempty"`
+
+	// ReprocessBehavior What a backfill does with a slot whose run already exists and is terminal: `none` skips it; `failed` reprocesses a `failed` or `canceled` run; `completed` reprocesses any terminal run. A `queued` or `running` run is always skipped.
+	ReprocessBehavior *ReprocessBehavior `json:"reprocess_behavior,omitempty"`
+	RunBackwards      *bool              `json:"run_backwards,omitempty"`
+
+	// ToDate Inclusive end of the window, for every member.
+	ToDate time.Time `json:"to_date"`
+}
+
+// BackfillGroupCreateIncludeDownstream Which DAGs downstream of the targets join the group: none, those that name a target as an upstream (`direct`), or every DAG downstream of one (`all`).
+type BackfillGroupCreateIncludeDownstream string
+
+// BackfillGroupDryRun defines model for BackfillGroupDryRun.
+type BackfillGroupDryRun struct {
+	// Blocked The runs that would wait for another at the start.
+	Blocked int64 `json:"blocked"`
+
+	// Dependencies The run-to-run dependencies the group would have.
+	Dependencies int64 `json:"dependencies"`
+
+	// Members By depth then `dag_id`.
+	Members []BackfillGroupDryRunMember `json:"members"`
+
+	// PlanHash Send as `If-Match` to create exactly this plan.
+	PlanHash string `json:"plan_hash"`
+}
+
+// BackfillGroupDryRunMember defines model for BackfillGroupDryRunMember.
+type BackfillGroupDryRunMember struct {
+	Blocked int64 `json:"blocked"`
+
+	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
+	//
+	// Example: sales_daily
+	DagId DagId `json:"dag_id"`
+	Depth int32 `json:"depth"`
+
+	// Estimate What a backfill would cost, from how long the DAG's runs took; null when the DAG has no successful run to measure (`estimate_basis` says so).
+	Estimate      *BackfillEstimate                      `json:"estimate"`
+	EstimateBasis BackfillGroupDryRunMemberEstimateBasis `json:"estimate_basis"`
+
+	// PlanHash The member's plan digest (as a backfill's dry run answers it).
+	PlanHash string        `json:"plan_hash"`
+	Runs     []DryRunEntry `json:"runs"`
+}
+
+// BackfillGroupDryRunMemberEstimateBasis defines model for BackfillGroupDryRunMember.EstimateBasis.
+type BackfillGroupDryRunMemberEstimateBasis string
+
+// BackfillGroupMember defines model for BackfillGroupMember.
+type BackfillGroupMember struct {
+	BackfillId int64 `json:"backfill_id"`
+
+	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
+	//
+	// Example: sales_daily
+	DagId DagId `json:"dag_id"`
+
+	// Depth 0 for a DAG with no upstream in the group, else one more than its deepest upstream's.
+	Depth int32 `json:"depth"`
+
+	// Progress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of those. `blocked` counts the `queued` runs that still wait for another run (a group's member); they are in `queued` too.
+	Progress BackfillProgress `json:"progress"`
+
+	// State Active: `running`, `paused`, `canceling`. Terminal: `succeeded` (every run succeeded), `failed` (at least one run failed or was canceled), `canceled`.
+	State BackfillState `json:"state"`
+}
+
 // BackfillPatch A JSON merge patch; fields left out keep their value.
 type BackfillPatch struct {
 	Description   *string `json:"description,omitempty"`
@@ -737,8 +1040,9 @@ type BackfillPatch struct {
 	Priority *int32 `json:"priority,omitempty"`
 }
 
-// BackfillProgress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others.
+// BackfillProgress Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of those. `blocked` counts the `queued` runs that still wait for another run (a group's member); they are in `queued` too.
 type BackfillProgress struct {
+	Blocked  int64 `json:"blocked"`
 	Canceled int64 `json:"canceled"`
 	Failed   int64 `json:"failed"`
 	Queued   int64 `json:"queued"`
@@ -1044,16 +1348,19 @@ type DryRunEntry struct {
 	SortOrdinal     int32     `json:"sort_ordinal"`
 }
 
-// Event One change of a backfill's state or settings, written in its transaction.
+// Event One change of a backfill's state or settings, or of a backfill group's state, written in its transaction. A backfill's events have `backfill_id` and `dag_id` (and a member's, `group_id`); a group's (`backfill_group.*`) have `group_id` only.
 type Event struct {
-	BackfillId int64 `json:"backfill_id"`
+	BackfillId *int64 `json:"backfill_id,omitempty"`
 
 	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
 	//
 	// Example: sales_daily
-	DagId DagId     `json:"dag_id"`
-	Data  EventData `json:"data"`
-	Id    int64     `json:"id"`
+	DagId *DagId `json:"dag_id,omitempty"`
+
+	// Data `backfill` in a backfill's events, `group` in a group's.
+	Data    EventData `json:"data"`
+	GroupId *int64    `json:"group_id,omitempty"`
+	Id      int64     `json:"id"`
 
 	// OccurredAt When the change was made, on the database's clock: its transaction's time, or a microsecond after the backfill's previous change when that is later (a change that waited for another's row lock may have started first). A backfill's events order by `occurred_at` exactly as their changes were made, and each equals the `updated_at` of the snapshot it carries (a change made by SQL outside the service that sets no `updated_at` carries its transaction's time).
 	OccurredAt time.Time `json:"occurred_at"`
@@ -1068,15 +1375,16 @@ type EventCollection struct {
 	NextAfter int64 `json:"next_after"`
 }
 
-// EventData defines model for EventData.
+// EventData `backfill` in a backfill's events, `group` in a group's.
 type EventData struct {
-	Backfill Backfill `json:"backfill"`
+	Backfill *Backfill      `json:"backfill,omitempty"`
+	Group    *BackfillGroup `json:"group,omitempty"`
 
-	// Reason `backfill.paused` only: who paused it.
+	// Reason `backfill.paused` and `backfill_group.paused` only: who paused it.
 	Reason *EventDataReason `json:"reason,omitempty"`
 }
 
-// EventDataReason `backfill.paused` only: who paused it.
+// EventDataReason `backfill.paused` and `backfill_group.paused` only: who paused it.
 type EventDataReason string
 
 // EventType defines model for EventType.
@@ -1087,6 +1395,16 @@ type FieldError struct {
 	// Field The offending body field, query or path parameter, or header.
 	Field   string `json:"field"`
 	Message string `json:"message"`
+}
+
+// GroupConflict defines model for GroupConflict.
+type GroupConflict struct {
+	ActiveBackfillId int64 `json:"active_backfill_id"`
+
+	// DagId 1-250 characters of `[A-Za-z0-9_.-]`, but not `.` or `..`: as a path segment every URL library rewrites those, so no client could reach the DAG.
+	//
+	// Example: sales_daily
+	DagId DagId `json:"dag_id"`
 }
 
 // Health defines model for Health.
@@ -1176,6 +1494,9 @@ type Problem struct {
 	// Code The stable, machine-readable error code. `not_found` and `method_not_allowed` answer requests to a path no route serves, or with a method the route does not serve.
 	Code ProblemCode `json:"code"`
 
+	// Conflicts Present with `backfill_already_running` from a group's creation: every member DAG that has an active backfill.
+	Conflicts *[]GroupConflict `json:"conflicts,omitempty"`
+
 	// CurrentPlanHash Present with `plan_changed`; the digest of the plan as it is now.
 	CurrentPlanHash *string `json:"current_plan_hash,omitempty"`
 
@@ -1183,6 +1504,9 @@ type Problem struct {
 	//
 	// Example: ["orders","revenue","orders"]
 	Cycle *[]DagId `json:"cycle,omitempty"`
+
+	// Dependencies Present with `too_many_dependencies`; the run-to-run dependencies the group would have.
+	Dependencies *int64 `json:"dependencies,omitempty"`
 
 	// Detail An explanation of this occurrence. Never internal error text.
 	Detail string `json:"detail"`
@@ -1202,6 +1526,9 @@ type Problem struct {
 	//
 	// Example: 100000
 	MaxBackfillRuns *int64 `json:"max_backfill_runs,omitempty"`
+
+	// MaxRunDependencies Present with `too_many_dependencies`; `MAX_RUN_DEPENDENCIES`.
+	MaxRunDependencies *int64 `json:"max_run_dependencies,omitempty"`
 
 	// Slots Present with `too_many_runs` when the window's slots were counted exactly: how many the window holds. Counting stops 1,000,000 slots past the cap; a window larger than that has no `slots`, and `detail` says "more than".
 	//
@@ -1324,6 +1651,9 @@ type EventTypeQuery = EventType
 // EventsAfter defines model for EventsAfter.
 type EventsAfter = int64
 
+// GroupIdPath defines model for GroupIdPath.
+type GroupIdPath = int64
+
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
 
@@ -1373,6 +1703,44 @@ type Unauthorized = Problem
 
 // Unprocessable An RFC 9457 problem detail with a stable `code`.
 type Unprocessable = Problem
+
+// ListBackfillGroupsParams defines parameters for ListBackfillGroups.
+type ListBackfillGroupsParams struct {
+	// State Only groups in this state.
+	State *BackfillState `form:"state,omitempty" json:"state,omitempty"`
+
+	// DagId Only groups with a member backfill of this DAG.
+	DagId *DagId `form:"dag_id,omitempty" json:"dag_id,omitempty"`
+
+	// Limit Page size.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Entries to skip before the page starts. Not with `cursor` (where a listing takes one).
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page: the page starts right after that page's last
+	// entry, in the same order, whatever was inserted or removed before it, and costs the
+	// same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+	// 400 `invalid_request`, as is a cursor of another listing or order.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// CreateBackfillGroupParams defines parameters for CreateBackfillGroup.
+type CreateBackfillGroupParams struct {
+	// IdempotencyKey 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
+	// operation's description.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
+	// IfMatch `"<plan_hash>"` from a dry run (several may be listed, comma-separated): create only
+	// if the plan made inside the creating transaction has that digest, else 412
+	// `plan_changed`. `*` checks nothing.
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// XActor Who sends the request (1-200 printable characters, e.g. a user name), recorded as the
+	// backfill's `created_by`. The service has no per-user identity (`API_TOKEN`'s tokens
+	// are shared secrets, several only for rotation), so this header is the principal.
+	XActor *Actor `json:"X-Actor,omitempty"`
+}
 
 // ListBackfillsParams defines parameters for ListBackfills.
 type ListBackfillsParams struct {
@@ -1430,6 +1798,9 @@ type ListBackfillDagRunsParams struct {
 	// State Only slots whose `state` is this (for example `failed`, with each run's `note` and
 	// `attempt`). Skipped slots have no state and never match.
 	State *DagRunState `form:"state,omitempty" json:"state,omitempty"`
+
+	// Blocked `true`: only the slots whose run is queued and waits for another (`blocked_by` > 0); `false`: every other slot.
+	Blocked *bool `form:"blocked,omitempty" json:"blocked,omitempty"`
 
 	// Limit Page size.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
@@ -1584,6 +1955,12 @@ type ListWebhookDeliveriesParams struct {
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
+// CreateBackfillGroupJSONRequestBody defines body for CreateBackfillGroup for application/json ContentType.
+type CreateBackfillGroupJSONRequestBody = BackfillGroupCreate
+
+// DryRunBackfillGroupJSONRequestBody defines body for DryRunBackfillGroup for application/json ContentType.
+type DryRunBackfillGroupJSONRequestBody = BackfillGroupCreate
+
 // CreateBackfillJSONRequestBody defines body for CreateBackfill for application/json ContentType.
 type CreateBackfillJSONRequestBody = BackfillCreate
 
@@ -1703,6 +2080,167 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET / (the `GetRoot` operationId).
 	GetRoot(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListBackfillGroups List backfill groups
+	//
+	// Lists groups by `id` ascending, optionally in one state or with a member of one DAG.
+	//
+	// Corresponds with GET /api/v1/backfill_groups (the `ListBackfillGroups` operationId).
+	ListBackfillGroups(ctx context.Context, params *ListBackfillGroupsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateBackfillGroupWithBody Backfill a pipeline
+	//
+	// Creates a group: one lifecycle over several DAGs and one window. Each DAG of the group
+	// (`dag_ids`, and those downstream of them as `include_downstream` says) gets one
+	// ordinary member backfill, with `group_id`, planned as `POST /api/v1/backfills` plans
+	// it; the runs of the members wait for each other as the DAGs' `upstreams` and
+	// `depends_on_past` say. The group, its members, every run and every run-to-run
+	// dependency are written in ONE SERIALIZABLE transaction, or nothing is.
+	//
+	// **Dependencies.** With `overlap`, a run waits for every run of the upstream DAG whose
+	// data interval overlaps its own widened by `lookback` of its own intervals into the
+	// past; with `all`, for every run of the upstream in the group; with `depends_on_past`,
+	// for its DAG's previous slot in the group. A dependency is made only to a run the
+	// group runs (created or reprocessed) or one in flight outside it: a slot that already
+	// succeeded and is not run again satisfies it. Through a DAG that is not in the group,
+	// a run waits for the runs of the nearest member upstream along that path, through the
+	// mappings composed along it.
+	//
+	// **Runs.** A run is blocked while any run it waits for has not succeeded, and no claim
+	// hands it out; claims prefer the members nearest the top of the graph (they are
+	// numbered in depth order), then `sort_ordinal`. When a run ends `failed` or `canceled`,
+	// every run that waits on it, directly or transitively, is `canceled` in the same
+	// transaction with `note` `upstream_failed: <dag_id> <run_id>`, not charged to any
+	// failure budget.
+	//
+	// **Answers.**
+	//
+	// - 201 with `Location`; the body is the group as `GET` answers it.
+	// - 404 `dag_not_found` for an unknown DAG in `dag_ids`.
+	// - 409 `backfill_already_running` when any member's DAG has an active backfill, with
+	//   `conflicts` listing every one (and `active_backfill_id`, the first's); nothing is
+	//   written.
+	// - 422 `invalid_backfill`, `no_runs_to_create` (no member has a slot), `too_many_runs`
+	//   (`MAX_BACKFILL_RUNS` counts the group's runs, all members together),
+	//   `too_many_dependencies` (over `MAX_RUN_DEPENDENCIES`, default 1,000,000, with
+	//   `dependencies` and `max_run_dependencies`), `dependency_cycle`, `invalid_dag`,
+	//   `invalid_code_ref`, `invalid_priority`, `idempotency_key_reused`.
+	// - 412 `plan_changed` with `If-Match: "<plan_hash>"` (from the group's dry run) when
+	//   the plan made inside the transaction differs.
+	//
+	// `Idempotency-Key` works as on `POST /api/v1/backfills`. Pause, unpause and cancel act
+	// on the group (`PUT /api/v1/backfill_groups/{group_id}/…`); the same actions on a
+	// member backfill are 409 `managed_by_group`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/backfill_groups (the `CreateBackfillGroup` operationId).
+	CreateBackfillGroupWithBody(ctx context.Context, params *CreateBackfillGroupParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateBackfillGroup Backfill a pipeline
+	//
+	// Creates a group: one lifecycle over several DAGs and one window. Each DAG of the group
+	// (`dag_ids`, and those downstream of them as `include_downstream` says) gets one
+	// ordinary member backfill, with `group_id`, planned as `POST /api/v1/backfills` plans
+	// it; the runs of the members wait for each other as the DAGs' `upstreams` and
+	// `depends_on_past` say. The group, its members, every run and every run-to-run
+	// dependency are written in ONE SERIALIZABLE transaction, or nothing is.
+	//
+	// **Dependencies.** With `overlap`, a run waits for every run of the upstream DAG whose
+	// data interval overlaps its own widened by `lookback` of its own intervals into the
+	// past; with `all`, for every run of the upstream in the group; with `depends_on_past`,
+	// for its DAG's previous slot in the group. A dependency is made only to a run the
+	// group runs (created or reprocessed) or one in flight outside it: a slot that already
+	// succeeded and is not run again satisfies it. Through a DAG that is not in the group,
+	// a run waits for the runs of the nearest member upstream along that path, through the
+	// mappings composed along it.
+	//
+	// **Runs.** A run is blocked while any run it waits for has not succeeded, and no claim
+	// hands it out; claims prefer the members nearest the top of the graph (they are
+	// numbered in depth order), then `sort_ordinal`. When a run ends `failed` or `canceled`,
+	// every run that waits on it, directly or transitively, is `canceled` in the same
+	// transaction with `note` `upstream_failed: <dag_id> <run_id>`, not charged to any
+	// failure budget.
+	//
+	// **Answers.**
+	//
+	// - 201 with `Location`; the body is the group as `GET` answers it.
+	// - 404 `dag_not_found` for an unknown DAG in `dag_ids`.
+	// - 409 `backfill_already_running` when any member's DAG has an active backfill, with
+	//   `conflicts` listing every one (and `active_backfill_id`, the first's); nothing is
+	//   written.
+	// - 422 `invalid_backfill`, `no_runs_to_create` (no member has a slot), `too_many_runs`
+	//   (`MAX_BACKFILL_RUNS` counts the group's runs, all members together),
+	//   `too_many_dependencies` (over `MAX_RUN_DEPENDENCIES`, default 1,000,000, with
+	//   `dependencies` and `max_run_dependencies`), `dependency_cycle`, `invalid_dag`,
+	//   `invalid_code_ref`, `invalid_priority`, `idempotency_key_reused`.
+	// - 412 `plan_changed` with `If-Match: "<plan_hash>"` (from the group's dry run) when
+	//   the plan made inside the transaction differs.
+	//
+	// `Idempotency-Key` works as on `POST /api/v1/backfills`. Pause, unpause and cancel act
+	// on the group (`PUT /api/v1/backfill_groups/{group_id}/…`); the same actions on a
+	// member backfill are 409 `managed_by_group`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/backfill_groups (the `CreateBackfillGroup` operationId).
+	CreateBackfillGroup(ctx context.Context, params *CreateBackfillGroupParams, body CreateBackfillGroupJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DryRunBackfillGroupWithBody Preview a backfill group
+	//
+	// Computes what `POST /api/v1/backfill_groups` would do with the same body, and writes
+	// nothing: per member, its depth, its slots and their actions (as a backfill's dry run
+	// answers them), how many of its runs would be blocked at the start and its estimate;
+	// the count of run-to-run dependencies; and `plan_hash` (also as `ETag`), a digest of
+	// every member's plan and the dependencies, to send as `If-Match`. Never 409: an
+	// active backfill does not stop the preview. Every other error of the creation applies.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/backfill_groups/dry_run (the `DryRunBackfillGroup` operationId).
+	DryRunBackfillGroupWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DryRunBackfillGroup Preview a backfill group
+	//
+	// Computes what `POST /api/v1/backfill_groups` would do with the same body, and writes
+	// nothing: per member, its depth, its slots and their actions (as a backfill's dry run
+	// answers them), how many of its runs would be blocked at the start and its estimate;
+	// the count of run-to-run dependencies; and `plan_hash` (also as `ETag`), a digest of
+	// every member's plan and the dependencies, to send as `If-Match`. Never 409: an
+	// active backfill does not stop the preview. Every other error of the creation applies.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/backfill_groups/dry_run (the `DryRunBackfillGroup` operationId).
+	DryRunBackfillGroup(ctx context.Context, body DryRunBackfillGroupJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetBackfillGroup Get a backfill group
+	//
+	// The group with its members and their progress; 404 `backfill_group_not_found`.
+	//
+	// Corresponds with GET /api/v1/backfill_groups/{group_id} (the `GetBackfillGroup` operationId).
+	GetBackfillGroup(ctx context.Context, groupId GroupIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CancelBackfillGroup Cancel a backfill group
+	//
+	// Cancels a `running` or `paused` group: every member's queued runs become `canceled` and running ones go on until they report. Each member becomes `canceling`, or `canceled` at once when none of its runs is running; the group is `canceled` once every member is (at once, or by the sweep). Canceling a `canceling` group is 200 and changes nothing; a terminal group is 409 `backfill_not_active`.
+	//
+	// Corresponds with PUT /api/v1/backfill_groups/{group_id}/cancel (the `CancelBackfillGroup` operationId).
+	CancelBackfillGroup(ctx context.Context, groupId GroupIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PauseBackfillGroup Pause a backfill group
+	//
+	// Pauses a `running` group and its running members: no claim hands out their runs until it is unpaused. Pausing a `paused` group is 200 and changes nothing; a `canceling` or terminal group is 409 `backfill_not_active`.
+	//
+	// Corresponds with PUT /api/v1/backfill_groups/{group_id}/pause (the `PauseBackfillGroup` operationId).
+	PauseBackfillGroup(ctx context.Context, groupId GroupIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UnpauseBackfillGroup Unpause a backfill group
+	//
+	// Resumes a `paused` group and its paused members (also those the group's failure budget paused). Unpausing a `running` group is 200 and changes nothing; a `canceling` or terminal group is 409 `backfill_not_active`.
+	//
+	// Corresponds with PUT /api/v1/backfill_groups/{group_id}/unpause (the `UnpauseBackfillGroup` operationId).
+	UnpauseBackfillGroup(ctx context.Context, groupId GroupIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListBackfills List backfills
 	//
@@ -2773,6 +3311,257 @@ type ClientInterface interface {
 // Corresponds with GET / (the `GetRoot` operationId).
 func (c *RawClient) GetRoot(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetRootRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListBackfillGroups List backfill groups
+//
+// Lists groups by `id` ascending, optionally in one state or with a member of one DAG.
+//
+// Corresponds with GET /api/v1/backfill_groups (the `ListBackfillGroups` operationId).
+func (c *RawClient) ListBackfillGroups(ctx context.Context, params *ListBackfillGroupsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListBackfillGroupsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateBackfillGroupWithBody Backfill a pipeline
+//
+// Creates a group: one lifecycle over several DAGs and one window. Each DAG of the group
+// (`dag_ids`, and those downstream of them as `include_downstream` says) gets one
+// ordinary member backfill, with `group_id`, planned as `POST /api/v1/backfills` plans
+// it; the runs of the members wait for each other as the DAGs' `upstreams` and
+// `depends_on_past` say. The group, its members, every run and every run-to-run
+// dependency are written in ONE SERIALIZABLE transaction, or nothing is.
+//
+// **Dependencies.** With `overlap`, a run waits for every run of the upstream DAG whose
+// data interval overlaps its own widened by `lookback` of its own intervals into the
+// past; with `all`, for every run of the upstream in the group; with `depends_on_past`,
+// for its DAG's previous slot in the group. A dependency is made only to a run the
+// group runs (created or reprocessed) or one in flight outside it: a slot that already
+// succeeded and is not run again satisfies it. Through a DAG that is not in the group,
+// a run waits for the runs of the nearest member upstream along that path, through the
+// mappings composed along it.
+//
+// **Runs.** A run is blocked while any run it waits for has not succeeded, and no claim
+// hands it out; claims prefer the members nearest the top of the graph (they are
+// numbered in depth order), then `sort_ordinal`. When a run ends `failed` or `canceled`,
+// every run that waits on it, directly or transitively, is `canceled` in the same
+// transaction with `note` `upstream_failed: <dag_id> <run_id>`, not charged to any
+// failure budget.
+//
+// **Answers.**
+//
+//   - 201 with `Location`; the body is the group as `GET` answers it.
+//   - 404 `dag_not_found` for an unknown DAG in `dag_ids`.
+//   - 409 `backfill_already_running` when any member's DAG has an active backfill, with
+//     `conflicts` listing every one (and `active_backfill_id`, the first's); nothing is
+//     written.
+//   - 422 `invalid_backfill`, `no_runs_to_create` (no member has a slot), `too_many_runs`
+//     (`MAX_BACKFILL_RUNS` counts the group's runs, all members together),
+//     `too_many_dependencies` (over `MAX_RUN_DEPENDENCIES`, default 1,000,000, with
+//     `dependencies` and `max_run_dependencies`), `dependency_cycle`, `invalid_dag`,
+//     `invalid_code_ref`, `invalid_priority`, `idempotency_key_reused`.
+//   - 412 `plan_changed` with `If-Match: "<plan_hash>"` (from the group's dry run) when
+//     the plan made inside the transaction differs.
+//
+// `Idempotency-Key` works as on `POST /api/v1/backfills`. Pause, unpause and cancel act
+// on the group (`PUT /api/v1/backfill_groups/{group_id}/…`); the same actions on a
+// member backfill are 409 `managed_by_group`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/backfill_groups (the `CreateBackfillGroup` operationId).
+func (c *RawClient) CreateBackfillGroupWithBody(ctx context.Context, params *CreateBackfillGroupParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateBackfillGroupRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateBackfillGroup Backfill a pipeline
+//
+// Creates a group: one lifecycle over several DAGs and one window. Each DAG of the group
+// (`dag_ids`, and those downstream of them as `include_downstream` says) gets one
+// ordinary member backfill, with `group_id`, planned as `POST /api/v1/backfills` plans
+// it; the runs of the members wait for each other as the DAGs' `upstreams` and
+// `depends_on_past` say. The group, its members, every run and every run-to-run
+// dependency are written in ONE SERIALIZABLE transaction, or nothing is.
+//
+// **Dependencies.** With `overlap`, a run waits for every run of the upstream DAG whose
+// data interval overlaps its own widened by `lookback` of its own intervals into the
+// past; with `all`, for every run of the upstream in the group; with `depends_on_past`,
+// for its DAG's previous slot in the group. A dependency is made only to a run the
+// group runs (created or reprocessed) or one in flight outside it: a slot that already
+// succeeded and is not run again satisfies it. Through a DAG that is not in the group,
+// a run waits for the runs of the nearest member upstream along that path, through the
+// mappings composed along it.
+//
+// **Runs.** A run is blocked while any run it waits for has not succeeded, and no claim
+// hands it out; claims prefer the members nearest the top of the graph (they are
+// numbered in depth order), then `sort_ordinal`. When a run ends `failed` or `canceled`,
+// every run that waits on it, directly or transitively, is `canceled` in the same
+// transaction with `note` `upstream_failed: <dag_id> <run_id>`, not charged to any
+// failure budget.
+//
+// **Answers.**
+//
+//   - 201 with `Location`; the body is the group as `GET` answers it.
+//   - 404 `dag_not_found` for an unknown DAG in `dag_ids`.
+//   - 409 `backfill_already_running` when any member's DAG has an active backfill, with
+//     `conflicts` listing every one (and `active_backfill_id`, the first's); nothing is
+//     written.
+//   - 422 `invalid_backfill`, `no_runs_to_create` (no member has a slot), `too_many_runs`
+//     (`MAX_BACKFILL_RUNS` counts the group's runs, all members together),
+//     `too_many_dependencies` (over `MAX_RUN_DEPENDENCIES`, default 1,000,000, with
+//     `dependencies` and `max_run_dependencies`), `dependency_cycle`, `invalid_dag`,
+//     `invalid_code_ref`, `invalid_priority`, `idempotency_key_reused`.
+//   - 412 `plan_changed` with `If-Match: "<plan_hash>"` (from the group's dry run) when
+//     the plan made inside the transaction differs.
+//
+// `Idempotency-Key` works as on `POST /api/v1/backfills`. Pause, unpause and cancel act
+// on the group (`PUT /api/v1/backfill_groups/{group_id}/…`); the same actions on a
+// member backfill are 409 `managed_by_group`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/backfill_groups (the `CreateBackfillGroup` operationId).
+func (c *RawClient) CreateBackfillGroup(ctx context.Context, params *CreateBackfillGroupParams, body CreateBackfillGroupJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateBackfillGroupRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DryRunBackfillGroupWithBody Preview a backfill group
+//
+// Computes what `POST /api/v1/backfill_groups` would do with the same body, and writes
+// nothing: per member, its depth, its slots and their actions (as a backfill's dry run
+// answers them), how many of its runs would be blocked at the start and its estimate;
+// the count of run-to-run dependencies; and `plan_hash` (also as `ETag`), a digest of
+// every member's plan and the dependencies, to send as `If-Match`. Never 409: an
+// active backfill does not stop the preview. Every other error of the creation applies.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/backfill_groups/dry_run (the `DryRunBackfillGroup` operationId).
+func (c *RawClient) DryRunBackfillGroupWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDryRunBackfillGroupRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DryRunBackfillGroup Preview a backfill group
+//
+// Computes what `POST /api/v1/backfill_groups` would do with the same body, and writes
+// nothing: per member, its depth, its slots and their actions (as a backfill's dry run
+// answers them), how many of its runs would be blocked at the start and its estimate;
+// the count of run-to-run dependencies; and `plan_hash` (also as `ETag`), a digest of
+// every member's plan and the dependencies, to send as `If-Match`. Never 409: an
+// active backfill does not stop the preview. Every other error of the creation applies.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/backfill_groups/dry_run (the `DryRunBackfillGroup` operationId).
+func (c *RawClient) DryRunBackfillGroup(ctx context.Context, body DryRunBackfillGroupJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDryRunBackfillGroupRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetBackfillGroup Get a backfill group
+//
+// The group with its members and their progress; 404 `backfill_group_not_found`.
+//
+// Corresponds with GET /api/v1/backfill_groups/{group_id} (the `GetBackfillGroup` operationId).
+func (c *RawClient) GetBackfillGroup(ctx context.Context, groupId GroupIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetBackfillGroupRequest(c.Server, groupId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelBackfillGroup Cancel a backfill group
+//
+// Cancels a `running` or `paused` group: every member's queued runs become `canceled` and running ones go on until they report. Each member becomes `canceling`, or `canceled` at once when none of its runs is running; the group is `canceled` once every member is (at once, or by the sweep). Canceling a `canceling` group is 200 and changes nothing; a terminal group is 409 `backfill_not_active`.
+//
+// Corresponds with PUT /api/v1/backfill_groups/{group_id}/cancel (the `CancelBackfillGroup` operationId).
+func (c *RawClient) CancelBackfillGroup(ctx context.Context, groupId GroupIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelBackfillGroupRequest(c.Server, groupId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PauseBackfillGroup Pause a backfill group
+//
+// Pauses a `running` group and its running members: no claim hands out their runs until it is unpaused. Pausing a `paused` group is 200 and changes nothing; a `canceling` or terminal group is 409 `backfill_not_active`.
+//
+// Corresponds with PUT /api/v1/backfill_groups/{group_id}/pause (the `PauseBackfillGroup` operationId).
+func (c *RawClient) PauseBackfillGroup(ctx context.Context, groupId GroupIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPauseBackfillGroupRequest(c.Server, groupId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UnpauseBackfillGroup Unpause a backfill group
+//
+// Resumes a `paused` group and its paused members (also those the group's failure budget paused). Unpausing a `running` group is 200 and changes nothing; a `canceling` or terminal group is 409 `backfill_not_active`.
+//
+// Corresponds with PUT /api/v1/backfill_groups/{group_id}/unpause (the `UnpauseBackfillGroup` operationId).
+func (c *RawClient) UnpauseBackfillGroup(ctx context.Context, groupId GroupIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUnpauseBackfillGroupRequest(c.Server, groupId)
 	if err != nil {
 		return nil, err
 	}
@@ -4411,6 +5200,361 @@ func NewGetRootRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListBackfillGroupsRequest constructs an http.Request for the ListBackfillGroups method
+func NewListBackfillGroupsRequest(server string, params *ListBackfillGroupsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/backfill_groups")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.State != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "state", *params.State, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.DagId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "dag_id", *params.DagId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Offset != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateBackfillGroupRequest calls the generic CreateBackfillGroup builder with application/json body
+func NewCreateBackfillGroupRequest(server string, params *CreateBackfillGroupParams, body CreateBackfillGroupJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateBackfillGroupRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewCreateBackfillGroupRequestWithBody constructs an http.Request for the CreateBackfillGroup method, with any body, and a specified content type
+func NewCreateBackfillGroupRequestWithBody(server string, params *CreateBackfillGroupParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/backfill_groups")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+		if params.IfMatch != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam1)
+		}
+
+		if params.XActor != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Actor", *params.XActor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Actor", headerParam2)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewDryRunBackfillGroupRequest calls the generic DryRunBackfillGroup builder with application/json body
+func NewDryRunBackfillGroupRequest(server string, body DryRunBackfillGroupJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewDryRunBackfillGroupRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewDryRunBackfillGroupRequestWithBody constructs an http.Request for the DryRunBackfillGroup method, with any body, and a specified content type
+func NewDryRunBackfillGroupRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/backfill_groups/dry_run")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetBackfillGroupRequest constructs an http.Request for the GetBackfillGroup method
+func NewGetBackfillGroupRequest(server string, groupId GroupIdPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "group_id", groupId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/backfill_groups/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCancelBackfillGroupRequest constructs an http.Request for the CancelBackfillGroup method
+func NewCancelBackfillGroupRequest(server string, groupId GroupIdPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "group_id", groupId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/backfill_groups/%s/cancel", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPauseBackfillGroupRequest constructs an http.Request for the PauseBackfillGroup method
+func NewPauseBackfillGroupRequest(server string, groupId GroupIdPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "group_id", groupId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/backfill_groups/%s/pause", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewUnpauseBackfillGroupRequest constructs an http.Request for the UnpauseBackfillGroup method
+func NewUnpauseBackfillGroupRequest(server string, groupId GroupIdPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "group_id", groupId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/backfill_groups/%s/unpause", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListBackfillsRequest constructs an http.Request for the ListBackfills method
 func NewListBackfillsRequest(server string, params *ListBackfillsParams) (*http.Request, error) {
 	var err error
@@ -4830,6 +5974,18 @@ func NewListBackfillDagRunsRequest(server string, backfillId BackfillIdPath, par
 		if params.State != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "state", *params.State, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Blocked != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "blocked", *params.Blocked, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -6619,6 +7775,177 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET / (the `GetRoot` operationId).
 	GetRootWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetRootResponse, error)
 
+	// ListBackfillGroupsWithResponse List backfill groups
+	//
+	// Lists groups by `id` ascending, optionally in one state or with a member of one DAG.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/backfill_groups (the `ListBackfillGroups` operationId).
+	ListBackfillGroupsWithResponse(ctx context.Context, params *ListBackfillGroupsParams, reqEditors ...RequestEditorFn) (*ListBackfillGroupsResponse, error)
+
+	// CreateBackfillGroupWithBodyWithResponse Backfill a pipeline
+	//
+	// Creates a group: one lifecycle over several DAGs and one window. Each DAG of the group
+	// (`dag_ids`, and those downstream of them as `include_downstream` says) gets one
+	// ordinary member backfill, with `group_id`, planned as `POST /api/v1/backfills` plans
+	// it; the runs of the members wait for each other as the DAGs' `upstreams` and
+	// `depends_on_past` say. The group, its members, every run and every run-to-run
+	// dependency are written in ONE SERIALIZABLE transaction, or nothing is.
+	//
+	// **Dependencies.** With `overlap`, a run waits for every run of the upstream DAG whose
+	// data interval overlaps its own widened by `lookback` of its own intervals into the
+	// past; with `all`, for every run of the upstream in the group; with `depends_on_past`,
+	// for its DAG's previous slot in the group. A dependency is made only to a run the
+	// group runs (created or reprocessed) or one in flight outside it: a slot that already
+	// succeeded and is not run again satisfies it. Through a DAG that is not in the group,
+	// a run waits for the runs of the nearest member upstream along that path, through the
+	// mappings composed along it.
+	//
+	// **Runs.** A run is blocked while any run it waits for has not succeeded, and no claim
+	// hands it out; claims prefer the members nearest the top of the graph (they are
+	// numbered in depth order), then `sort_ordinal`. When a run ends `failed` or `canceled`,
+	// every run that waits on it, directly or transitively, is `canceled` in the same
+	// transaction with `note` `upstream_failed: <dag_id> <run_id>`, not charged to any
+	// failure budget.
+	//
+	// **Answers.**
+	//
+	// - 201 with `Location`; the body is the group as `GET` answers it.
+	// - 404 `dag_not_found` for an unknown DAG in `dag_ids`.
+	// - 409 `backfill_already_running` when any member's DAG has an active backfill, with
+	//   `conflicts` listing every one (and `active_backfill_id`, the first's); nothing is
+	//   written.
+	// - 422 `invalid_backfill`, `no_runs_to_create` (no member has a slot), `too_many_runs`
+	//   (`MAX_BACKFILL_RUNS` counts the group's runs, all members together),
+	//   `too_many_dependencies` (over `MAX_RUN_DEPENDENCIES`, default 1,000,000, with
+	//   `dependencies` and `max_run_dependencies`), `dependency_cycle`, `invalid_dag`,
+	//   `invalid_code_ref`, `invalid_priority`, `idempotency_key_reused`.
+	// - 412 `plan_changed` with `If-Match: "<plan_hash>"` (from the group's dry run) when
+	//   the plan made inside the transaction differs.
+	//
+	// `Idempotency-Key` works as on `POST /api/v1/backfills`. Pause, unpause and cancel act
+	// on the group (`PUT /api/v1/backfill_groups/{group_id}/…`); the same actions on a
+	// member backfill are 409 `managed_by_group`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/backfill_groups (the `CreateBackfillGroup` operationId).
+	CreateBackfillGroupWithBodyWithResponse(ctx context.Context, params *CreateBackfillGroupParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateBackfillGroupResponse, error)
+
+	// CreateBackfillGroupWithResponse Backfill a pipeline
+	//
+	// Creates a group: one lifecycle over several DAGs and one window. Each DAG of the group
+	// (`dag_ids`, and those downstream of them as `include_downstream` says) gets one
+	// ordinary member backfill, with `group_id`, planned as `POST /api/v1/backfills` plans
+	// it; the runs of the members wait for each other as the DAGs' `upstreams` and
+	// `depends_on_past` say. The group, its members, every run and every run-to-run
+	// dependency are written in ONE SERIALIZABLE transaction, or nothing is.
+	//
+	// **Dependencies.** With `overlap`, a run waits for every run of the upstream DAG whose
+	// data interval overlaps its own widened by `lookback` of its own intervals into the
+	// past; with `all`, for every run of the upstream in the group; with `depends_on_past`,
+	// for its DAG's previous slot in the group. A dependency is made only to a run the
+	// group runs (created or reprocessed) or one in flight outside it: a slot that already
+	// succeeded and is not run again satisfies it. Through a DAG that is not in the group,
+	// a run waits for the runs of the nearest member upstream along that path, through the
+	// mappings composed along it.
+	//
+	// **Runs.** A run is blocked while any run it waits for has not succeeded, and no claim
+	// hands it out; claims prefer the members nearest the top of the graph (they are
+	// numbered in depth order), then `sort_ordinal`. When a run ends `failed` or `canceled`,
+	// every run that waits on it, directly or transitively, is `canceled` in the same
+	// transaction with `note` `upstream_failed: <dag_id> <run_id>`, not charged to any
+	// failure budget.
+	//
+	// **Answers.**
+	//
+	// - 201 with `Location`; the body is the group as `GET` answers it.
+	// - 404 `dag_not_found` for an unknown DAG in `dag_ids`.
+	// - 409 `backfill_already_running` when any member's DAG has an active backfill, with
+	//   `conflicts` listing every one (and `active_backfill_id`, the first's); nothing is
+	//   written.
+	// - 422 `invalid_backfill`, `no_runs_to_create` (no member has a slot), `too_many_runs`
+	//   (`MAX_BACKFILL_RUNS` counts the group's runs, all members together),
+	//   `too_many_dependencies` (over `MAX_RUN_DEPENDENCIES`, default 1,000,000, with
+	//   `dependencies` and `max_run_dependencies`), `dependency_cycle`, `invalid_dag`,
+	//   `invalid_code_ref`, `invalid_priority`, `idempotency_key_reused`.
+	// - 412 `plan_changed` with `If-Match: "<plan_hash>"` (from the group's dry run) when
+	//   the plan made inside the transaction differs.
+	//
+	// `Idempotency-Key` works as on `POST /api/v1/backfills`. Pause, unpause and cancel act
+	// on the group (`PUT /api/v1/backfill_groups/{group_id}/…`); the same actions on a
+	// member backfill are 409 `managed_by_group`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/backfill_groups (the `CreateBackfillGroup` operationId).
+	CreateBackfillGroupWithResponse(ctx context.Context, params *CreateBackfillGroupParams, body CreateBackfillGroupJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateBackfillGroupResponse, error)
+
+	// DryRunBackfillGroupWithBodyWithResponse Preview a backfill group
+	//
+	// Computes what `POST /api/v1/backfill_groups` would do with the same body, and writes
+	// nothing: per member, its depth, its slots and their actions (as a backfill's dry run
+	// answers them), how many of its runs would be blocked at the start and its estimate;
+	// the count of run-to-run dependencies; and `plan_hash` (also as `ETag`), a digest of
+	// every member's plan and the dependencies, to send as `If-Match`. Never 409: an
+	// active backfill does not stop the preview. Every other error of the creation applies.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/backfill_groups/dry_run (the `DryRunBackfillGroup` operationId).
+	DryRunBackfillGroupWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DryRunBackfillGroupResponse, error)
+
+	// DryRunBackfillGroupWithResponse Preview a backfill group
+	//
+	// Computes what `POST /api/v1/backfill_groups` would do with the same body, and writes
+	// nothing: per member, its depth, its slots and their actions (as a backfill's dry run
+	// answers them), how many of its runs would be blocked at the start and its estimate;
+	// the count of run-to-run dependencies; and `plan_hash` (also as `ETag`), a digest of
+	// every member's plan and the dependencies, to send as `If-Match`. Never 409: an
+	// active backfill does not stop the preview. Every other error of the creation applies.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/backfill_groups/dry_run (the `DryRunBackfillGroup` operationId).
+	DryRunBackfillGroupWithResponse(ctx context.Context, body DryRunBackfillGroupJSONRequestBody, reqEditors ...RequestEditorFn) (*DryRunBackfillGroupResponse, error)
+
+	// GetBackfillGroupWithResponse Get a backfill group
+	//
+	// The group with its members and their progress; 404 `backfill_group_not_found`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/backfill_groups/{group_id} (the `GetBackfillGroup` operationId).
+	GetBackfillGroupWithResponse(ctx context.Context, groupId GroupIdPath, reqEditors ...RequestEditorFn) (*GetBackfillGroupResponse, error)
+
+	// CancelBackfillGroupWithResponse Cancel a backfill group
+	//
+	// Cancels a `running` or `paused` group: every member's queued runs become `canceled` and running ones go on until they report. Each member becomes `canceling`, or `canceled` at once when none of its runs is running; the group is `canceled` once every member is (at once, or by the sweep). Canceling a `canceling` group is 200 and changes nothing; a terminal group is 409 `backfill_not_active`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/backfill_groups/{group_id}/cancel (the `CancelBackfillGroup` operationId).
+	CancelBackfillGroupWithResponse(ctx context.Context, groupId GroupIdPath, reqEditors ...RequestEditorFn) (*CancelBackfillGroupResponse, error)
+
+	// PauseBackfillGroupWithResponse Pause a backfill group
+	//
+	// Pauses a `running` group and its running members: no claim hands out their runs until it is unpaused. Pausing a `paused` group is 200 and changes nothing; a `canceling` or terminal group is 409 `backfill_not_active`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/backfill_groups/{group_id}/pause (the `PauseBackfillGroup` operationId).
+	PauseBackfillGroupWithResponse(ctx context.Context, groupId GroupIdPath, reqEditors ...RequestEditorFn) (*PauseBackfillGroupResponse, error)
+
+	// UnpauseBackfillGroupWithResponse Unpause a backfill group
+	//
+	// Resumes a `paused` group and its paused members (also those the group's failure budget paused). Unpausing a `running` group is 200 and changes nothing; a `canceling` or terminal group is 409 `backfill_not_active`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/backfill_groups/{group_id}/unpause (the `UnpauseBackfillGroup` operationId).
+	UnpauseBackfillGroupWithResponse(ctx context.Context, groupId GroupIdPath, reqEditors ...RequestEditorFn) (*UnpauseBackfillGroupResponse, error)
+
 	// ListBackfillsWithResponse List backfills
 	//
 	// Lists backfills, optionally of one DAG, in one state, or only active (`running`,
@@ -7774,6 +9101,728 @@ func (r GetRootResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetRootResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListBackfillGroupsResponse401Headers the declared response headers of an HTTP 401 response for ListBackfillGroups
+type ListBackfillGroupsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListBackfillGroupsResponse503Headers the declared response headers of an HTTP 503 response for ListBackfillGroups
+type ListBackfillGroupsResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ListBackfillGroupsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *BackfillGroupCollection
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListBackfillGroupsResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListBackfillGroupsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListBackfillGroupsResponse) GetJSON200() *BackfillGroupCollection {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListBackfillGroupsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListBackfillGroupsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListBackfillGroupsResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListBackfillGroupsResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListBackfillGroupsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListBackfillGroupsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListBackfillGroupsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListBackfillGroupsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CreateBackfillGroupResponse201Headers the declared response headers of an HTTP 201 response for CreateBackfillGroup
+type CreateBackfillGroupResponse201Headers struct {
+	IdempotentReplayed *string
+	Location           *string
+}
+
+// CreateBackfillGroupResponse401Headers the declared response headers of an HTTP 401 response for CreateBackfillGroup
+type CreateBackfillGroupResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// CreateBackfillGroupResponse503Headers the declared response headers of an HTTP 503 response for CreateBackfillGroup
+type CreateBackfillGroupResponse503Headers struct {
+	RetryAfter *int
+}
+
+type CreateBackfillGroupResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *BackfillGroup
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *CreateBackfillGroupResponse201Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CreateBackfillGroupResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CreateBackfillGroupResponse503Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateBackfillGroupResponse) GetJSON201() *BackfillGroup {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateBackfillGroupResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateBackfillGroupResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CreateBackfillGroupResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateBackfillGroupResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r CreateBackfillGroupResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CreateBackfillGroupResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateBackfillGroupResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CreateBackfillGroupResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CreateBackfillGroupResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateBackfillGroupResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateBackfillGroupResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateBackfillGroupResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateBackfillGroupResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// DryRunBackfillGroupResponse200Headers the declared response headers of an HTTP 200 response for DryRunBackfillGroup
+type DryRunBackfillGroupResponse200Headers struct {
+	ETag *string
+}
+
+// DryRunBackfillGroupResponse401Headers the declared response headers of an HTTP 401 response for DryRunBackfillGroup
+type DryRunBackfillGroupResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DryRunBackfillGroupResponse503Headers the declared response headers of an HTTP 503 response for DryRunBackfillGroup
+type DryRunBackfillGroupResponse503Headers struct {
+	RetryAfter *int
+}
+
+type DryRunBackfillGroupResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *BackfillGroupDryRun
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *DryRunBackfillGroupResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DryRunBackfillGroupResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *DryRunBackfillGroupResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DryRunBackfillGroupResponse) GetJSON200() *BackfillGroupDryRun {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DryRunBackfillGroupResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DryRunBackfillGroupResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DryRunBackfillGroupResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r DryRunBackfillGroupResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r DryRunBackfillGroupResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r DryRunBackfillGroupResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r DryRunBackfillGroupResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r DryRunBackfillGroupResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DryRunBackfillGroupResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DryRunBackfillGroupResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DryRunBackfillGroupResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetBackfillGroupResponse401Headers the declared response headers of an HTTP 401 response for GetBackfillGroup
+type GetBackfillGroupResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetBackfillGroupResponse503Headers the declared response headers of an HTTP 503 response for GetBackfillGroup
+type GetBackfillGroupResponse503Headers struct {
+	RetryAfter *int
+}
+
+type GetBackfillGroupResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *BackfillGroup
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetBackfillGroupResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetBackfillGroupResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetBackfillGroupResponse) GetJSON200() *BackfillGroup {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetBackfillGroupResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetBackfillGroupResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetBackfillGroupResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetBackfillGroupResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetBackfillGroupResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetBackfillGroupResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetBackfillGroupResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetBackfillGroupResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetBackfillGroupResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CancelBackfillGroupResponse401Headers the declared response headers of an HTTP 401 response for CancelBackfillGroup
+type CancelBackfillGroupResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// CancelBackfillGroupResponse503Headers the declared response headers of an HTTP 503 response for CancelBackfillGroup
+type CancelBackfillGroupResponse503Headers struct {
+	RetryAfter *int
+}
+
+type CancelBackfillGroupResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *BackfillGroup
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CancelBackfillGroupResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CancelBackfillGroupResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CancelBackfillGroupResponse) GetJSON200() *BackfillGroup {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CancelBackfillGroupResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CancelBackfillGroupResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CancelBackfillGroupResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CancelBackfillGroupResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CancelBackfillGroupResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CancelBackfillGroupResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CancelBackfillGroupResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CancelBackfillGroupResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CancelBackfillGroupResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CancelBackfillGroupResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CancelBackfillGroupResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PauseBackfillGroupResponse401Headers the declared response headers of an HTTP 401 response for PauseBackfillGroup
+type PauseBackfillGroupResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// PauseBackfillGroupResponse503Headers the declared response headers of an HTTP 503 response for PauseBackfillGroup
+type PauseBackfillGroupResponse503Headers struct {
+	RetryAfter *int
+}
+
+type PauseBackfillGroupResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *BackfillGroup
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PauseBackfillGroupResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PauseBackfillGroupResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PauseBackfillGroupResponse) GetJSON200() *BackfillGroup {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PauseBackfillGroupResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PauseBackfillGroupResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PauseBackfillGroupResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r PauseBackfillGroupResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r PauseBackfillGroupResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r PauseBackfillGroupResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r PauseBackfillGroupResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r PauseBackfillGroupResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PauseBackfillGroupResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PauseBackfillGroupResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PauseBackfillGroupResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// UnpauseBackfillGroupResponse401Headers the declared response headers of an HTTP 401 response for UnpauseBackfillGroup
+type UnpauseBackfillGroupResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// UnpauseBackfillGroupResponse503Headers the declared response headers of an HTTP 503 response for UnpauseBackfillGroup
+type UnpauseBackfillGroupResponse503Headers struct {
+	RetryAfter *int
+}
+
+type UnpauseBackfillGroupResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *BackfillGroup
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *UnpauseBackfillGroupResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *UnpauseBackfillGroupResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UnpauseBackfillGroupResponse) GetJSON200() *BackfillGroup {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r UnpauseBackfillGroupResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r UnpauseBackfillGroupResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r UnpauseBackfillGroupResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r UnpauseBackfillGroupResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r UnpauseBackfillGroupResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r UnpauseBackfillGroupResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r UnpauseBackfillGroupResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r UnpauseBackfillGroupResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UnpauseBackfillGroupResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UnpauseBackfillGroupResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UnpauseBackfillGroupResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -11300,6 +13349,231 @@ func (c *ClientWithResponses) GetRootWithResponse(ctx context.Context, reqEditor
 	return ParseGetRootResponse(rsp)
 }
 
+// ListBackfillGroupsWithResponse List backfill groups
+//
+// Lists groups by `id` ascending, optionally in one state or with a member of one DAG.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/backfill_groups (the `ListBackfillGroups` operationId).
+func (c *ClientWithResponses) ListBackfillGroupsWithResponse(ctx context.Context, params *ListBackfillGroupsParams, reqEditors ...RequestEditorFn) (*ListBackfillGroupsResponse, error) {
+	rsp, err := c.ListBackfillGroups(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListBackfillGroupsResponse(rsp)
+}
+
+// CreateBackfillGroupWithBodyWithResponse Backfill a pipeline
+//
+// Creates a group: one lifecycle over several DAGs and one window. Each DAG of the group
+// (`dag_ids`, and those downstream of them as `include_downstream` says) gets one
+// ordinary member backfill, with `group_id`, planned as `POST /api/v1/backfills` plans
+// it; the runs of the members wait for each other as the DAGs' `upstreams` and
+// `depends_on_past` say. The group, its members, every run and every run-to-run
+// dependency are written in ONE SERIALIZABLE transaction, or nothing is.
+//
+// **Dependencies.** With `overlap`, a run waits for every run of the upstream DAG whose
+// data interval overlaps its own widened by `lookback` of its own intervals into the
+// past; with `all`, for every run of the upstream in the group; with `depends_on_past`,
+// for its DAG's previous slot in the group. A dependency is made only to a run the
+// group runs (created or reprocessed) or one in flight outside it: a slot that already
+// succeeded and is not run again satisfies it. Through a DAG that is not in the group,
+// a run waits for the runs of the nearest member upstream along that path, through the
+// mappings composed along it.
+//
+// **Runs.** A run is blocked while any run it waits for has not succeeded, and no claim
+// hands it out; claims prefer the members nearest the top of the graph (they are
+// numbered in depth order), then `sort_ordinal`. When a run ends `failed` or `canceled`,
+// every run that waits on it, directly or transitively, is `canceled` in the same
+// transaction with `note` `upstream_failed: <dag_id> <run_id>`, not charged to any
+// failure budget.
+//
+// **Answers.**
+//
+//   - 201 with `Location`; the body is the group as `GET` answers it.
+//   - 404 `dag_not_found` for an unknown DAG in `dag_ids`.
+//   - 409 `backfill_already_running` when any member's DAG has an active backfill, with
+//     `conflicts` listing every one (and `active_backfill_id`, the first's); nothing is
+//     written.
+//   - 422 `invalid_backfill`, `no_runs_to_create` (no member has a slot), `too_many_runs`
+//     (`MAX_BACKFILL_RUNS` counts the group's runs, all members together),
+//     `too_many_dependencies` (over `MAX_RUN_DEPENDENCIES`, default 1,000,000, with
+//     `dependencies` and `max_run_dependencies`), `dependency_cycle`, `invalid_dag`,
+//     `invalid_code_ref`, `invalid_priority`, `idempotency_key_reused`.
+//   - 412 `plan_changed` with `If-Match: "<plan_hash>"` (from the group's dry run) when
+//     the plan made inside the transaction differs.
+//
+// `Idempotency-Key` works as on `POST /api/v1/backfills`. Pause, unpause and cancel act
+// on the group (`PUT /api/v1/backfill_groups/{group_id}/…`); the same actions on a
+// member backfill are 409 `managed_by_group`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/backfill_groups (the `CreateBackfillGroup` operationId).
+func (c *ClientWithResponses) CreateBackfillGroupWithBodyWithResponse(ctx context.Context, params *CreateBackfillGroupParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateBackfillGroupResponse, error) {
+	rsp, err := c.CreateBackfillGroupWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateBackfillGroupResponse(rsp)
+}
+
+// CreateBackfillGroupWithResponse Backfill a pipeline
+//
+// Creates a group: one lifecycle over several DAGs and one window. Each DAG of the group
+// (`dag_ids`, and those downstream of them as `include_downstream` says) gets one
+// ordinary member backfill, with `group_id`, planned as `POST /api/v1/backfills` plans
+// it; the runs of the members wait for each other as the DAGs' `upstreams` and
+// `depends_on_past` say. The group, its members, every run and every run-to-run
+// dependency are written in ONE SERIALIZABLE transaction, or nothing is.
+//
+// **Dependencies.** With `overlap`, a run waits for every run of the upstream DAG whose
+// data interval overlaps its own widened by `lookback` of its own intervals into the
+// past; with `all`, for every run of the upstream in the group; with `depends_on_past`,
+// for its DAG's previous slot in the group. A dependency is made only to a run the
+// group runs (created or reprocessed) or one in flight outside it: a slot that already
+// succeeded and is not run again satisfies it. Through a DAG that is not in the group,
+// a run waits for the runs of the nearest member upstream along that path, through the
+// mappings composed along it.
+//
+// **Runs.** A run is blocked while any run it waits for has not succeeded, and no claim
+// hands it out; claims prefer the members nearest the top of the graph (they are
+// numbered in depth order), then `sort_ordinal`. When a run ends `failed` or `canceled`,
+// every run that waits on it, directly or transitively, is `canceled` in the same
+// transaction with `note` `upstream_failed: <dag_id> <run_id>`, not charged to any
+// failure budget.
+//
+// **Answers.**
+//
+//   - 201 with `Location`; the body is the group as `GET` answers it.
+//   - 404 `dag_not_found` for an unknown DAG in `dag_ids`.
+//   - 409 `backfill_already_running` when any member's DAG has an active backfill, with
+//     `conflicts` listing every one (and `active_backfill_id`, the first's); nothing is
+//     written.
+//   - 422 `invalid_backfill`, `no_runs_to_create` (no member has a slot), `too_many_runs`
+//     (`MAX_BACKFILL_RUNS` counts the group's runs, all members together),
+//     `too_many_dependencies` (over `MAX_RUN_DEPENDENCIES`, default 1,000,000, with
+//     `dependencies` and `max_run_dependencies`), `dependency_cycle`, `invalid_dag`,
+//     `invalid_code_ref`, `invalid_priority`, `idempotency_key_reused`.
+//   - 412 `plan_changed` with `If-Match: "<plan_hash>"` (from the group's dry run) when
+//     the plan made inside the transaction differs.
+//
+// `Idempotency-Key` works as on `POST /api/v1/backfills`. Pause, unpause and cancel act
+// on the group (`PUT /api/v1/backfill_groups/{group_id}/…`); the same actions on a
+// member backfill are 409 `managed_by_group`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/backfill_groups (the `CreateBackfillGroup` operationId).
+func (c *ClientWithResponses) CreateBackfillGroupWithResponse(ctx context.Context, params *CreateBackfillGroupParams, body CreateBackfillGroupJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateBackfillGroupResponse, error) {
+	rsp, err := c.CreateBackfillGroup(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateBackfillGroupResponse(rsp)
+}
+
+// DryRunBackfillGroupWithBodyWithResponse Preview a backfill group
+//
+// Computes what `POST /api/v1/backfill_groups` would do with the same body, and writes
+// nothing: per member, its depth, its slots and their actions (as a backfill's dry run
+// answers them), how many of its runs would be blocked at the start and its estimate;
+// the count of run-to-run dependencies; and `plan_hash` (also as `ETag`), a digest of
+// every member's plan and the dependencies, to send as `If-Match`. Never 409: an
+// active backfill does not stop the preview. Every other error of the creation applies.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/backfill_groups/dry_run (the `DryRunBackfillGroup` operationId).
+func (c *ClientWithResponses) DryRunBackfillGroupWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DryRunBackfillGroupResponse, error) {
+	rsp, err := c.DryRunBackfillGroupWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDryRunBackfillGroupResponse(rsp)
+}
+
+// DryRunBackfillGroupWithResponse Preview a backfill group
+//
+// Computes what `POST /api/v1/backfill_groups` would do with the same body, and writes
+// nothing: per member, its depth, its slots and their actions (as a backfill's dry run
+// answers them), how many of its runs would be blocked at the start and its estimate;
+// the count of run-to-run dependencies; and `plan_hash` (also as `ETag`), a digest of
+// every member's plan and the dependencies, to send as `If-Match`. Never 409: an
+// active backfill does not stop the preview. Every other error of the creation applies.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/backfill_groups/dry_run (the `DryRunBackfillGroup` operationId).
+func (c *ClientWithResponses) DryRunBackfillGroupWithResponse(ctx context.Context, body DryRunBackfillGroupJSONRequestBody, reqEditors ...RequestEditorFn) (*DryRunBackfillGroupResponse, error) {
+	rsp, err := c.DryRunBackfillGroup(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDryRunBackfillGroupResponse(rsp)
+}
+
+// GetBackfillGroupWithResponse Get a backfill group
+//
+// The group with its members and their progress; 404 `backfill_group_not_found`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/backfill_groups/{group_id} (the `GetBackfillGroup` operationId).
+func (c *ClientWithResponses) GetBackfillGroupWithResponse(ctx context.Context, groupId GroupIdPath, reqEditors ...RequestEditorFn) (*GetBackfillGroupResponse, error) {
+	rsp, err := c.GetBackfillGroup(ctx, groupId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetBackfillGroupResponse(rsp)
+}
+
+// CancelBackfillGroupWithResponse Cancel a backfill group
+//
+// Cancels a `running` or `paused` group: every member's queued runs become `canceled` and running ones go on until they report. Each member becomes `canceling`, or `canceled` at once when none of its runs is running; the group is `canceled` once every member is (at once, or by the sweep). Canceling a `canceling` group is 200 and changes nothing; a terminal group is 409 `backfill_not_active`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/backfill_groups/{group_id}/cancel (the `CancelBackfillGroup` operationId).
+func (c *ClientWithResponses) CancelBackfillGroupWithResponse(ctx context.Context, groupId GroupIdPath, reqEditors ...RequestEditorFn) (*CancelBackfillGroupResponse, error) {
+	rsp, err := c.CancelBackfillGroup(ctx, groupId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelBackfillGroupResponse(rsp)
+}
+
+// PauseBackfillGroupWithResponse Pause a backfill group
+//
+// Pauses a `running` group and its running members: no claim hands out their runs until it is unpaused. Pausing a `paused` group is 200 and changes nothing; a `canceling` or terminal group is 409 `backfill_not_active`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/backfill_groups/{group_id}/pause (the `PauseBackfillGroup` operationId).
+func (c *ClientWithResponses) PauseBackfillGroupWithResponse(ctx context.Context, groupId GroupIdPath, reqEditors ...RequestEditorFn) (*PauseBackfillGroupResponse, error) {
+	rsp, err := c.PauseBackfillGroup(ctx, groupId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePauseBackfillGroupResponse(rsp)
+}
+
+// UnpauseBackfillGroupWithResponse Unpause a backfill group
+//
+// Resumes a `paused` group and its paused members (also those the group's failure budget paused). Unpausing a `running` group is 200 and changes nothing; a `canceling` or terminal group is 409 `backfill_not_active`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/backfill_groups/{group_id}/unpause (the `UnpauseBackfillGroup` operationId).
+func (c *ClientWithResponses) UnpauseBackfillGroupWithResponse(ctx context.Context, groupId GroupIdPath, reqEditors ...RequestEditorFn) (*UnpauseBackfillGroupResponse, error) {
+	rsp, err := c.UnpauseBackfillGroup(ctx, groupId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUnpauseBackfillGroupResponse(rsp)
+}
+
 // ListBackfillsWithResponse List backfills
 //
 // Lists backfills, optionally of one DAG, in one state, or only active (`running`,
@@ -12767,6 +15041,698 @@ func ParseGetRootResponse(rsp *http.Response) (*GetRootResponse, error) {
 			headers.Location = &value
 		}
 		response.Headers302 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListBackfillGroupsResponse parses an HTTP response from a ListBackfillGroupsWithResponse call
+func ParseListBackfillGroupsResponse(rsp *http.Response) (*ListBackfillGroupsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListBackfillGroupsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest BackfillGroupCollection
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListBackfillGroupsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListBackfillGroupsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCreateBackfillGroupResponse parses an HTTP response from a CreateBackfillGroupWithResponse call
+func ParseCreateBackfillGroupResponse(rsp *http.Response) (*CreateBackfillGroupResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateBackfillGroupResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest BackfillGroup
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers CreateBackfillGroupResponse201Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: "uri-reference"}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 401:
+		var headers CreateBackfillGroupResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers CreateBackfillGroupResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDryRunBackfillGroupResponse parses an HTTP response from a DryRunBackfillGroupWithResponse call
+func ParseDryRunBackfillGroupResponse(rsp *http.Response) (*DryRunBackfillGroupResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DryRunBackfillGroupResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest BackfillGroupDryRun
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers DryRunBackfillGroupResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers DryRunBackfillGroupResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers DryRunBackfillGroupResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetBackfillGroupResponse parses an HTTP response from a GetBackfillGroupWithResponse call
+func ParseGetBackfillGroupResponse(rsp *http.Response) (*GetBackfillGroupResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetBackfillGroupResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest BackfillGroup
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetBackfillGroupResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetBackfillGroupResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCancelBackfillGroupResponse parses an HTTP response from a CancelBackfillGroupWithResponse call
+func ParseCancelBackfillGroupResponse(rsp *http.Response) (*CancelBackfillGroupResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CancelBackfillGroupResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest BackfillGroup
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers CancelBackfillGroupResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers CancelBackfillGroupResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePauseBackfillGroupResponse parses an HTTP response from a PauseBackfillGroupWithResponse call
+func ParsePauseBackfillGroupResponse(rsp *http.Response) (*PauseBackfillGroupResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PauseBackfillGroupResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest BackfillGroup
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers PauseBackfillGroupResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers PauseBackfillGroupResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseUnpauseBackfillGroupResponse parses an HTTP response from a UnpauseBackfillGroupWithResponse call
+func ParseUnpauseBackfillGroupResponse(rsp *http.Response) (*UnpauseBackfillGroupResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UnpauseBackfillGroupResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest BackfillGroup
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers UnpauseBackfillGroupResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers UnpauseBackfillGroupResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil

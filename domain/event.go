@@ -19,15 +19,26 @@ const (
 	EventBackfillSucceeded EventType = "backfill.succeeded"
 	EventBackfillFailed    EventType = "backfill.failed"
 	EventBackfillCanceled  EventType = "backfill.canceled"
+
+	EventGroupCreated   EventType = "backfill_group.created"
+	EventGroupPaused    EventType = "backfill_group.paused"
+	EventGroupUnpaused  EventType = "backfill_group.unpaused"
+	EventGroupCanceling EventType = "backfill_group.canceling"
+	EventGroupSucceeded EventType = "backfill_group.succeeded"
+	EventGroupFailed    EventType = "backfill_group.failed"
+	EventGroupCanceled  EventType = "backfill_group.canceled"
 )
 
 // EventTypes are all event types, in the order the API lists them.
 var EventTypes = []EventType{
 	EventBackfillCreated, EventBackfillUpdated, EventBackfillPaused, EventBackfillUnpaused,
 	EventBackfillCanceling, EventBackfillSucceeded, EventBackfillFailed, EventBackfillCanceled,
+	EventGroupCreated, EventGroupPaused, EventGroupUnpaused, EventGroupCanceling,
+	EventGroupSucceeded, EventGroupFailed, EventGroupCanceled,
 }
 
-// Terminal reports whether an event ends its backfill's story.
+// Terminal reports whether an event ends its backfill's story (a group's events end no
+// backfill's).
 func (t EventType) Terminal() bool {
 	return t == EventBackfillSucceeded || t == EventBackfillFailed || t == EventBackfillCanceled
 }
@@ -79,10 +90,13 @@ const (
 // would decode and re-encode them). The Go SDK decodes the same document into the spec's
 // generated client.Event.
 type Event struct {
-	ID         int64           `db:"id" json:"id"`
-	Type       EventType       `db:"type" json:"type"`
-	BackfillID int64           `db:"backfill_id" json:"backfill_id"`
-	DagID      string          `db:"dag_id" json:"dag_id"`
+	ID         int64     `db:"id" json:"id"`
+	Type       EventType `db:"type" json:"type"`
+	BackfillID int64     `db:"backfill_id" json:"backfill_id,omitempty"`
+	DagID      string    `db:"dag_id" json:"dag_id,omitempty"`
+	// GroupID is the group of a group's event, or of the backfill a member's event is of;
+	// nil for none. A group's event has no BackfillID (0) or DagID ("").
+	GroupID    *int64          `db:"group_id" json:"group_id,omitempty"`
 	OccurredAt time.Time       `db:"occurred_at" json:"occurred_at"`
 	Data       json.RawMessage `db:"data" json:"data"`
 }

@@ -63,6 +63,10 @@ type BackfillRequest struct {
 	// Priority orders claims between backfills (MinPriority..MaxPriority); 0, the default, is
 	// left out of the request hash.
 	Priority int `json:",omitempty"`
+	// GroupID and GroupDepth make the backfill a member of a group, at its depth in the
+	// group's graph (set by the group's creation, never by a client).
+	GroupID    *int64 `json:",omitempty"`
+	GroupDepth int    `json:",omitempty"`
 }
 
 // SlotAction is what creation does with one slot.

@@ -162,6 +162,7 @@ func (s *Server) ListBackfillDagRuns(w http.ResponseWriter, r *http.Request, id 
 	}
 	p := repo.BackfillSlotsParams{
 		BackfillID: id,
+		Blocked:    params.Blocked,
 		Descending: order == api.ListBackfillDagRunsParamsOrderBySortOrdinalDesc,
 		ListParams: repo.ListParams{Limit: pr.repoLimit(), Offset: pr.offset, After: pr.after},
 	}

@@ -128,15 +128,21 @@ func backfillOut(b repo.Backfill) api.Backfill {
 		CreatedBy:         b.CreatedBy,
 		Reason:            b.Reason,
 		Priority:          int32(b.Priority),
-		Progress: api.BackfillProgress{
-			Total:    b.Total(),
-			Queued:   b.Queued,
-			Running:  b.Running,
-			Success:  b.Success,
-			Failed:   b.Failed,
-			Canceled: b.Canceled,
-			Skipped:  b.Skipped,
-		},
+		GroupId:           b.GroupID,
+		Progress:          progressOut(b.Progress),
+	}
+}
+
+func progressOut(p repo.Progress) api.BackfillProgress {
+	return api.BackfillProgress{
+		Total:    p.Total(),
+		Queued:   p.Queued,
+		Running:  p.Running,
+		Success:  p.Success,
+		Failed:   p.Failed,
+		Canceled: p.Canceled,
+		Skipped:  p.Skipped,
+		Blocked:  p.Blocked,
 	}
 }
 
@@ -163,6 +169,7 @@ func slotOut(s repo.BackfillSlot) api.BackfillDagRun {
 		ExceptionReason: s.ExceptionReason,
 		Attempt:         int32Ptr(s.Attempt),
 		Note:            s.Note,
+		BlockedBy:       int32Ptr(s.BlockedBy),
 	}
 }
 

@@ -39,6 +39,7 @@ type listing struct {
 var (
 	backfillListing = listing{"backfills", func(k string) bool { return isDecimalKey(k, 64) }}
 	slotListing     = listing{"slots", func(k string) bool { return isDecimalKey(k, 32) }}
+	groupListing    = listing{"backfill_groups", func(k string) bool { return isDecimalKey(k, 64) }}
 	runListing      = listing{"runs", isLogicalDateKey}
 	dagListing      = listing{"dags", isDagIDKey}
 )

@@ -87,7 +87,7 @@ func (sw *sseWriter) Progress(p events.Progress) error {
 	}{
 		Progress: api.BackfillProgress{
 			Total: c.Total(), Queued: c.Queued, Running: c.Running, Success: c.Success,
-			Failed: c.Failed, Canceled: c.Canceled, Skipped: c.Skipped,
+			Failed: c.Failed, Canceled: c.Canceled, Skipped: c.Skipped, Blocked: c.Blocked,
 		},
 		State:      api.BackfillState(p.State),
 		EtaSeconds: p.ETA,

@@ -70,9 +70,12 @@ var errorAnswers = []errorAnswer{
 	{err: repo.ErrBackfillNotTerminal, status: http.StatusConflict, code: "backfill_not_terminal"},
 	{err: repo.ErrRunsInFlight, status: http.StatusConflict, code: "runs_in_flight"},
 	{err: repo.ErrBackfillAlreadyRunning, status: http.StatusConflict, code: "backfill_already_running",
-		detail: "the DAG already has an active backfill; wait for it to finish or cancel it", members: alreadyRunning},
+		detail: "", members: alreadyRunning},
 	{err: repo.ErrDagNotFound, status: http.StatusNotFound, code: "dag_not_found", detail: "no DAG with this dag_id"},
 	{err: repo.ErrBackfillNotFound, status: http.StatusNotFound, code: "backfill_not_found", detail: "no backfill with this id"},
+	{err: repo.ErrGroupNotFound, status: http.StatusNotFound, code: "backfill_group_not_found", detail: "no backfill group with this id"},
+	{err: repo.ErrManagedByGroup, status: http.StatusConflict, code: "managed_by_group"},
+	{err: domain.ErrTooManyDependencies, status: http.StatusUnprocessableEntity, code: "too_many_dependencies", members: tooManyDependencies},
 	{err: repo.ErrRunNotFound, status: http.StatusNotFound, code: "run_not_found", detail: "no run with this id"},
 	{err: repo.ErrPoolNotFound, status: http.StatusNotFound, code: "pool_not_found", detail: "no pool with this name"},
 	{err: repo.ErrUnknownPool, status: http.StatusUnprocessableEntity, code: "pool_not_found"},
@@ -177,11 +180,29 @@ func planChanged(p *api.Problem, err error) {
 	}
 }
 
-// alreadyRunning names the backfill that holds the DAG's active slot.
+// alreadyRunning names the backfill that holds the DAG's active slot and, for a group, every
+// member DAG's.
 func alreadyRunning(p *api.Problem, err error) {
+	p.Detail = "the DAG already has an active backfill; wait for it to finish or cancel it"
 	var running *repo.BackfillAlreadyRunningError
 	if errors.As(err, &running) {
 		p.ActiveBackfillId = &running.ActiveBackfillID
+		if running.Conflicts != nil {
+			p.Detail = "DAGs of the group already have an active backfill (conflicts lists them); nothing was created"
+			conflicts := make([]api.GroupConflict, len(running.Conflicts))
+			for i, c := range running.Conflicts {
+				conflicts[i] = api.GroupConflict{DagId: c.DagID, ActiveBackfillId: c.ActiveBackfillID}
+			}
+			p.Conflicts = &conflicts
+		}
+	}
+}
+
+// tooManyDependencies gives the 422 of a group over MAX_RUN_DEPENDENCIES the count and the cap.
+func tooManyDependencies(p *api.Problem, err error) {
+	var tm *domain.TooManyDependenciesError
+	if errors.As(err, &tm) {
+		p.Dependencies, p.MaxRunDependencies = &tm.Count, &tm.Max
 	}
 }
 

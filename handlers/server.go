@@ -40,6 +40,14 @@ type Store interface {
 	BackfillUnpause(ctx context.Context, id int64) (repo.Backfill, error)
 	BackfillCancel(ctx context.Context, id int64) (repo.Backfill, error)
 
+	BackfillGroupCreate(ctx context.Context, p domain.GroupRequest) (repo.BackfillGroup, bool, error)
+	BackfillGroupDryRun(ctx context.Context, p domain.GroupRequest) (repo.GroupDryRun, error)
+	BackfillGroupGet(ctx context.Context, id int64) (repo.BackfillGroup, error)
+	BackfillGroupList(ctx context.Context, p repo.BackfillGroupListParams) ([]repo.BackfillGroup, int, error)
+	BackfillGroupPause(ctx context.Context, id int64) (repo.BackfillGroup, error)
+	BackfillGroupUnpause(ctx context.Context, id int64) (repo.BackfillGroup, error)
+	BackfillGroupCancel(ctx context.Context, id int64) (repo.BackfillGroup, error)
+
 	PoolPut(ctx context.Context, p repo.PoolPutParams) (repo.Pool, bool, error)
 	PoolGet(ctx context.Context, name string) (repo.Pool, error)
 	PoolList(ctx context.Context, p repo.ListParams) ([]repo.Pool, int, error)

@@ -10,7 +10,9 @@ import (
 // The fake store's webhook methods: they check what reaches the repository like the others.
 
 var webhookEventTypes = []string{"backfill.created", "backfill.updated", "backfill.paused", "backfill.unpaused",
-	"backfill.canceling", "backfill.succeeded", "backfill.failed", "backfill.canceled"}
+	"backfill.canceling", "backfill.succeeded", "backfill.failed", "backfill.canceled",
+	"backfill_group.created", "backfill_group.paused", "backfill_group.unpaused", "backfill_group.canceling",
+	"backfill_group.succeeded", "backfill_group.failed", "backfill_group.canceled"}
 
 func fakeWebhook(id int64) repo.Webhook {
 	return repo.Webhook{ID: id, URL: "https://example.com/hook", EventTypes: webhookEventTypes, CreatedAt: fakeTime}

@@ -62,10 +62,15 @@ CREATE TABLE public.backfills (
     pace_since timestamp with time zone DEFAULT public.backfill_now() NOT NULL,
     eta_last timestamp with time zone,
     eta_buckets integer[],
+    group_id bigint,
+    group_depth smallint,
+    num_blocked integer DEFAULT 0 NOT NULL,
+    CONSTRAINT backfills_blocked_within_queued CHECK (((num_blocked >= 0) AND (num_blocked <= num_queued))),
     CONSTRAINT backfills_code_ref_length CHECK (((char_length(code_ref) >= 1) AND (char_length(code_ref) <= 200))),
     CONSTRAINT backfills_completed_at_iff_terminal CHECK (((completed_at IS NOT NULL) = (state = ANY (ARRAY['succeeded'::text, 'failed'::text, 'canceled'::text])))),
     CONSTRAINT backfills_counts_not_negative CHECK ((LEAST(num_queued, num_running, num_success, num_failed, num_canceled, num_skipped) >= 0)),
     CONSTRAINT backfills_created_by_length CHECK (((char_length(created_by) >= 1) AND (char_length(created_by) <= 200))),
+    CONSTRAINT backfills_group_depth_iff_member CHECK (((group_id IS NULL) = (group_depth IS NULL))),
     CONSTRAINT backfills_max_active_runs_valid CHECK (((max_active_runs >= 1) AND (max_active_runs <= 1000))),
     CONSTRAINT backfills_max_failed_runs_valid CHECK (((max_failed_runs IS NULL) OR (max_failed_runs >= 1))),
     CONSTRAINT backfills_pause_reason_iff_paused CHECK (((pause_reason IS NOT NULL) = (state = 'paused'::text))),
@@ -92,13 +97,14 @@ CREATE FUNCTION public.backfill_api_json(b public.backfills) RETURNS jsonb
         'max_failed_runs', b.max_failed_runs, 'pause_reason', b.pause_reason,
         'plan_hash', b.plan_hash, 'parent_backfill_id', b.parent_backfill_id, 'pool', b.pool,
         'code_ref', b.code_ref, 'created_by', b.created_by, 'reason', b.reason,
-        'priority', coalesce(b.priority, 0),
+        'priority', coalesce(b.priority, 0), 'group_id', b.group_id,
         'is_paused', b.state = 'paused',
         'progress', jsonb_build_object(
             'total', b.num_queued + b.num_running + b.num_success + b.num_failed
                      + b.num_canceled + b.num_skipped,
             'queued', b.num_queued, 'running', b.num_running, 'success', b.num_success,
-            'failed', b.num_failed, 'canceled', b.num_canceled, 'skipped', b.num_skipped))
+            'failed', b.num_failed, 'canceled', b.num_canceled, 'skipped', b.num_skipped,
+            'blocked', coalesce(b.num_blocked, 0)))
 $$;
 
 CREATE FUNCTION public.backfill_change_time(previous timestamp with time zone) RETURNS timestamp with time zone
@@ -112,8 +118,8 @@ CREATE FUNCTION public.backfill_clocks() RETURNS trigger
     AS $$
 BEGIN
     IF NEW.num_running > OLD.num_running
-       OR (NEW.state = 'running' AND NEW.num_queued > 0 AND NEW.num_running < NEW.max_active_runs
-           AND NOT (OLD.state = 'running' AND OLD.num_queued > 0 AND OLD.num_running < OLD.max_active_runs)) THEN
+       OR (NEW.state = 'running' AND NEW.num_queued > NEW.num_blocked AND NEW.num_running < NEW.max_active_runs
+           AND NOT (OLD.state = 'running' AND OLD.num_queued > OLD.num_blocked AND OLD.num_running < OLD.max_active_runs)) THEN
         NEW.claim_wait_since := backfill_now();
     END IF;
     IF NEW.state IS DISTINCT FROM OLD.state
@@ -145,11 +151,13 @@ $$;
 CREATE TABLE public.events (
     id bigint DEFAULT public.events_next_id() NOT NULL,
     type text NOT NULL,
-    backfill_id bigint NOT NULL,
-    dag_id text NOT NULL,
+    backfill_id bigint,
+    dag_id text,
     occurred_at timestamp with time zone NOT NULL,
     data jsonb,
-    snapshot public.backfills
+    snapshot public.backfills,
+    group_id bigint,
+    CONSTRAINT events_of_a_backfill_or_a_group CHECK (((backfill_id IS NULL) <> (group_id IS NULL)))
 );
 
 CREATE FUNCTION public.backfill_events(backfill bigint, after_id bigint, types text[], max_events integer) RETURNS SETOF public.events
@@ -257,6 +265,95 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION public.backfill_group_api_json(group_id bigint) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT jsonb_build_object(
+        'id', g.id, 'dag_ids', to_jsonb(g.dag_ids), 'include_downstream', g.include_downstream,
+        'from_date', api_timestamp(g.from_date), 'to_date', api_timestamp(g.to_date),
+        'run_backwards', g.run_backwards, 'dag_run_conf', g.dag_run_conf,
+        'reprocess_behavior', g.reprocess_behavior, 'max_active_runs', g.max_active_runs,
+        'max_failed_runs', g.max_failed_runs, 'description', g.description, 'pool', g.pool,
+        'priority', g.priority, 'code_ref', g.code_ref, 'created_by', g.created_by,
+        'reason', g.reason, 'state', g.state, 'pause_reason', g.pause_reason,
+        'plan_hash', g.plan_hash, 'dependencies', g.num_dependencies,
+        'created_at', api_timestamp(g.created_at), 'updated_at', api_timestamp(g.updated_at),
+        'completed_at', api_timestamp(g.completed_at),
+        'members', coalesce(m.members, '[]'::jsonb),
+        'progress', jsonb_build_object(
+            'total', coalesce(m.total, 0), 'queued', coalesce(m.queued, 0),
+            'running', coalesce(m.running, 0), 'success', coalesce(m.success, 0),
+            'failed', coalesce(m.failed, 0), 'canceled', coalesce(m.canceled, 0),
+            'skipped', coalesce(m.skipped, 0), 'blocked', coalesce(m.blocked, 0)))
+    FROM backfill_groups g
+    LEFT JOIN LATERAL (
+        SELECT jsonb_agg(jsonb_build_object(
+                   'dag_id', b.dag_id, 'backfill_id', b.id, 'depth', b.group_depth, 'state', b.state,
+                   'progress', jsonb_build_object(
+                       'total', b.num_queued + b.num_running + b.num_success + b.num_failed
+                                + b.num_canceled + b.num_skipped,
+                       'queued', b.num_queued, 'running', b.num_running, 'success', b.num_success,
+                       'failed', b.num_failed, 'canceled', b.num_canceled,
+                       'skipped', b.num_skipped, 'blocked', b.num_blocked))
+                   ORDER BY b.group_depth, b.dag_id) AS members,
+               sum(b.num_queued + b.num_running + b.num_success + b.num_failed + b.num_canceled + b.num_skipped) AS total,
+               sum(b.num_queued) AS queued, sum(b.num_running) AS running, sum(b.num_success) AS success,
+               sum(b.num_failed) AS failed, sum(b.num_canceled) AS canceled, sum(b.num_skipped) AS skipped,
+               sum(b.num_blocked) AS blocked
+        FROM backfills b WHERE b.group_id = g.id) m ON true
+    WHERE g.id = group_id
+$$;
+
+CREATE FUNCTION public.backfill_group_events_write() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    kind text;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        kind := 'backfill_group.created';
+    ELSE
+        kind := CASE
+            WHEN NEW.state = 'paused' THEN 'backfill_group.paused'
+            WHEN NEW.state = 'running' AND OLD.state = 'paused' THEN 'backfill_group.unpaused'
+            WHEN NEW.state IN ('canceling', 'succeeded', 'failed', 'canceled') THEN 'backfill_group.' || NEW.state
+        END;
+        -- A later statement of this transaction changed the state again: its firing reports it.
+        IF kind IS NULL OR NOT EXISTS (SELECT 1 FROM backfill_groups g WHERE g.id = NEW.id AND g.state = NEW.state) THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    INSERT INTO events (type, group_id, occurred_at, data)
+    VALUES (kind, NEW.id, NEW.updated_at,
+            jsonb_build_object('group', backfill_group_api_json(NEW.id))
+            || CASE WHEN kind = 'backfill_group.paused'
+                    THEN jsonb_build_object('reason', coalesce(NEW.pause_reason, 'user'))
+                    ELSE '{}'::jsonb END);
+    RETURN NULL;
+END;
+$$;
+
+CREATE FUNCTION public.backfill_groups_count_failures() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    g backfill_groups;
+BEGIN
+    UPDATE backfill_groups SET num_failed = num_failed + (NEW.num_failed - OLD.num_failed)
+    WHERE id = NEW.group_id
+    RETURNING * INTO g;
+    IF g.state = 'running' AND g.max_failed_runs IS NOT NULL AND g.num_failed >= g.max_failed_runs THEN
+        UPDATE backfill_groups SET state = 'paused', pause_reason = 'failure_budget',
+            updated_at = backfill_change_time(updated_at)
+        WHERE id = g.id;
+        UPDATE backfills SET state = 'paused', pause_reason = 'failure_budget',
+            updated_at = backfill_change_time(updated_at)
+        WHERE group_id = g.id AND state = 'running';
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
 CREATE FUNCTION public.backfills_keep_deleted_bounds() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -358,19 +455,21 @@ BEGIN
                coalesce(sum(delta) FILTER (WHERE state = 'running'), 0)  AS running,
                coalesce(sum(delta) FILTER (WHERE state = 'success'), 0)  AS success,
                coalesce(sum(delta) FILTER (WHERE state = 'failed'), 0)   AS failed,
-               coalesce(sum(delta) FILTER (WHERE state = 'canceled'), 0) AS canceled
+               coalesce(sum(delta) FILTER (WHERE state = 'canceled'), 0) AS canceled,
+               coalesce(sum(delta) FILTER (WHERE blocked), 0)            AS blocked
         FROM (
-            SELECT backfill_id, state, -count(*) AS delta
-            FROM old_rows WHERE backfill_id IS NOT NULL GROUP BY backfill_id, state
+            SELECT backfill_id, state, state = 'queued' AND blocked_by > 0 AS blocked, -count(*) AS delta
+            FROM old_rows WHERE backfill_id IS NOT NULL GROUP BY 1, 2, 3
             UNION ALL
-            SELECT backfill_id, state, count(*) AS delta
-            FROM new_rows WHERE backfill_id IS NOT NULL GROUP BY backfill_id, state
+            SELECT backfill_id, state, state = 'queued' AND blocked_by > 0 AS blocked, count(*) AS delta
+            FROM new_rows WHERE backfill_id IS NOT NULL GROUP BY 1, 2, 3
         ) moves
         GROUP BY backfill_id
         ORDER BY backfill_id
     LOOP
         -- A change that moves no counter (a heartbeat) touches no backfill row.
-        CONTINUE WHEN d.queued = 0 AND d.running = 0 AND d.success = 0 AND d.failed = 0 AND d.canceled = 0;
+        CONTINUE WHEN d.queued = 0 AND d.running = 0 AND d.success = 0 AND d.failed = 0 AND d.canceled = 0
+            AND d.blocked = 0;
         IF d.success > 0 THEN
             UPDATE backfills SET
                 num_queued   = num_queued   + d.queued,
@@ -378,6 +477,7 @@ BEGIN
                 num_success  = num_success  + d.success,
                 num_failed   = num_failed   + d.failed,
                 num_canceled = num_canceled + d.canceled,
+                num_blocked  = num_blocked  + d.blocked,
                 (eta_last, eta_buckets) = (SELECT r.new_last, r.new_buckets
                     FROM eta_record(eta_last, eta_buckets, pace_since, d.success::integer, backfill_now()) r)
             WHERE id = d.backfill_id AND state IN ('running', 'paused', 'canceling');
@@ -387,10 +487,47 @@ BEGIN
                 num_running  = num_running  + d.running,
                 num_success  = num_success  + d.success,
                 num_failed   = num_failed   + d.failed,
-                num_canceled = num_canceled + d.canceled
+                num_canceled = num_canceled + d.canceled,
+                num_blocked  = num_blocked  + d.blocked
             WHERE id = d.backfill_id AND state IN ('running', 'paused', 'canceling');
         END IF;
     END LOOP;
+    RETURN NULL;
+END;
+$$;
+
+CREATE FUNCTION public.dag_runs_follow_dependencies() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    -- The cascade below cancels the whole transitive set in one statement: its own rows
+    -- have nothing left to follow. A group's cancel sets this too, for every member at once.
+    IF current_setting('backfill.cascade', true) = 'on' THEN
+        RETURN NULL;
+    END IF;
+    IF NEW.state = 'success' THEN
+        -- Lock the waiting runs in id order first: two upstreams of one run (a diamond's
+        -- sink) that succeed together then queue on it instead of deadlocking.
+        PERFORM 1 FROM dag_runs r
+        WHERE r.id IN (SELECT d.run_id FROM dag_run_dependencies d WHERE d.upstream_run_id = NEW.id)
+          AND r.state = 'queued'
+        ORDER BY r.id FOR NO KEY UPDATE;
+        UPDATE dag_runs r SET blocked_by = r.blocked_by - 1
+        WHERE r.id IN (SELECT d.run_id FROM dag_run_dependencies d WHERE d.upstream_run_id = NEW.id)
+          AND r.state = 'queued' AND r.blocked_by > 0;
+        RETURN NULL;
+    END IF;
+    PERFORM set_config('backfill.cascade', 'on', true);
+    WITH RECURSIVE down (id) AS (
+        SELECT d.run_id FROM dag_run_dependencies d WHERE d.upstream_run_id = NEW.id
+        UNION
+        SELECT d.run_id FROM down JOIN dag_run_dependencies d ON d.upstream_run_id = down.id
+    )
+    UPDATE dag_runs r SET state = 'canceled', end_date = backfill_now(),
+        note = 'upstream_failed: ' || NEW.dag_id || ' ' || NEW.run_id
+    FROM down
+    WHERE r.id = down.id AND r.state = 'queued';
+    PERFORM set_config('backfill.cascade', 'off', true);
     RETURN NULL;
 END;
 $$;
@@ -577,6 +714,55 @@ CREATE TABLE public.backfill_dag_runs (
     CONSTRAINT backfill_dag_runs_skipped_iff_no_run CHECK (((dag_run_id IS NULL) = (exception_reason IS NOT NULL)))
 );
 
+CREATE TABLE public.backfill_groups (
+    id bigint NOT NULL,
+    dag_ids text[] NOT NULL,
+    include_downstream text NOT NULL,
+    from_date timestamp with time zone NOT NULL,
+    to_date timestamp with time zone NOT NULL,
+    run_backwards boolean NOT NULL,
+    dag_run_conf jsonb,
+    reprocess_behavior text NOT NULL,
+    max_active_runs integer NOT NULL,
+    max_failed_runs integer,
+    description text,
+    pool text,
+    priority smallint DEFAULT 0 NOT NULL,
+    code_ref text,
+    created_by text,
+    reason text,
+    state text NOT NULL,
+    pause_reason text,
+    plan_hash text NOT NULL,
+    num_dependencies bigint NOT NULL,
+    num_failed integer DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    completed_at timestamp with time zone,
+    CONSTRAINT backfill_groups_code_ref_check CHECK (((char_length(code_ref) >= 1) AND (char_length(code_ref) <= 200))),
+    CONSTRAINT backfill_groups_completed_at_iff_terminal CHECK (((completed_at IS NOT NULL) = (state = ANY (ARRAY['succeeded'::text, 'failed'::text, 'canceled'::text])))),
+    CONSTRAINT backfill_groups_created_by_check CHECK (((char_length(created_by) >= 1) AND (char_length(created_by) <= 200))),
+    CONSTRAINT backfill_groups_include_downstream_check CHECK ((include_downstream = ANY (ARRAY['none'::text, 'direct'::text, 'all'::text]))),
+    CONSTRAINT backfill_groups_max_active_runs_check CHECK (((max_active_runs >= 1) AND (max_active_runs <= 1000))),
+    CONSTRAINT backfill_groups_max_failed_runs_check CHECK ((max_failed_runs >= 1)),
+    CONSTRAINT backfill_groups_pause_reason_check CHECK ((pause_reason = ANY (ARRAY['user'::text, 'failure_budget'::text]))),
+    CONSTRAINT backfill_groups_pause_reason_iff_paused CHECK (((pause_reason IS NOT NULL) = (state = 'paused'::text))),
+    CONSTRAINT backfill_groups_priority_check CHECK (((priority >= '-10'::integer) AND (priority <= 10))),
+    CONSTRAINT backfill_groups_reason_check CHECK ((char_length(reason) <= 500)),
+    CONSTRAINT backfill_groups_reprocess_behavior_check CHECK ((reprocess_behavior = ANY (ARRAY['none'::text, 'failed'::text, 'completed'::text]))),
+    CONSTRAINT backfill_groups_state_check CHECK ((state = ANY (ARRAY['running'::text, 'paused'::text, 'canceling'::text, 'succeeded'::text, 'failed'::text, 'canceled'::text]))),
+    CONSTRAINT backfill_groups_window_valid CHECK ((from_date <= to_date))
+);
+
+ALTER TABLE public.backfill_groups ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.backfill_groups_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE public.dag_runs (
     id bigint NOT NULL,
     dag_id text NOT NULL,
@@ -600,8 +786,10 @@ CREATE TABLE public.dag_runs (
     pool text,
     not_before timestamp with time zone,
     first_attempt integer DEFAULT 1 NOT NULL,
+    blocked_by integer DEFAULT 0 NOT NULL,
     CONSTRAINT dag_runs_attempt_positive CHECK ((attempt >= 1)),
     CONSTRAINT dag_runs_backfill_has_ordinal CHECK (((backfill_id IS NULL) = (backfill_sort_ordinal IS NULL))),
+    CONSTRAINT dag_runs_blocked_by_not_negative CHECK ((blocked_by >= 0)),
     CONSTRAINT dag_runs_not_before_only_queued CHECK (((not_before IS NULL) OR (state = 'queued'::text))),
     CONSTRAINT dag_runs_note_length CHECK ((char_length(note) <= 4096)),
     CONSTRAINT dag_runs_run_type_valid CHECK ((run_type = ANY (ARRAY['manual'::text, 'backfill'::text]))),
@@ -628,7 +816,11 @@ CREATE VIEW public.backfill_slot_records AS
         CASE
             WHEN (nx.backfill_id IS NULL) THEN r.note
             ELSE nx.prior_note
-        END AS note
+        END AS note,
+        CASE
+            WHEN (nx.backfill_id IS NULL) THEN r.blocked_by
+            ELSE NULL::integer
+        END AS blocked_by
    FROM ((public.backfill_dag_runs s
      LEFT JOIN public.dag_runs r ON ((r.id = s.dag_run_id)))
      LEFT JOIN public.backfill_dag_runs nx ON (((nx.dag_run_id = s.dag_run_id) AND (nx.prior_backfill_id = s.backfill_id))));
@@ -651,6 +843,12 @@ CREATE TABLE public.dag_dependencies (
     CONSTRAINT dag_dependencies_lookback_check CHECK (((lookback >= 0) AND (lookback <= 1000))),
     CONSTRAINT dag_dependencies_mapping_check CHECK ((mapping = ANY (ARRAY['overlap'::text, 'all'::text]))),
     CONSTRAINT dag_dependencies_not_self CHECK ((dag_id <> upstream_dag_id))
+);
+
+CREATE TABLE public.dag_run_dependencies (
+    upstream_run_id bigint NOT NULL,
+    run_id bigint NOT NULL,
+    group_id bigint NOT NULL
 );
 
 ALTER TABLE public.dag_runs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -782,11 +980,17 @@ ALTER TABLE public.webhooks ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 ALTER TABLE ONLY public.backfill_dag_runs
     ADD CONSTRAINT backfill_dag_runs_pkey PRIMARY KEY (backfill_id, sort_ordinal);
 
+ALTER TABLE ONLY public.backfill_groups
+    ADD CONSTRAINT backfill_groups_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY public.backfills
     ADD CONSTRAINT backfills_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY public.dag_dependencies
     ADD CONSTRAINT dag_dependencies_pkey PRIMARY KEY (dag_id, upstream_dag_id);
+
+ALTER TABLE ONLY public.dag_run_dependencies
+    ADD CONSTRAINT dag_run_dependencies_pkey PRIMARY KEY (upstream_run_id, run_id);
 
 ALTER TABLE ONLY public.dag_runs
     ADD CONSTRAINT dag_runs_dag_id_logical_date_key UNIQUE (dag_id, logical_date);
@@ -832,9 +1036,13 @@ ALTER TABLE ONLY public.webhooks
 
 CREATE INDEX backfill_dag_runs_by_run ON public.backfill_dag_runs USING btree (dag_run_id) WHERE (dag_run_id IS NOT NULL);
 
+CREATE INDEX backfill_groups_active_by_id ON public.backfill_groups USING btree (id) WHERE (state = ANY (ARRAY['running'::text, 'paused'::text, 'canceling'::text]));
+
 CREATE INDEX backfills_active_by_id ON public.backfills USING btree (id) WHERE (state = ANY (ARRAY['running'::text, 'paused'::text, 'canceling'::text]));
 
 CREATE INDEX backfills_by_dag ON public.backfills USING btree (dag_id, id);
+
+CREATE INDEX backfills_by_group ON public.backfills USING btree (group_id, id) WHERE (group_id IS NOT NULL);
 
 CREATE INDEX backfills_by_pool ON public.backfills USING btree (pool) WHERE (pool IS NOT NULL);
 
@@ -843,6 +1051,8 @@ CREATE INDEX backfills_claimable ON public.backfills USING btree (id) WHERE clai
 CREATE UNIQUE INDEX backfills_one_active_per_dag ON public.backfills USING btree (dag_id) WHERE (state = ANY (ARRAY['running'::text, 'paused'::text, 'canceling'::text]));
 
 CREATE INDEX dag_dependencies_by_upstream ON public.dag_dependencies USING btree (upstream_dag_id);
+
+CREATE INDEX dag_run_dependencies_by_run ON public.dag_run_dependencies USING btree (run_id);
 
 CREATE INDEX dag_runs_by_backfill ON public.dag_runs USING btree (backfill_id) WHERE (backfill_id IS NOT NULL);
 
@@ -854,7 +1064,7 @@ CREATE INDEX dag_runs_lease_expiry ON public.dag_runs USING btree (lease_expires
 
 CREATE INDEX dag_runs_successes_by_end ON public.dag_runs USING btree (dag_id, end_date) WHERE (state = 'success'::text);
 
-CREATE INDEX dag_runs_unfinished_by_backfill ON public.dag_runs USING btree (backfill_id, backfill_sort_ordinal) WHERE (state = ANY (ARRAY['queued'::text, 'running'::text]));
+CREATE INDEX dag_runs_unfinished_by_backfill ON public.dag_runs USING btree (backfill_id, blocked_by, backfill_sort_ordinal) WHERE (state = ANY (ARRAY['queued'::text, 'running'::text]));
 
 CREATE INDEX dag_runs_unfinished_outside_backfills ON public.dag_runs USING btree (dag_id, logical_date) WHERE ((backfill_id IS NULL) AND (state = ANY (ARRAY['queued'::text, 'running'::text])));
 
@@ -872,7 +1082,13 @@ CREATE INDEX webhook_deliveries_due_by_webhook ON public.webhook_deliveries USIN
 
 CREATE INDEX webhooks_deleted ON public.webhooks USING btree (id) WHERE (deleted_at IS NOT NULL);
 
-CREATE TRIGGER backfills_clocks BEFORE UPDATE ON public.backfills FOR EACH ROW WHEN (((new.num_running > old.num_running) OR (old.state IS DISTINCT FROM new.state) OR (old.max_active_runs IS DISTINCT FROM new.max_active_runs) OR (old.pool IS DISTINCT FROM new.pool) OR ((old.num_queued = 0) AND (new.num_queued > 0)) OR ((old.num_running >= old.max_active_runs) AND (new.num_running < new.max_active_runs)))) EXECUTE FUNCTION public.backfill_clocks();
+CREATE CONSTRAINT TRIGGER backfill_groups_events_on_insert AFTER INSERT ON public.backfill_groups DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.backfill_group_events_write();
+
+CREATE CONSTRAINT TRIGGER backfill_groups_events_on_state AFTER UPDATE ON public.backfill_groups DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((old.state IS DISTINCT FROM new.state)) EXECUTE FUNCTION public.backfill_group_events_write();
+
+CREATE TRIGGER backfills_clocks BEFORE UPDATE ON public.backfills FOR EACH ROW WHEN (((new.num_running > old.num_running) OR (old.state IS DISTINCT FROM new.state) OR (old.max_active_runs IS DISTINCT FROM new.max_active_runs) OR (old.pool IS DISTINCT FROM new.pool) OR ((old.num_queued <= old.num_blocked) AND (new.num_queued > new.num_blocked)) OR ((old.num_running >= old.max_active_runs) AND (new.num_running < new.max_active_runs)))) EXECUTE FUNCTION public.backfill_clocks();
+
+CREATE TRIGGER backfills_count_group_failures AFTER UPDATE OF num_failed ON public.backfills FOR EACH ROW WHEN (((new.group_id IS NOT NULL) AND (new.num_failed > old.num_failed))) EXECUTE FUNCTION public.backfill_groups_count_failures();
 
 CREATE CONSTRAINT TRIGGER backfills_events_on_insert AFTER INSERT ON public.backfills DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.backfill_events_write();
 
@@ -896,6 +1112,8 @@ CREATE TRIGGER dag_runs_clear_note_on_claim BEFORE UPDATE ON public.dag_runs FOR
 
 CREATE TRIGGER dag_runs_count_updates AFTER UPDATE ON public.dag_runs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.dag_runs_count_by_backfill();
 
+CREATE TRIGGER dag_runs_follow_dependencies AFTER UPDATE OF state ON public.dag_runs FOR EACH ROW WHEN (((old.state = ANY (ARRAY['queued'::text, 'running'::text])) AND (new.state = ANY (ARRAY['success'::text, 'failed'::text, 'canceled'::text])))) EXECUTE FUNCTION public.dag_runs_follow_dependencies();
+
 CREATE TRIGGER dag_runs_manual_counts_insert AFTER INSERT ON public.dag_runs FOR EACH ROW WHEN (((new.backfill_id IS NULL) AND (new.state = ANY (ARRAY['queued'::text, 'running'::text])))) EXECUTE FUNCTION public.dag_runs_manual_counts();
 
 CREATE TRIGGER dag_runs_manual_counts_update AFTER UPDATE OF state, backfill_id ON public.dag_runs FOR EACH ROW WHEN ((((old.state IS DISTINCT FROM new.state) OR (old.backfill_id IS DISTINCT FROM new.backfill_id)) AND (((old.backfill_id IS NULL) AND (old.state = ANY (ARRAY['queued'::text, 'running'::text]))) OR ((new.backfill_id IS NULL) AND (new.state = ANY (ARRAY['queued'::text, 'running'::text])))))) EXECUTE FUNCTION public.dag_runs_manual_counts();
@@ -910,6 +1128,9 @@ CREATE TRIGGER dag_runs_pool_counts_update AFTER UPDATE OF state, backfill_id ON
 
 ALTER TABLE ONLY public.backfills
     ADD CONSTRAINT backfills_dag_id_fkey FOREIGN KEY (dag_id) REFERENCES public.dags(dag_id);
+
+ALTER TABLE ONLY public.backfills
+    ADD CONSTRAINT backfills_group_id_fkey FOREIGN KEY (group_id) REFERENCES public.backfill_groups(id);
 
 ALTER TABLE ONLY public.dag_dependencies
     ADD CONSTRAINT dag_dependencies_dag_id_fkey FOREIGN KEY (dag_id) REFERENCES public.dags(dag_id) ON DELETE CASCADE;

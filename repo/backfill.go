@@ -91,6 +91,9 @@ type BackfillSlotsParams struct {
 	Descending bool
 	// State, when set, keeps only slots whose record shows this state.
 	State *string
+	// Blocked, when set, keeps only the slots whose run waits for another (true), or the
+	// others (false).
+	Blocked *bool
 	ListParams
 }
 
@@ -114,20 +117,39 @@ func (s *Store) backfillSlotsOnce(ctx context.Context, q pgrun.Queryer, p Backfi
 	}
 	slots := []BackfillSlot{}
 	err = sqlx.SelectContext(ctx, q, &slots, `
-		SELECT s.sort_ordinal, s.logical_date, s.dag_run_id, s.run_id, s.state, s.exception_reason, s.attempt, s.note
+		SELECT s.sort_ordinal, s.logical_date, s.dag_run_id, s.run_id, s.state, s.exception_reason, s.attempt, s.note,
+			s.blocked_by
 		FROM backfill_slot_records s
-		WHERE s.backfill_id = $1 AND ($5::text IS NULL OR s.state = $5)`+order+` LIMIT $2 OFFSET $3`,
-		p.BackfillID, p.Limit, p.Offset, p.After, p.State)
+		WHERE s.backfill_id = $1 AND ($5::text IS NULL OR s.state = $5)
+		  AND ($6::boolean IS NULL OR (s.state = 'queued' AND s.blocked_by > 0) IS TRUE = $6)`+order+` LIMIT $2 OFFSET $3`,
+		p.BackfillID, p.Limit, p.Offset, p.After, p.State, p.Blocked)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list slots of backfill %d: %w", p.BackfillID, err)
 	}
 	// Every slot is counted in exactly one progress counter, so the total needs no count(*).
-	return slots, slotTotal(b.Progress, p.State), nil
+	return slots, slotTotal(b.Progress, p.State, p.Blocked), nil
 }
 
-// slotTotal is how many of a backfill's slots a listing filtered by state has in all: the
-// progress counter of that state, kept with every run change, so no count(*) is needed.
-func slotTotal(p Progress, state *string) int64 {
+// slotTotal is how many of a backfill's slots a listing filtered by state and blocked has in
+// all: from the progress counters, kept with every run change, so no count(*) is needed.
+// Blocked slots are queued ones.
+func slotTotal(p Progress, state *string, blocked *bool) int64 {
+	all := slotTotalByState(p, state)
+	switch {
+	case blocked == nil:
+		return all
+	case *blocked && (state == nil || domain.RunState(*state) == domain.RunQueued):
+		return p.Blocked
+	case *blocked:
+		return 0
+	case state == nil || domain.RunState(*state) == domain.RunQueued:
+		return all - p.Blocked
+	}
+	return all
+}
+
+// slotTotalByState is how many of a backfill's slots have a state: its progress counter.
+func slotTotalByState(p Progress, state *string) int64 {
 	if state == nil {
 		return p.Total()
 	}

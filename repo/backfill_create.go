@@ -68,7 +68,7 @@ func (s *Store) BackfillCreate(ctx context.Context, p domain.BackfillRequest) (B
 			}
 			return s.runTx(ctx, sql.LevelSerializable, a, func(tx *sqlx.Tx) error {
 				var err error
-				b, err = s.backfillInsertAll(ctx, tx, p, hash, dag, plan, known)
+				b, _, err = s.backfillInsertAll(ctx, tx, p, hash, dag, plan, known)
 				return err
 			})
 		})
@@ -118,70 +118,72 @@ const maxCreatePasses = 5
 // it disagrees with the snapshot (a run committed or deleted in between), or where a
 // concurrent creation inserts the same run first, the attempt fails with
 // errConcurrentRunForDate and is run again from a fresh look, which then sees the winner.
-func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p domain.BackfillRequest, hash domain.Fingerprint, planDag Dag, planned []domain.PlannedSlot, known runDates) (Backfill, error) {
+//
+// It answers the backfill and its slots as settled (each slot's action decided).
+func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p domain.BackfillRequest, hash domain.Fingerprint, planDag Dag, planned []domain.PlannedSlot, known runDates) (Backfill, []domain.PlannedSlot, error) {
 	// The transaction's own "now" (backfill_now() is now(), the transaction's start), read
 	// once: it stamps every row this transaction writes.
 	now, err := dbNow(ctx, tx)
 	if err != nil {
-		return Backfill{}, err
+		return Backfill{}, nil, err
 	}
 	dag, err := dagGet(ctx, tx, p.DagID, "")
 	if err != nil {
-		return Backfill{}, err
+		return Backfill{}, nil, err
 	}
 	slots := slices.Clone(planned)
 	if dag.Schedule != planDag.Schedule || dag.Timezone != planDag.Timezone {
 		if slots, err = s.planSlots(dag, p, now); err != nil {
-			return Backfill{}, err
+			return Backfill{}, nil, err
 		}
 	}
 	if len(slots) == 0 {
-		return Backfill{}, fmt.Errorf("%w: no schedule tick in the window has ended", ErrNoRunsToCreate)
+		return Backfill{}, nil, fmt.Errorf("%w: no schedule tick in the window has ended", ErrNoRunsToCreate)
 	}
 	// A creation is one large statement planned once: JIT compiling it costs more (about
 	// 140 ms at 100,000 slots) than it saves.
 	if _, err := tx.ExecContext(ctx, `SET LOCAL jit = off`); err != nil {
-		return Backfill{}, fmt.Errorf("set jit: %w", err)
+		return Backfill{}, nil, fmt.Errorf("set jit: %w", err)
 	}
 	var id int64
 	if err := sqlx.GetContext(ctx, tx, &id, `SELECT nextval(pg_get_serial_sequence('backfills', 'id'))`); err != nil {
-		return Backfill{}, fmt.Errorf("allocate backfill id: %w", err)
+		return Backfill{}, nil, fmt.Errorf("allocate backfill id: %w", err)
 	}
 	if p.IdempotencyKey != "" {
 		// Recorded before the runs: a concurrent request with the same key waits here for
 		// this one's outcome instead of planning and inserting its runs in vain.
 		r := idemRequest{key: p.IdempotencyKey, op: opBackfill, fp: hash}
 		if err := idemRecord(ctx, tx, r, []int64{id}, &p.DagID); err != nil {
-			return Backfill{}, err
+			return Backfill{}, nil, err
 		}
 	}
 	if len(slots) > largeBackfill {
 		// The slot insert hashes and sorts every slot; let it do so in memory.
 		if _, err := tx.ExecContext(ctx, `SET LOCAL work_mem = '64MB'`); err != nil {
-			return Backfill{}, fmt.Errorf("set work_mem: %w", err)
+			return Backfill{}, nil, fmt.Errorf("set work_mem: %w", err)
 		}
 	}
 	copied := false
 	if len(known) == 0 && len(slots) >= copyAbove {
 		if copied, err = copyNewRuns(ctx, tx, id, p, slots, now); err != nil {
-			return Backfill{}, err
+			return Backfill{}, nil, err
 		}
 	}
 	var taken []int
 	if !copied {
 		if taken, err = insertNewRuns(ctx, tx, id, p, slots, known, now); err != nil {
-			return Backfill{}, err
+			return Backfill{}, nil, err
 		}
 	}
 	if len(taken) > 0 {
 		if err := settleTakenSlots(ctx, tx, id, p, slots, taken, now); err != nil {
-			return Backfill{}, err
+			return Backfill{}, nil, err
 		}
 	}
 	// The slots are settled: this is the plan the backfill is created from.
 	planHash, err := domain.CheckPlan(dag.Schedule, dag.Timezone, slots, p.IfMatch)
 	if err != nil {
-		return Backfill{}, err
+		return Backfill{}, nil, err
 	}
 	var queued, skipped int
 	for _, sl := range slots {
@@ -195,39 +197,41 @@ func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p domain.Bac
 	err = sqlx.GetContext(ctx, tx, &b, `
 		INSERT INTO backfills (id, dag_id, from_date, to_date, run_backwards, dag_run_conf, reprocess_behavior,
 			max_active_runs, description, state, created_at, updated_at, num_queued, num_skipped,
-			max_failed_runs, plan_hash, parent_backfill_id, pool, code_ref, created_by, reason, priority)
+			max_failed_runs, plan_hash, parent_backfill_id, pool, code_ref, created_by, reason, priority,
+			group_id, group_depth)
 		OVERRIDING SYSTEM VALUE
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
+			$21, CASE WHEN $21::bigint IS NOT NULL THEN $22::smallint END)
 		RETURNING `+backfillColumns,
 		id, p.DagID, p.FromDate, p.ToDate, p.RunBackwards, jsonParam(p.DagRunConf), p.ReprocessBehavior,
 		p.MaxActiveRuns, p.Description, now, queued, skipped, p.MaxFailedRuns, planHash, p.ParentBackfillID, p.Pool,
-		p.CodeRef, p.CreatedBy, p.Reason, p.Priority)
+		p.CodeRef, p.CreatedBy, p.Reason, p.Priority, p.GroupID, p.GroupDepth)
 	if uniqueViolation(err) == constraintOneActivePerDag {
-		return Backfill{}, errBackfillUniqueViolation
+		return Backfill{}, nil, errBackfillUniqueViolation
 	}
 	if errors.Is(poolMissing(err), ErrUnknownPool) {
-		return Backfill{}, fmt.Errorf("%w: %s", ErrUnknownPool, *p.Pool)
+		return Backfill{}, nil, fmt.Errorf("%w: %s", ErrUnknownPool, *p.Pool)
 	}
 	if err != nil {
-		return Backfill{}, fmt.Errorf("insert backfill: %w", err)
+		return Backfill{}, nil, fmt.Errorf("insert backfill: %w", err)
 	}
 	if queued > 0 {
-		return b, nil
+		return b, slots, nil
 	}
 	// Every slot was skipped: nothing to wait for, so the backfill is born succeeded, once
 	// its insert as 'running' has proven that no other backfill of the DAG is active. The
 	// setting tells the event writer (migrations/00011) that the insert and this update are
 	// one birth: backfill.created and backfill.succeeded, both with the final row.
 	if _, err := tx.ExecContext(ctx, `SELECT set_config('backfill.born_terminal', $1, true)`, strconv.FormatInt(id, 10)); err != nil {
-		return Backfill{}, fmt.Errorf("mark all-skipped backfill %d: %w", id, err)
+		return Backfill{}, nil, fmt.Errorf("mark all-skipped backfill %d: %w", id, err)
 	}
 	err = sqlx.GetContext(ctx, tx, &b, `
 		UPDATE backfills SET state = 'succeeded', completed_at = $2 WHERE id = $1
 		RETURNING `+backfillColumns, id, now)
 	if err != nil {
-		return Backfill{}, fmt.Errorf("finish all-skipped backfill %d: %w", id, err)
+		return Backfill{}, nil, fmt.Errorf("finish all-skipped backfill %d: %w", id, err)
 	}
-	return b, nil
+	return b, slots, nil
 }
 
 // takenRun is a run that exists for a slot's date, with the backfill that owns it (if any)
@@ -371,7 +375,7 @@ func reprocessRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p domain.
 	res, err := tx.ExecContext(ctx, `
 		UPDATE dag_runs r SET state = 'queued', backfill_id = $3, backfill_sort_ordinal = u.ordinal,
 			attempt = r.attempt + 1, first_attempt = r.attempt + 1, conf = coalesce($4::jsonb, r.conf), worker_id = NULL, queued_at = $5,
-			start_date = NULL, end_date = NULL, lease_expires_at = NULL, lease_seconds = NULL
+			start_date = NULL, end_date = NULL, lease_expires_at = NULL, lease_seconds = NULL, blocked_by = 0
 		FROM unnest($1::bigint[], $2::int[]) AS u(id, ordinal)
 		WHERE r.id = u.id AND r.state IN ('success', 'failed', 'canceled')
 		  AND r.dag_id = $6 AND r.logical_date BETWEEN $7 AND $8`,
@@ -382,6 +386,14 @@ func reprocessRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p domain.
 	if n, err := res.RowsAffected(); err != nil || n != int64(len(ids)) {
 		// A run left its terminal state after we read it: decide again from a fresh snapshot.
 		return fmt.Errorf("%w: %d of %d runs reprocessed (%v)", errConcurrentRunForDate, n, len(ids), err)
+	}
+	// A run taken over leaves the dependencies of the group it ran in, both ways: a success
+	// of it now must not unblock the old group's runs, nor may it wait for the old group's.
+	_, err = tx.ExecContext(ctx, `
+		WITH waited AS (DELETE FROM dag_run_dependencies WHERE run_id = ANY ($1))
+		DELETE FROM dag_run_dependencies WHERE upstream_run_id = ANY ($1)`, ids)
+	if err != nil {
+		return fmt.Errorf("drop the old dependencies of reprocessed runs: %w", err)
 	}
 	return nil
 }

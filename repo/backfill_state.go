@@ -9,6 +9,7 @@ import (
 )
 
 // BackfillPause stops handing out the backfill's runs. Pausing a paused backfill is a no-op.
+// A group's member is paused, unpaused and canceled with its group (ErrManagedByGroup).
 func (s *Store) BackfillPause(ctx context.Context, id int64) (Backfill, error) {
 	return s.backfillToggle(ctx, id, domain.BackfillRunning, domain.BackfillPaused)
 }
@@ -35,7 +36,7 @@ func (s *Store) backfillToggle(ctx context.Context, id int64, from, to domain.Ba
 			return sqlx.GetContext(a.ctx, a.db, &b, `
 				UPDATE backfills SET state = $3, updated_at = backfill_change_time(updated_at),
 					pause_reason = CASE WHEN $3 = 'paused' THEN 'user' END
-				WHERE id = $1 AND state = $2 AND `+statementLockWait("$4")+`
+				WHERE id = $1 AND state = $2 AND group_id IS NULL AND `+statementLockWait("$4")+`
 				RETURNING `+backfillColumns, id, from, to, a.lockWait)
 		})
 		if err == nil {
@@ -49,6 +50,8 @@ func (s *Store) backfillToggle(ctx context.Context, id int64, from, to domain.Ba
 			return Backfill{}, err
 		}
 		switch {
+		case b.GroupID != nil:
+			return Backfill{}, fmt.Errorf("%w: backfill %d is a member of group %d", ErrManagedByGroup, id, *b.GroupID)
 		case b.State == to:
 			return b, nil
 		case b.State != from:
@@ -72,7 +75,7 @@ func (s *Store) BackfillCancel(ctx context.Context, id int64) (Backfill, error) 
 		// The state change locks the backfill row before its runs are touched (lock order).
 		res, err := tx.ExecContext(ctx, `
 			UPDATE backfills SET state = 'canceling', updated_at = backfill_change_time(updated_at)
-			WHERE id = $1 AND state IN ('running', 'paused')`, id)
+			WHERE id = $1 AND state IN ('running', 'paused') AND group_id IS NULL`, id)
 		if err != nil {
 			return fmt.Errorf("cancel backfill %d: %w", id, err)
 		}
@@ -80,6 +83,9 @@ func (s *Store) BackfillCancel(ctx context.Context, id int64) (Backfill, error) 
 			b, err = backfillGet(ctx, tx, id, "")
 			if err != nil {
 				return err
+			}
+			if b.GroupID != nil {
+				return fmt.Errorf("%w: backfill %d is a member of group %d", ErrManagedByGroup, id, *b.GroupID)
 			}
 			if b.State != domain.BackfillCanceling {
 				return fmt.Errorf("%w: backfill %d is %s", ErrBackfillNotActive, id, b.State)

@@ -178,11 +178,11 @@ func (s *Store) claimRuns(ctx context.Context, q sqlx.QueryerContext, scope clai
 // dag_id, else the pool).
 func claimableStatement(scope claimScope) string {
 	dagOwner, manualRun, backfillOwner := claimOwners(scope, 1)
-	// A backfill counts only with a queued run that is not deferred: its counters do not
-	// tell deferred runs apart, and one whose every queued run waits would keep an empty
-	// claim trying again for the whole race budget.
+	// A backfill counts only with a queued run that is neither deferred nor blocked: its
+	// claimable flag does not tell those apart, and one whose every queued run waits would
+	// keep an empty claim trying again for the whole race budget.
 	return `SELECT EXISTS (SELECT 1 FROM backfills WHERE ` + backfillOwner + ` AND EXISTS (
-			SELECT 1 FROM dag_runs WHERE backfill_id = backfills.id AND state = 'queued' AND ` + runReady + `))
+			SELECT 1 FROM dag_runs WHERE backfill_id = backfills.id AND blocked_by = 0 AND state = 'queued' AND ` + runReady + `))
 		OR EXISTS (SELECT 1 FROM dags o WHERE ` + dagOwner + ` AND EXISTS (
 			SELECT 1 FROM dag_runs WHERE ` + manualRun + `))`
 }
@@ -253,7 +253,9 @@ var claimStatements, claimableStatements = func() (claim, claimable [claimOneDag
 //     (max_active_runs minus the running count) comes from the newest counters. Since no
 //     claimer waits for an owner, claimers cannot deadlock over owners.
 //  2. For each owner, a walk takes its queued runs in claim order, up to least(room, limit), one
-//     ordered index probe per step with FOR UPDATE SKIP LOCKED.
+//     ordered index probe per step with FOR UPDATE SKIP LOCKED. Only runs that wait for no
+//     other (blocked_by = 0, a range of dag_runs_unfinished_by_backfill of its own,
+//     migrations/00035) are walked: a member of a group whose runs are blocked costs one probe.
 //  3. picked appends the backfills' runs after the DAGs' and stops at the claim's limit. Plans
 //     run on demand, so the statement locks only the owners and runs it needs: a claim of one
 //     run locks one owner and one run.
@@ -345,13 +347,13 @@ func claimStatement(scope claimScope) string {
 				WITH RECURSIVE walk (id, ordinal, n) AS (
 					SELECT * FROM (
 						SELECT id, backfill_sort_ordinal, 1 FROM dag_runs
-						WHERE backfill_id = o.id AND state = 'queued' AND ` + runReady + `
+						WHERE backfill_id = o.id AND blocked_by = 0 AND state = 'queued' AND ` + runReady + `
 						ORDER BY backfill_sort_ordinal LIMIT 1
 						FOR UPDATE SKIP LOCKED) head
 					UNION ALL
 					SELECT r.id, r.backfill_sort_ordinal, w.n + 1 FROM walk w CROSS JOIN LATERAL (
 						SELECT id, backfill_sort_ordinal FROM dag_runs
-						WHERE backfill_id = o.id AND state = 'queued' AND ` + runReady + ` AND backfill_sort_ordinal > w.ordinal
+						WHERE backfill_id = o.id AND blocked_by = 0 AND state = 'queued' AND ` + runReady + ` AND backfill_sort_ordinal > w.ordinal
 						ORDER BY backfill_sort_ordinal LIMIT 1
 						FOR UPDATE SKIP LOCKED) r
 					WHERE w.n < least(o.room, o.pool_room, $3::int)

@@ -55,6 +55,8 @@ func (s *Store) DagDelete(ctx context.Context, dagID string) error {
 		for _, stmt := range []string{
 			`DELETE FROM backfill_dag_runs WHERE backfill_id IN (SELECT id FROM backfills WHERE dag_id = $1)`,
 			`DELETE FROM idempotency_keys WHERE dag_id = $1`,
+			`DELETE FROM dag_run_dependencies WHERE run_id IN (SELECT id FROM dag_runs WHERE dag_id = $1)`,
+			`DELETE FROM dag_run_dependencies WHERE upstream_run_id IN (SELECT id FROM dag_runs WHERE dag_id = $1)`,
 			`DELETE FROM dag_runs WHERE dag_id = $1`,
 			`DELETE FROM backfills WHERE dag_id = $1`,
 			`DELETE FROM dags WHERE dag_id = $1`,

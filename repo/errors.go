@@ -44,6 +44,10 @@ var (
 	// (DagHasDownstreamsError names them).
 	ErrDagHasDownstreams = errors.New("dag has downstreams")
 
+	ErrGroupNotFound = errors.New("backfill group not found")
+	// ErrManagedByGroup: pause, unpause and cancel of a group's member act on the group.
+	ErrManagedByGroup = errors.New("managed by group")
+
 	ErrWebhookNotFound = errors.New("webhook not found")
 	ErrInvalidWebhook  = errors.New("invalid webhook")
 )
@@ -78,6 +82,15 @@ var (
 
 // BackfillAlreadyRunningError carries the id of the backfill that holds the DAG's active slot.
 type BackfillAlreadyRunningError struct {
+	ActiveBackfillID int64
+	// Conflicts, for a group, is every member DAG with an active backfill (the first is
+	// ActiveBackfillID's).
+	Conflicts []GroupConflict
+}
+
+// GroupConflict is a member DAG of a group request that has an active backfill.
+type GroupConflict struct {
+	DagID            string
 	ActiveBackfillID int64
 }
 

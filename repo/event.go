@@ -16,8 +16,15 @@ import (
 // (migrations/00015_events_lean_writer.sql): the writer pays for a copy of the row, readers
 // for the document.
 func eventColumnsOf(alias string) string {
-	return alias + ".id, " + alias + ".type, " + alias + ".backfill_id, " + alias + ".dag_id, " +
-		alias + ".occurred_at, event_data(" + alias + ") AS data"
+	return eventKeyColumnsOf(alias) + ", event_data(" + alias + ") AS data"
+}
+
+// eventKeyColumnsOf reads an event's columns but its data. A group's event has no backfill
+// (0 and "" in domain.Event); a member's carries its group_id in its snapshot.
+func eventKeyColumnsOf(alias string) string {
+	return alias + ".id, " + alias + ".type, coalesce(" + alias + ".backfill_id, 0) AS backfill_id, coalesce(" +
+		alias + ".dag_id, '') AS dag_id, coalesce(" + alias + ".group_id, (" + alias + ".snapshot).group_id) AS group_id, " +
+		alias + ".occurred_at"
 }
 
 // EventListParams selects events after a cursor.
@@ -123,7 +130,7 @@ func eventPageStatement(source string) string {
 	return `
 	WITH snap AS (SELECT pg_current_snapshot() AS s),
 	page AS (
-		SELECT id, type, backfill_id, dag_id, occurred_at,
+		SELECT ` + eventKeyColumnsOf("events") + `,
 			CASE WHEN $4::bigint[] IS NULL OR backfill_id = ANY ($4) THEN event_data(events) END AS rendered
 		FROM ` + source + `),
 	` + pageBoundCTE + `

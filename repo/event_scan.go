@@ -73,6 +73,7 @@ func (s *Store) EventScan(ctx context.Context, p EventScanParams) (EventScanPage
 		Type       *string    `db:"type"`
 		BackfillID *int64     `db:"backfill_id"`
 		DagID      *string    `db:"dag_id"`
+		GroupID    *int64     `db:"group_id"`
 		OccurredAt *time.Time `db:"occurred_at"`
 		Rendered   []byte     `db:"rendered"`
 	}
@@ -96,7 +97,7 @@ func (s *Store) EventScan(ctx context.Context, p EventScanParams) (EventScanPage
 		}
 		page.Events = append(page.Events, domain.Event{
 			ID: *r.ID, Type: domain.EventType(*r.Type), BackfillID: *r.BackfillID,
-			DagID: *r.DagID, OccurredAt: *r.OccurredAt, Data: r.Rendered,
+			DagID: *r.DagID, GroupID: r.GroupID, OccurredAt: *r.OccurredAt, Data: r.Rendered,
 		})
 	}
 	switch {
@@ -114,11 +115,11 @@ func (s *Store) EventScan(ctx context.Context, p EventScanParams) (EventScanPage
 // backfill (NULL: all), $6 the most rows looked at, $7 the DAG (NULL: all). Every event comes
 // with the step's position; a step without events is that row alone. Each event is
 // fetched by its id (LATERAL): a join would let the planner read the whole outbox for it.
-const eventScanSQL = `
+var eventScanSQL = `
 	SELECT s.hi, s.scanned, s.horizon, s.servable, e.*
 	FROM events_scan($1, $6, $5, $2, $7, $3) s
 	LEFT JOIN LATERAL (
-		SELECT e.id, e.type, e.backfill_id, e.dag_id, e.occurred_at,
+		SELECT ` + eventKeyColumnsOf("e") + `,
 			CASE WHEN $4::bigint[] IS NULL OR e.backfill_id = ANY ($4) THEN event_data(e) END AS rendered
 		FROM events e WHERE e.id = s.id) e ON true
 	ORDER BY s.id`

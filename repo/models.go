@@ -75,6 +75,9 @@ type Progress struct {
 	Failed   int64 `db:"num_failed"`
 	Canceled int64 `db:"num_canceled"`
 	Skipped  int64 `db:"num_skipped"`
+	// Blocked counts the queued runs that wait for another run (a group's); they are in
+	// Queued too.
+	Blocked int64 `db:"num_blocked"`
 }
 
 // Total is the number of slots.
@@ -114,6 +117,8 @@ type Backfill struct {
 	Reason    *string `db:"reason"`
 	// Priority orders claims between backfills (claim_priority.go).
 	Priority int `db:"priority"`
+	// GroupID is the group the backfill is a member of; nil for none.
+	GroupID *int64 `db:"group_id"`
 	// ETA is eta_seconds (domain.ETA); only the reads that select the pace (paceColumns)
 	// set it: BackfillGetWithETA, BackfillProgressMany.
 	ETA *float64 `db:"-"`
@@ -123,7 +128,8 @@ type Backfill struct {
 const backfillColumns = `id, dag_id, from_date, to_date, run_backwards, dag_run_conf, reprocess_behavior,
 	max_active_runs, description, state, created_at, updated_at, completed_at,
 	num_queued, num_running, num_success, num_failed, num_canceled, num_skipped,
-	max_failed_runs, pause_reason, plan_hash, parent_backfill_id, pool, code_ref, created_by, reason, priority`
+	max_failed_runs, pause_reason, plan_hash, parent_backfill_id, pool, code_ref, created_by, reason, priority,
+	num_blocked, group_id`
 
 // scanDest is b's fields in backfillColumns order. The status read scans through it rather
 // than sqlx's mapping by column name, which costs reflection on every poll.
@@ -131,7 +137,8 @@ func (b *Backfill) scanDest() []any {
 	return []any{&b.ID, &b.DagID, &b.FromDate, &b.ToDate, &b.RunBackwards, &b.DagRunConf, &b.ReprocessBehavior,
 		&b.MaxActiveRuns, &b.Description, &b.State, &b.CreatedAt, &b.UpdatedAt, &b.CompletedAt,
 		&b.Queued, &b.Running, &b.Success, &b.Failed, &b.Canceled, &b.Skipped,
-		&b.MaxFailedRuns, &b.PauseReason, &b.PlanHash, &b.ParentBackfillID, &b.Pool, &b.CodeRef, &b.CreatedBy, &b.Reason, &b.Priority}
+		&b.MaxFailedRuns, &b.PauseReason, &b.PlanHash, &b.ParentBackfillID, &b.Pool, &b.CodeRef, &b.CreatedBy, &b.Reason, &b.Priority,
+		&b.Blocked, &b.GroupID}
 }
 
 // BackfillSlot is one slot of a backfill as its listing shows it.
@@ -145,6 +152,9 @@ type BackfillSlot struct {
 	// Attempt and Note are the run's, while this backfill still owns it.
 	Attempt *int    `db:"attempt"`
 	Note    *string `db:"note"`
+	// BlockedBy is how many runs the slot's run still waits for (a group's); nil for a
+	// skipped slot or one whose run another backfill took over.
+	BlockedBy *int `db:"blocked_by"`
 }
 
 // Heartbeat is the answer to a lease extension.

@@ -5,6 +5,7 @@ package repo
 import (
 	"context"
 	"fmt"
+	"github.com/backfillsvc/backfill/domain"
 	"time"
 
 	"github.com/backfillsvc/backfill/pgrun"
@@ -36,8 +37,9 @@ func (nopObserver) RunDeferred(string)       {}
 // (MAX_BACKFILL_RUNS, MAX_ATTEMPTS) and New falls back to them for a zero value, which tests
 // and tools rely on.
 const (
-	DefaultMaxBackfillRuns = 100000
-	DefaultMaxAttempts     = 3
+	DefaultMaxBackfillRuns    = 100000
+	DefaultMaxAttempts        = 3
+	DefaultMaxRunDependencies = domain.DefaultMaxRunDependencies
 )
 
 // Config tunes a Store. Zero values take DefaultMaxBackfillRuns and DefaultMaxAttempts.
@@ -74,6 +76,9 @@ type Config struct {
 	// PriorityAging is how long a passed-over backfill waits for each point of effective
 	// priority in claims (PRIORITY_AGING); zero takes DefaultPriorityAging.
 	PriorityAging time.Duration
+	// MaxRunDependencies caps the run-to-run dependencies of one group (MAX_RUN_DEPENDENCIES);
+	// zero takes domain.DefaultMaxRunDependencies.
+	MaxRunDependencies int64
 }
 
 // Store is the repository over one connection pool, which only its runtime holds.
@@ -85,6 +90,7 @@ type Store struct {
 	onEvents        func()
 	onClaimable     func()
 	priorityAging   time.Duration
+	maxDependencies int64
 }
 
 // DefaultLockWait is how long a statement of a transaction waits for a row lock that another
@@ -100,6 +106,10 @@ func New(db *sqlx.DB, cfg Config) *Store {
 		onEvents:        cfg.OnEvents,
 		onClaimable:     cfg.OnClaimable,
 		priorityAging:   cfg.PriorityAging,
+		maxDependencies: cfg.MaxRunDependencies,
+	}
+	if s.maxDependencies <= 0 {
+		s.maxDependencies = domain.DefaultMaxRunDependencies
 	}
 	if s.priorityAging <= 0 {
 		s.priorityAging = DefaultPriorityAging

@@ -114,6 +114,50 @@ var sweepFinalizeSQL = `
 	  AND b.state IN ` + activeStatesSQL + ` AND b.num_queued = 0 AND b.num_running = 0
 	RETURNING b.state`
 
+// SweepFinalizeGroups makes up to batch active groups terminal once every member is: canceled
+// when the group was canceling, succeeded when every member succeeded, failed otherwise. The
+// members are read at READ COMMITTED under the group's row lock, so a group never ends before
+// its last member's end has committed, and every replica may run it at once (SKIP LOCKED).
+func (s *Store) SweepFinalizeGroups(ctx context.Context, batch int) (int, error) {
+	var n int
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		res, err := tx.ExecContext(ctx, sweepFinalizeGroupsSQL, batch)
+		if err != nil {
+			return err
+		}
+		affected, err := res.RowsAffected()
+		n = int(affected)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("finalize backfill groups: %w", err)
+	}
+	if n > 0 {
+		s.eventsMayBeWritten()
+	}
+	return n, nil
+}
+
+// sweepFinalizeGroupsSQL is SweepFinalizeGroups' statement, over backfill_groups_active_by_id.
+var sweepFinalizeGroupsSQL = `
+	WITH candidates AS (
+		SELECT id FROM backfill_groups g
+		WHERE state IN ` + activeStatesSQL + `
+		  AND NOT EXISTS (SELECT 1 FROM backfills b WHERE b.group_id = g.id AND b.state IN ` + activeStatesSQL + `)
+		ORDER BY id LIMIT $1
+		FOR NO KEY UPDATE SKIP LOCKED
+	)
+	UPDATE backfill_groups g SET
+		state = CASE WHEN g.state = 'canceling' THEN 'canceled'
+		             WHEN EXISTS (SELECT 1 FROM backfills b WHERE b.group_id = g.id AND b.state <> 'succeeded') THEN 'failed'
+		             ELSE 'succeeded' END,
+		pause_reason = NULL,
+		completed_at = backfill_now(),
+		updated_at = backfill_change_time(g.updated_at)
+	FROM candidates c
+	WHERE g.id = c.id
+	  AND NOT EXISTS (SELECT 1 FROM backfills b WHERE b.group_id = g.id AND b.state IN ` + activeStatesSQL + `)`
+
 // SweepPruneIdempotencyKeys deletes up to batch keys older than maxAge.
 func (s *Store) SweepPruneIdempotencyKeys(ctx context.Context, maxAge time.Duration, batch int) (int, error) {
 	return s.prune(ctx, pruneIdempotencyKeys, maxAge, batch)

@@ -35,6 +35,7 @@ const (
 type Store interface {
 	SweepExpireLeases(ctx context.Context, batch int) (int, error)
 	SweepFinalize(ctx context.Context, batch int) (int, error)
+	SweepFinalizeGroups(ctx context.Context, batch int) (int, error)
 	SweepPruneIdempotencyKeys(ctx context.Context, maxAge time.Duration, batch int) (int, error)
 	SweepPruneEvents(ctx context.Context, maxAge time.Duration, batch int) (int, error)
 	SweepPruneDeletedBackfills(ctx context.Context, maxAge time.Duration, batch int) (int, error)
@@ -123,7 +124,8 @@ func (s *Sweeper) loop(ctx context.Context) {
 }
 
 // RunOnce runs one pass: expire leases, then finalize backfills (so that a run failed by its
-// last expiry lets its backfill finish in the same pass), then prune idempotency keys and
+// last expiry lets its backfill finish in the same pass) and the groups whose members all
+// finished, then prune idempotency keys and
 // events past their retention, and deleted backfills' bounds past theirs. Each step runs in
 // bounded batches of short transactions. With a tracer, the pass is a span over its
 // transactions' spans.
@@ -145,6 +147,11 @@ func (s *Sweeper) runOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("finalize backfills: %w", err)
 	}
+	// After the backfills: a group whose last member this pass finished ends in it too.
+	groupsFinalized, err := s.batches(ctx, s.store.SweepFinalizeGroups)
+	if err != nil {
+		return fmt.Errorf("finalize backfill groups: %w", err)
+	}
 	pruned, err := s.batches(ctx, func(ctx context.Context, batch int) (int, error) {
 		return s.store.SweepPruneIdempotencyKeys(ctx, s.cfg.IdempotencyKeyTTL, batch)
 	})
@@ -165,8 +172,9 @@ func (s *Sweeper) runOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("prune deleted backfills' bounds: %w", err)
 	}
-	if expired+finalized+pruned+eventsPruned+boundsPruned > 0 {
-		s.log.Info("sweep pass", "leases_expired", expired, "backfills_finalized", finalized, "keys_pruned", pruned,
+	if expired+finalized+groupsFinalized+pruned+eventsPruned+boundsPruned > 0 {
+		s.log.Info("sweep pass", "leases_expired", expired, "backfills_finalized", finalized,
+			"groups_finalized", groupsFinalized, "keys_pruned", pruned,
 			"events_pruned", eventsPruned, "deleted_backfill_bounds_pruned", boundsPruned)
 	}
 	return nil

@@ -16,6 +16,8 @@ import (
 var allWebhookEventTypes = []api.WebhookEventType{
 	"backfill.created", "backfill.updated", "backfill.paused", "backfill.unpaused",
 	"backfill.canceling", "backfill.succeeded", "backfill.failed", "backfill.canceled",
+	"backfill_group.created", "backfill_group.paused", "backfill_group.unpaused", "backfill_group.canceling",
+	"backfill_group.succeeded", "backfill_group.failed", "backfill_group.canceled",
 }
 
 func TestWebhookCreateAnswersTheSecretOnceAndReadsNeverShowIt(t *testing.T) {

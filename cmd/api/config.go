@@ -31,8 +31,10 @@ type config struct {
 	HTTPAddr        string
 	SweepInterval   time.Duration
 	MaxBackfillRuns int
-	MaxAttempts     int
-	APITokens       []string
+	// MaxRunDependencies caps one group's run-to-run dependencies (MAX_RUN_DEPENDENCIES).
+	MaxRunDependencies int
+	MaxAttempts        int
+	APITokens          []string
 	// DBMaxConns bounds the pool: creation holds one connection for seconds at 100k slots,
 	// and PostgreSQL's own limit is shared by every replica.
 	DBMaxConns int
@@ -104,16 +106,17 @@ const defaultHTTPAddr = ":8080"
 // docs/OPERATIONS.md and README.md are checked against these values (defaults_test.go).
 func loadConfig(getenv func(string) string) (config, error) {
 	cfg := config{
-		DatabaseURL:       getenv("DATABASE_URL"),
-		DirectDatabaseURL: getenv("DIRECT_DATABASE_URL"),
-		DBPooler:          poolerNone,
-		HTTPAddr:          defaultHTTPAddr,
-		SweepInterval:     sweeper.DefaultInterval,
-		MaxBackfillRuns:   repo.DefaultMaxBackfillRuns,
-		MaxAttempts:       repo.DefaultMaxAttempts,
-		DBMaxConns:        20,
-		StatementTimeout:  60 * time.Second,
-		ShutdownTimeout:   30 * time.Second,
+		DatabaseURL:        getenv("DATABASE_URL"),
+		DirectDatabaseURL:  getenv("DIRECT_DATABASE_URL"),
+		DBPooler:           poolerNone,
+		HTTPAddr:           defaultHTTPAddr,
+		SweepInterval:      sweeper.DefaultInterval,
+		MaxBackfillRuns:    repo.DefaultMaxBackfillRuns,
+		MaxRunDependencies: repo.DefaultMaxRunDependencies,
+		MaxAttempts:        repo.DefaultMaxAttempts,
+		DBMaxConns:         20,
+		StatementTimeout:   60 * time.Second,
+		ShutdownTimeout:    30 * time.Second,
 
 		DBReconnectWait:    5 * time.Second,
 		DBConnMaxLifetime:  time.Minute,
@@ -150,6 +153,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	durationVar(getenv, "DB_RECONNECT_WAIT", &cfg.DBReconnectWait, &errs)
 	durationVar(getenv, "DB_CONN_MAX_LIFETIME", &cfg.DBConnMaxLifetime, &errs)
 	intVar(getenv, "MAX_BACKFILL_RUNS", &cfg.MaxBackfillRuns, 1, 10_000_000, &errs)
+	intVar(getenv, "MAX_RUN_DEPENDENCIES", &cfg.MaxRunDependencies, 1, 100_000_000, &errs)
 	intVar(getenv, "MAX_ATTEMPTS", &cfg.MaxAttempts, 1, 1000, &errs)
 	intVar(getenv, "DB_MAX_CONNS", &cfg.DBMaxConns, 2, 1000, &errs)
 	if v := getenv("LOG_LEVEL"); v != "" {
@@ -270,6 +274,7 @@ func (c config) logAttrs() []any {
 		"http_addr", c.HTTPAddr,
 		"sweep_interval", c.SweepInterval.String(),
 		"max_backfill_runs", c.MaxBackfillRuns,
+		"max_run_dependencies", c.MaxRunDependencies,
 		"max_attempts", c.MaxAttempts,
 		"api_token", fmt.Sprintf("%d token(s)", len(c.APITokens)),
 		"db_max_conns", c.DBMaxConns,

@@ -45,6 +45,7 @@ func TestDocsStateTheDefaultsConfigApplies(t *testing.T) {
 		"HTTP_ADDR":            cfg.HTTPAddr,
 		"SWEEP_INTERVAL":       cfg.SweepInterval,
 		"MAX_BACKFILL_RUNS":    fmt.Sprint(cfg.MaxBackfillRuns),
+		"MAX_RUN_DEPENDENCIES": fmt.Sprint(cfg.MaxRunDependencies),
 		"MAX_ATTEMPTS":         fmt.Sprint(cfg.MaxAttempts),
 		"API_TOKEN":            "(none)",
 		"DB_MAX_CONNS":         fmt.Sprint(cfg.DBMaxConns),

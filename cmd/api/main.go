@@ -182,15 +182,16 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 	}
 	defer claimWaker.Stop()
 	store := repo.New(db, repo.Config{
-		MaxBackfillRuns: cfg.MaxBackfillRuns,
-		MaxAttempts:     cfg.MaxAttempts,
-		Observer:        m,
-		ReconnectWait:   cfg.DBReconnectWait,
-		LockWait:        cfg.LockWait,
-		PriorityAging:   cfg.PriorityAging,
-		LeaseDB:         p.lease,
-		OnEvents:        notifier.Kick,
-		OnClaimable:     claimWaker.Kick,
+		MaxBackfillRuns:    cfg.MaxBackfillRuns,
+		MaxRunDependencies: int64(cfg.MaxRunDependencies),
+		MaxAttempts:        cfg.MaxAttempts,
+		Observer:           m,
+		ReconnectWait:      cfg.DBReconnectWait,
+		LockWait:           cfg.LockWait,
+		PriorityAging:      cfg.PriorityAging,
+		LeaseDB:            p.lease,
+		OnEvents:           notifier.Kick,
+		OnClaimable:        claimWaker.Kick,
 		// Behind a transaction pooler a statement prepared on a server connection is not
 		// there for the next transaction.
 		PrepareStatements: cfg.DBPooler == poolerNone,

@@ -198,8 +198,8 @@ func followBackfill(ctx context.Context, api *client.Client, id int64, from clie
 			return last, err
 		}
 		switch {
-		case msg.Event != nil:
-			last = msg.Event.Data.Backfill
+		case msg.Event != nil && msg.Event.Data.Backfill != nil:
+			last = *msg.Event.Data.Backfill
 			snapshot(last)
 		case msg.Progress != nil && last.Id != 0:
 			last.State = msg.Progress.State
