@@ -797,7 +797,7 @@ type BackfillDagRun struct {
 	// Attempt The run's attempt (for a slot whose run a later backfill took over, the attempt it had then); null for a skipped slot.
 	Attempt *int32 `json:"attempt"`
 
-	// BlockedBy How many runs the slot's run still waits for (a group member's run: 0 once every run it waits for succeeded); null for a skipped slot and one whose run a later backfill took over.
+	// BlockedBy How many runs the slot's queued run still waits for (a group member's run: 0 once every run it waits for succeeded); 0 for a run that started or ended (and one a later backfill took over); null for a skipped slot.
 	BlockedBy *int32 `json:"blocked_by"`
 
 	// DagRunId The run's numeric `id`; null for a skipped slot.

@@ -64,14 +64,18 @@ DROP INDEX dag_runs_unfinished_by_backfill;
 CREATE INDEX dag_runs_unfinished_by_backfill ON dag_runs (backfill_id, blocked_by, backfill_sort_ordinal)
     WHERE state IN ('queued', 'running');
 
--- A slot's record shows how many runs its run still waits for, while the backfill owns it.
+-- A slot's record shows how many runs its queued run still waits for while the backfill owns
+-- it, 0 otherwise (a run that started or ended waits for nothing), so that a terminal
+-- backfill's record never changes again.
 CREATE OR REPLACE VIEW backfill_slot_records AS
 SELECT s.backfill_id, s.sort_ordinal, s.logical_date, s.dag_run_id, s.exception_reason, r.run_id,
        nx.backfill_id IS NOT NULL AS taken_over,
        CASE WHEN nx.backfill_id IS NULL THEN r.state ELSE nx.prior_state END AS state,
        CASE WHEN nx.backfill_id IS NULL THEN r.attempt ELSE nx.prior_attempt END AS attempt,
        CASE WHEN nx.backfill_id IS NULL THEN r.note ELSE nx.prior_note END AS note,
-       CASE WHEN nx.backfill_id IS NULL THEN r.blocked_by END AS blocked_by
+       CASE WHEN s.dag_run_id IS NULL THEN NULL
+            WHEN nx.backfill_id IS NULL AND r.state = 'queued' THEN r.blocked_by
+            ELSE 0 END AS blocked_by
 FROM backfill_dag_runs s
 LEFT JOIN dag_runs r ON r.id = s.dag_run_id
 LEFT JOIN backfill_dag_runs nx ON nx.dag_run_id = s.dag_run_id AND nx.prior_backfill_id = s.backfill_id;
@@ -89,6 +93,11 @@ CREATE TABLE dag_run_dependencies (
     PRIMARY KEY (upstream_run_id, run_id)
 );
 CREATE INDEX dag_run_dependencies_by_run ON dag_run_dependencies (run_id);
+
+-- A group's creation takes an Idempotency-Key like a backfill's.
+ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_operation_valid,
+    ADD CONSTRAINT idempotency_keys_operation_valid
+        CHECK (operation IN ('backfill', 'claim', 'webhook', 'dag_run', 'backfill_group'));
 
 -- +goose StatementBegin
 CREATE FUNCTION dag_runs_follow_dependencies() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -161,6 +170,10 @@ CREATE TRIGGER backfills_count_group_failures AFTER UPDATE OF num_failed ON back
     EXECUTE FUNCTION backfill_groups_count_failures();
 
 -- +goose Down
+DELETE FROM idempotency_keys WHERE operation = 'backfill_group';
+ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_operation_valid,
+    ADD CONSTRAINT idempotency_keys_operation_valid
+        CHECK (operation IN ('backfill', 'claim', 'webhook', 'dag_run'));
 DROP TRIGGER backfills_count_group_failures ON backfills;
 DROP FUNCTION backfill_groups_count_failures();
 DROP TRIGGER dag_runs_follow_dependencies ON dag_runs;

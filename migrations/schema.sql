@@ -818,8 +818,9 @@ CREATE VIEW public.backfill_slot_records AS
             ELSE nx.prior_note
         END AS note,
         CASE
-            WHEN (nx.backfill_id IS NULL) THEN r.blocked_by
-            ELSE NULL::integer
+            WHEN (s.dag_run_id IS NULL) THEN NULL::integer
+            WHEN ((nx.backfill_id IS NULL) AND (r.state = 'queued'::text)) THEN r.blocked_by
+            ELSE 0
         END AS blocked_by
    FROM ((public.backfill_dag_runs s
      LEFT JOIN public.dag_runs r ON ((r.id = s.dag_run_id)))
@@ -892,7 +893,7 @@ CREATE TABLE public.idempotency_keys (
     operation text NOT NULL,
     result_ids bigint[] NOT NULL,
     dag_id text,
-    CONSTRAINT idempotency_keys_operation_valid CHECK ((operation = ANY (ARRAY['backfill'::text, 'claim'::text, 'webhook'::text, 'dag_run'::text])))
+    CONSTRAINT idempotency_keys_operation_valid CHECK ((operation = ANY (ARRAY['backfill'::text, 'claim'::text, 'webhook'::text, 'dag_run'::text, 'backfill_group'::text])))
 );
 
 CREATE TABLE public.pools (

@@ -152,8 +152,8 @@ type BackfillSlot struct {
 	// Attempt and Note are the run's, while this backfill still owns it.
 	Attempt *int    `db:"attempt"`
 	Note    *string `db:"note"`
-	// BlockedBy is how many runs the slot's run still waits for (a group's); nil for a
-	// skipped slot or one whose run another backfill took over.
+	// BlockedBy is how many runs the slot's queued run still waits for (a group's); 0 once it
+	// started or ended, nil for a skipped slot.
 	BlockedBy *int `db:"blocked_by"`
 }
 

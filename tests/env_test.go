@@ -82,8 +82,10 @@ type env struct {
 
 type envOptions struct {
 	maxBackfillRuns int
-	maxAttempts     int
-	tokens          []string
+	// maxRunDependencies is the store's MAX_RUN_DEPENDENCIES (0: the default).
+	maxRunDependencies int64
+	maxAttempts        int
+	tokens             []string
 	// Event streams: the hub's stream limit, the keep-alive period, and polling without
 	// LISTEN at this interval (0: LISTEN with the default poll).
 	maxStreams   int
@@ -120,8 +122,11 @@ type envOption func(*envOptions)
 
 func withMaxBackfillRuns(n int) envOption { return func(o *envOptions) { o.maxBackfillRuns = n } }
 func withMaxAttempts(n int) envOption     { return func(o *envOptions) { o.maxAttempts = n } }
-func withTokens(t ...string) envOption    { return func(o *envOptions) { o.tokens = t } }
-func withMaxStreams(n int) envOption      { return func(o *envOptions) { o.maxStreams = n } }
+func withMaxRunDependencies(n int64) envOption {
+	return func(o *envOptions) { o.maxRunDependencies = n }
+}
+func withTokens(t ...string) envOption { return func(o *envOptions) { o.tokens = t } }
+func withMaxStreams(n int) envOption   { return func(o *envOptions) { o.maxStreams = n } }
 func withKeepAlive(d time.Duration) envOption {
 	return func(o *envOptions) { o.keepAlive = d }
 }
@@ -203,11 +208,12 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Cleanup(notifier.Stop)
 	claimWaker := startClaimWaker(t, storeDB, dsn, logger)
 	store := repo.New(storeDB, repo.Config{
-		MaxBackfillRuns: o.maxBackfillRuns,
-		MaxAttempts:     o.maxAttempts,
-		OnClaimable:     claimWaker.Kick,
-		Observer:        m,
-		OnEvents:        notifier.Kick,
+		MaxBackfillRuns:    o.maxBackfillRuns,
+		MaxRunDependencies: o.maxRunDependencies,
+		MaxAttempts:        o.maxAttempts,
+		OnClaimable:        claimWaker.Kick,
+		Observer:           m,
+		OnEvents:           notifier.Kick,
 		// As cmd/api with DB_POOLER=none, except under PgBouncer in transaction mode, where
 		// the service runs with DB_POOLER=transaction.
 		PrepareStatements: addr == "",

@@ -58,7 +58,8 @@ type TerminalRow struct {
 //	    are in the backfill's pool, a manual run in its own), and with InstallClaimAudit no
 //	    claim committed while its pool ran more runs than its slots (see pools.go);
 //	(i) with InstallClaimAudit, in any window of a paced pool's `per`, at most its `runs`
-//	    starts of its runs (the pace in force at the window's last start).
+//	    starts of its runs (the pace in force at the window's last start);
+//	(j)-(l) the groups' dependencies and lifecycle (groups.go).
 //
 // With InstallClaimAudit, (c) for backfills is checked on every claim's commit (running never
 // above the max_active_runs in force then), since a PATCH may lower the limit below what runs.
@@ -221,6 +222,7 @@ func Check(ctx context.Context, db *sqlx.DB) (Report, error) {
 				  AND ps.state IN ('failed', 'canceled'))`)
 
 	checkPools(check, audited)
+	checkGroups(check)
 
 	if firstErr != nil {
 		return rep, firstErr
