@@ -1020,6 +1020,18 @@ type BackfillGroupMember struct {
 	State BackfillState `json:"state"`
 }
 
+// BackfillGroupPatch defines model for BackfillGroupPatch.
+type BackfillGroupPatch struct {
+	Description   *string `json:"description,omitempty"`
+	MaxActiveRuns *int32  `json:"max_active_runs,omitempty"`
+
+	// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
+	MaxFailedRuns *MaxFailedRuns `json:"max_failed_runs,omitempty"`
+
+	// Priority -10 to 10, else 422 `invalid_priority`.
+	Priority *int32 `json:"priority,omitempty"`
+}
+
 // BackfillPatch A JSON merge patch; fields left out keep their value.
 type BackfillPatch struct {
 	Description   *string `json:"description,omitempty"`
@@ -1956,6 +1968,12 @@ type CreateBackfillGroupJSONRequestBody = BackfillGroupCreate
 // DryRunBackfillGroupJSONRequestBody defines body for DryRunBackfillGroup for application/json ContentType.
 type DryRunBackfillGroupJSONRequestBody = BackfillGroupCreate
 
+// PatchBackfillGroupJSONRequestBody defines body for PatchBackfillGroup for application/json ContentType.
+type PatchBackfillGroupJSONRequestBody = BackfillGroupPatch
+
+// PatchBackfillGroupApplicationMergePatchPlusJSONRequestBody defines body for PatchBackfillGroup for application/merge-patch+json ContentType.
+type PatchBackfillGroupApplicationMergePatchPlusJSONRequestBody = BackfillGroupPatch
+
 // CreateBackfillJSONRequestBody defines body for CreateBackfill for application/json ContentType.
 type CreateBackfillJSONRequestBody = BackfillCreate
 
@@ -2012,6 +2030,9 @@ type ServerInterface interface {
 	// GetBackfillGroup Get a backfill group
 	// (GET /api/v1/backfill_groups/{group_id})
 	GetBackfillGroup(w http.ResponseWriter, r *http.Request, groupId GroupIdPath)
+	// PatchBackfillGroup Change a backfill group's settings
+	// (PATCH /api/v1/backfill_groups/{group_id})
+	PatchBackfillGroup(w http.ResponseWriter, r *http.Request, groupId GroupIdPath)
 	// CancelBackfillGroup Cancel a backfill group
 	// (PUT /api/v1/backfill_groups/{group_id}/cancel)
 	CancelBackfillGroup(w http.ResponseWriter, r *http.Request, groupId GroupIdPath)
@@ -2177,6 +2198,12 @@ func (_ Unimplemented) DryRunBackfillGroup(w http.ResponseWriter, r *http.Reques
 // GetBackfillGroup Get a backfill group
 // (GET /api/v1/backfill_groups/{group_id})
 func (_ Unimplemented) GetBackfillGroup(w http.ResponseWriter, r *http.Request, groupId GroupIdPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// PatchBackfillGroup Change a backfill group's settings
+// (PATCH /api/v1/backfill_groups/{group_id})
+func (_ Unimplemented) PatchBackfillGroup(w http.ResponseWriter, r *http.Request, groupId GroupIdPath) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -2662,6 +2689,32 @@ func (siw *ServerInterfaceWrapper) GetBackfillGroup(w http.ResponseWriter, r *ht
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetBackfillGroup(w, r, groupId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PatchBackfillGroup operation middleware
+func (siw *ServerInterfaceWrapper) PatchBackfillGroup(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "group_id" -------------
+	var groupId GroupIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "group_id", chi.URLParam(r, "group_id"), &groupId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "int64", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "group_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PatchBackfillGroup(w, r, groupId)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -4563,6 +4616,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/api/v1/backfill_groups/{group_id}", wrapper.GetBackfillGroup)
+	})
+	r.Group(func(r chi.Router) {
+		r.Patch(options.BaseURL+"/api/v1/backfill_groups/{group_id}", wrapper.PatchBackfillGroup)
 	})
 	r.Group(func(r chi.Router) {
 		r.Put(options.BaseURL+"/api/v1/backfill_groups/{group_id}/pause", wrapper.PauseBackfillGroup)

@@ -1025,6 +1025,18 @@ type BackfillGroupMember struct {
 	State BackfillState `json:"state"`
 }
 
+// BackfillGroupPatch defines model for BackfillGroupPatch.
+type BackfillGroupPatch struct {
+	Description   *string `json:"description,omitempty"`
+	MaxActiveRuns *int32  `json:"max_active_runs,omitempty"`
+
+	// MaxFailedRuns The failure budget: when a run fails while the backfill's `failed` count is at least this, the backfill is paused (`pause_reason` `failure_budget`). Null: no limit.
+	MaxFailedRuns *MaxFailedRuns `json:"max_failed_runs,omitempty"`
+
+	// Priority -10 to 10, else 422 `invalid_priority`.
+	Priority *int32 `json:"priority,omitempty"`
+}
+
 // BackfillPatch A JSON merge patch; fields left out keep their value.
 type BackfillPatch struct {
 	Description   *string `json:"description,omitempty"`
@@ -1961,6 +1973,12 @@ type CreateBackfillGroupJSONRequestBody = BackfillGroupCreate
 // DryRunBackfillGroupJSONRequestBody defines body for DryRunBackfillGroup for application/json ContentType.
 type DryRunBackfillGroupJSONRequestBody = BackfillGroupCreate
 
+// PatchBackfillGroupJSONRequestBody defines body for PatchBackfillGroup for application/json ContentType.
+type PatchBackfillGroupJSONRequestBody = BackfillGroupPatch
+
+// PatchBackfillGroupApplicationMergePatchPlusJSONRequestBody defines body for PatchBackfillGroup for application/merge-patch+json ContentType.
+type PatchBackfillGroupApplicationMergePatchPlusJSONRequestBody = BackfillGroupPatch
+
 // CreateBackfillJSONRequestBody defines body for CreateBackfill for application/json ContentType.
 type CreateBackfillJSONRequestBody = BackfillCreate
 
@@ -2220,6 +2238,51 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1/backfill_groups/{group_id} (the `GetBackfillGroup` operationId).
 	GetBackfillGroup(ctx context.Context, groupId GroupIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PatchBackfillGroupWithBody Change a backfill group's settings
+	//
+	// A JSON merge patch (RFC 7396) of `priority`, `max_active_runs` (per member),
+	// `max_failed_runs` (the group's budget; null: no limit) and `description` of an active
+	// group; fields left out keep their value. The group and every active member change in
+	// one transaction, and the next claim obeys them (a new `priority` ranks every member).
+	// Answers 200 with the group; 409 `backfill_not_active` on a terminal one; 422
+	// `invalid_priority` for a priority outside -10..10. Lowering `max_failed_runs` to at or
+	// below the failed count does not pause the group by itself; the next failure does.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PATCH /api/v1/backfill_groups/{group_id} (the `PatchBackfillGroup` operationId).
+	PatchBackfillGroupWithBody(ctx context.Context, groupId GroupIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PatchBackfillGroup Change a backfill group's settings
+	//
+	// A JSON merge patch (RFC 7396) of `priority`, `max_active_runs` (per member),
+	// `max_failed_runs` (the group's budget; null: no limit) and `description` of an active
+	// group; fields left out keep their value. The group and every active member change in
+	// one transaction, and the next claim obeys them (a new `priority` ranks every member).
+	// Answers 200 with the group; 409 `backfill_not_active` on a terminal one; 422
+	// `invalid_priority` for a priority outside -10..10. Lowering `max_failed_runs` to at or
+	// below the failed count does not pause the group by itself; the next failure does.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PATCH /api/v1/backfill_groups/{group_id} (the `PatchBackfillGroup` operationId).
+	PatchBackfillGroup(ctx context.Context, groupId GroupIdPath, body PatchBackfillGroupJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PatchBackfillGroupWithApplicationMergePatchPlusJSONBody Change a backfill group's settings
+	//
+	// A JSON merge patch (RFC 7396) of `priority`, `max_active_runs` (per member),
+	// `max_failed_runs` (the group's budget; null: no limit) and `description` of an active
+	// group; fields left out keep their value. The group and every active member change in
+	// one transaction, and the next claim obeys them (a new `priority` ranks every member).
+	// Answers 200 with the group; 409 `backfill_not_active` on a terminal one; 422
+	// `invalid_priority` for a priority outside -10..10. Lowering `max_failed_runs` to at or
+	// below the failed count does not pause the group by itself; the next failure does.
+	//
+	// Takes a body of the `application/merge-patch+json` content type.
+	//
+	// Corresponds with PATCH /api/v1/backfill_groups/{group_id} (the `PatchBackfillGroup` operationId).
+	PatchBackfillGroupWithApplicationMergePatchPlusJSONBody(ctx context.Context, groupId GroupIdPath, body PatchBackfillGroupApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CancelBackfillGroup Cancel a backfill group
 	//
@@ -3511,6 +3574,81 @@ func (c *RawClient) DryRunBackfillGroup(ctx context.Context, body DryRunBackfill
 // Corresponds with GET /api/v1/backfill_groups/{group_id} (the `GetBackfillGroup` operationId).
 func (c *RawClient) GetBackfillGroup(ctx context.Context, groupId GroupIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetBackfillGroupRequest(c.Server, groupId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PatchBackfillGroupWithBody Change a backfill group's settings
+//
+// A JSON merge patch (RFC 7396) of `priority`, `max_active_runs` (per member),
+// `max_failed_runs` (the group's budget; null: no limit) and `description` of an active
+// group; fields left out keep their value. The group and every active member change in
+// one transaction, and the next claim obeys them (a new `priority` ranks every member).
+// Answers 200 with the group; 409 `backfill_not_active` on a terminal one; 422
+// `invalid_priority` for a priority outside -10..10. Lowering `max_failed_runs` to at or
+// below the failed count does not pause the group by itself; the next failure does.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PATCH /api/v1/backfill_groups/{group_id} (the `PatchBackfillGroup` operationId).
+func (c *RawClient) PatchBackfillGroupWithBody(ctx context.Context, groupId GroupIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPatchBackfillGroupRequestWithBody(c.Server, groupId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PatchBackfillGroup Change a backfill group's settings
+//
+// A JSON merge patch (RFC 7396) of `priority`, `max_active_runs` (per member),
+// `max_failed_runs` (the group's budget; null: no limit) and `description` of an active
+// group; fields left out keep their value. The group and every active member change in
+// one transaction, and the next claim obeys them (a new `priority` ranks every member).
+// Answers 200 with the group; 409 `backfill_not_active` on a terminal one; 422
+// `invalid_priority` for a priority outside -10..10. Lowering `max_failed_runs` to at or
+// below the failed count does not pause the group by itself; the next failure does.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PATCH /api/v1/backfill_groups/{group_id} (the `PatchBackfillGroup` operationId).
+func (c *RawClient) PatchBackfillGroup(ctx context.Context, groupId GroupIdPath, body PatchBackfillGroupJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPatchBackfillGroupRequest(c.Server, groupId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PatchBackfillGroupWithApplicationMergePatchPlusJSONBody Change a backfill group's settings
+//
+// A JSON merge patch (RFC 7396) of `priority`, `max_active_runs` (per member),
+// `max_failed_runs` (the group's budget; null: no limit) and `description` of an active
+// group; fields left out keep their value. The group and every active member change in
+// one transaction, and the next claim obeys them (a new `priority` ranks every member).
+// Answers 200 with the group; 409 `backfill_not_active` on a terminal one; 422
+// `invalid_priority` for a priority outside -10..10. Lowering `max_failed_runs` to at or
+// below the failed count does not pause the group by itself; the next failure does.
+//
+// Takes a body of the `application/merge-patch+json` content type.
+//
+// Corresponds with PATCH /api/v1/backfill_groups/{group_id} (the `PatchBackfillGroup` operationId).
+func (c *RawClient) PatchBackfillGroupWithApplicationMergePatchPlusJSONBody(ctx context.Context, groupId GroupIdPath, body PatchBackfillGroupApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPatchBackfillGroupRequestWithApplicationMergePatchPlusJSONBody(c.Server, groupId, body)
 	if err != nil {
 		return nil, err
 	}
@@ -5449,6 +5587,64 @@ func NewGetBackfillGroupRequest(server string, groupId GroupIdPath) (*http.Reque
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewPatchBackfillGroupRequest calls the generic PatchBackfillGroup builder with application/json body
+func NewPatchBackfillGroupRequest(server string, groupId GroupIdPath, body PatchBackfillGroupJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPatchBackfillGroupRequestWithBody(server, groupId, "application/json", bodyReader)
+}
+
+// NewPatchBackfillGroupRequestWithApplicationMergePatchPlusJSONBody calls the generic PatchBackfillGroup builder with application/merge-patch+json body
+func NewPatchBackfillGroupRequestWithApplicationMergePatchPlusJSONBody(server string, groupId GroupIdPath, body PatchBackfillGroupApplicationMergePatchPlusJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPatchBackfillGroupRequestWithBody(server, groupId, "application/merge-patch+json", bodyReader)
+}
+
+// NewPatchBackfillGroupRequestWithBody constructs an http.Request for the PatchBackfillGroup method, with any body, and a specified content type
+func NewPatchBackfillGroupRequestWithBody(server string, groupId GroupIdPath, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "group_id", groupId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/backfill_groups/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -7919,6 +8115,51 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/backfill_groups/{group_id} (the `GetBackfillGroup` operationId).
 	GetBackfillGroupWithResponse(ctx context.Context, groupId GroupIdPath, reqEditors ...RequestEditorFn) (*GetBackfillGroupResponse, error)
 
+	// PatchBackfillGroupWithBodyWithResponse Change a backfill group's settings
+	//
+	// A JSON merge patch (RFC 7396) of `priority`, `max_active_runs` (per member),
+	// `max_failed_runs` (the group's budget; null: no limit) and `description` of an active
+	// group; fields left out keep their value. The group and every active member change in
+	// one transaction, and the next claim obeys them (a new `priority` ranks every member).
+	// Answers 200 with the group; 409 `backfill_not_active` on a terminal one; 422
+	// `invalid_priority` for a priority outside -10..10. Lowering `max_failed_runs` to at or
+	// below the failed count does not pause the group by itself; the next failure does.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /api/v1/backfill_groups/{group_id} (the `PatchBackfillGroup` operationId).
+	PatchBackfillGroupWithBodyWithResponse(ctx context.Context, groupId GroupIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PatchBackfillGroupResponse, error)
+
+	// PatchBackfillGroupWithResponse Change a backfill group's settings
+	//
+	// A JSON merge patch (RFC 7396) of `priority`, `max_active_runs` (per member),
+	// `max_failed_runs` (the group's budget; null: no limit) and `description` of an active
+	// group; fields left out keep their value. The group and every active member change in
+	// one transaction, and the next claim obeys them (a new `priority` ranks every member).
+	// Answers 200 with the group; 409 `backfill_not_active` on a terminal one; 422
+	// `invalid_priority` for a priority outside -10..10. Lowering `max_failed_runs` to at or
+	// below the failed count does not pause the group by itself; the next failure does.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /api/v1/backfill_groups/{group_id} (the `PatchBackfillGroup` operationId).
+	PatchBackfillGroupWithResponse(ctx context.Context, groupId GroupIdPath, body PatchBackfillGroupJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchBackfillGroupResponse, error)
+
+	// PatchBackfillGroupWithApplicationMergePatchPlusJSONBodyWithResponse Change a backfill group's settings
+	//
+	// A JSON merge patch (RFC 7396) of `priority`, `max_active_runs` (per member),
+	// `max_failed_runs` (the group's budget; null: no limit) and `description` of an active
+	// group; fields left out keep their value. The group and every active member change in
+	// one transaction, and the next claim obeys them (a new `priority` ranks every member).
+	// Answers 200 with the group; 409 `backfill_not_active` on a terminal one; 422
+	// `invalid_priority` for a priority outside -10..10. Lowering `max_failed_runs` to at or
+	// below the failed count does not pause the group by itself; the next failure does.
+	//
+	// Takes a body of the `application/merge-patch+json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /api/v1/backfill_groups/{group_id} (the `PatchBackfillGroup` operationId).
+	PatchBackfillGroupWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, groupId GroupIdPath, body PatchBackfillGroupApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchBackfillGroupResponse, error)
+
 	// CancelBackfillGroupWithResponse Cancel a backfill group
 	//
 	// Cancels a `running` or `paused` group: every member's queued runs become `canceled` and running ones go on until they report. Each member becomes `canceling`, or `canceled` at once when none of its runs is running; the group is `canceled` once every member is (at once, or by the sweep). Canceling a `canceling` group is 200 and changes nothing; a terminal group is 409 `backfill_not_active`.
@@ -9511,6 +9752,117 @@ func (r GetBackfillGroupResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetBackfillGroupResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PatchBackfillGroupResponse401Headers the declared response headers of an HTTP 401 response for PatchBackfillGroup
+type PatchBackfillGroupResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// PatchBackfillGroupResponse503Headers the declared response headers of an HTTP 503 response for PatchBackfillGroup
+type PatchBackfillGroupResponse503Headers struct {
+	RetryAfter *int
+}
+
+type PatchBackfillGroupResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *BackfillGroup
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PatchBackfillGroupResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PatchBackfillGroupResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PatchBackfillGroupResponse) GetJSON200() *BackfillGroup {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PatchBackfillGroupResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PatchBackfillGroupResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PatchBackfillGroupResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r PatchBackfillGroupResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r PatchBackfillGroupResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PatchBackfillGroupResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r PatchBackfillGroupResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r PatchBackfillGroupResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r PatchBackfillGroupResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PatchBackfillGroupResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PatchBackfillGroupResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PatchBackfillGroupResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -13529,6 +13881,69 @@ func (c *ClientWithResponses) GetBackfillGroupWithResponse(ctx context.Context, 
 	return ParseGetBackfillGroupResponse(rsp)
 }
 
+// PatchBackfillGroupWithBodyWithResponse Change a backfill group's settings
+//
+// A JSON merge patch (RFC 7396) of `priority`, `max_active_runs` (per member),
+// `max_failed_runs` (the group's budget; null: no limit) and `description` of an active
+// group; fields left out keep their value. The group and every active member change in
+// one transaction, and the next claim obeys them (a new `priority` ranks every member).
+// Answers 200 with the group; 409 `backfill_not_active` on a terminal one; 422
+// `invalid_priority` for a priority outside -10..10. Lowering `max_failed_runs` to at or
+// below the failed count does not pause the group by itself; the next failure does.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /api/v1/backfill_groups/{group_id} (the `PatchBackfillGroup` operationId).
+func (c *ClientWithResponses) PatchBackfillGroupWithBodyWithResponse(ctx context.Context, groupId GroupIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PatchBackfillGroupResponse, error) {
+	rsp, err := c.PatchBackfillGroupWithBody(ctx, groupId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePatchBackfillGroupResponse(rsp)
+}
+
+// PatchBackfillGroupWithResponse Change a backfill group's settings
+//
+// A JSON merge patch (RFC 7396) of `priority`, `max_active_runs` (per member),
+// `max_failed_runs` (the group's budget; null: no limit) and `description` of an active
+// group; fields left out keep their value. The group and every active member change in
+// one transaction, and the next claim obeys them (a new `priority` ranks every member).
+// Answers 200 with the group; 409 `backfill_not_active` on a terminal one; 422
+// `invalid_priority` for a priority outside -10..10. Lowering `max_failed_runs` to at or
+// below the failed count does not pause the group by itself; the next failure does.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /api/v1/backfill_groups/{group_id} (the `PatchBackfillGroup` operationId).
+func (c *ClientWithResponses) PatchBackfillGroupWithResponse(ctx context.Context, groupId GroupIdPath, body PatchBackfillGroupJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchBackfillGroupResponse, error) {
+	rsp, err := c.PatchBackfillGroup(ctx, groupId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePatchBackfillGroupResponse(rsp)
+}
+
+// PatchBackfillGroupWithApplicationMergePatchPlusJSONBodyWithResponse Change a backfill group's settings
+//
+// A JSON merge patch (RFC 7396) of `priority`, `max_active_runs` (per member),
+// `max_failed_runs` (the group's budget; null: no limit) and `description` of an active
+// group; fields left out keep their value. The group and every active member change in
+// one transaction, and the next claim obeys them (a new `priority` ranks every member).
+// Answers 200 with the group; 409 `backfill_not_active` on a terminal one; 422
+// `invalid_priority` for a priority outside -10..10. Lowering `max_failed_runs` to at or
+// below the failed count does not pause the group by itself; the next failure does.
+//
+// Takes a body of the `application/merge-patch+json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /api/v1/backfill_groups/{group_id} (the `PatchBackfillGroup` operationId).
+func (c *ClientWithResponses) PatchBackfillGroupWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, groupId GroupIdPath, body PatchBackfillGroupApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchBackfillGroupResponse, error) {
+	rsp, err := c.PatchBackfillGroupWithApplicationMergePatchPlusJSONBody(ctx, groupId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePatchBackfillGroupResponse(rsp)
+}
+
 // CancelBackfillGroupWithResponse Cancel a backfill group
 //
 // Cancels a `running` or `paused` group: every member's queued runs become `canceled` and running ones go on until they report. Each member becomes `canceling`, or `canceled` at once when none of its runs is running; the group is `canceled` once every member is (at once, or by the sweep). Canceling a `canceling` group is 200 and changes nothing; a terminal group is 409 `backfill_not_active`.
@@ -15431,6 +15846,111 @@ func ParseGetBackfillGroupResponse(rsp *http.Response) (*GetBackfillGroupRespons
 		response.Headers401 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetBackfillGroupResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePatchBackfillGroupResponse parses an HTTP response from a PatchBackfillGroupWithResponse call
+func ParsePatchBackfillGroupResponse(rsp *http.Response) (*PatchBackfillGroupResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PatchBackfillGroupResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest BackfillGroup
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers PatchBackfillGroupResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers PatchBackfillGroupResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

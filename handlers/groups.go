@@ -149,6 +149,46 @@ func (s *Server) GetBackfillGroup(w http.ResponseWriter, r *http.Request, id int
 	s.answerGroup(w, r, s.store.BackfillGroupGet, id)
 }
 
+// groupSettings is the body of PATCH /backfill_groups/{id}: a merge patch, each field left
+// out kept (the spec validator has checked their types and ranges).
+type groupSettings struct {
+	Priority      optional[int]    `json:"priority"`
+	MaxActiveRuns optional[int]    `json:"max_active_runs"`
+	MaxFailedRuns optional[int]    `json:"max_failed_runs"`
+	Description   optional[string] `json:"description"`
+}
+
+// PatchBackfillGroup changes an active group's settings and its members'.
+func (s *Server) PatchBackfillGroup(w http.ResponseWriter, r *http.Request, id int64) {
+	var body groupSettings
+	if p := decodeBody(r, &body); p != nil {
+		writeProblem(w, *p)
+		return
+	}
+	if body.MaxActiveRuns.Set && body.MaxActiveRuns.Value == nil {
+		writeProblem(w, badRequest("max_active_runs cannot be null", fieldErr("max_active_runs", "cannot be null")))
+		return
+	}
+	if prob := s.checkPriorityField(body.Priority); prob != nil {
+		writeProblem(w, *prob)
+		return
+	}
+	g, err := s.store.BackfillGroupPatch(r.Context(), repo.GroupPatchParams{
+		ID:             id,
+		Priority:       body.Priority.Value,
+		MaxActiveRuns:  body.MaxActiveRuns.Value,
+		SetMaxFailed:   body.MaxFailedRuns.Set,
+		MaxFailedRuns:  body.MaxFailedRuns.Value,
+		SetDescription: body.Description.Set,
+		Description:    body.Description.Value,
+	})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, groupOut(g))
+}
+
 // PauseBackfillGroup pauses a group and its members.
 func (s *Server) PauseBackfillGroup(w http.ResponseWriter, r *http.Request, id int64) {
 	s.answerGroup(w, r, s.store.BackfillGroupPause, id)

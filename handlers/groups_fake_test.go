@@ -62,3 +62,20 @@ func (f *fakeStore) BackfillGroupUnpause(ctx context.Context, id int64) (repo.Ba
 func (f *fakeStore) BackfillGroupCancel(ctx context.Context, id int64) (repo.BackfillGroup, error) {
 	return fakeGroup(id), f.call("BackfillGroupCancel", true, checkPos("group_id", id))
 }
+
+func (f *fakeStore) BackfillGroupPatch(ctx context.Context, p repo.GroupPatchParams) (repo.BackfillGroup, error) {
+	problems := []string{checkPos("group_id", p.ID)}
+	if p.Priority != nil {
+		problems = append(problems, checkRange("priority", *p.Priority, -10, 10))
+	}
+	if p.MaxActiveRuns != nil {
+		problems = append(problems, checkRange("max_active_runs", *p.MaxActiveRuns, 1, 1000))
+	}
+	if p.MaxFailedRuns != nil {
+		problems = append(problems, checkRange("max_failed_runs", *p.MaxFailedRuns, 1, 1<<31-1))
+	}
+	if p.Description != nil {
+		problems = append(problems, checkLen("description", *p.Description, 0, 10000))
+	}
+	return fakeGroup(p.ID), f.call("BackfillGroupPatch", true, problems...)
+}

@@ -47,6 +47,7 @@ type Store interface {
 	BackfillGroupPause(ctx context.Context, id int64) (repo.BackfillGroup, error)
 	BackfillGroupUnpause(ctx context.Context, id int64) (repo.BackfillGroup, error)
 	BackfillGroupCancel(ctx context.Context, id int64) (repo.BackfillGroup, error)
+	BackfillGroupPatch(ctx context.Context, p repo.GroupPatchParams) (repo.BackfillGroup, error)
 
 	PoolPut(ctx context.Context, p repo.PoolPutParams) (repo.Pool, bool, error)
 	PoolGet(ctx context.Context, name string) (repo.Pool, error)

@@ -222,3 +222,38 @@ func TestGroupEventsCarryTheGroup(t *testing.T) {
 		"backfill_group.canceled"}[:2], groupTypes[:2])
 	require.Contains(t, groupTypes, "backfill_group.canceled")
 }
+
+// A group's PATCH changes its settings and every active member's in one transaction: the next
+// claim ranks the members by the new priority. Out-of-range priority is 422; a terminal
+// group is 409.
+func TestGroupPatchChangesEveryMemberLive(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.PutDag("lo", "@daily", "")
+	e.PutDag("other", "@daily", "")
+	g := e.CreateGroup([]string{"lo"}, day(1, 1), day(1, 3), "priority", -5)
+	e.CreateBackfill(backfillBody("other", day(1, 1), day(1, 3)))
+	require.Equal(t, "other", e.ClaimN(1, "w", 1)[0].DagId, "priority 0 before -5")
+
+	res := e.Do(http.MethodPatch, groupPath(g.Id), map[string]any{"priority": 7, "max_active_runs": 2, "description": "urgent"})
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	res.Decode(t, &g)
+	require.Equal(t, int32(7), g.Priority)
+	require.Equal(t, int32(2), g.MaxActiveRuns)
+	m := e.GetBackfill(g.Members[0].BackfillId)
+	require.Equal(t, int32(7), m.Priority)
+	require.Equal(t, int32(2), m.MaxActiveRuns)
+	require.Equal(t, "urgent", str(m.Description))
+	got := e.ClaimN(4, "w", 5)
+	require.Equal(t, []string{"lo", "lo", "other", "other"}, []string{got[0].DagId, got[1].DagId, got[2].DagId, got[3].DagId},
+		"priority 7 first, up to its new max_active_runs")
+
+	requireProblem(t, e.Do(http.MethodPatch, groupPath(g.Id), map[string]any{"priority": 11}), http.StatusUnprocessableEntity, "invalid_priority")
+	requireProblem(t, e.Do(http.MethodPatch, groupPath(g.Id), map[string]any{"max_active_runs": nil}), http.StatusBadRequest, "invalid_request")
+	require.Equal(t, http.StatusOK, e.GroupAction(g.Id, "cancel").Status)
+	for _, r := range got {
+		e.Report(r, "success")
+	}
+	e.SweepOnce()
+	requireProblem(t, e.Do(http.MethodPatch, groupPath(g.Id), map[string]any{"priority": 1}), http.StatusConflict, "backfill_not_active")
+}
