@@ -12,9 +12,6 @@ import (
 // Span is a data interval, [Start, End).
 type Span struct{ Start, End time.Time }
 
-// overlaps reports whether s and o share an instant.
-func (s Span) overlaps(o Span) bool { return s.Start.Before(o.End) && s.End.After(o.Start) }
-
 // maxTickLine bounds the ticks a line holds: a minute schedule followed across a long window
 // with a long lookback is refused rather than held in memory.
 const maxTickLine = 4_000_000
