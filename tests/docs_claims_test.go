@@ -28,7 +28,7 @@ const repoRoot = ".."
 var docFiles = []string{
 	"README.md", "docs/ARCHITECTURE.md", "docs/BENCHMARKS.md", "docs/OPERATIONS.md",
 	"docs/RELIABILITY.md", "docs/SCALING.md", "docs/HA.md", "docs/EXECUTOR.md",
-	"docs/CONSOLE.md", "CHANGELOG.md",
+	"docs/CONSOLE.md", "docs/GROUPS.md", "CHANGELOG.md",
 }
 
 // readDocs returns every checked doc's text by its path from the module root.

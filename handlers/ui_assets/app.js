@@ -10,6 +10,7 @@ import { fmtTime } from "./time.js";
 import { backfillPage } from "./backfill.js";
 import { previewSection } from "./preview.js";
 import { dagsPage } from "./dags.js";
+import { groupPage, groupsPage } from "./groups.js";
 
 $("#token-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
@@ -56,7 +57,12 @@ async function route() {
     if (page === "backfills" && id !== undefined && !/^[1-9]\d{0,18}$/.test(id)) {
       throw new Error(`No backfill "${decodeURIComponent(id)}": a backfill id is a positive number (#/backfills/42).`);
     }
+    if (page === "groups" && id && !/^[1-9]\d{0,18}$/.test(id)) {
+      throw new Error(`No backfill group "${decodeURIComponent(id)}": a group id is a positive number (#/groups/7).`);
+    }
     if (page === "backfills" && id) await backfillPage(Number(id), nav(gen));
+    else if (page === "groups" && id) await groupPage(Number(id), nav(gen));
+    else if (page === "groups") await groupsPage(nav(gen));
     else if (page === "create") await createPage();
     else if (page === "dags") await dagsPage({ api, h, show: (...n) => { if (current(gen)) show(...n); }, showError });
     else if (page === "pools") await poolsPage();

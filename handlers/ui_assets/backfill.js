@@ -1,5 +1,6 @@
 // One backfill's page: its fields, live progress from its event stream, the paged slot grid,
-// the failed runs, its events, and the buttons that steer it (Cancel and Retry ask first).
+// the failed runs, its events, and the buttons that steer it (Cancel and Retry ask first; a
+// group's member is steered on its group's page, which it links).
 // nav.current() says whether the person is still on this page; nav.onLeave(fn) registers what
 // stops its streams and timers when they leave.
 
@@ -42,6 +43,7 @@ export async function backfillPage(id, nav) {
       ...row("Code", b.code_ref ?? "—"),
       ...row("Created by", b.created_by ?? "—"),
       ...row("Reason", b.reason ?? "—"),
+      ...(b.group_id ? row("Group", h("a", { href: `#/groups/${b.group_id}`, id: "group-link" }, `Member of group #${b.group_id}`)) : []),
       ...(b.parent_backfill_id ? row("Retry of", h("a", { href: `#/backfills/${b.parent_backfill_id}` }, `#${b.parent_backfill_id}`)) : []),
       ...row("Created", fmtTime(b.created_at)),
       ...row("Completed", fmtTime(b.completed_at)));
@@ -49,6 +51,13 @@ export async function backfillPage(id, nav) {
     // The controls are made once and only updated here: replacing them on every progress
     // message would take the keyboard focus away from whoever is using them.
     const active = !TERMINAL.has(b.state);
+    // A group's member is paused, unpaused and canceled with its group (the API answers 409
+    // managed_by_group here): its own buttons give way to a link to the group.
+    const member = b.group_id !== null && b.group_id !== undefined;
+    controls.pause.hidden = controls.unpause.hidden = controls.cancel.hidden = member;
+    managed.hidden = !member;
+    if (member && !managed.firstChild) managed.replaceChildren("Paused, unpaused and canceled with its group: ",
+      h("a", { href: `#/groups/${b.group_id}` }, `open group #${b.group_id}`), ".");
     controls.pause.disabled = b.state !== "running";
     controls.unpause.disabled = b.state !== "paused";
     controls.cancel.disabled = !(b.state === "running" || b.state === "paused");
@@ -77,7 +86,8 @@ export async function backfillPage(id, nav) {
     prio: h("input", { type: "number", min: -10, max: 10, id: "patch-priority" }),
     change: h("button", { type: "submit", class: "secondary" }, "Change limits"),
   };
-  actions.append(controls.pause, controls.unpause, controls.cancel, controls.retry);
+  const managed = h("p", { class: "muted", id: "managed-by-group", hidden: true });
+  actions.append(controls.pause, controls.unpause, controls.cancel, controls.retry, managed);
   limits.append(
     h("label", { for: "patch-max-active-runs" }, "Max active runs", controls.mar),
     h("label", { for: "patch-max-failed-runs" }, "Max failed runs", controls.mfr),

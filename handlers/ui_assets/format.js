@@ -1,4 +1,5 @@
-// How a backfill's state and progress are drawn, in the list and on its own page.
+// How a backfill's (or a backfill group's) state and progress are drawn, in the lists and on
+// their own pages.
 
 import { h } from "./dom.js";
 
@@ -20,17 +21,19 @@ export function progressBar(p) {
   const part = (n, cls, label) => n > 0 ? h("span", { class: cls, style: { width: `${(100 * n) / total}%` }, title: `${label} ${count(n)}` }) : null;
   return h("div", {
     class: "bar", role: "progressbar", "aria-valuemin": 0, "aria-valuemax": p.total, "aria-valuenow": done(p),
-    "aria-label": `${count(done(p))} of ${count(p.total)} slots done`,
+    "aria-label": `${count(done(p))} of ${count(p.total)} slots done` + (p.blocked > 0 ? `, ${count(p.blocked)} blocked` : ""),
   },
   part(p.success, "b-success", "success"), part(p.failed, "b-failed", "failed"),
   part(p.canceled, "b-canceled", "canceled"), part(p.skipped, "b-skipped", "skipped"),
-  part(p.running, "b-running", "running"));
+  part(p.running, "b-running", "running"), part(p.blocked, "b-blocked", "blocked"));
 }
 
 export function progressText(b, eta) {
   const p = b.progress;
   const pct = p.total ? Math.floor((100 * done(p)) / p.total) : 100;
   let text = `${count(done(p))}/${count(p.total)} done (${pct}%) · success ${count(p.success)} · failed ${count(p.failed)} · canceled ${count(p.canceled)} · skipped ${count(p.skipped)} · running ${count(p.running)} · queued ${count(p.queued)}`;
+  // Blocked runs (a group's member's, waiting for an upstream run) are queued runs too.
+  if (p.blocked > 0) text += ` (blocked ${count(p.blocked)})`;
   if (b.state === "running" && eta !== undefined && eta !== null) text += ` · ETA ${formatSeconds(eta)}`;
   if (b.state === "paused") text += " · paused, no ETA";
   return text;
