@@ -41,6 +41,15 @@ var nouns = []noun{
 	{"", []command{
 		{"watch", "ID [--interval D] [--timeout 0] [--wait-through-pause]", watch},
 	}},
+	{"groups", []command{
+		{"create", "--dag-id ID [--dag-id ID]... --from-date DATE --to-date DATE [flags]", groupsCreate},
+		{"get", "ID", groupsGet},
+		{"list", "[--state STATE] [--dag-id ID] [--limit N] [--offset N | --cursor C]", groupsList},
+		{"watch", "ID [--interval D] [--timeout 0] [--wait-through-pause]", groupsWatch},
+		{"pause", "ID", groupsPause},
+		{"unpause", "ID", groupsUnpause},
+		{"cancel", "ID", groupsCancel},
+	}},
 	{"runs", []command{
 		{"list", "DAG_ID [--state STATE] [--backfill-id ID] [--limit N] [--offset N | --cursor C]", runsList},
 		{"get", "DAG_ID RUN_ID", runsGet},

@@ -69,6 +69,7 @@ Backfills:
         stdout). A backfill that is already finished ends the watch at once, with its exit
         code, even when its events have been pruned.
 
+` + groupsUsage + `
 Runs (what an executor does, by hand):
   runs list DAG_ID [--state STATE] [--backfill-id ID] [--limit N] [--offset N | --cursor C]
   runs get DAG_ID RUN_ID
@@ -116,11 +117,11 @@ Global flags (also accepted after the command):
   --output, -o FORMAT  table (default) or json
 
 Exit codes:
-  0    success; for watch and create --wait, the backfill succeeded
-  1    the watched backfill ended failed
-  2    the watched backfill ended canceled
-  4    the watched backfill paused (watch, create --wait; not with --wait-through-pause):
-       the reason and what to do are printed
+  0    success; for watch and create --wait, the backfill succeeded (groups watch: the group)
+  1    the watched backfill (or group) ended failed
+  2    the watched backfill (or group) ended canceled
+  4    the watched backfill (or group) paused (watch, create --wait, groups watch; not with
+       --wait-through-pause): the reason and what to do are printed
   3    any other error: a usage error, an unreachable server, or the service's problem
        (its code and detail are printed on stderr, e.g. backfill_already_running)
   130  interrupted while watching (the backfill itself goes on)

@@ -502,6 +502,197 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/backfill_groups": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List backfill groups
+         * @description Lists groups by `id` ascending, optionally in one state or with a member of one DAG.
+         */
+        get: operations["listBackfillGroups"];
+        put?: never;
+        /**
+         * Backfill a pipeline
+         * @description Creates a group: one lifecycle over several DAGs and one window. Each DAG of the group
+         *     (`dag_ids`, and those downstream of them as `include_downstream` says) gets one
+         *     ordinary member backfill, with `group_id`, planned as `POST /api/v1/backfills` plans
+         *     it; the runs of the members wait for each other as the DAGs' `upstreams` and
+         *     `depends_on_past` say. The group, its members, every run and every run-to-run
+         *     dependency are written in ONE SERIALIZABLE transaction, or nothing is.
+         *
+         *     **Dependencies.** With `overlap`, a run waits for every run of the upstream DAG whose
+         *     data interval overlaps its own widened by `lookback` of its own intervals into the
+         *     past; with `all`, for every run of the upstream in the group; with `depends_on_past`,
+         *     for its DAG's previous slot in the group. A dependency is made only to a run the
+         *     group runs (created or reprocessed) or one in flight outside it: a slot that already
+         *     succeeded and is not run again satisfies it. Through a DAG that is not in the group,
+         *     a run waits for the runs of the nearest member upstream along that path, through the
+         *     mappings composed along it.
+         *
+         *     **Runs.** A run is blocked while any run it waits for has not succeeded, and no claim
+         *     hands it out; claims prefer the members nearest the top of the graph (they are
+         *     numbered in depth order), then `sort_ordinal`. When a run ends `failed` or `canceled`,
+         *     every run that waits on it, directly or transitively, is `canceled` in the same
+         *     transaction with `note` `upstream_failed: <dag_id> <run_id>`, not charged to any
+         *     failure budget.
+         *
+         *     **Answers.**
+         *
+         *     - 201 with `Location`; the body is the group as `GET` answers it.
+         *     - 404 `dag_not_found` for an unknown DAG in `dag_ids`.
+         *     - 409 `backfill_already_running` when any member's DAG has an active backfill, with
+         *       `conflicts` listing every one (and `active_backfill_id`, the first's); nothing is
+         *       written.
+         *     - 422 `invalid_backfill`, `no_runs_to_create` (no member has a slot), `too_many_runs`
+         *       (`MAX_BACKFILL_RUNS` counts the group's runs, all members together),
+         *       `too_many_dependencies` (over `MAX_RUN_DEPENDENCIES`, default 1,000,000, with
+         *       `dependencies` and `max_run_dependencies`), `dependency_cycle`, `invalid_dag`,
+         *       `invalid_code_ref`, `invalid_priority`, `idempotency_key_reused`.
+         *     - 412 `plan_changed` with `If-Match: "<plan_hash>"` (from the group's dry run) when
+         *       the plan made inside the transaction differs.
+         *
+         *     `Idempotency-Key` works as on `POST /api/v1/backfills`. Pause, unpause and cancel act
+         *     on the group (`PUT /api/v1/backfill_groups/{group_id}/…`); the same actions on a
+         *     member backfill are 409 `managed_by_group`.
+         */
+        post: operations["createBackfillGroup"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/backfill_groups/dry_run": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Preview a backfill group
+         * @description Computes what `POST /api/v1/backfill_groups` would do with the same body, and writes
+         *     nothing: per member, its depth, its slots and their actions (as a backfill's dry run
+         *     answers them), how many of its runs would be blocked at the start and its estimate;
+         *     the count of run-to-run dependencies; and `plan_hash` (also as `ETag`), a digest of
+         *     every member's plan and the dependencies, to send as `If-Match`. Never 409: an
+         *     active backfill does not stop the preview. Every other error of the creation applies.
+         */
+        post: operations["dryRunBackfillGroup"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/backfill_groups/{group_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The backfill group's id. */
+                group_id: components["parameters"]["GroupIdPath"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a backfill group
+         * @description The group with its members and their progress; 404 `backfill_group_not_found`.
+         */
+        get: operations["getBackfillGroup"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Change a backfill group's settings
+         * @description A JSON merge patch (RFC 7396) of `priority`, `max_active_runs` (per member),
+         *     `max_failed_runs` (the group's budget; null: no limit) and `description` of an active
+         *     group; fields left out keep their value. The group and every active member change in
+         *     one transaction, and the next claim obeys them (a new `priority` ranks every member).
+         *     Answers 200 with the group; 409 `backfill_not_active` on a terminal one; 422
+         *     `invalid_priority` for a priority outside -10..10. Lowering `max_failed_runs` to at or
+         *     below the failed count does not pause the group by itself; the next failure does.
+         */
+        patch: operations["patchBackfillGroup"];
+        trace?: never;
+    };
+    "/api/v1/backfill_groups/{group_id}/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The backfill group's id. */
+                group_id: components["parameters"]["GroupIdPath"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Pause a backfill group
+         * @description Pauses a `running` group and its running members: no claim hands out their runs until it is unpaused. Pausing a `paused` group is 200 and changes nothing; a `canceling` or terminal group is 409 `backfill_not_active`.
+         */
+        put: operations["pauseBackfillGroup"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/backfill_groups/{group_id}/unpause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The backfill group's id. */
+                group_id: components["parameters"]["GroupIdPath"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Unpause a backfill group
+         * @description Resumes a `paused` group and its paused members (also those the group's failure budget paused). Unpausing a `running` group is 200 and changes nothing; a `canceling` or terminal group is 409 `backfill_not_active`.
+         */
+        put: operations["unpauseBackfillGroup"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/backfill_groups/{group_id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The backfill group's id. */
+                group_id: components["parameters"]["GroupIdPath"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Cancel a backfill group
+         * @description Cancels a `running` or `paused` group: every member's queued runs become `canceled` and running ones go on until they report. Each member becomes `canceling`, or `canceled` at once when none of its runs is running; the group is `canceled` once every member is (at once, or by the sweep). Canceling a `canceling` group is 200 and changes nothing; a terminal group is 409 `backfill_not_active`.
+         */
+        put: operations["cancelBackfillGroup"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/events": {
         parameters: {
             query?: never;
@@ -1139,7 +1330,7 @@ export interface components {
          * @description The stable, machine-readable error code. `not_found` and `method_not_allowed` answer requests to a path no route serves, or with a method the route does not serve.
          * @enum {string}
          */
-        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "dependency_cycle" | "dag_has_downstreams" | "plan_changed" | "backfill_not_terminal" | "runs_in_flight" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "invalid_code_ref" | "invalid_logical_dates" | "invalid_priority" | "webhook_not_found" | "invalid_webhook" | "pool_not_found" | "pool_in_use" | "invalid_deferral" | "busy" | "timeout" | "unavailable" | "outcome_unknown" | "internal" | "not_found" | "method_not_allowed";
+        ProblemCode: "invalid_request" | "unauthorized" | "payload_too_large" | "dag_not_found" | "backfill_not_found" | "backfill_group_not_found" | "run_not_found" | "backfill_already_running" | "backfill_not_active" | "run_already_exists" | "invalid_transition" | "lease_lost" | "invalid_dag" | "dependency_cycle" | "dag_has_downstreams" | "managed_by_group" | "too_many_dependencies" | "plan_changed" | "backfill_not_terminal" | "runs_in_flight" | "invalid_backfill" | "no_runs_to_create" | "too_many_runs" | "idempotency_key_reused" | "invalid_code_ref" | "invalid_logical_dates" | "invalid_priority" | "webhook_not_found" | "invalid_webhook" | "pool_not_found" | "pool_in_use" | "invalid_deferral" | "busy" | "timeout" | "unavailable" | "outcome_unknown" | "internal" | "not_found" | "method_not_allowed";
         Dag: {
             dag_id: components["schemas"]["DagId"];
             /**
@@ -1438,6 +1629,11 @@ export interface components {
             /** Format: int64 */
             id: number;
             dag_id: components["schemas"]["DagId"];
+            /**
+             * Format: int64
+             * @description The backfill group this backfill is a member of; null for none. A member is paused, unpaused and canceled with its group (409 `managed_by_group` otherwise).
+             */
+            group_id: number | null;
             /** Format: date-time */
             from_date: string;
             /** Format: date-time */
@@ -1500,7 +1696,7 @@ export interface components {
              */
             eta_seconds?: number | null;
         };
-        /** @description Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of the others. */
+        /** @description Slot counts: `skipped` counts skipped slots, the others the slots whose run is in that state. `total` is the sum of those. `blocked` counts the `queued` runs that still wait for another run (a group's member); they are in `queued` too. */
         BackfillProgress: {
             /** Format: int64 */
             total: number;
@@ -1516,17 +1712,21 @@ export interface components {
             canceled: number;
             /** Format: int64 */
             skipped: number;
+            /** Format: int64 */
+            blocked: number;
         };
         /** @enum {string} */
-        EventType: "backfill.created" | "backfill.updated" | "backfill.paused" | "backfill.unpaused" | "backfill.canceling" | "backfill.succeeded" | "backfill.failed" | "backfill.canceled";
-        /** @description One change of a backfill's state or settings, written in its transaction. */
+        EventType: "backfill.created" | "backfill.updated" | "backfill.paused" | "backfill.unpaused" | "backfill.canceling" | "backfill.succeeded" | "backfill.failed" | "backfill.canceled" | "backfill_group.created" | "backfill_group.paused" | "backfill_group.unpaused" | "backfill_group.canceling" | "backfill_group.succeeded" | "backfill_group.failed" | "backfill_group.canceled";
+        /** @description One change of a backfill's state or settings, or of a backfill group's state, written in its transaction. A backfill's events have `backfill_id` and `dag_id` (and a member's, `group_id`); a group's (`backfill_group.*`) have `group_id` only. */
         Event: {
             /** Format: int64 */
             id: number;
             type: components["schemas"]["EventType"];
             /** Format: int64 */
-            backfill_id: number;
-            dag_id: components["schemas"]["DagId"];
+            backfill_id?: number;
+            dag_id?: components["schemas"]["DagId"];
+            /** Format: int64 */
+            group_id?: number;
             /**
              * Format: date-time
              * @description When the change was made, on the database's clock: its transaction's time, or a microsecond after the backfill's previous change when that is later (a change that waited for another's row lock may have started first). A backfill's events order by `occurred_at` exactly as their changes were made, and each equals the `updated_at` of the snapshot it carries (a change made by SQL outside the service that sets no `updated_at` carries its transaction's time).
@@ -1534,10 +1734,12 @@ export interface components {
             occurred_at: string;
             data: components["schemas"]["EventData"];
         };
+        /** @description `backfill` in a backfill's events, `group` in a group's. */
         EventData: {
-            backfill: components["schemas"]["Backfill"];
+            backfill?: components["schemas"]["Backfill"];
+            group?: components["schemas"]["BackfillGroup"];
             /**
-             * @description `backfill.paused` only: who paused it.
+             * @description `backfill.paused` and `backfill_group.paused` only: who paused it.
              * @enum {string}
              */
             reason?: "user" | "failure_budget";
@@ -1641,6 +1843,11 @@ export interface components {
             attempt: number | null;
             /** @description The run's note, what its last report said (for a slot whose run a later backfill took over, the note it had then); null when none and for a skipped slot. */
             note: string | null;
+            /**
+             * Format: int32
+             * @description How many runs the slot's queued run still waits for (a group member's run: 0 once every run it waits for succeeded); 0 for a run that started or ended (and one a later backfill took over); null for a skipped slot.
+             */
+            blocked_by: number | null;
         };
         BackfillDagRunCollection: {
             backfill_dag_runs: components["schemas"]["BackfillDagRun"][];
@@ -1789,12 +1996,184 @@ export interface components {
             cycle?: components["schemas"]["DagId"][];
             /** @description Present with `dag_has_downstreams`; the DAGs that name this one as an upstream. */
             downstreams?: components["schemas"]["DagId"][];
+            /** @description Present with `backfill_already_running` from a group's creation: every member DAG that has an active backfill. */
+            conflicts?: components["schemas"]["GroupConflict"][];
+            /**
+             * Format: int64
+             * @description Present with `too_many_dependencies`; the run-to-run dependencies the group would have.
+             */
+            dependencies?: number;
+            /**
+             * Format: int64
+             * @description Present with `too_many_dependencies`; `MAX_RUN_DEPENDENCIES`.
+             */
+            max_run_dependencies?: number;
+        };
+        BackfillGroupCreate: {
+            /** @description The DAGs to backfill (the targets). */
+            dag_ids: components["schemas"]["DagId"][];
+            /**
+             * @description Which DAGs downstream of the targets join the group: none, those that name a target as an upstream (`direct`), or every DAG downstream of one (`all`).
+             * @default none
+             * @enum {string}
+             */
+            include_downstream?: "none" | "direct" | "all";
+            /**
+             * Format: date-time
+             * @description Inclusive start of the window, for every member.
+             */
+            from_date: string;
+            /**
+             * Format: date-time
+             * @description Inclusive end of the window, for every member.
+             */
+            to_date: string;
+            /** @default false */
+            run_backwards?: boolean;
+            dag_run_conf?: components["schemas"]["Conf"];
+            reprocess_behavior?: components["schemas"]["ReprocessBehavior"];
+            /**
+             * Format: int32
+             * @description The most runs of each member that may run at once.
+             * @default 10
+             */
+            max_active_runs?: number;
+            max_failed_runs?: components["schemas"]["MaxFailedRuns"];
+            description?: string | null;
+            pool?: components["schemas"]["PoolName"];
+            /**
+             * Format: int32
+             * @description Every member's priority, -10 to 10 (default 0), else 422 `invalid_priority`.
+             */
+            priority?: number;
+            /** @description Every member's `code_ref` (1-200 printable characters without spaces). */
+            code_ref?: string;
+            reason?: string | null;
+        };
+        BackfillGroupPatch: {
+            /**
+             * Format: int32
+             * @description -10 to 10, else 422 `invalid_priority`.
+             */
+            priority?: number;
+            /** Format: int32 */
+            max_active_runs?: number;
+            max_failed_runs?: components["schemas"]["MaxFailedRuns"];
+            description?: string | null;
+        };
+        BackfillGroup: {
+            /** Format: int64 */
+            id: number;
+            /** @description The targets, as asked. */
+            dag_ids: components["schemas"]["DagId"][];
+            /** @enum {string} */
+            include_downstream: "none" | "direct" | "all";
+            /** Format: date-time */
+            from_date: string;
+            /** Format: date-time */
+            to_date: string;
+            run_backwards: boolean;
+            dag_run_conf: components["schemas"]["Conf"];
+            reprocess_behavior: components["schemas"]["ReprocessBehavior"];
+            /**
+             * Format: int32
+             * @description Per member.
+             */
+            max_active_runs: number;
+            /**
+             * Format: int32
+             * @description The group's failure budget: when the failed runs of all members together reach it, the group and its running members become `paused` with `pause_reason` `failure_budget`, in the transaction that failed the run.
+             */
+            max_failed_runs: number | null;
+            description: string | null;
+            pool: string | null;
+            /** Format: int32 */
+            priority: number;
+            code_ref: string | null;
+            /** @description The `X-Actor` header of the creating request; null when not known. */
+            created_by: string | null;
+            reason: string | null;
+            state: components["schemas"]["BackfillState"];
+            /** @enum {string|null} */
+            pause_reason: "user" | "failure_budget" | null;
+            /** @description The digest of the group's plan, as its dry run answers it. */
+            plan_hash: string;
+            /**
+             * Format: int64
+             * @description The run-to-run dependencies written at creation.
+             */
+            dependencies: number;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+            /**
+             * Format: date-time
+             * @description Set exactly when the state is terminal: once every member is, `succeeded` when every member succeeded, `canceled` when the group was canceled, else `failed`.
+             */
+            completed_at: string | null;
+            /** @description The member backfills, by depth then `dag_id`. */
+            members: components["schemas"]["BackfillGroupMember"][];
+            progress: components["schemas"]["BackfillProgress"];
+        };
+        BackfillGroupMember: {
+            dag_id: components["schemas"]["DagId"];
+            /** Format: int64 */
+            backfill_id: number;
+            /**
+             * Format: int32
+             * @description 0 for a DAG with no upstream in the group, else one more than its deepest upstream's.
+             */
+            depth: number;
+            state: components["schemas"]["BackfillState"];
+            progress: components["schemas"]["BackfillProgress"];
+        };
+        BackfillGroupCollection: {
+            backfill_groups: components["schemas"]["BackfillGroup"][];
+            /** Format: int64 */
+            total_entries: number;
+            /** @description Send as `cursor` for the next page; null on the last page. */
+            next_cursor: string | null;
+        };
+        BackfillGroupDryRun: {
+            /** @description By depth then `dag_id`. */
+            members: components["schemas"]["BackfillGroupDryRunMember"][];
+            /**
+             * Format: int64
+             * @description The run-to-run dependencies the group would have.
+             */
+            dependencies: number;
+            /**
+             * Format: int64
+             * @description The runs that would wait for another at the start.
+             */
+            blocked: number;
+            /** @description Send as `If-Match` to create exactly this plan. */
+            plan_hash: string;
+        };
+        BackfillGroupDryRunMember: {
+            dag_id: components["schemas"]["DagId"];
+            /** Format: int32 */
+            depth: number;
+            runs: components["schemas"]["DryRunEntry"][];
+            /** Format: int64 */
+            blocked: number;
+            /** @description The member's plan digest (as a backfill's dry run answers it). */
+            plan_hash: string;
+            estimate: components["schemas"]["BackfillEstimate"];
+            /** @enum {string} */
+            estimate_basis: "last_successful_runs" | "no_successful_runs";
+        };
+        GroupConflict: {
+            dag_id: components["schemas"]["DagId"];
+            /** Format: int64 */
+            active_backfill_id: number;
         };
         /**
          * @description The type of a lifecycle event.
          * @enum {string}
          */
-        WebhookEventType: "backfill.created" | "backfill.updated" | "backfill.paused" | "backfill.unpaused" | "backfill.canceling" | "backfill.succeeded" | "backfill.failed" | "backfill.canceled";
+        WebhookEventType: "backfill.created" | "backfill.updated" | "backfill.paused" | "backfill.unpaused" | "backfill.canceling" | "backfill.succeeded" | "backfill.failed" | "backfill.canceled" | "backfill_group.created" | "backfill_group.paused" | "backfill_group.unpaused" | "backfill_group.canceling" | "backfill_group.succeeded" | "backfill_group.failed" | "backfill_group.canceled";
         WebhookCreate: {
             /**
              * @description An absolute http or https URL.
@@ -2013,6 +2392,8 @@ export interface components {
         RunIdPath: string;
         /** @description The backfill's id. */
         BackfillIdPath: number;
+        /** @description The backfill group's id. */
+        GroupIdPath: number;
         /** @description The run's numeric `id` (not its `run_id`). */
         RunDbIdPath: number;
         /** @description Page size. */
@@ -2055,6 +2436,22 @@ export interface components {
         BackfillCreate: {
             content: {
                 "application/json": components["schemas"]["BackfillCreate"];
+            };
+        };
+        BackfillGroupCreate: {
+            content: {
+                /**
+                 * @example {
+                 *       "dag_ids": [
+                 *         "events_hourly"
+                 *       ],
+                 *       "include_downstream": "all",
+                 *       "from_date": "2024-01-01T00:00:00Z",
+                 *       "to_date": "2024-01-07T23:00:00Z",
+                 *       "reason": "DATA-456: re-run the pipeline after the parser fix"
+                 *     }
+                 */
+                "application/json": components["schemas"]["BackfillGroupCreate"];
             };
         };
     };
@@ -2632,6 +3029,8 @@ export interface operations {
                  *     `attempt`). Skipped slots have no state and never match.
                  */
                 state?: components["schemas"]["DagRunState"];
+                /** @description `true`: only the slots whose run is queued and waits for another (`blocked_by` > 0); `false`: every other slot. */
+                blocked?: boolean;
                 /** @description Page size. */
                 limit?: components["parameters"]["Limit"];
                 /** @description Entries to skip before the page starts. Not with `cursor` (where a listing takes one). */
@@ -2748,6 +3147,286 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Backfill"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listBackfillGroups: {
+        parameters: {
+            query?: {
+                /** @description Only groups in this state. */
+                state?: components["schemas"]["BackfillState"];
+                /** @description Only groups with a member backfill of this DAG. */
+                dag_id?: components["schemas"]["DagId"];
+                /** @description Page size. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Entries to skip before the page starts. Not with `cursor` (where a listing takes one). */
+                offset?: components["parameters"]["Offset"];
+                /**
+                 * @description The `next_cursor` of the previous page: the page starts right after that page's last
+                 *     entry, in the same order, whatever was inserted or removed before it, and costs the
+                 *     same at any depth. Send it with the same filters and `order_by`; with `offset` it is
+                 *     400 `invalid_request`, as is a cursor of another listing or order.
+                 */
+                cursor?: components["parameters"]["Cursor"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of groups. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BackfillGroupCollection"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createBackfillGroup: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description 1-255 printable ASCII characters. Keys are global and kept at least 24 hours; see the
+                 *     operation's description.
+                 * @example 5f0c8a4e-6f0e-4a53-9a57-1f7f3c2b1d2e
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /**
+                 * @description `"<plan_hash>"` from a dry run (several may be listed, comma-separated): create only
+                 *     if the plan made inside the creating transaction has that digest, else 412
+                 *     `plan_changed`. `*` checks nothing.
+                 * @example "3f0a9c5d0b6e1c2a4f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a3928"
+                 */
+                "If-Match"?: components["parameters"]["IfMatch"];
+                /**
+                 * @description Who sends the request (1-200 printable characters, e.g. a user name), recorded as the
+                 *     backfill's `created_by`. The service has no per-user identity (`API_TOKEN`'s tokens
+                 *     are shared secrets, several only for rotation), so this header is the principal.
+                 * @example alice@example.com
+                 */
+                "X-Actor"?: components["parameters"]["Actor"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: components["requestBodies"]["BackfillGroupCreate"];
+        responses: {
+            /** @description The group, created (or, with `Idempotent-Replayed`, as it is now). */
+            201: {
+                headers: {
+                    Location: components["headers"]["Location"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BackfillGroup"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            412: components["responses"]["PreconditionFailed"];
+            413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["Unprocessable"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    dryRunBackfillGroup: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: components["requestBodies"]["BackfillGroupCreate"];
+        responses: {
+            /** @description What the group would be. */
+            200: {
+                headers: {
+                    /** @description The plan's `plan_hash`, quoted. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BackfillGroupDryRun"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["Unprocessable"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getBackfillGroup: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The backfill group's id. */
+                group_id: components["parameters"]["GroupIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The group. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BackfillGroup"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    patchBackfillGroup: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The backfill group's id. */
+                group_id: components["parameters"]["GroupIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/merge-patch+json": components["schemas"]["BackfillGroupPatch"];
+                /**
+                 * @example {
+                 *       "priority": 5
+                 *     }
+                 */
+                "application/json": components["schemas"]["BackfillGroupPatch"];
+            };
+        };
+        responses: {
+            /** @description The group with its new settings. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BackfillGroup"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["Unprocessable"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    pauseBackfillGroup: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The backfill group's id. */
+                group_id: components["parameters"]["GroupIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The group after the action. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BackfillGroup"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    unpauseBackfillGroup: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The backfill group's id. */
+                group_id: components["parameters"]["GroupIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The group after the action. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BackfillGroup"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    cancelBackfillGroup: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The backfill group's id. */
+                group_id: components["parameters"]["GroupIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The group after the action. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BackfillGroup"];
                 };
             };
             400: components["responses"]["BadRequest"];
