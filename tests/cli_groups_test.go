@@ -29,6 +29,7 @@ func TestCLIGroups(t *testing.T) {
 	t.Run("WatchPrintsLinesUntilTheGroupSucceeds", func(t *testing.T) { t.Parallel(); testCLIGroupWatchSucceeds(t, bin) })
 	t.Run("WatchDrawsBarsOnATerminalAndExitsOneWhenFailed", func(t *testing.T) { t.Parallel(); testCLIGroupWatchTerminalFails(t, bin) })
 	t.Run("WatchStopsAtAPauseWithExitCodeFour", func(t *testing.T) { t.Parallel(); testCLIGroupWatchPaused(t, bin) })
+	t.Run("PatchChangesEveryMember", func(t *testing.T) { t.Parallel(); testCLIGroupPatch(t, bin) })
 }
 
 // chain defines a → b → c, all daily, and an unrelated DAG "other".
@@ -313,4 +314,19 @@ func testCLIGroupWatchPaused(t *testing.T, bin string) {
 	require.Contains(t, r.stdout, fmt.Sprintf("group %s paused by the failure budget: 1 failed ≥ max_failed_runs 1.\n"+
 		"next: see why runs failed with 'backfillctl backfills runs %d --state failed' (p); "+
 		"resume with 'backfillctl groups unpause %s', or stop with 'backfillctl groups cancel %s'", id, g.Members[0].BackfillId, id, id))
+}
+
+// backfillctl groups patch changes the group's and its members' priority and limits.
+func testCLIGroupPatch(t *testing.T, bin string) {
+	e := newEnv(t)
+	e.PutDag("gp", "@daily", "")
+	g := e.CreateGroup([]string{"gp"}, day(1, 1), day(1, 2))
+	out := okCLI(t, bin, e, "groups", "patch", fmt.Sprint(g.Id), "--priority", "4", "--max-active-runs", "3")
+	require.Contains(t, out, "gp")
+	m := e.GetBackfill(g.Members[0].BackfillId)
+	require.Equal(t, int32(4), m.Priority)
+	require.Equal(t, int32(3), m.MaxActiveRuns)
+	r := runCLI(t, bin, e, "groups", "patch", fmt.Sprint(g.Id))
+	require.NotZero(t, r.code, r.stdout)
+	require.Contains(t, r.stderr, "nothing to change")
 }

@@ -49,6 +49,7 @@ var nouns = []noun{
 		{"pause", "ID", groupsPause},
 		{"unpause", "ID", groupsUnpause},
 		{"cancel", "ID", groupsCancel},
+		{"patch", "ID [--max-active-runs N] [--max-failed-runs N|none] [--description TEXT] [--priority N]", groupsPatch},
 	}},
 	{"runs", []command{
 		{"list", "DAG_ID [--state STATE] [--backfill-id ID] [--limit N] [--offset N | --cursor C]", runsList},

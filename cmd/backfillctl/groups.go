@@ -36,6 +36,8 @@ const groupsUsage = `Backfill groups (one window over several DAGs; a run waits 
   groups cancel ID
         Act on the group and every member; on a member backfill they are refused
         (managed_by_group).
+  groups patch ID [--max-active-runs N] [--max-failed-runs N|none] [--description TEXT] [--priority N]
+        Changes a running or paused group's settings and its members'; the next claim obeys them.
 `
 
 var groupID = number("group ID")
@@ -169,4 +171,31 @@ var groupsList = list(listing[struct{}, client.BackfillGroupCollection, client.B
 	page: func(l client.BackfillGroupCollection) page[client.BackfillGroup] {
 		return page[client.BackfillGroup]{items: l.BackfillGroups, total: l.TotalEntries, next: l.NextCursor}
 	},
+})
+
+var groupsPatch = do(groupID, func(fs *flag.FlagSet) action[int64] {
+	maxActive := fs.Int("max-active-runs", 0, "most runs of each member at once, 1..1000; the next claim obeys it")
+	var budget budgetValue
+	fs.Var(&budget, "max-failed-runs", "pause the group when a run fails while `N` runs of its members have failed (none: no limit)")
+	description := fs.String("description", "", "free text (an empty one clears it)")
+	priority := fs.Int("priority", 0, priorityUsage+"; the next claim ranks every member by it")
+	return func(ctx context.Context, c *cli, api *client.Client, id int64) error {
+		changes := client.GroupChanges{
+			MaxActiveRuns: given(fs, "max-active-runs", int32(*maxActive)),
+			MaxFailedRuns: budget.field(fs, "max-failed-runs"),
+			Description:   given(fs, "description", *description),
+			Priority:      given(fs, "priority", int32(*priority)),
+		}
+		if *description == "" && changes.Description.IsSet() {
+			changes.Description = client.Null[string]()
+		}
+		if !changes.MaxActiveRuns.IsSet() && !changes.MaxFailedRuns.IsSet() && !changes.Description.IsSet() && !changes.Priority.IsSet() {
+			return usageErrorf("nothing to change: give --max-active-runs, --max-failed-runs, --description or --priority")
+		}
+		g, err := api.PatchBackfillGroup(ctx, id, changes)
+		if err != nil {
+			return err
+		}
+		return c.printGroup(g)
+	}
 })
