@@ -62,6 +62,9 @@ func (ids authIDs) save(t *testing.T, name string, res *response) {
 	}
 }
 
+// authGroupBody creates a group of one DAG of its own (auth_dag has a backfill by then).
+var authGroupBody = map[string]any{"dag_ids": []string{"auth_group_dag"}, "from_date": "2024-01-01T00:00:00Z", "to_date": "2024-01-03T00:00:00Z"}
+
 // authRoutes returns a request for every /api/v1 operation of the spec, in an order in which
 // each one succeeds against e: the DAG, a manual run, a backfill, then actions on them.
 func authRoutes(e *env) []authRoute {
@@ -85,6 +88,15 @@ func authRoutes(e *env) []authRoute {
 		{http.MethodPatch, "/api/v1/backfills/{backfill}", map[string]any{"max_active_runs": 3}, http.StatusOK, ""},
 		{http.MethodPost, "/api/v1/runs/{run}/release", map[string]any{"worker_id": "auth_worker"}, http.StatusOK, ""},
 		{http.MethodPut, "/api/v1/backfills/{backfill}/cancel", nil, http.StatusOK, ""},
+		{http.MethodPut, "/api/v1/dags/auth_group_dag", map[string]any{"schedule": "@daily"}, http.StatusCreated, ""},
+		{http.MethodPost, "/api/v1/backfill_groups/dry_run", authGroupBody, http.StatusOK, ""},
+		{http.MethodPost, "/api/v1/backfill_groups", authGroupBody, http.StatusCreated, "{group}"},
+		{http.MethodGet, "/api/v1/backfill_groups", nil, http.StatusOK, ""},
+		{http.MethodGet, "/api/v1/backfill_groups/{group}", nil, http.StatusOK, ""},
+		{http.MethodPatch, "/api/v1/backfill_groups/{group}", map[string]any{"priority": 2}, http.StatusOK, ""},
+		{http.MethodPut, "/api/v1/backfill_groups/{group}/pause", nil, http.StatusOK, ""},
+		{http.MethodPut, "/api/v1/backfill_groups/{group}/unpause", nil, http.StatusOK, ""},
+		{http.MethodPut, "/api/v1/backfill_groups/{group}/cancel", nil, http.StatusOK, ""},
 		{http.MethodPut, "/api/v1/pools/auth_pool", map[string]any{"slots": 2}, http.StatusCreated, ""},
 		{http.MethodGet, "/api/v1/pools", nil, http.StatusOK, ""},
 		{http.MethodGet, "/api/v1/pools/auth_pool", nil, http.StatusOK, ""},
@@ -113,7 +125,7 @@ func TestAuthEveryAPIRouteNeedsAValidBearerToken(t *testing.T) {
 	doc, err := openapi3.NewLoader().LoadFromData(api.SpecYAML)
 	require.NoError(t, err)
 	covered := map[string]bool{}
-	unresolved := authIDs{"{backfill}": 0, "{run}": 0, "{webhook}": 0}
+	unresolved := authIDs{"{backfill}": 0, "{run}": 0, "{webhook}": 0, "{group}": 0}
 	for _, r := range routes {
 		covered[r.method+" "+authTemplate(doc, unresolved.resolve(r.path))] = true
 	}
