@@ -181,7 +181,7 @@ func claimableStatement(scope claimScope) string {
 	// A backfill counts only with a queued run that is neither deferred nor blocked: its
 	// claimable flag does not tell those apart, and one whose every queued run waits would
 	// keep an empty claim trying again for the whole race budget.
-	return `SELECT EXISTS (SELECT 1 FROM backfills WHERE ` + backfillOwner + ` AND EXISTS (
+	return `SELECT EXISTS (SELECT 1 FROM backfills WHERE ` + backfillOwner + ` AND ` + notAllBlocked + ` AND EXISTS (
 			SELECT 1 FROM dag_runs WHERE backfill_id = backfills.id AND blocked_by = 0 AND state = 'queued' AND ` + runReady + `))
 		OR EXISTS (SELECT 1 FROM dags o WHERE ` + dagOwner + ` AND EXISTS (
 			SELECT 1 FROM dag_runs WHERE ` + manualRun + `))`
@@ -325,7 +325,7 @@ func claimStatement(scope claimScope) string {
 				SELECT id, pool FROM walk) w
 		), backfill_rank AS MATERIALIZED (
 			SELECT id, row_number() OVER (ORDER BY ` + backfillRankOrder(aging) + `) AS k FROM backfills
-			WHERE ` + backfillOwner + `
+			WHERE ` + backfillOwner + ` AND ` + notAllBlocked + `
 		), backfill_owner (k, id, room, pool, pool_room) AS (
 			SELECT * FROM (
 				SELECT r.k, backfills.id, max_active_runs - num_running, pool, ` + snapshotPoolRoom + `
@@ -394,6 +394,13 @@ func claimStatement(scope claimScope) string {
 		SELECT ` + runColumns + `, ` + claimCodeRef + ` FROM claimed
 		ORDER BY backfill_id NULLS FIRST, dag_id, backfill_sort_ordinal, logical_date`
 }
+
+// notAllBlocked keeps out of the ranking a backfill whose every queued run waits for another
+// (a group's member, num_blocked): a filter on the rows backfills_claimable finds, not part of
+// its predicate, so that the counters stay out of every index and their updates stay HOT. The
+// walk does not repeat it on the row it locks: a member that became blocked meanwhile costs
+// one probe of an empty range.
+const notAllBlocked = `num_queued > num_blocked`
 
 // runReady is the condition on a queued run that no deferral holds back (migrations/00025):
 // by the one clock, so the deferral ends at the same instant on every replica.

@@ -191,13 +191,15 @@ type floorClaimer struct {
 	backfillID    int64
 }
 
-// floorClaimSQL claims the first queued run of backfill $2 in claim order for worker $1.
+// floorClaimSQL claims the first queued run of backfill $2 in claim order for worker $1. It
+// names blocked_by = 0 as the service's claim does: the index of a backfill's unfinished runs
+// leads with it (migrations/00035), and without it the floor sorted every queued run.
 const floorClaimSQL = `
 	UPDATE dag_runs SET state = 'running', worker_id = $1, start_date = now(), lease_seconds = 300,
 		lease_expires_at = now() + interval '300 seconds'
 	WHERE id = (
 		SELECT id FROM dag_runs
-		WHERE backfill_id = $2 AND state = 'queued'
+		WHERE backfill_id = $2 AND blocked_by = 0 AND state = 'queued'
 		ORDER BY backfill_sort_ordinal
 		FOR UPDATE SKIP LOCKED LIMIT 1)
 	RETURNING id`

@@ -28,6 +28,8 @@ type results struct {
 	eventWriters *eventWritersResult
 	// poolBusy is P10.
 	poolBusy *poolBusyResult
+	// groups is P11.
+	groups *groupsResult
 }
 
 // Targets of P1–P5.
@@ -94,6 +96,9 @@ func printReport(w io.Writer, cfg config, hw *hardware, r *results) {
 	}
 	if r.poolBusy != nil {
 		rows = append(rows, poolBusyRows(*r.poolBusy)...)
+	}
+	if r.groups != nil {
+		rows = append(rows, groupsRows(*r.groups)...)
 	}
 	writeTable(w, []string{"scenario", "service", "floor / baseline", "ratio", "target", "result"}, rows)
 
