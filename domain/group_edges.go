@@ -64,13 +64,7 @@ type GroupGraph struct {
 // again, satisfies it. More than maxEdges is a *TooManyDependenciesError, counted without
 // holding them.
 func PlanGroupEdges(members []GroupMemberPlan, links map[string][]Link, g GroupGraph, maxEdges int64) (GroupDependencies, error) {
-	p := edgePlanner{graph: g, lines: map[string]*tickLine{}, index: map[string]int{}}
-	p.producers = make([][]producer, len(members))
-	p.memberOnly = make([][]int, len(members))
-	for i, m := range members {
-		p.index[m.DagID] = i
-		p.producers[i], p.memberOnly[i] = producersOf(m)
-	}
+	p := newEdgePlanner(members, g)
 	out := GroupDependencies{Blocked: make([]int, len(members))}
 	var total int64
 	for mi, m := range members {
@@ -107,6 +101,32 @@ func PlanGroupEdges(members []GroupMemberPlan, links map[string][]Link, g GroupG
 	return out, nil
 }
 
+// WaitsOnUpstreams answers, for each slot of member mi (in its Slots' order), how many runs of
+// the members upstream of it the slot's run waits for: what its run is written with
+// (PlannedSlot.BlockedBy), before its own plan is settled. The members before mi must be
+// settled; mi's own slots and the members after it are not read. A member's wait for its own
+// past is not counted: that needs its settled plan (PlanGroupEdges counts it).
+func WaitsOnUpstreams(members []GroupMemberPlan, mi int, links map[string][]Link, g GroupGraph) ([]int, error) {
+	p := newEdgePlanner(members[:mi], g)
+	for _, l := range links[members[mi].DagID] {
+		if _, ok := p.index[l.Ancestor]; !ok {
+			return nil, fmt.Errorf("%s waits for %s, which is not planned before it", members[mi].DagID, l.Ancestor)
+		}
+	}
+	waits := make([]int, len(members[mi].Slots))
+	for k, sl := range members[mi].Slots {
+		if sl.Action == ActionSkip {
+			continue
+		}
+		ups, err := p.upstreamsOf(mi, members[mi].DagID, Span{sl.LogicalDate, sl.IntervalEnd}, links[members[mi].DagID])
+		if err != nil {
+			return nil, err
+		}
+		waits[k] = len(ups)
+	}
+	return waits, nil
+}
+
 // upRef names a run a dependency is made to.
 type upRef struct {
 	member int
@@ -121,6 +141,17 @@ type edgePlanner struct {
 	// memberOnly is, per member, the indexes into producers of its own slots (an "all"
 	// mapping waits for those only).
 	memberOnly [][]int
+}
+
+func newEdgePlanner(members []GroupMemberPlan, g GroupGraph) *edgePlanner {
+	p := &edgePlanner{graph: g, lines: map[string]*tickLine{}, index: map[string]int{}}
+	p.producers = make([][]producer, len(members))
+	p.memberOnly = make([][]int, len(members))
+	for i, m := range members {
+		p.index[m.DagID] = i
+		p.producers[i], p.memberOnly[i] = producersOf(m)
+	}
+	return p
 }
 
 // producersOf lists a member's producers by start, and which of them are its slots.

@@ -196,3 +196,47 @@ func TestTooManyDependenciesIsCountedNotHeld(t *testing.T) {
 		t.Fatalf("err %v, want 10000 counted over 5000", err)
 	}
 }
+
+// A member's runs are written knowing what they wait for of the members above it: the same
+// count PlanGroupEdges gives them, save for a wait on its own past.
+func TestWaitsOnUpstreamsIsWhatTheEdgesCount(t *testing.T) {
+	nodes := map[string]DagNode{
+		"a":    {DagID: "a"},
+		"b":    {DagID: "b", Upstreams: []Upstream{{DagID: "a", Mapping: MappingOverlap}}},
+		"c":    {DagID: "c", Upstreams: []Upstream{{DagID: "a", Mapping: MappingOverlap, Lookback: 1}}},
+		"sink": {DagID: "sink", Upstreams: []Upstream{{DagID: "b", Mapping: MappingOverlap}, {DagID: "c", Mapping: MappingOverlap}}, DependsOnPast: true},
+	}
+	order := []string{"a", "b", "c", "sink"}
+	links, _, err := MemberLinks(order, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := day0.AddDate(0, 0, 4)
+	g := GroupGraph{Schedules: map[string]*schedule.Schedule{}, From: day0, To: to, Now: now}
+	var members []GroupMemberPlan
+	for _, d := range order {
+		g.Schedules[d] = mustSched(t, "@daily")
+		m := memberPlan(t, d, "@daily", day0, to, now)
+		m.DependsOnPast = nodes[d].DependsOnPast
+		members = append(members, m)
+	}
+	deps, err := PlanGroupEdges(members, links, g, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for mi, m := range members {
+		waits, err := WaitsOnUpstreams(members, mi, links, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, sl := range m.Slots {
+			want := len(waitsFor(deps.Edges, mi, sl.LogicalDate))
+			if m.DependsOnPast && k > 0 {
+				want-- // its previous slot: counted once the plan is settled
+			}
+			if waits[k] != want {
+				t.Fatalf("%s %s: written waiting for %d, the edges count %d", m.DagID, sl.LogicalDate, waits[k], want)
+			}
+		}
+	}
+}

@@ -94,6 +94,9 @@ type PlannedSlot struct {
 	ExceptionReason *string
 	// ExistingRunID is the run a reprocess takes over.
 	ExistingRunID int64
+	// BlockedBy is how many runs the slot's run waits for when it is written (a group
+	// member's: its runs of the members upstream, domain.WaitsOnUpstreams); 0 otherwise.
+	BlockedBy int
 }
 
 // ValidateSchedule answers ErrInvalidDag when a DAG's schedule or timezone cannot be planned.

@@ -64,11 +64,11 @@ func copyRunsAndSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p doma
 	}
 	conf := jsonParam(p.DagRunConf)
 	err = copyIn(ctx, tx, `COPY dag_runs (id, dag_id, run_id, logical_date, data_interval_start, data_interval_end,
-		state, run_type, backfill_id, backfill_sort_ordinal, conf, attempt, queued_at) FROM STDIN`, len(slots),
+		state, run_type, backfill_id, backfill_sort_ordinal, conf, attempt, queued_at, blocked_by) FROM STDIN`, len(slots),
 		func(i int) []any {
 			sl := slots[i]
 			return []any{ids[i], p.DagID, RunIDFor(domain.RunTypeBackfill, sl.LogicalDate), sl.LogicalDate, sl.LogicalDate,
-				sl.IntervalEnd, domain.RunQueued, domain.RunTypeBackfill, backfillID, sl.SortOrdinal, conf, 1, now}
+				sl.IntervalEnd, domain.RunQueued, domain.RunTypeBackfill, backfillID, sl.SortOrdinal, conf, 1, now, sl.BlockedBy}
 		})
 	if err != nil {
 		return fmt.Errorf("copy runs: %w", err)

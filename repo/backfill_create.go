@@ -185,11 +185,15 @@ func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p domain.Bac
 	if err != nil {
 		return Backfill{}, nil, err
 	}
-	var queued, skipped int
+	var queued, skipped, blocked int
 	for _, sl := range slots {
-		if sl.Action == domain.ActionSkip {
+		switch {
+		case sl.Action == domain.ActionSkip:
 			skipped++
-		} else {
+		case sl.BlockedBy > 0:
+			queued++
+			blocked++
+		default:
 			queued++
 		}
 	}
@@ -198,14 +202,14 @@ func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p domain.Bac
 		INSERT INTO backfills (id, dag_id, from_date, to_date, run_backwards, dag_run_conf, reprocess_behavior,
 			max_active_runs, description, state, created_at, updated_at, num_queued, num_skipped,
 			max_failed_runs, plan_hash, parent_backfill_id, pool, code_ref, created_by, reason, priority,
-			group_id, group_depth)
+			group_id, group_depth, num_blocked)
 		OVERRIDING SYSTEM VALUE
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
-			$21, CASE WHEN $21::bigint IS NOT NULL THEN $22::smallint END)
+			$21, CASE WHEN $21::bigint IS NOT NULL THEN $22::smallint END, $23)
 		RETURNING `+backfillColumns,
 		id, p.DagID, p.FromDate, p.ToDate, p.RunBackwards, jsonParam(p.DagRunConf), p.ReprocessBehavior,
 		p.MaxActiveRuns, p.Description, now, queued, skipped, p.MaxFailedRuns, planHash, p.ParentBackfillID, p.Pool,
-		p.CodeRef, p.CreatedBy, p.Reason, p.Priority, p.GroupID, p.GroupDepth)
+		p.CodeRef, p.CreatedBy, p.Reason, p.Priority, p.GroupID, p.GroupDepth, blocked)
 	if uniqueViolation(err) == constraintOneActivePerDag {
 		return Backfill{}, nil, errBackfillUniqueViolation
 	}
@@ -271,7 +275,7 @@ func settleTakenSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p doma
 		r := &runs[at]
 		domain.Decide(&slots[idx], p.ReprocessBehavior, r.ID, r.State)
 		if slots[idx].Action == domain.ActionReprocess {
-			over = append(over, takeover{id: r.ID, logicalDate: r.LogicalDate, ordinal: slots[idx].SortOrdinal})
+			over = append(over, takeover{id: r.ID, logicalDate: r.LogicalDate, ordinal: slots[idx].SortOrdinal, blocked: slots[idx].BlockedBy})
 			if r.BackfillID != nil {
 				priors[i] = r
 			}
@@ -310,11 +314,13 @@ func settleTakenSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p doma
 	return nil
 }
 
-// takeover is a run a slot of the new backfill reprocesses, and that slot's ordinal.
+// takeover is a run a slot of the new backfill reprocesses, that slot's ordinal, and how many
+// runs it waits for (a group member's).
 type takeover struct {
 	id          int64
 	logicalDate time.Time
 	ordinal     int
+	blocked     int
 }
 
 // readTakenRuns reads the DAG's runs from first to last (one range scan of the date index),
@@ -361,10 +367,12 @@ func reprocessRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p domain.
 	}
 	ids := make(pq.Int64Array, 0, len(over))
 	ordinals := make(pq.Int64Array, 0, len(over))
+	blocked := make(pq.Int64Array, 0, len(over))
 	first, last := over[0].logicalDate, over[0].logicalDate
 	for _, t := range over {
 		ids = append(ids, t.id)
 		ordinals = append(ordinals, int64(t.ordinal))
+		blocked = append(blocked, int64(t.blocked))
 		if t.logicalDate.Before(first) {
 			first = t.logicalDate
 		}
@@ -375,11 +383,11 @@ func reprocessRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p domain.
 	res, err := tx.ExecContext(ctx, `
 		UPDATE dag_runs r SET state = 'queued', backfill_id = $3, backfill_sort_ordinal = u.ordinal,
 			attempt = r.attempt + 1, first_attempt = r.attempt + 1, conf = coalesce($4::jsonb, r.conf), worker_id = NULL, queued_at = $5,
-			start_date = NULL, end_date = NULL, lease_expires_at = NULL, lease_seconds = NULL, blocked_by = 0
-		FROM unnest($1::bigint[], $2::int[]) AS u(id, ordinal)
+			start_date = NULL, end_date = NULL, lease_expires_at = NULL, lease_seconds = NULL, blocked_by = u.blocked
+		FROM unnest($1::bigint[], $2::int[], $9::int[]) AS u(id, ordinal, blocked)
 		WHERE r.id = u.id AND r.state IN ('success', 'failed', 'canceled')
 		  AND r.dag_id = $6 AND r.logical_date BETWEEN $7 AND $8`,
-		ids, ordinals, backfillID, jsonParam(p.DagRunConf), now, p.DagID, first, last)
+		ids, ordinals, backfillID, jsonParam(p.DagRunConf), now, p.DagID, first, last, blocked)
 	if err != nil {
 		return fmt.Errorf("reprocess runs: %w", err)
 	}

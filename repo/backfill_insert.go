@@ -63,8 +63,10 @@ func insertRunsAndSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p do
 	dates := make(pq.StringArray, n)
 	ends := make(pq.StringArray, n)
 	runIDs := make(pq.StringArray, n)
+	blocked := make(pq.Int64Array, n)
 	for j, i := range try {
 		sl := slots[i]
+		blocked[j] = int64(sl.BlockedBy)
 		ordinals[j] = int64(sl.SortOrdinal)
 		dates[j] = sl.LogicalDate.Format(time.RFC3339Nano)
 		ends[j] = sl.IntervalEnd.Format(time.RFC3339Nano)
@@ -81,11 +83,11 @@ func insertRunsAndSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p do
 	err := sqlx.GetContext(ctx, tx, &res, `
 		WITH created AS (
 			INSERT INTO dag_runs (dag_id, run_id, logical_date, data_interval_start, data_interval_end, state,
-				run_type, backfill_id, backfill_sort_ordinal, conf, attempt, queued_at)
+				run_type, backfill_id, backfill_sort_ordinal, conf, attempt, queued_at, blocked_by)
 			SELECT $6, s.run_id, s.logical_date, s.logical_date, s.interval_end, 'queued',
-				'backfill', $1, s.sort_ordinal, $7::jsonb, 1, $8
-			FROM unnest($2::int[], $3::timestamptz[], $4::timestamptz[], $5::text[])
-				AS s(sort_ordinal, logical_date, interval_end, run_id)
+				'backfill', $1, s.sort_ordinal, $7::jsonb, 1, $8, s.blocked_by
+			FROM unnest($2::int[], $3::timestamptz[], $4::timestamptz[], $5::text[], $9::int[])
+				AS s(sort_ordinal, logical_date, interval_end, run_id, blocked_by)
 			ON CONFLICT (dag_id, logical_date) DO NOTHING
 			RETURNING id, backfill_sort_ordinal, logical_date
 		), linked AS (
@@ -96,7 +98,7 @@ func insertRunsAndSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p do
 		SELECT count(*) AS linked,
 			CASE WHEN count(*) < cardinality($2::int[]) THEN array_agg(sort_ordinal) END AS ordinals
 		FROM linked`,
-		backfillID, ordinals, dates, ends, runIDs, p.DagID, jsonParam(p.DagRunConf), now)
+		backfillID, ordinals, dates, ends, runIDs, p.DagID, jsonParam(p.DagRunConf), now, blocked)
 	if c := uniqueViolation(err); c == constraintRunIDPerDag || c == constraintRunPerDate {
 		// ON CONFLICT guards only its arbiter, and only against rows committed before the
 		// check: a concurrent creation that commits the same date in between surfaces as a

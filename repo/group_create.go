@@ -195,25 +195,41 @@ func (s *Store) groupInsertAll(ctx context.Context, tx *sqlx.Tx, p domain.GroupR
 	if err != nil {
 		return BackfillGroup{}, fmt.Errorf("insert backfill group: %w", err)
 	}
-	members := make([]domain.GroupMemberPlan, len(plan.graph.members))
+	members, err := s.groupMemberPlans(ctx, tx, plan)
+	if err != nil {
+		return BackfillGroup{}, err
+	}
+	graph := plan.edgeGraph()
 	hashes := make([]domain.GroupMemberPlanHash, len(plan.graph.members))
 	for i, d := range plan.graph.members {
+		// Each run is written with what it waits for of the members above it, settled
+		// before it (depth order): no second write of the runs that wait.
+		waits, err := domain.WaitsOnUpstreams(members, i, plan.graph.links, graph)
+		if err != nil {
+			return BackfillGroup{}, err
+		}
+		for k := range members[i].Slots {
+			members[i].Slots[k].BlockedBy = waits[k]
+		}
 		depth := plan.graph.depth[d.DagID]
-		b, slots, err := s.backfillInsertAll(ctx, tx, p.Member(d.DagID, id, depth), domain.Fingerprint{}, d, plan.slots[i], known[i])
+		b, slots, err := s.backfillInsertAll(ctx, tx, p.Member(d.DagID, id, depth), domain.Fingerprint{}, d, members[i].Slots, known[i])
 		if errors.Is(err, ErrNoRunsToCreate) {
 			return BackfillGroup{}, fmt.Errorf("%w: %s has no schedule tick in the window that has ended", ErrNoRunsToCreate, d.DagID)
 		}
 		if err != nil {
 			return BackfillGroup{}, err
 		}
-		members[i] = domain.GroupMemberPlan{DagID: d.DagID, Slots: slots, DependsOnPast: plan.graph.nodes[d.DagID].DependsOnPast}
+		members[i].Slots = slots
 		hashes[i] = domain.GroupMemberPlanHash{DagID: d.DagID, Depth: depth, PlanHash: deref(b.PlanHash)}
 	}
-	deps, err := s.groupDependencies(ctx, tx, plan, members)
+	deps, err := domain.PlanGroupEdges(members, plan.graph.links, graph, s.maxDependencies)
 	if err != nil {
 		return BackfillGroup{}, err
 	}
 	if err := insertDependencies(ctx, tx, id, plan.graph.members, deps.Edges); err != nil {
+		return BackfillGroup{}, err
+	}
+	if err := correctBlocked(ctx, tx, plan.graph.members, members, deps.Edges); err != nil {
 		return BackfillGroup{}, err
 	}
 	planHash := domain.GroupPlanHash(hashes, deps.Edges.Len())
@@ -228,27 +244,36 @@ func (s *Store) groupInsertAll(ctx context.Context, tx *sqlx.Tx, p domain.GroupR
 	return groupGet(ctx, tx, id, "")
 }
 
-// groupDependencies computes the dependencies among the members' settled runs, reading the
-// runs in flight outside any backfill of the members that others wait for.
-func (s *Store) groupDependencies(ctx context.Context, q sqlx.QueryerContext, plan groupPlan, members []domain.GroupMemberPlan) (domain.GroupDependencies, error) {
+// groupMemberPlans answers each member's plan as made before the transaction (its slots
+// cloned: settling mutates them), with the runs in flight outside any backfill of the
+// members that others wait for (or that wait for their own past), read on q.
+func (s *Store) groupMemberPlans(ctx context.Context, q sqlx.QueryerContext, plan groupPlan) ([]domain.GroupMemberPlan, error) {
 	waitedFor := map[string]bool{}
-	for _, m := range members {
-		for _, l := range plan.graph.links[m.DagID] {
+	for _, d := range plan.graph.members {
+		for _, l := range plan.graph.links[d.DagID] {
 			waitedFor[l.Ancestor] = true
 		}
-		if m.DependsOnPast {
-			waitedFor[m.DagID] = true
+		if plan.graph.nodes[d.DagID].DependsOnPast {
+			waitedFor[d.DagID] = true
 		}
 	}
-	for i := range members {
-		if !waitedFor[members[i].DagID] {
-			continue
-		}
-		var err error
-		if members[i].InFlight, err = inFlightOutsideBackfills(ctx, q, members[i].DagID); err != nil {
-			return domain.GroupDependencies{}, err
+	members := make([]domain.GroupMemberPlan, len(plan.graph.members))
+	for i, d := range plan.graph.members {
+		members[i] = domain.GroupMemberPlan{DagID: d.DagID, Slots: slices.Clone(plan.slots[i]),
+			DependsOnPast: plan.graph.nodes[d.DagID].DependsOnPast}
+		if waitedFor[d.DagID] {
+			var err error
+			if members[i].InFlight, err = inFlightOutsideBackfills(ctx, q, d.DagID); err != nil {
+				return nil, err
+			}
 		}
 	}
+	return members, nil
+}
+
+// edgeGraph is what following the plan's links needs: the schedules, the window all the
+// members' slots span, and the plan's now.
+func (plan groupPlan) edgeGraph() domain.GroupGraph {
 	first, last := plan.now, time.Time{}
 	for _, slots := range plan.slots {
 		if len(slots) > 0 {
@@ -256,15 +281,52 @@ func (s *Store) groupDependencies(ctx context.Context, q sqlx.QueryerContext, pl
 			first, last = minTime(first, f), maxTime(last, l)
 		}
 	}
-	return domain.PlanGroupEdges(members, plan.graph.links, domain.GroupGraph{
-		Schedules: plan.graph.schedules, From: first, To: last, Now: plan.now,
-	}, s.maxDependencies)
+	return domain.GroupGraph{Schedules: plan.graph.schedules, From: first, To: last, Now: plan.now}
 }
 
-// insertDependencies writes a group's dependencies and each waiting run's blocked_by, in one
-// statement: the runs on both sides are found by DAG and logical date (the members' runs were
-// inserted or taken over earlier in the transaction; the others are in flight). The counter
-// trigger moves each member's num_blocked with it.
+// correctBlocked sets blocked_by where the dependencies of the settled plan count other than
+// what a run was written with (a member that depends on its own past: those edges need its
+// settled plan), in one statement; usually there is none. The counter trigger moves
+// num_blocked with it.
+func correctBlocked(ctx context.Context, tx *sqlx.Tx, dags []Dag, members []domain.GroupMemberPlan, e domain.GroupEdges) error {
+	type run struct {
+		member int32
+		date   int64
+	}
+	count := make(map[run]int, e.Len())
+	for i := range e.Child {
+		count[run{e.Child[i], e.ChildDate[i].UnixMicro()}]++
+	}
+	var dagIDs, dates pq.StringArray
+	var blocked pq.Int64Array
+	for mi, m := range members {
+		for _, sl := range m.Slots {
+			if sl.Action == domain.ActionSkip {
+				continue
+			}
+			if n := count[run{int32(mi), sl.LogicalDate.UnixMicro()}]; n != sl.BlockedBy {
+				dagIDs = append(dagIDs, dags[mi].DagID)
+				dates = append(dates, sl.LogicalDate.Format(time.RFC3339Nano))
+				blocked = append(blocked, int64(n))
+			}
+		}
+	}
+	if len(dagIDs) == 0 {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, `
+		UPDATE dag_runs r SET blocked_by = c.blocked
+		FROM unnest($1::text[], $2::timestamptz[], $3::int[]) AS c (dag_id, logical_date, blocked)
+		WHERE r.dag_id = c.dag_id AND r.logical_date = c.logical_date`, dagIDs, dates, blocked)
+	if err != nil {
+		return fmt.Errorf("set what the runs wait for: %w", err)
+	}
+	return nil
+}
+
+// insertDependencies writes a group's dependencies in one statement: the runs on both sides
+// are found by DAG and logical date (the members' runs were inserted or taken over earlier in
+// the transaction; the others are in flight). The runs were written with their blocked_by.
 func insertDependencies(ctx context.Context, tx *sqlx.Tx, groupID int64, dags []Dag, e domain.GroupEdges) error {
 	if e.Len() == 0 {
 		return nil
@@ -291,10 +353,6 @@ func insertDependencies(ctx context.Context, tx *sqlx.Tx, groupID int64, dags []
 			INSERT INTO dag_run_dependencies (upstream_run_id, run_id, group_id)
 			SELECT upstream_run_id, run_id, $6 FROM edge
 			RETURNING run_id
-		), blocked AS (
-			UPDATE dag_runs r SET blocked_by = r.blocked_by + w.n
-			FROM (SELECT run_id, count(*)::int AS n FROM written GROUP BY run_id) w
-			WHERE r.id = w.run_id
 		)
 		SELECT count(*) FROM written`,
 		ids, child, childDate, up, upDate, groupID)

@@ -36,25 +36,26 @@ func (s *Store) BackfillGroupDryRun(ctx context.Context, p domain.GroupRequest) 
 	var out GroupDryRun
 	err = s.readRetried(ctx, func(ctx context.Context, q pgrun.Queryer) error {
 		out = GroupDryRun{Members: make([]GroupDryRunMember, len(plan.graph.members))}
-		members := make([]domain.GroupMemberPlan, len(plan.graph.members))
+		members, err := s.groupMemberPlans(ctx, q, plan)
+		if err != nil {
+			return err
+		}
 		hashes := make([]domain.GroupMemberPlanHash, len(plan.graph.members))
 		for i, d := range plan.graph.members {
 			req := p.Member(d.DagID, 0, 0)
-			slots := append([]domain.PlannedSlot(nil), plan.slots[i]...)
+			slots := members[i].Slots
 			if err := decideSlots(ctx, q, d.DagID, p.ReprocessBehavior, slots); err != nil {
 				return err
 			}
 			m := &out.Members[i]
 			m.DagID, m.Depth, m.Slots = d.DagID, plan.graph.depth[d.DagID], slots
 			m.PlanHash = domain.PlanHash(d.Schedule, d.Timezone, slots)
-			var err error
 			if m.Estimate, m.EstimateBasis, err = backfillEstimate(ctx, q, req, slots); err != nil {
 				return err
 			}
-			members[i] = domain.GroupMemberPlan{DagID: d.DagID, Slots: slots, DependsOnPast: plan.graph.nodes[d.DagID].DependsOnPast}
 			hashes[i] = domain.GroupMemberPlanHash{DagID: d.DagID, Depth: m.Depth, PlanHash: m.PlanHash}
 		}
-		deps, err := s.groupDependencies(ctx, q, plan, members)
+		deps, err := domain.PlanGroupEdges(members, plan.graph.links, plan.edgeGraph(), s.maxDependencies)
 		if err != nil {
 			return err
 		}
