@@ -65,3 +65,19 @@ func TestGroupDependsOnPastRunsTheSlotsInOrder(t *testing.T) {
 	got = e.ClaimDag("w", "past", 10)
 	require.Len(t, got, 2, "days 2 and 5")
 }
+
+// Claims prefer the runs nearest the top of the graph: with a's later days queued and b's first
+// day unblocked, a claim of one hands out a's first, then b's.
+func TestGroupClaimsPreferTheTopOfTheGraph(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.PutDag("top", "@daily", "")
+	e.PutDagWith("below", "@daily", "upstreams", []any{up("top")})
+	e.CreateGroup([]string{"below", "top"}, day(1, 1), day(1, 4))
+	e.MarkRunSucceeded("top", day(1, 1))
+	got := e.ClaimN(1, "w", 1)
+	require.Equal(t, "top", got[0].DagId)
+	require.True(t, got[0].LogicalDate.Equal(day(1, 2)), "then sort_ordinal")
+	got = e.ClaimN(3, "w", 5)
+	require.Equal(t, []string{"top", "top", "below"}, []string{got[0].DagId, got[1].DagId, got[2].DagId})
+}
