@@ -42,13 +42,30 @@ func (s *Store) planGroup(ctx context.Context, p domain.GroupRequest) (groupPlan
 		return groupPlan{}, err
 	}
 	total := 0
+	planned := make(map[string][]domain.PlannedSlot, len(plan.graph.members))
+	var kept []string
 	for _, d := range plan.graph.members {
 		slots, err := s.planSlots(d, p.Member(d.DagID, 0, 0), plan.now)
 		if err != nil {
 			return groupPlan{}, fmt.Errorf("%s: %w", d.DagID, err)
 		}
 		total += len(slots)
-		plan.slots = append(plan.slots, slots)
+		planned[d.DagID] = slots
+		if len(slots) > 0 {
+			kept = append(kept, d.DagID)
+		}
+	}
+	if len(kept) < len(plan.graph.members) && len(kept) > 0 {
+		// A DAG whose schedule has no slot in the window (a weekly DAG in a window of days)
+		// has nothing to run: it is no member, and its dependents wait, through it, for the
+		// members above it.
+		slices.Sort(kept)
+		if err := plan.graph.keep(kept); err != nil {
+			return groupPlan{}, err
+		}
+	}
+	for _, d := range plan.graph.members {
+		plan.slots = append(plan.slots, planned[d.DagID])
 	}
 	if total > s.maxBackfillRuns {
 		// MAX_BACKFILL_RUNS counts the group's runs, all members together.

@@ -21,6 +21,7 @@ type groupGraph struct {
 	links     map[string][]domain.Link
 	nodes     map[string]domain.DagNode
 	schedules map[string]*schedule.Schedule
+	byID      map[string]Dag // every DAG read, members and those upstream of them
 }
 
 // includeDepth is how far downstream of the targets a group reaches.
@@ -96,14 +97,26 @@ func readGroupGraph(ctx context.Context, q sqlx.QueryerContext, targets []string
 		n.Upstreams = append(n.Upstreams, domain.Upstream{DagID: e.Upstream, Mapping: e.Mapping, Lookback: e.Lookback})
 		g.nodes[e.DagID] = n
 	}
-	if g.links, g.depth, err = domain.MemberLinks(memberIDs, g.nodes); err != nil {
+	g.byID = byID
+	if err := g.keep(memberIDs); err != nil {
 		return groupGraph{}, err
 	}
+	return g, nil
+}
+
+// keep makes memberIDs (sorted) the members: their links, depths and order. A DAG that is
+// no member is followed through, to the nearest members upstream of it.
+func (g *groupGraph) keep(memberIDs []string) error {
+	var err error
+	if g.links, g.depth, err = domain.MemberLinks(memberIDs, g.nodes); err != nil {
+		return err
+	}
+	g.members = g.members[:0]
 	for _, id := range memberIDs {
-		g.members = append(g.members, byID[id])
+		g.members = append(g.members, g.byID[id])
 	}
 	slices.SortStableFunc(g.members, func(a, b Dag) int { return g.depth[a.DagID] - g.depth[b.DagID] })
-	return g, nil
+	return nil
 }
 
 // inFlightOutsideBackfills reads a DAG's runs queued or running outside any backfill: a

@@ -81,3 +81,18 @@ func TestGroupClaimsPreferTheTopOfTheGraph(t *testing.T) {
 	got = e.ClaimN(3, "w", 5)
 	require.Equal(t, []string{"top", "top", "below"}, []string{got[0].DagId, got[1].DagId, got[2].DagId})
 }
+
+// A DAG whose schedule has no slot in the window is no member: its dependents wait, through
+// it, for the members above it.
+func TestGroupLeavesOutADagWithNoSlotInTheWindow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.PutDag("days", "@daily", "")
+	e.PutDagWith("monthly", "@monthly", "upstreams", []any{up("days")})
+	e.PutDagWith("after", "@daily", "upstreams", []any{up("monthly")})
+	g := e.CreateGroup([]string{"days"}, day(1, 2), day(1, 4), "include_downstream", "all")
+	require.Len(t, g.Members, 2, "monthly has no slot from January 2 to 4")
+	require.Equal(t, int32(1), member(t, g, "after").Depth)
+	// after's days wait, through monthly's January, for every day of the month the group runs.
+	require.Equal(t, int64(3*3), g.Dependencies)
+}
