@@ -192,7 +192,12 @@ func testCLIGroupWatchSucceeds(t *testing.T, bin string) {
 	var first strings.Builder
 	for range 4 { // the group's line, the members' header, a and b
 		l, err := lines.ReadString('\n')
-		require.NoError(t, err, "stderr: %s", stderr.String())
+		if err != nil {
+			// stderr is read only once the process is gone: exec writes it meanwhile.
+			cancel()
+			_ = cmd.Wait()
+			t.Fatalf("reading the watch's first lines: %v; stderr: %s", err, stderr.String())
+		}
 		first.WriteString(l)
 	}
 	require.Regexp(t, `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ group `+id+` running\s+0%  0/6  blocked 3\n`, first.String())
