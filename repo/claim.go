@@ -178,11 +178,16 @@ func (s *Store) claimRuns(ctx context.Context, q sqlx.QueryerContext, scope clai
 // dag_id, else the pool).
 func claimableStatement(scope claimScope) string {
 	dagOwner, manualRun, backfillOwner := claimOwners(scope, 1)
-	// A backfill counts only with a queued run that is neither deferred nor blocked: its
-	// claimable flag does not tell those apart, and one whose every queued run waits would
-	// keep an empty claim trying again for the whole race budget.
-	return `SELECT EXISTS (SELECT 1 FROM backfills WHERE ` + backfillOwner + ` AND ` + notAllBlocked + ` AND EXISTS (
-			SELECT 1 FROM dag_runs WHERE backfill_id = backfills.id AND blocked_by = 0 AND state = 'queued' AND ` + runReady + `))
+	// A backfill counts only with a queued run that is neither deferred nor blocked: one
+	// whose every queued run waits would keep an empty claim trying again for the whole race
+	// budget. The counters tell blocked runs (notAllBlocked); deferred ones only the runs do.
+	// So the runs are looked at only for a backfill with a run deferred past now (the
+	// deferral index, usually empty): a look for its first ready run read every run before it
+	// (a semi-join the planner made a sequential scan), 4 ms of PostgreSQL's CPU a claim
+	// cycle on a backfill a third done, where the claim itself took 0.7 (P4).
+	return `SELECT EXISTS (SELECT 1 FROM backfills WHERE ` + backfillOwner + ` AND ` + notAllBlocked + ` AND CASE
+			WHEN NOT EXISTS (SELECT 1 FROM dag_runs WHERE not_before > backfill_now() AND backfill_id = backfills.id) THEN true
+			ELSE EXISTS (SELECT 1 FROM dag_runs WHERE backfill_id = backfills.id AND blocked_by = 0 AND state = 'queued' AND ` + runReady + `) END)
 		OR EXISTS (SELECT 1 FROM dags o WHERE ` + dagOwner + ` AND EXISTS (
 			SELECT 1 FROM dag_runs WHERE ` + manualRun + `))`
 }
