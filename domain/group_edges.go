@@ -73,7 +73,7 @@ func PlanGroupEdges(members []GroupMemberPlan, links map[string][]Link, g GroupG
 			if sl.Action == ActionSkip {
 				continue
 			}
-			ups, err := p.upstreamsOf(mi, m.DagID, Span{sl.LogicalDate, sl.IntervalEnd}, links[m.DagID])
+			ups, err := p.upstreamsOf(m.DagID, Span{sl.LogicalDate, sl.IntervalEnd}, links[m.DagID])
 			if err != nil {
 				return GroupDependencies{}, err
 			}
@@ -118,7 +118,7 @@ func WaitsOnUpstreams(members []GroupMemberPlan, mi int, links map[string][]Link
 		if sl.Action == ActionSkip {
 			continue
 		}
-		ups, err := p.upstreamsOf(mi, members[mi].DagID, Span{sl.LogicalDate, sl.IntervalEnd}, links[members[mi].DagID])
+		ups, err := p.upstreamsOf(members[mi].DagID, Span{sl.LogicalDate, sl.IntervalEnd}, links[members[mi].DagID])
 		if err != nil {
 			return nil, err
 		}
@@ -195,9 +195,9 @@ func previousSlots(m GroupMemberPlan) map[int64]time.Time {
 	return prev
 }
 
-// upstreamsOf answers the runs a run of member mi with data interval span waits for through
+// upstreamsOf answers the runs a run of dagID with data interval span waits for through
 // its links, each once.
-func (p *edgePlanner) upstreamsOf(mi int, dagID string, span Span, links []Link) ([]upRef, error) {
+func (p *edgePlanner) upstreamsOf(dagID string, span Span, links []Link) ([]upRef, error) {
 	var ups []upRef
 	for _, l := range links {
 		a := p.index[l.Ancestor]
