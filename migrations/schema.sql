@@ -131,6 +131,21 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION public.event_type_name(kind smallint) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE kind
+        WHEN 1 THEN 'backfill.created' WHEN 2 THEN 'backfill.updated'
+        WHEN 3 THEN 'backfill.paused' WHEN 4 THEN 'backfill.unpaused'
+        WHEN 5 THEN 'backfill.canceling' WHEN 6 THEN 'backfill.succeeded'
+        WHEN 7 THEN 'backfill.failed' WHEN 8 THEN 'backfill.canceled'
+        WHEN 21 THEN 'backfill_group.created' WHEN 22 THEN 'backfill_group.paused'
+        WHEN 23 THEN 'backfill_group.unpaused' WHEN 24 THEN 'backfill_group.canceling'
+        WHEN 25 THEN 'backfill_group.succeeded' WHEN 26 THEN 'backfill_group.failed'
+        WHEN 27 THEN 'backfill_group.canceled'
+    END
+$$;
+
 CREATE FUNCTION public.events_next_id() RETURNS bigint
     LANGUAGE plpgsql
     AS $$
@@ -138,7 +153,7 @@ DECLARE
     first constant bigint := pg_current_xact_id()::text::bigint << 12;
     candidate bigint := first + coalesce(nullif(current_setting('backfill.event_ordinal', true), '')::integer, 0);
 BEGIN
-    SELECT greatest(candidate, max(id) + 1) INTO candidate FROM events WHERE id >= first AND id < first + 4096;
+    SELECT greatest(candidate, max(id) + 1) INTO candidate FROM outbox WHERE id >= first AND id < first + 4096;
     IF candidate >= first + 4096 THEN
         RAISE EXCEPTION 'one transaction writes at most 4096 events'
             USING ERRCODE = 'program_limit_exceeded';
@@ -148,33 +163,115 @@ BEGIN
 END
 $$;
 
-CREATE TABLE public.events (
-    id bigint DEFAULT public.events_next_id() NOT NULL,
-    type text NOT NULL,
-    backfill_id bigint,
+CREATE TABLE public.deleted_backfills (
+    id bigint NOT NULL,
+    events_from bigint NOT NULL,
+    deleted_at timestamp with time zone NOT NULL,
     dag_id text,
+    final public.backfills
+);
+
+CREATE TABLE public.outbox (
+    id bigint DEFAULT public.events_next_id() NOT NULL,
+    backfill_id bigint,
+    group_id bigint,
     occurred_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone,
+    completed_at timestamp with time zone,
+    max_active_runs integer,
+    max_failed_runs integer,
+    num_queued integer,
+    num_running integer,
+    num_success integer,
+    num_failed integer,
+    num_canceled integer,
+    num_skipped integer,
+    num_blocked integer,
+    kind smallint,
+    priority smallint,
+    state text,
+    pause_reason text,
+    pool text,
+    type text,
+    dag_id text,
     data jsonb,
     snapshot public.backfills,
-    group_id bigint,
-    CONSTRAINT events_of_a_backfill_or_a_group CHECK (((backfill_id IS NULL) <> (group_id IS NULL)))
-);
+    CONSTRAINT events_of_a_backfill_or_a_group CHECK (((backfill_id IS NULL) <> (group_id IS NULL))),
+    CONSTRAINT outbox_typed CHECK (((type IS NULL) <> (kind IS NULL)))
+)
+PARTITION BY RANGE (id);
+
+CREATE VIEW public.events AS
+ SELECT o.id,
+    COALESCE(o.type, public.event_type_name(o.kind)) AS type,
+    o.backfill_id,
+    COALESCE(o.dag_id, ( SELECT b.dag_id
+           FROM public.backfills b
+          WHERE (b.id = o.backfill_id)), ( SELECT d.dag_id
+           FROM public.deleted_backfills d
+          WHERE (d.id = o.backfill_id))) AS dag_id,
+    o.occurred_at,
+    o.data,
+    o.snapshot,
+    COALESCE(o.group_id, (o.snapshot).group_id, ( SELECT b.group_id
+           FROM public.backfills b
+          WHERE ((b.id = o.backfill_id) AND (o.kind IS NOT NULL))), ( SELECT (d.final).group_id AS group_id
+           FROM public.deleted_backfills d
+          WHERE ((d.id = o.backfill_id) AND (o.kind IS NOT NULL)))) AS group_id,
+    o.kind,
+    o.state,
+    o.pause_reason,
+    o.pool,
+    o.priority,
+    o.max_active_runs,
+    o.max_failed_runs,
+    o.num_queued,
+    o.num_running,
+    o.num_success,
+    o.num_failed,
+    o.num_canceled,
+    o.num_skipped,
+    o.num_blocked,
+    o.updated_at,
+    o.completed_at
+   FROM public.outbox o;
 
 CREATE FUNCTION public.backfill_events(backfill bigint, after_id bigint, types text[], max_events integer) RETURNS SETOF public.events
     LANGUAGE sql STABLE
     SET enable_seqscan TO 'off'
-    SET enable_bitmapscan TO 'off'
+    SET enable_indexscan TO 'off'
+    SET max_parallel_workers_per_gather TO '0'
     AS $$
     SELECT e.* FROM events e
-    WHERE e.id > after_id
-      AND e.id >= coalesce(
+    WHERE e.backfill_id = backfill
+      AND e.id > greatest(after_id, coalesce(
           (SELECT b.events_from FROM backfills b WHERE b.id = backfill),
           (SELECT d.events_from FROM deleted_backfills d WHERE d.id = backfill),
-          9223372036854775807)
-      AND e.backfill_id = backfill
+          9223372036854775807) - 1)
       AND (types IS NULL OR e.type = ANY (types))
     ORDER BY e.id
     LIMIT max_events
+$$;
+
+CREATE FUNCTION public.backfill_events_insert(b public.backfills, first_id bigint, kinds text[], change_at timestamp with time zone, described boolean) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO outbox (id, kind, backfill_id, occurred_at, updated_at, completed_at, state, pause_reason,
+        max_active_runs, max_failed_runs, priority, pool, num_queued, num_running, num_success,
+        num_failed, num_canceled, num_skipped, num_blocked)
+    SELECT first_id + i - 1, event_kind(kinds[i]), b.id, change_at, nullif(b.updated_at, change_at),
+        b.completed_at, b.state, b.pause_reason, b.max_active_runs, b.max_failed_runs, b.priority,
+        b.pool, b.num_queued, b.num_running, b.num_success, b.num_failed, b.num_canceled,
+        b.num_skipped, b.num_blocked
+    FROM generate_subscripts(kinds, 1) AS i;
+    IF described THEN
+        INSERT INTO backfill_descriptions (backfill_id, since, description)
+        VALUES (b.id, change_at, b.description)
+        ON CONFLICT (backfill_id, since) DO UPDATE SET description = EXCLUDED.description;
+    END IF;
+    RETURN cardinality(kinds);
+END
 $$;
 
 CREATE FUNCTION public.backfill_events_write() RETURNS trigger
@@ -188,12 +285,14 @@ DECLARE
     kinds text[] := ARRAY[]::text[];
     kind text;
     first_id bigint;
+    described boolean := false;
     -- The change's time: the updated_at its statement set (backfill_change_time, which
     -- orders a backfill's changes), or now for a statement that set none (the foreign key's
     -- SET NULL, a creation's final row).
     change_at constant timestamptz := CASE
         WHEN TG_OP = 'UPDATE' AND NEW.updated_at IS NOT DISTINCT FROM OLD.updated_at THEN backfill_now()
         ELSE NEW.updated_at END;
+    cur backfills;
 BEGIN
     IF TG_OP = 'INSERT' THEN
         -- A backfill born terminal writes its creation with its final row, below.
@@ -201,15 +300,19 @@ BEGIN
             RETURN NULL;
         END IF;
         kinds := ARRAY['backfill.created'];
+        described := NEW.description IS NOT NULL;
     ELSIF part = 'settings' THEN
         -- Its statement set a setting without writing the event itself (the trigger's WHEN):
-        -- the foreign key's SET NULL when a pool is deleted, or SQL outside the service.
+        -- the foreign key's SET NULL when a pool is deleted, a group's PATCH, or SQL outside
+        -- the service.
         IF (OLD.max_active_runs, OLD.description, OLD.max_failed_runs, OLD.pool)
            IS DISTINCT FROM (NEW.max_active_runs, NEW.description, NEW.max_failed_runs, NEW.pool) THEN
             kinds := ARRAY['backfill.updated'];
+            described := OLD.description IS DISTINCT FROM NEW.description;
         END IF;
     ELSIF born_terminal AND OLD.state = 'running' AND NEW.state = 'succeeded' THEN
         kinds := ARRAY['backfill.created', 'backfill.succeeded'];
+        described := NEW.description IS NOT NULL;
     ELSE
         kind := CASE
             WHEN NEW.state = 'paused' THEN 'backfill.paused'
@@ -226,41 +329,27 @@ BEGIN
 
     -- The transaction's first free id (00016).
     first_id := pg_current_xact_id()::text::bigint << 12;
-    SELECT coalesce(max(id) + 1, first_id) INTO first_id FROM events
-    WHERE id >= first_id AND id < first_id + 4096;
+    SELECT coalesce(max(o.id) + 1, first_id) INTO first_id FROM outbox o
+    WHERE o.id >= first_id AND o.id < first_id + 4096;
     IF first_id + cardinality(kinds) > ((first_id >> 12) + 1) << 12 THEN
         RAISE EXCEPTION 'one transaction writes at most 4096 events'
             USING ERRCODE = 'program_limit_exceeded';
     END IF;
 
-    -- The snapshot is the backfill as GET answers it after the transaction (00015): the row as
-    -- it is at COMMIT, read by the INSERT itself. A state's event is not written when a later
-    -- statement of this transaction changed the state again (that change's firing reports
-    -- it). SERIALIZABLE transactions, INSERTs, and an UPDATE whose row a later statement
-    -- deleted use NEW.
+    -- The event is the backfill as GET answers it after the transaction (00015): the row as it
+    -- is at COMMIT. A state's event is not written when a later statement of this transaction
+    -- changed the state again (that change's firing reports it). SERIALIZABLE transactions,
+    -- INSERTs, and an UPDATE whose row a later statement deleted use NEW.
     IF TG_OP = 'UPDATE' AND current_setting('transaction_isolation') <> 'serializable' THEN
-        IF cardinality(kinds) = 1 THEN
-            INSERT INTO events (id, type, backfill_id, dag_id, occurred_at, snapshot)
-            SELECT first_id, kinds[1], NEW.id, NEW.dag_id, change_at, b
-            FROM backfills b
-            WHERE b.id = NEW.id AND (part = 'settings' OR b.state = NEW.state);
-        ELSE
-            INSERT INTO events (id, type, backfill_id, dag_id, occurred_at, snapshot)
-            SELECT first_id + i - 1, kinds[i], NEW.id, NEW.dag_id, change_at, b
-            FROM backfills b, generate_subscripts(kinds, 1) AS i
-            WHERE b.id = NEW.id AND b.state = NEW.state;
-        END IF;
+        SELECT b.* INTO cur FROM backfills b WHERE b.id = NEW.id;
         IF FOUND THEN
-            RETURN NULL;
-        END IF;
-        PERFORM FROM backfills WHERE id = NEW.id;
-        IF FOUND THEN
-            RETURN NULL; -- its state changed again later in this transaction
+            IF part = 'settings' OR cur.state = NEW.state THEN
+                PERFORM backfill_events_insert(cur, first_id, kinds, change_at, described);
+            END IF;
+            RETURN NULL; -- or its state changed again later in this transaction
         END IF;
     END IF;
-    INSERT INTO events (id, type, backfill_id, dag_id, occurred_at, snapshot)
-    SELECT first_id + i - 1, kinds[i], NEW.id, NEW.dag_id, change_at, NEW
-    FROM generate_subscripts(kinds, 1) AS i;
+    PERFORM backfill_events_insert(NEW, first_id, kinds, change_at, described);
     RETURN NULL;
 END;
 $$;
@@ -323,8 +412,9 @@ BEGIN
             RETURN NULL;
         END IF;
     END IF;
-    INSERT INTO events (type, group_id, occurred_at, data)
-    VALUES (kind, NEW.id, NEW.updated_at,
+    -- A group's events are few: each keeps its whole document.
+    INSERT INTO outbox (kind, group_id, occurred_at, data)
+    VALUES (event_kind(kind), NEW.id, NEW.updated_at,
             jsonb_build_object('group', backfill_group_api_json(NEW.id))
             || CASE WHEN kind = 'backfill_group.paused'
                     THEN jsonb_build_object('reason', coalesce(NEW.pause_reason, 'user'))
@@ -358,8 +448,9 @@ CREATE FUNCTION public.backfills_keep_deleted_bounds() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    INSERT INTO deleted_backfills (id, events_from, deleted_at)
-    SELECT id, events_from, backfill_now() FROM gone
+    INSERT INTO deleted_backfills (id, events_from, deleted_at, dag_id, final)
+    SELECT g.id, g.events_from, backfill_now(), g.dag_id, jsonb_populate_record(NULL::backfills, to_jsonb(g))
+    FROM gone g
     ON CONFLICT (id) DO NOTHING;
     RETURN NULL;
 END
@@ -620,52 +711,186 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.event_backfill_json(e public.events) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT backfill_api_json(base.b) || jsonb_build_object(
+        'max_active_runs', e.max_active_runs, 'max_failed_runs', e.max_failed_runs,
+        'description', (SELECT d.description FROM backfill_descriptions d
+                        WHERE d.backfill_id = e.backfill_id AND d.since <= e.occurred_at
+                        ORDER BY d.since DESC LIMIT 1),
+        'state', e.state, 'pause_reason', e.pause_reason, 'is_paused', e.state = 'paused',
+        'pool', e.pool, 'priority', e.priority,
+        'updated_at', api_timestamp(coalesce(e.updated_at, e.occurred_at)),
+        'completed_at', api_timestamp(e.completed_at),
+        'progress', jsonb_build_object(
+            'total', e.num_queued + e.num_running + e.num_success + e.num_failed
+                     + e.num_canceled + e.num_skipped,
+            'queued', e.num_queued, 'running', e.num_running, 'success', e.num_success,
+            'failed', e.num_failed, 'canceled', e.num_canceled, 'skipped', e.num_skipped,
+            'blocked', e.num_blocked))
+    FROM (SELECT coalesce(
+            (SELECT b FROM backfills b WHERE b.id = e.backfill_id),
+            (SELECT d.final FROM deleted_backfills d WHERE d.id = e.backfill_id)) AS b) base
+$$;
+
 CREATE FUNCTION public.event_data(e public.events) RETURNS jsonb
     LANGUAGE sql STABLE
     AS $$
     SELECT coalesce(e.data,
-        jsonb_build_object('backfill', backfill_api_json(e.snapshot))
+        jsonb_build_object('backfill',
+            CASE WHEN e.kind IS NULL THEN backfill_api_json(e.snapshot) ELSE event_backfill_json(e) END)
         || CASE WHEN e.type = 'backfill.paused'
-                THEN jsonb_build_object('reason', coalesce((e.snapshot).pause_reason, 'user'))
+                THEN jsonb_build_object('reason', coalesce(e.pause_reason, (e.snapshot).pause_reason, 'user'))
                 ELSE '{}'::jsonb END)
 $$;
 
-CREATE FUNCTION public.events_scan(after_id bigint, max_rows integer, backfill bigint, event_type text, dag text, max_events integer) RETURNS TABLE(hi bigint, scanned bigint, horizon bigint, servable bigint, id bigint)
-    LANGUAGE sql STABLE
-    SET enable_seqscan TO 'off'
-    SET enable_bitmapscan TO 'off'
+CREATE FUNCTION public.event_kind(type text) RETURNS smallint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
-    WITH snap AS (SELECT pg_current_snapshot() AS s),
-    lo AS MATERIALIZED (
-        SELECT greatest(after_id, CASE WHEN backfill IS NULL THEN 0 ELSE coalesce(
+    SELECT CASE type
+        WHEN 'backfill.created' THEN 1 WHEN 'backfill.updated' THEN 2
+        WHEN 'backfill.paused' THEN 3 WHEN 'backfill.unpaused' THEN 4
+        WHEN 'backfill.canceling' THEN 5 WHEN 'backfill.succeeded' THEN 6
+        WHEN 'backfill.failed' THEN 7 WHEN 'backfill.canceled' THEN 8
+        WHEN 'backfill_group.created' THEN 21 WHEN 'backfill_group.paused' THEN 22
+        WHEN 'backfill_group.unpaused' THEN 23 WHEN 'backfill_group.canceling' THEN 24
+        WHEN 'backfill_group.succeeded' THEN 25 WHEN 'backfill_group.failed' THEN 26
+        WHEN 'backfill_group.canceled' THEN 27
+    END::smallint
+$$;
+
+CREATE FUNCTION public.events_insert_as_written() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO outbox (id, type, backfill_id, dag_id, occurred_at, data, snapshot, group_id)
+    VALUES (NEW.id, NEW.type, NEW.backfill_id, NEW.dag_id, NEW.occurred_at, NEW.data, NEW.snapshot,
+            CASE WHEN NEW.backfill_id IS NULL THEN NEW.group_id END);
+    RETURN NEW;
+END
+$$;
+
+CREATE FUNCTION public.events_scan(after_id bigint, max_rows integer, backfill bigint, event_type text, dag text, max_events integer) RETURNS TABLE(hi bigint, scanned bigint, horizon bigint, servable bigint, id bigint)
+    LANGUAGE plpgsql STABLE
+    SET enable_seqscan TO 'off'
+    SET enable_bitmapscan TO 'on'
+    SET enable_indexscan TO 'on'
+    SET max_parallel_workers_per_gather TO '0'
+    AS $$
+DECLARE
+    v_snap constant pg_snapshot := pg_current_snapshot();
+    v_floor constant bigint := pg_snapshot_xmin(v_snap)::text::bigint << 12;
+    v_lo bigint := after_id;
+    v_edge bigint;
+    v_cut bigint;
+    v_servable bigint;
+    v_members bigint[];
+BEGIN
+    IF backfill IS NULL AND dag IS NULL THEN
+        -- Along the primary key, max_rows rows at the most.
+        PERFORM set_config('enable_bitmapscan', 'off', true);
+        RETURN QUERY
+        WITH edge AS MATERIALIZED (
+            SELECT max(s.id) AS hi, count(*) AS scanned
+            FROM (SELECT o.id FROM outbox o WHERE o.id > after_id ORDER BY o.id LIMIT max_rows) s),
+        bound AS MATERIALIZED (
+            SELECT CASE WHEN coalesce(edge.hi < v_floor, true) THEN v_floor
+                ELSE event_horizon(v_snap) END AS horizon
+            FROM edge),
+        kept AS (
+            SELECT o.id FROM outbox o
+            WHERE o.id > after_id AND o.id <= (SELECT edge.hi FROM edge)
+              AND o.id < (SELECT bound.horizon FROM bound)
+              AND (event_type IS NULL OR coalesce(o.type, event_type_name(o.kind)) = event_type)
+            ORDER BY o.id LIMIT max_events),
+        pos AS (
+            SELECT edge.hi, edge.scanned, bound.horizon,
+                (SELECT max(o.id) FROM outbox o
+                 WHERE o.id > after_id AND o.id <= (SELECT edge.hi FROM edge)
+                   AND o.id < (SELECT bound.horizon FROM bound)) AS servable
+            FROM edge, bound)
+        SELECT pos.hi, pos.scanned, pos.horizon, pos.servable, kept.id
+        FROM pos LEFT JOIN kept ON true
+        ORDER BY kept.id;
+        RETURN;
+    END IF;
+
+    IF backfill IS NOT NULL THEN
+        v_members := ARRAY[backfill];
+        v_lo := greatest(after_id, coalesce(
             (SELECT b.events_from FROM backfills b WHERE b.id = backfill),
             (SELECT d.events_from FROM deleted_backfills d WHERE d.id = backfill),
-            9223372036854775807) - 1 END) AS lo),
-    edge AS MATERIALIZED (
-        SELECT max(s.id) AS hi, count(*) AS scanned
-        FROM (SELECT e.id FROM events e WHERE e.id > (SELECT lo FROM lo) ORDER BY e.id LIMIT max_rows) s),
-    bound AS MATERIALIZED (
-        SELECT CASE WHEN coalesce(edge.hi < (pg_snapshot_xmin(snap.s)::text::bigint << 12), true)
-            THEN pg_snapshot_xmin(snap.s)::text::bigint << 12
-            ELSE event_horizon(snap.s) END AS horizon
-        FROM snap, edge),
-    kept AS (
-        SELECT e.id FROM events e
-        WHERE e.id > (SELECT lo FROM lo) AND e.id <= (SELECT hi FROM edge)
-          AND e.id < (SELECT horizon FROM bound)
-          AND (backfill IS NULL OR e.backfill_id = backfill)
-          AND (event_type IS NULL OR e.type = event_type)
-          AND (dag IS NULL OR e.dag_id = dag)
-        ORDER BY e.id LIMIT max_events),
-    pos AS (
-        SELECT edge.hi, edge.scanned, bound.horizon,
-            (SELECT max(e.id) FROM events e
-             WHERE e.id > (SELECT lo FROM lo) AND e.id <= (SELECT hi FROM edge)
-               AND e.id < (SELECT horizon FROM bound)) AS servable
-        FROM edge, bound)
-    SELECT pos.hi, pos.scanned, pos.horizon, pos.servable, kept.id
-    FROM pos LEFT JOIN kept ON true
-    ORDER BY kept.id
+            9223372036854775807) - 1);
+    ELSE
+        -- The DAG's backfills that may have an event after the position: not ended an hour
+        -- before the event at it was written (a backfill writes none after its end).
+        SELECT coalesce(array_agg(m.id), '{}'), greatest(after_id, min(m.events_from) - 1)
+        INTO v_members, v_lo
+        FROM (SELECT b.id, b.events_from FROM backfills b
+              WHERE b.dag_id = dag
+                AND (b.completed_at IS NULL OR b.updated_at >= coalesce(
+                    (SELECT o.occurred_at FROM outbox o WHERE o.id <= after_id ORDER BY o.id DESC LIMIT 1),
+                    '-infinity') - interval '1 hour')
+              UNION ALL
+              SELECT d.id, d.events_from FROM deleted_backfills d WHERE d.dag_id = dag) m;
+        v_lo := coalesce(v_lo, after_id);
+    END IF;
+
+    -- The position: everything up to the horizon is looked at, through the index.
+    SELECT max(o.id) INTO v_edge FROM outbox o WHERE o.id > after_id;
+    v_cut := CASE WHEN coalesce(v_edge < v_floor, true) THEN v_floor ELSE event_horizon(v_snap) END;
+    SELECT max(o.id) INTO v_servable FROM outbox o WHERE o.id > after_id AND o.id < v_cut;
+    -- The bloom index only (a walk of the primary key would read every event after v_lo).
+    PERFORM set_config('enable_indexscan', 'off', true);
+    RETURN QUERY
+    WITH kept AS (
+        SELECT o.id FROM outbox o
+        WHERE o.backfill_id = ANY (v_members) AND o.id > v_lo AND o.id < v_cut
+          AND (event_type IS NULL OR coalesce(o.type, event_type_name(o.kind)) = event_type)
+        ORDER BY o.id LIMIT max_events)
+    SELECT v_edge, 0::bigint, v_cut, v_servable, kept.id
+    FROM (SELECT 1) one LEFT JOIN kept ON true
+    ORDER BY kept.id;
+END
+$$;
+
+CREATE FUNCTION public.outbox_ensure_partitions(span interval, min_xids bigint, max_xids bigint) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    top outbox_partitions;
+    next_xid bigint;
+    elapsed double precision;
+    width bigint;
+    p_lo bigint;
+    p_hi bigint;
+    p_name text;
+    created integer := 0;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('outbox_partitions'));
+    LOOP
+        SELECT * INTO top FROM outbox_partitions ORDER BY hi DESC LIMIT 1;
+        next_xid := pg_snapshot_xmax(pg_current_snapshot())::text::bigint;
+        -- One ahead is the rule; more than one only after the ids ran past every partition.
+        EXIT WHEN next_xid << 12 < top.lo OR created >= 4;
+        elapsed := extract(epoch FROM clock_timestamp() - top.created_at);
+        width := CASE WHEN elapsed < 1 OR next_xid <= top.created_xid THEN (top.hi - top.lo) >> 12
+                      ELSE ((next_xid - top.created_xid) / elapsed * extract(epoch FROM span))::bigint END;
+        width := least(greatest(width, min_xids), max_xids);
+        p_lo := top.hi;
+        p_hi := greatest(p_lo + (width << 12), (next_xid + min_xids) << 12);
+        p_name := 'outbox_p' || p_lo;
+        EXECUTE format('CREATE TABLE %I (LIKE outbox INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', p_name);
+        -- The bound as a constraint first: ATTACH need not scan the table for it.
+        EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I CHECK (id >= %s AND id < %s)', p_name, p_name || '_range', p_lo, p_hi);
+        EXECUTE format('ALTER TABLE outbox ATTACH PARTITION %I FOR VALUES FROM (%s) TO (%s)', p_name, p_lo, p_hi);
+        INSERT INTO outbox_partitions (name, lo, hi, created_at, created_xid)
+        VALUES (p_name, p_lo, p_hi, clock_timestamp(), next_xid);
+        created := created + 1;
+    END LOOP;
+    RETURN created;
+END
 $$;
 
 CREATE FUNCTION public.pool_next_start(runs integer, per text, starts timestamp with time zone[], at timestamp with time zone) RETURNS timestamp with time zone
@@ -716,6 +941,12 @@ CREATE TABLE public.backfill_dag_runs (
     CONSTRAINT backfill_dag_runs_prior_iff_owner CHECK (((prior_backfill_id IS NULL) = (prior_state IS NULL))),
     CONSTRAINT backfill_dag_runs_prior_state_valid CHECK (((prior_state IS NULL) OR (prior_state = ANY (ARRAY['success'::text, 'failed'::text, 'canceled'::text])))),
     CONSTRAINT backfill_dag_runs_skipped_iff_no_run CHECK (((dag_run_id IS NULL) = (exception_reason IS NOT NULL)))
+);
+
+CREATE TABLE public.backfill_descriptions (
+    backfill_id bigint NOT NULL,
+    since timestamp with time zone NOT NULL,
+    description text
 );
 
 CREATE TABLE public.backfill_groups (
@@ -883,12 +1114,6 @@ CREATE TABLE public.dags (
     CONSTRAINT dags_max_active_runs_valid CHECK (((max_active_runs >= 1) AND (max_active_runs <= 1000)))
 );
 
-CREATE TABLE public.deleted_backfills (
-    id bigint NOT NULL,
-    events_from bigint NOT NULL,
-    deleted_at timestamp with time zone NOT NULL
-);
-
 CREATE TABLE public.idempotency_keys (
     key text NOT NULL,
     request_hash text NOT NULL,
@@ -982,8 +1207,13 @@ ALTER TABLE public.webhooks ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
+ALTER TABLE ONLY public.events ALTER COLUMN id SET DEFAULT public.events_next_id();
+
 ALTER TABLE ONLY public.backfill_dag_runs
     ADD CONSTRAINT backfill_dag_runs_pkey PRIMARY KEY (backfill_id, sort_ordinal);
+
+ALTER TABLE ONLY public.backfill_descriptions
+    ADD CONSTRAINT backfill_descriptions_pkey PRIMARY KEY (backfill_id, since);
 
 ALTER TABLE ONLY public.backfill_groups
     ADD CONSTRAINT backfill_groups_pkey PRIMARY KEY (id);
@@ -1015,11 +1245,11 @@ ALTER TABLE ONLY public.dags
 ALTER TABLE ONLY public.deleted_backfills
     ADD CONSTRAINT deleted_backfills_pkey PRIMARY KEY (id);
 
-ALTER TABLE ONLY public.events
-    ADD CONSTRAINT events_pkey PRIMARY KEY (id);
-
 ALTER TABLE ONLY public.idempotency_keys
     ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (key);
+
+ALTER TABLE ONLY public.outbox
+    ADD CONSTRAINT outbox_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY public.pools
     ADD CONSTRAINT pools_pkey PRIMARY KEY (name);
@@ -1075,9 +1305,13 @@ CREATE INDEX dag_runs_unfinished_outside_backfills ON public.dag_runs USING btre
 
 CREATE INDEX dags_manual_claimable ON public.dags USING btree (dag_id) WHERE manual_claimable;
 
+CREATE INDEX deleted_backfills_by_dag ON public.deleted_backfills USING btree (dag_id);
+
 CREATE INDEX idempotency_keys_by_age ON public.idempotency_keys USING btree (created_at);
 
 CREATE INDEX idempotency_keys_by_dag ON public.idempotency_keys USING btree (dag_id) WHERE (dag_id IS NOT NULL);
+
+CREATE INDEX outbox_by_backfill ON ONLY public.outbox USING brin (backfill_id int8_bloom_ops (false_positive_rate='0.001')) WITH (pages_per_range='16', autosummarize='on');
 
 CREATE INDEX webhook_attempts_by_webhook ON public.webhook_attempts USING btree (webhook_id, id);
 
@@ -1131,6 +1365,8 @@ CREATE TRIGGER dag_runs_pool_counts_insert AFTER INSERT ON public.dag_runs FOR E
 
 CREATE TRIGGER dag_runs_pool_counts_update AFTER UPDATE OF state, backfill_id ON public.dag_runs FOR EACH ROW WHEN ((((old.pool IS NOT NULL) OR (new.pool IS NOT NULL)) AND ((old.state IS DISTINCT FROM new.state) OR (old.backfill_id IS DISTINCT FROM new.backfill_id)))) EXECUTE FUNCTION public.dag_runs_pool_counts();
 
+CREATE TRIGGER events_insert_as_written INSTEAD OF INSERT ON public.events FOR EACH ROW EXECUTE FUNCTION public.events_insert_as_written();
+
 ALTER TABLE ONLY public.backfills
     ADD CONSTRAINT backfills_dag_id_fkey FOREIGN KEY (dag_id) REFERENCES public.dags(dag_id);
 
@@ -1150,5 +1386,5 @@ ALTER TABLE ONLY public.webhook_attempts
     ADD CONSTRAINT webhook_attempts_webhook_id_event_id_fkey FOREIGN KEY (webhook_id, event_id) REFERENCES public.webhook_deliveries(webhook_id, event_id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY public.webhook_deliveries
-    ADD CONSTRAINT webhook_deliveries_event_id_fkey FOREIGN KEY (event_id) REFERENCES public.events(id) ON DELETE CASCADE;
+    ADD CONSTRAINT webhook_deliveries_event_id_fkey FOREIGN KEY (event_id) REFERENCES public.outbox(id) ON DELETE CASCADE;
 

@@ -67,24 +67,32 @@ func (s *Store) BackfillPatch(ctx context.Context, p BackfillPatchParams) (Backf
 // (migrations/00016_patch_writes_its_event.sql): raising settings_revision tells the event
 // trigger that the statement wrote it. The statement is its own transaction, so its event is
 // the transaction's first: its id is the first of the transaction's range (migrations/00014),
-// and its snapshot, the row the UPDATE returns, is the row at COMMIT. (Run after another
-// event of the same transaction, it would fail on the primary key, never write a wrong id.)
-// Its time is the change's updated_at, which orders the backfill's changes
-// (migrations/00020_change_times_in_order.sql).
+// and the row the UPDATE returns is the row at COMMIT. (Run after another event of the same
+// transaction, it would fail on the primary key, never write a wrong id.) Its time is the
+// change's updated_at, which orders the backfill's changes (migrations/00020).
 //
-// It is prepared once per connection (Store.hot): planning the UPDATE and the INSERT together
+// The event is thin (migrations/00037): what a change can change, taken from the row; a
+// description the PATCH sets is kept once, from the change's time on, in backfill_descriptions.
+//
+// It is prepared once per connection (Store.hot): planning the UPDATE and the INSERTs together
 // costs more than running them.
 var backfillPatchSQL = backfillPatchStatement(true)
 
-// backfillPatchStatement is the PATCH's statement; without its event only for the benchmark
-// that measures what the event costs (cmd/bench, P9, built with the tag benchnoevents).
 func backfillPatchStatement(withEvent bool) string {
 	event := `,
 	event AS (
-		INSERT INTO events (id, type, backfill_id, dag_id, occurred_at, snapshot)
-		SELECT pg_current_xact_id()::text::bigint << 12,
-			'` + string(domain.EventBackfillUpdated) + `', p.id, p.dag_id, p.updated_at, p.snapshot
-		FROM patched p)`
+		INSERT INTO outbox (id, kind, backfill_id, occurred_at, state, pause_reason, max_active_runs,
+			max_failed_runs, priority, pool, num_queued, num_running, num_success, num_failed,
+			num_canceled, num_skipped, num_blocked, completed_at)
+		SELECT pg_current_xact_id()::text::bigint << 12, event_kind('` + string(domain.EventBackfillUpdated) + `'),
+			p.id, p.updated_at, p.state, p.pause_reason, p.max_active_runs, p.max_failed_runs,
+			p.priority, p.pool, p.num_queued, p.num_running, p.num_success, p.num_failed,
+			p.num_canceled, p.num_skipped, p.num_blocked, p.completed_at
+		FROM patched p),
+	described AS (
+		INSERT INTO backfill_descriptions (backfill_id, since, description)
+		SELECT p.id, p.updated_at, p.description
+		FROM patched p WHERE $5)`
 	if !withEvent {
 		event = ""
 	}
@@ -105,6 +113,6 @@ func backfillPatchStatement(withEvent bool) string {
 				OR (CASE WHEN $7 THEN $8::text ELSE pool END) IS DISTINCT FROM pool
 				OR coalesce($10::smallint, priority) IS DISTINCT FROM priority)
 			AND ` + statementLockWait("$9") + `
-		RETURNING backfills AS snapshot, ` + backfillColumns + `)` + event + `
+		RETURNING ` + backfillColumns + `)` + event + `
 	SELECT ` + backfillColumns + ` FROM patched`
 }

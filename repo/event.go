@@ -246,12 +246,6 @@ func (s *Store) claimableMayHaveChanged() {
 	}
 }
 
-// SweepPruneEvents deletes up to batch events older than maxAge (the contract keeps them at
-// least 7 days). Readers are unaffected: pruning only ever removes the oldest ids.
-func (s *Store) SweepPruneEvents(ctx context.Context, maxAge time.Duration, batch int) (int, error) {
-	return s.prune(ctx, pruneEvents, maxAge, batch)
-}
-
 // BackfillProgressMany reads the given backfills (those that exist) with the database's now,
 // for the progress of event streams: one query for every backfill a replica's streams follow.
 func (s *Store) BackfillProgressMany(ctx context.Context, ids []int64) ([]Backfill, time.Time, error) {

@@ -9,7 +9,8 @@ import (
 
 // CheckEventIDsAhead refuses a database whose outbox holds events written by a transaction
 // id this cluster has not reached yet, or whose backfills' events_from (the id their events'
-// reads start from, migrations/00022) is past it. An event's id is its writer's transaction
+// reads start from, migrations/00022) is past it, or whose outbox partitions were made past it
+// (migrations/00037: new events would find no partition). An event's id is its writer's transaction
 // id shifted left 12 bits (migrations/00014_events_without_lock.sql), so on such a cluster
 // every new event would sort before the old ones: the feed's readers, who ask after the last
 // id they saw, and the webhook fan-out, which follows transaction ids, would never see it,
@@ -25,7 +26,8 @@ func CheckEventIDsAhead(ctx context.Context, db sqlx.QueryerContext) error {
 	}
 	err := sqlx.GetContext(ctx, db, &ids, `
 		SELECT greatest(coalesce((SELECT max(id) FROM events), 0),
-				coalesce((SELECT max(events_from) FROM backfills), 0)) >> 12 AS newest,
+				coalesce((SELECT max(events_from) FROM backfills), 0),
+				coalesce((SELECT max(created_xid - 1) << 12 FROM outbox_partitions), 0)) >> 12 AS newest,
 			pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next`)
 	if err != nil {
 		return fmt.Errorf("check event ids: %w", err)

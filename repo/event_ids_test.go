@@ -22,7 +22,10 @@ func TestCheckEventIDsAheadRefusesEventsFromAheadOfTheCluster(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, CheckEventIDsAhead(ctx, db), "an event of this cluster")
 
-	// As an event restored from a cluster of epoch 3 would be.
+	// As an event restored from a cluster of epoch 3 would be, in the partition it came with.
+	_, err = db.Exec(`CREATE TABLE outbox_restored PARTITION OF outbox
+		FOR VALUES FROM (((3::bigint << 32) + 1) << 12) TO (((3::bigint << 32) + 1000) << 12)`)
+	require.NoError(t, err)
 	_, err = db.Exec(`INSERT INTO events (id, type, backfill_id, dag_id, occurred_at, data)
 		VALUES (((3::bigint << 32) + 77) << 12, 'backfill.updated', 1, 'd', now(), '{}')`)
 	require.NoError(t, err)
@@ -46,4 +49,13 @@ func TestCheckEventIDsAheadRefusesEventsFromAheadOfTheCluster(t *testing.T) {
 	err = CheckEventIDsAhead(ctx, db)
 	require.ErrorContains(t, err, "event ids of transaction 12884901978")
 	require.ErrorContains(t, err, "pg_resetwal -e 4")
+
+	// With no backfill either, the outbox's partitions made by that cluster are refused: new
+	// events would find none that takes their ids.
+	_, err = db.Exec(`DELETE FROM backfills;
+		INSERT INTO outbox_partitions (name, lo, hi, created_at, created_xid)
+		VALUES ('outbox_restored', ((3::bigint << 32) + 1) << 12, ((3::bigint << 32) + 1000) << 12, now(), (3::bigint << 32) + 95)`)
+	require.NoError(t, err)
+	err = CheckEventIDsAhead(ctx, db)
+	require.ErrorContains(t, err, "event ids of transaction 12884901982")
 }

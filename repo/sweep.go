@@ -177,25 +177,18 @@ func pruneStatement(table, key, datedBy string) string {
 		WHERE ` + datedBy + ` < backfill_now() - make_interval(secs => $1) ORDER BY ` + datedBy + ` LIMIT $2)`
 }
 
-// pruneEvents takes the oldest ids (the primary key; events have no index by time, which
-// would cost every event writer an index entry) and deletes those of them that are old
-// enough. An event's id follows its writer's transaction id, so id order is the order events
-// occurred in, give or take how long a transaction ran: an event not yet old enough stays,
-// its batch comes out short and ends the pass, and an old one behind it waits for a later
-// pass (kept longer, never less).
-var pruneEventsStatement = `DELETE FROM events WHERE id IN (
-		SELECT id FROM events ORDER BY id LIMIT $2)
-	AND occurred_at < backfill_now() - make_interval(secs => $1)`
-
 var (
-	pruneEvents           = pruning{"events", pruneEventsStatement}
 	pruneIdempotencyKeys  = pruning{"idempotency keys", pruneStatement("idempotency_keys", "key", "created_at")}
-	pruneDeletedBackfills = pruning{"deleted backfills' bounds", pruneStatement("deleted_backfills", "id", "deleted_at")}
+	pruneDeletedBackfills = pruning{"deleted backfills' bounds", `
+		WITH gone AS (` + pruneStatement("deleted_backfills", "id", "deleted_at") + ` RETURNING id),
+		descriptions AS (DELETE FROM backfill_descriptions d USING gone WHERE d.backfill_id = gone.id)
+		SELECT id FROM gone`}
 )
 
 // SweepPruneDeletedBackfills deletes up to batch bounds of deleted backfills kept longer than
 // maxAge (migrations/00022): a read of a deleted backfill's events starts at its bound while
-// any of them may remain, so maxAge is more than the events' retention.
+// any of them may remain, so maxAge is more than the events' retention. The descriptions its
+// events rendered go with it.
 func (s *Store) SweepPruneDeletedBackfills(ctx context.Context, maxAge time.Duration, batch int) (int, error) {
 	return s.prune(ctx, pruneDeletedBackfills, maxAge, batch)
 }

@@ -1,7 +1,8 @@
 // Package sweeper drives backfills to completion in the background: each pass expires
-// leases, finalizes backfills whose runs are all finished, and prunes idempotency keys and
-// events past their retention and deleted backfills' bounds past theirs, each step in bounded
-// batches of short transactions (the repository's Sweep* methods, through the Store interface
+// leases, finalizes backfills whose runs are all finished, prunes idempotency keys past their
+// retention, keeps the outbox's partitions (dropping whole ones past the events' retention)
+// and prunes deleted backfills' bounds past theirs, each step in bounded batches of short
+// transactions (the repository's Sweep* methods, through the Store interface
 // declared here). Every replica runs one; the repository's row locks with SKIP LOCKED make
 // concurrent passes safe, and a pass that meets a row held past LOCK_WAIT leaves it to the
 // next.
@@ -37,7 +38,7 @@ type Store interface {
 	SweepFinalize(ctx context.Context, batch int) (int, error)
 	SweepFinalizeGroups(ctx context.Context, batch int) (int, error)
 	SweepPruneIdempotencyKeys(ctx context.Context, maxAge time.Duration, batch int) (int, error)
-	SweepPruneEvents(ctx context.Context, maxAge time.Duration, batch int) (int, error)
+	SweepEventPartitions(ctx context.Context, p repo.EventPartitionParams) (repo.EventPartitionsPass, error)
 	SweepPruneDeletedBackfills(ctx context.Context, maxAge time.Duration, batch int) (int, error)
 }
 
@@ -57,7 +58,10 @@ type Config struct {
 	IdempotencyKeyTTL time.Duration
 	// EventTTL is how long lifecycle events are kept (default 7 days, the contract's minimum).
 	EventTTL time.Duration
-	Logger   *slog.Logger
+	// EventPartitionSpan is how long a new partition of the outbox is meant to last
+	// (repo.DefaultEventPartitionSpan when zero).
+	EventPartitionSpan time.Duration
+	Logger             *slog.Logger
 	// OnPass, when set, is told the duration and outcome of every pass (for metrics).
 	OnPass func(d time.Duration, err error)
 	// Tracer records a span per pass, its transactions under it; nil is off.
@@ -125,8 +129,9 @@ func (s *Sweeper) loop(ctx context.Context) {
 
 // RunOnce runs one pass: expire leases, then finalize backfills (so that a run failed by its
 // last expiry lets its backfill finish in the same pass) and the groups whose members all
-// finished, then prune idempotency keys and
-// events past their retention, and deleted backfills' bounds past theirs. Each step runs in
+// finished, then prune idempotency keys past their retention, keep the outbox's partitions
+// (one ahead, whole ones dropped past the events' retention), and prune deleted backfills'
+// bounds past theirs. Each step runs in
 // bounded batches of short transactions. With a tracer, the pass is a span over its
 // transactions' spans.
 func (s *Sweeper) RunOnce(ctx context.Context) (err error) {
@@ -158,11 +163,11 @@ func (s *Sweeper) runOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("prune idempotency keys: %w", err)
 	}
-	eventsPruned, err := s.batches(ctx, func(ctx context.Context, batch int) (int, error) {
-		return s.store.SweepPruneEvents(ctx, s.cfg.EventTTL, batch)
-	})
+	// The outbox's partitions: the next one ahead of the ids, and whole partitions dropped
+	// past the events' retention.
+	partitions, err := s.partitionPass(ctx)
 	if err != nil {
-		return fmt.Errorf("prune events: %w", err)
+		return fmt.Errorf("event partitions: %w", err)
 	}
 	// A deleted backfill's bound is kept while any of its events may be: its last event is
 	// older than its deletion, and the events' prune may run late, so twice their retention.
@@ -172,12 +177,24 @@ func (s *Sweeper) runOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("prune deleted backfills' bounds: %w", err)
 	}
-	if expired+finalized+groupsFinalized+pruned+eventsPruned+boundsPruned > 0 {
+	if expired+finalized+groupsFinalized+pruned+boundsPruned+partitions.Created+partitions.Dropped > 0 {
 		s.log.Info("sweep pass", "leases_expired", expired, "backfills_finalized", finalized,
 			"groups_finalized", groupsFinalized, "keys_pruned", pruned,
-			"events_pruned", eventsPruned, "deleted_backfill_bounds_pruned", boundsPruned)
+			"event_partitions_created", partitions.Created, "event_partitions_dropped", partitions.Dropped,
+			"deliveries_of_dropped_events", partitions.DeliveriesDeleted,
+			"deleted_backfill_bounds_pruned", boundsPruned)
 	}
 	return nil
+}
+
+// partitionPass runs the outbox partitions' step (repo.Store.SweepEventPartitions) under the
+// batch timeout times MaxBatches: a drop may wait for readers of its partition.
+func (s *Sweeper) partitionPass(ctx context.Context) (repo.EventPartitionsPass, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.BatchTimeout)
+	defer cancel()
+	return s.store.SweepEventPartitions(ctx, repo.EventPartitionParams{
+		Retention: s.cfg.EventTTL, Span: s.cfg.EventPartitionSpan,
+	})
 }
 
 // batches calls step until it returns a short batch, at most MaxBatches times.

@@ -37,7 +37,7 @@ func fillOutbox(t testing.TB, db *sqlx.DB, n int) int64 {
 	defer func() { _ = tx.Rollback() }()
 	_, err = tx.Exec(`SET LOCAL session_replication_role = replica`)
 	require.NoError(t, err)
-	_, err = tx.Exec(`INSERT INTO events (id, type, backfill_id, dag_id, occurred_at, data)
+	_, err = tx.Exec(`INSERT INTO outbox (id, type, backfill_id, dag_id, occurred_at, data)
 		SELECT ($1::bigint << 12) + g,
 			CASE WHEN g % 100000 = 99999 THEN 'backfill.failed' ELSE 'backfill.updated' END,
 			-1, 'history', backfill_now(), '{"backfill": {}}'
@@ -71,7 +71,7 @@ func TestEventPageOfAFilterThatMatchesNothingEndsWithinTheStatementTimeout(t *te
 				// Held back: a transaction of another database (a parallel test's) ended
 				// while the horizon was read, and counted. A reader asks again.
 				stalled++
-				require.Less(t, stalled, 20, "%s: next_after moves past the rows looked at", filter)
+				require.Less(t, stalled, 20, "%s: next_after moves past the rows looked at (%d, last %d)", filter, after, last)
 			}
 			after = p.NextAfter
 		}

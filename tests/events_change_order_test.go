@@ -52,9 +52,9 @@ func TestABackfillsEventsAreInChangeOrderByOccurredAt(t *testing.T) {
 	require.NoError(t, e.DB.Select(&made, `SELECT description FROM test_changes ORDER BY seq`))
 	require.Len(t, made, writers*each)
 	var byTime, byID []string
-	require.NoError(t, e.DB.Select(&byTime, `SELECT (snapshot).description FROM events
+	require.NoError(t, e.DB.Select(&byTime, `SELECT event_data(events)->'backfill'->>'description' FROM events
 		WHERE backfill_id = $1 AND type = 'backfill.updated' ORDER BY occurred_at, id`, b.Id))
-	require.NoError(t, e.DB.Select(&byID, `SELECT (snapshot).description FROM events
+	require.NoError(t, e.DB.Select(&byID, `SELECT event_data(events)->'backfill'->>'description' FROM events
 		WHERE backfill_id = $1 AND type = 'backfill.updated' ORDER BY id`, b.Id))
 	require.Equal(t, made, byTime, "the backfill's events by occurred_at are its changes in the order they were made")
 	inverted := 0

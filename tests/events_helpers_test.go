@@ -109,7 +109,7 @@ func evDBCounts(t testing.TB, db *sqlx.DB, backfillID int64) map[string]int {
 }
 
 // evInjectFailure makes the insert of any event of the given type raise, from a trigger on
-// events: the failure comes after the change it reports, inside its transaction, at commit.
+// the outbox: the failure comes after the change it reports, inside its transaction, at commit.
 // It returns the function that lifts it.
 func evInjectFailure(t testing.TB, db *sqlx.DB, eventType string) (lift func()) {
 	t.Helper()
@@ -117,13 +117,13 @@ func evInjectFailure(t testing.TB, db *sqlx.DB, eventType string) (lift func()) 
 	db.MustExec(`
 		CREATE OR REPLACE FUNCTION test_fail_event() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-			IF EXISTS (SELECT 1 FROM test_fail_event WHERE type = NEW.type) THEN
-				RAISE EXCEPTION 'injected failure after the change behind %', NEW.type;
+			IF EXISTS (SELECT 1 FROM test_fail_event WHERE type = coalesce(NEW.type, event_type_name(NEW.kind))) THEN
+				RAISE EXCEPTION 'injected failure after the change behind %', coalesce(NEW.type, event_type_name(NEW.kind));
 			END IF;
 			RETURN NULL;
 		END $$`)
-	db.MustExec(`DROP TRIGGER IF EXISTS test_fail_event ON events`)
-	db.MustExec(`CREATE TRIGGER test_fail_event AFTER INSERT ON events FOR EACH ROW EXECUTE FUNCTION test_fail_event()`)
+	db.MustExec(`DROP TRIGGER IF EXISTS test_fail_event ON outbox`)
+	db.MustExec(`CREATE TRIGGER test_fail_event AFTER INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION test_fail_event()`)
 	db.MustExec(`INSERT INTO test_fail_event (type) VALUES ($1)`, eventType)
 	return func() { db.MustExec(`DELETE FROM test_fail_event WHERE type = $1`, eventType) }
 }

@@ -99,12 +99,12 @@ func TestWebhookDeleteOfAMillionAttemptsHoldsNoWriterBack(t *testing.T) {
 	// existed, so no writer of the test can take them, and which every reader sees as old.
 	tx := e.DB.MustBegin()
 	tx.MustExec(`SET LOCAL session_replication_role = replica`)
-	tx.MustExec(`INSERT INTO events (id, type, backfill_id, dag_id, occurred_at, data)
+	tx.MustExec(`INSERT INTO outbox (id, type, backfill_id, dag_id, occurred_at, data)
 		SELECT g, 'backfill.updated', g, 'history', backfill_now(), '{"backfill": {}}'
 		FROM generate_series(1, $1) g`, events)
 	tx.MustExec(`INSERT INTO webhook_deliveries (webhook_id, event_id, state, attempts, created_at, next_attempt_at)
 		SELECT $1, id, 'pending', $2, backfill_now(), backfill_now() + interval '1 day'
-		FROM events WHERE dag_id = 'history'`, w.Id, attemptsPerEvent)
+		FROM outbox WHERE dag_id = 'history'`, w.Id, attemptsPerEvent)
 	tx.MustExec(`INSERT INTO webhook_attempts (webhook_id, event_id, attempt, status_code, error, attempted_at)
 		SELECT d.webhook_id, d.event_id, a, 500, 'http_status', backfill_now()
 		FROM webhook_deliveries d CROSS JOIN generate_series(1, $1) a`, attemptsPerEvent)

@@ -55,7 +55,7 @@ func TestEventWritersDoNotWaitAndReadersServeNothingPastAnInFlightWriter(t *test
 	e.DB.MustExec(fmt.Sprintf(`
 		CREATE FUNCTION test_hold_event() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-			IF NEW.backfill_id = %d AND NEW.type = 'backfill.paused' THEN
+			IF NEW.backfill_id = %d AND coalesce(NEW.type, event_type_name(NEW.kind)) = 'backfill.paused' THEN
 				-- The test decides how long A is held, not LOCK_WAIT, which bounds the
 				-- pause's lock waits (repo.statementLockWait).
 				PERFORM set_config('lock_timeout', '0', true);
@@ -63,7 +63,7 @@ func TestEventWritersDoNotWaitAndReadersServeNothingPastAnInFlightWriter(t *test
 			END IF;
 			RETURN NULL;
 		END $$`, a.Id))
-	e.DB.MustExec(`CREATE TRIGGER test_hold_event AFTER INSERT ON events FOR EACH ROW EXECUTE FUNCTION test_hold_event()`)
+	e.DB.MustExec(`CREATE TRIGGER test_hold_event AFTER INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION test_hold_event()`)
 
 	aDone := e.doAsync(http.MethodPut, backfillPath(a.Id)+"/pause", nil)
 	evWaitForLockWaiters(t, e, 0, 4242, 1)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backfillsvc/backfill/internal/testkit/pgtest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -254,18 +255,33 @@ func TestEventListFiltersAndPages(t *testing.T) {
 	requireProblem(t, e.Do(http.MethodGet, "/api/v1/events?after=-1", nil), http.StatusBadRequest, "invalid_request")
 }
 
-// The sweep prunes events older than the retention (7 days) and keeps younger ones.
+// The sweep drops the outbox's partitions whose events are all older than the retention (7
+// days) and keeps younger ones: retention removes whole partitions, never rows.
 func TestEventRetentionPrunedBySweep(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	old := e.DailyBackfill("r1", day(1, 1), day(1, 2))
 	e.ActionOK(old.Id, "cancel")
+	pgtest.CutEventPartition(t, e.DB) // the old events' partition ends here
+	// The sweep sees it closed once the transactions that could write into it ended.
+	require.Eventually(t, func() bool {
+		e.SweepOnce()
+		var open bool
+		require.NoError(t, e.DB.Get(&open, `SELECT EXISTS (SELECT 1 FROM outbox_partitions WHERE closed_at IS NULL AND hi <= $1)`,
+			evOf(e, old.Id)[1].ID+1))
+		return !open
+	}, 10*time.Second, 20*time.Millisecond, "the old events' partition closes")
 	e.Clock.Advance(6 * 24 * time.Hour)
 	young := e.DailyBackfill("r2", day(1, 1), day(1, 2))
 	e.SweepOnce()
 	require.Len(t, evOf(e, old.Id), 2, "6 days old: kept")
+	var oldPartition string
+	require.NoError(t, e.DB.Get(&oldPartition, `SELECT tableoid::regclass::text FROM outbox WHERE id = $1`, evOf(e, old.Id)[0].ID))
 	e.Clock.Advance(24*time.Hour + time.Second)
 	e.SweepOnce()
 	require.Empty(t, evOf(e, old.Id), "older than 7 days: pruned")
 	require.Len(t, evOf(e, young.Id), 1)
+	var gone bool
+	require.NoError(t, e.DB.Get(&gone, `SELECT to_regclass($1) IS NULL`, oldPartition))
+	require.True(t, gone, "the partition %s is dropped whole, no row deleted", oldPartition)
 }

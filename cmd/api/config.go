@@ -27,10 +27,13 @@ type config struct {
 	// direct connection, or a session pooler) prepares the hot statements once per pooled
 	// connection; "transaction" (PgBouncer in transaction mode) sends every statement
 	// unnamed, since a prepared statement would outlive the transaction that made it.
-	DBPooler        string
-	HTTPAddr        string
-	SweepInterval   time.Duration
-	MaxBackfillRuns int
+	DBPooler      string
+	HTTPAddr      string
+	SweepInterval time.Duration
+	// EventPartitionSpan is how long a new partition of the outbox is meant to last at the
+	// database's pace of transactions (EVENT_PARTITION_SPAN); retention drops whole ones.
+	EventPartitionSpan time.Duration
+	MaxBackfillRuns    int
 	// MaxRunDependencies caps one group's run-to-run dependencies (MAX_RUN_DEPENDENCIES).
 	MaxRunDependencies int
 	MaxAttempts        int
@@ -111,6 +114,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		DBPooler:           poolerNone,
 		HTTPAddr:           defaultHTTPAddr,
 		SweepInterval:      sweeper.DefaultInterval,
+		EventPartitionSpan: repo.DefaultEventPartitionSpan,
 		MaxBackfillRuns:    repo.DefaultMaxBackfillRuns,
 		MaxRunDependencies: repo.DefaultMaxRunDependencies,
 		MaxAttempts:        repo.DefaultMaxAttempts,
@@ -148,6 +152,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		errs = append(errs, err)
 	}
 	durationVar(getenv, "SWEEP_INTERVAL", &cfg.SweepInterval, &errs)
+	durationVar(getenv, "EVENT_PARTITION_SPAN", &cfg.EventPartitionSpan, &errs)
 	durationVar(getenv, "DB_STATEMENT_TIMEOUT", &cfg.StatementTimeout, &errs)
 	durationVar(getenv, "SHUTDOWN_TIMEOUT", &cfg.ShutdownTimeout, &errs)
 	durationVar(getenv, "DB_RECONNECT_WAIT", &cfg.DBReconnectWait, &errs)
@@ -273,6 +278,7 @@ func (c config) logAttrs() []any {
 		"db_pooler", c.DBPooler,
 		"http_addr", c.HTTPAddr,
 		"sweep_interval", c.SweepInterval.String(),
+		"event_partition_span", c.EventPartitionSpan.String(),
 		"max_backfill_runs", c.MaxBackfillRuns,
 		"max_run_dependencies", c.MaxRunDependencies,
 		"max_attempts", c.MaxAttempts,

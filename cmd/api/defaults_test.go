@@ -44,6 +44,7 @@ func TestDocsStateTheDefaultsConfigApplies(t *testing.T) {
 		"DB_POOLER":            cfg.DBPooler,
 		"HTTP_ADDR":            cfg.HTTPAddr,
 		"SWEEP_INTERVAL":       cfg.SweepInterval,
+		"EVENT_PARTITION_SPAN": cfg.EventPartitionSpan,
 		"MAX_BACKFILL_RUNS":    fmt.Sprint(cfg.MaxBackfillRuns),
 		"MAX_RUN_DEPENDENCIES": fmt.Sprint(cfg.MaxRunDependencies),
 		"MAX_ATTEMPTS":         fmt.Sprint(cfg.MaxAttempts),

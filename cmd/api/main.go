@@ -197,6 +197,13 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 		PrepareStatements: cfg.DBPooler == poolerNone,
 		Tracer:            tracer,
 	})
+	// The outbox's next partition before the first event: the sweep keeps one ahead, but a
+	// database whose transaction ids ran on while no replica ran may have used it up.
+	if n, err := store.EnsureEventPartitions(ctx, repo.EventPartitionParams{Span: cfg.EventPartitionSpan}); err != nil {
+		logger.Warn("event partitions not checked at start; the sweep tries again", "err", err)
+	} else if n > 0 {
+		logger.Info("event partitions attached at start", "partitions", n)
+	}
 	m.WatchStates(store.StateCounts)
 	m.WatchPriorities(store.QueuedByPriority)
 	m.WatchPools(poolCounter(store))
@@ -264,10 +271,11 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 	}
 
 	sweep := sweeper.New(store, sweeper.Config{
-		Interval: cfg.SweepInterval,
-		Logger:   logger.With("component", "sweeper"),
-		OnPass:   m.SweepPassed,
-		Tracer:   tracer,
+		Interval:           cfg.SweepInterval,
+		EventPartitionSpan: cfg.EventPartitionSpan,
+		Logger:             logger.With("component", "sweeper"),
+		OnPass:             m.SweepPassed,
+		Tracer:             tracer,
 	})
 	if err := sweep.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("start sweeper: %w", err)
