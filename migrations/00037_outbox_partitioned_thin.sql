@@ -204,10 +204,12 @@ $$;
 -- +goose StatementEnd
 
 -- The bloom filters are sized for the page range (16 pages: about a thousand thin events),
--- each at most a tenth of them distinct, with one false match in a thousand ranges.
+-- each at most a tenth of them distinct, with one false match in a thousand ranges. The sweep
+-- summarizes full ranges (autosummarize would ask autovacuum, which may be off, and log each
+-- request it could not record).
 CREATE INDEX outbox_by_backfill ON outbox
     USING brin (backfill_id int8_bloom_ops (false_positive_rate = 0.001))
-    WITH (pages_per_range = 16, autosummarize = on);
+    WITH (pages_per_range = 16);
 
 ALTER TABLE webhook_deliveries DROP CONSTRAINT webhook_deliveries_event_id_fkey;
 ALTER TABLE webhook_deliveries ADD CONSTRAINT webhook_deliveries_event_id_fkey

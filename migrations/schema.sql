@@ -1311,7 +1311,7 @@ CREATE INDEX idempotency_keys_by_age ON public.idempotency_keys USING btree (cre
 
 CREATE INDEX idempotency_keys_by_dag ON public.idempotency_keys USING btree (dag_id) WHERE (dag_id IS NOT NULL);
 
-CREATE INDEX outbox_by_backfill ON ONLY public.outbox USING brin (backfill_id int8_bloom_ops (false_positive_rate='0.001')) WITH (pages_per_range='16', autosummarize='on');
+CREATE INDEX outbox_by_backfill ON ONLY public.outbox USING brin (backfill_id int8_bloom_ops (false_positive_rate='0.001')) WITH (pages_per_range='16');
 
 CREATE INDEX webhook_attempts_by_webhook ON public.webhook_attempts USING btree (webhook_id, id);
 
