@@ -131,6 +131,47 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION public.backfill_event_ids(members bigint[], lo bigint, cut bigint, types text[], max_events integer) RETURNS SETOF bigint
+    LANGUAGE plpgsql STABLE
+    SET enable_seqscan TO 'off'
+    SET enable_bitmapscan TO 'off'
+    SET max_parallel_workers_per_gather TO '0'
+    SET jit TO 'off'
+    AS $_$
+DECLARE
+    parts text;
+BEGIN
+    IF members IS NULL OR cardinality(members) = 0 OR lo >= cut THEN
+        RETURN;
+    END IF;
+    IF (SELECT count(*) FROM (SELECT 1 FROM outbox o WHERE o.id > lo AND o.id < cut LIMIT 2000) r) < 2000 THEN
+        RETURN QUERY
+        SELECT o.id FROM outbox o
+        WHERE o.id > lo AND o.id < cut AND o.backfill_id = ANY (members)
+          AND (types IS NULL OR coalesce(o.type, event_type_name(o.kind)) = ANY (types))
+        ORDER BY o.id LIMIT max_events;
+        RETURN;
+    END IF;
+    SELECT string_agg(format(
+        '(SELECT o.id, coalesce(o.type, event_type_name(o.kind)) AS type FROM %s o WHERE o.backfill_id = ANY ($1) OFFSET 0)',
+        i.inhrelid::regclass), ' UNION ALL ')
+    INTO parts
+    FROM pg_inherits i
+    JOIN pg_class c ON c.oid = i.inhrelid
+    LEFT JOIN outbox_partitions p ON p.name = c.relname
+    WHERE i.inhparent = 'outbox'::regclass AND NOT i.inhdetachpending
+      AND (p.name IS NULL OR (p.hi > backfill_event_ids.lo AND p.lo < backfill_event_ids.cut));
+    IF parts IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM set_config('enable_bitmapscan', 'on', true);
+    RETURN QUERY EXECUTE
+        'SELECT e.id FROM (' || parts || ') e WHERE e.id > $2 AND e.id < $3'
+        || ' AND ($4::text[] IS NULL OR e.type = ANY ($4)) ORDER BY e.id LIMIT $5'
+        USING members, lo, cut, types, max_events;
+END
+$_$;
+
 CREATE FUNCTION public.event_type_name(kind smallint) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
@@ -239,18 +280,19 @@ CREATE VIEW public.events AS
 CREATE FUNCTION public.backfill_events(backfill bigint, after_id bigint, types text[], max_events integer) RETURNS SETOF public.events
     LANGUAGE sql STABLE
     SET enable_seqscan TO 'off'
-    SET enable_indexscan TO 'off'
     SET max_parallel_workers_per_gather TO '0'
+    SET jit TO 'off'
     AS $$
-    SELECT e.* FROM events e
-    WHERE e.backfill_id = backfill
-      AND e.id > greatest(after_id, coalesce(
-          (SELECT b.events_from FROM backfills b WHERE b.id = backfill),
-          (SELECT d.events_from FROM deleted_backfills d WHERE d.id = backfill),
-          9223372036854775807) - 1)
-      AND (types IS NULL OR e.type = ANY (types))
+    SELECT e.* FROM backfill_event_ids(ARRAY[backfill],
+        greatest(after_id, coalesce(
+            (SELECT b.events_from FROM backfills b WHERE b.id = backfill),
+            (SELECT d.events_from FROM deleted_backfills d WHERE d.id = backfill),
+            9223372036854775807) - 1),
+        9223372036854775807, types, max_events) AS k(id)
+    -- Each event by its id (OFFSET 0 keeps it a lookup: as a join, the planner merges with a
+    -- walk of the whole outbox).
+    CROSS JOIN LATERAL (SELECT * FROM events e WHERE e.id = k.id OFFSET 0) e
     ORDER BY e.id
-    LIMIT max_events
 $$;
 
 CREATE FUNCTION public.backfill_events_insert(b public.backfills, first_id bigint, kinds text[], change_at timestamp with time zone, described boolean) RETURNS integer
@@ -767,6 +809,16 @@ BEGIN
     INSERT INTO outbox (id, type, backfill_id, dag_id, occurred_at, data, snapshot, group_id)
     VALUES (NEW.id, NEW.type, NEW.backfill_id, NEW.dag_id, NEW.occurred_at, NEW.data, NEW.snapshot,
             CASE WHEN NEW.backfill_id IS NULL THEN NEW.group_id END);
+    -- The previous version's PATCH may have changed the description: the thin events written
+    -- after it render the one it stored.
+    IF NEW.backfill_id IS NOT NULL AND (NEW.snapshot).id IS NOT NULL
+       AND (SELECT d.description FROM backfill_descriptions d
+            WHERE d.backfill_id = NEW.backfill_id AND d.since <= NEW.occurred_at
+            ORDER BY d.since DESC LIMIT 1) IS DISTINCT FROM (NEW.snapshot).description THEN
+        INSERT INTO backfill_descriptions (backfill_id, since, description)
+        VALUES (NEW.backfill_id, NEW.occurred_at, (NEW.snapshot).description)
+        ON CONFLICT (backfill_id, since) DO UPDATE SET description = EXCLUDED.description;
+    END IF;
     RETURN NEW;
 END
 $$;
@@ -775,8 +827,8 @@ CREATE FUNCTION public.events_scan(after_id bigint, max_rows integer, backfill b
     LANGUAGE plpgsql STABLE
     SET enable_seqscan TO 'off'
     SET enable_bitmapscan TO 'on'
-    SET enable_indexscan TO 'on'
     SET max_parallel_workers_per_gather TO '0'
+    SET jit TO 'off'
     AS $$
 DECLARE
     v_snap constant pg_snapshot := pg_current_snapshot();
@@ -841,14 +893,10 @@ BEGIN
     SELECT max(o.id) INTO v_edge FROM outbox o WHERE o.id > after_id;
     v_cut := CASE WHEN coalesce(v_edge < v_floor, true) THEN v_floor ELSE event_horizon(v_snap) END;
     SELECT max(o.id) INTO v_servable FROM outbox o WHERE o.id > after_id AND o.id < v_cut;
-    -- The bloom index only (a walk of the primary key would read every event after v_lo).
-    PERFORM set_config('enable_indexscan', 'off', true);
     RETURN QUERY
     WITH kept AS (
-        SELECT o.id FROM outbox o
-        WHERE o.backfill_id = ANY (v_members) AND o.id > v_lo AND o.id < v_cut
-          AND (event_type IS NULL OR coalesce(o.type, event_type_name(o.kind)) = event_type)
-        ORDER BY o.id LIMIT max_events)
+        SELECT k.id FROM backfill_event_ids(v_members, v_lo, v_cut,
+            CASE WHEN event_type IS NULL THEN NULL ELSE ARRAY[event_type] END, max_events) AS k(id))
     SELECT v_edge, 0::bigint, v_cut, v_servable, kept.id
     FROM (SELECT 1) one LEFT JOIN kept ON true
     ORDER BY kept.id;

@@ -217,19 +217,23 @@ func (s *Store) dropExpiredEventPartitions(ctx context.Context, retention time.D
 				break
 			}
 		}
-		if err := s.detachAndDrop(ctx, p.Name, p.Pending); err != nil {
+		done, err := s.detachAndDrop(ctx, p.Name, p.Pending)
+		if err != nil {
 			return dropped, deliveries, err
 		}
-		dropped++
+		if done {
+			dropped++
+		}
 	}
 	return dropped, deliveries, nil
 }
 
-// detachAndDrop detaches partition name from the outbox and drops it. pending says where an
-// earlier pass stopped: nil, the table is not a partition any more (only the DROP is left);
-// true, a DETACH CONCURRENTLY interrupted after its first phase, which only FINALIZE
-// completes.
-func (s *Store) detachAndDrop(ctx context.Context, name string, pending *bool) error {
+// detachAndDrop detaches partition name from the outbox and drops it; done is false when
+// another replica's pass was detaching it at the same time (that one finishes it). pending
+// says where an earlier pass stopped: nil, the table is not a partition any more (only the
+// DROP is left); true, a DETACH CONCURRENTLY interrupted after its first phase, which only
+// FINALIZE completes.
+func (s *Store) detachAndDrop(ctx context.Context, name string, pending *bool) (done bool, err error) {
 	table := pq.QuoteIdentifier(name)
 	if pending != nil {
 		detach := `ALTER TABLE outbox DETACH PARTITION ` + table + ` CONCURRENTLY`
@@ -250,14 +254,14 @@ func (s *Store) detachAndDrop(ctx context.Context, name string, pending *bool) e
 				return attached, err
 			})
 			if rerr == nil && !attached {
-				return nil
+				return false, nil
 			}
-			return err
+			return false, err
 		}
 	}
 	if _, err := s.deleted(ctx, "drop "+name, `DROP TABLE IF EXISTS `+table); err != nil {
-		return err
+		return false, err
 	}
-	_, err := s.deleted(ctx, "forget "+name, `DELETE FROM outbox_partitions WHERE name = $1`, name)
-	return err
+	n, err := s.deleted(ctx, "forget "+name, `DELETE FROM outbox_partitions WHERE name = $1`, name)
+	return n > 0, err
 }
