@@ -74,7 +74,7 @@ type config struct {
 	only           map[string]bool
 }
 
-// runs reports whether scenario p (P1..P4, P6..P11; P5 comes with P1) is to run.
+// runs reports whether scenario p (P1..P4, P6..P12; P5 comes with P1) is to run.
 func (c config) runs(p string) bool { return len(c.only) == 0 || c.only[p] }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -90,7 +90,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	apiBin := fs.String("api-bin", "", "use this api binary instead of building ./cmd/api")
 	rounds := fs.Int("rounds", 0, "P1 rounds per size (default 5, smoke 1)")
 	duration := fs.Duration("duration", 0, "P2/P4 load per measurement (default 5s, smoke 1s)")
-	only := fs.String("only", "", "run only these scenarios, e.g. P1,P4,P7 (P5 is measured with P1; P7: overload; P8: event streams; P9: event writers; P10: pool busy with waiting claims; P11: backfill groups)")
+	only := fs.String("only", "", "run only these scenarios, e.g. P1,P4,P7 (P5 is measured with P1; P7: overload; P8: event streams; P9: event writers; P10: pool busy with waiting claims; P11: backfill groups; P12: events' cost)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -125,12 +125,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		cfg.only = map[string]bool{}
 		for _, p := range strings.Split(strings.ToUpper(*only), ",") {
 			switch p = strings.TrimSpace(p); p {
-			case "P1", "P2", "P3", "P4", "P6", "P7", "P8", "P9", "P10", "P11":
+			case "P1", "P2", "P3", "P4", "P6", "P7", "P8", "P9", "P10", "P11", "P12":
 				cfg.only[p] = true
 			case "P5":
 				cfg.only["P1"] = true
 			default:
-				return config{}, fmt.Errorf("-only: unknown scenario %q (want P1..P11)", p)
+				return config{}, fmt.Errorf("-only: unknown scenario %q (want P1..P12)", p)
 			}
 		}
 	}
@@ -292,6 +292,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return fmt.Errorf("P3: %w", err)
 		}
 		res.sweep = &s
+	}
+	// Events' cost runs in-process on a database of its own, after the service is stopped,
+	// as P3 does: its 10 million events and their reads want both cores.
+	if cfg.runs("P12") {
+		e, err := b.scenarioEventsCost(ctx, env)
+		if err != nil {
+			return fmt.Errorf("P12: %w", err)
+		}
+		res.eventsCost = &e
 	}
 
 	hw.Elapsed = time.Since(start)

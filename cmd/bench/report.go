@@ -30,6 +30,8 @@ type results struct {
 	poolBusy *poolBusyResult
 	// groups is P11.
 	groups *groupsResult
+	// eventsCost is P12.
+	eventsCost *eventsCostResult
 }
 
 // Targets of P1–P5.
@@ -99,6 +101,9 @@ func printReport(w io.Writer, cfg config, hw *hardware, r *results) {
 	}
 	if r.groups != nil {
 		rows = append(rows, groupsRows(*r.groups)...)
+	}
+	if r.eventsCost != nil {
+		rows = append(rows, eventsCostRows(*r.eventsCost)...)
 	}
 	writeTable(w, []string{"scenario", "service", "floor / baseline", "ratio", "target", "result"}, rows)
 
