@@ -349,15 +349,15 @@ $$;
 
 -- +goose StatementBegin
 -- The ids of the events of backfills members in (lo, cut), the first max_events in id order,
--- of the given types (NULL: all). A short range is walked along the primary key (at most
--- 2,000 rows, counted first through the index). A longer one is read through the bloom index
--- of each partition that overlaps it, by a query that gives the planner no other way in:
--- each partition is read with the members alone as its condition (behind OFFSET 0, so the
--- range is not pushed down to it), and sequential scans are off, so it is a bitmap scan of
--- the bloom index, which looks at each page range's filter and reads the ranges that may
--- hold the members' events. Left to itself, the planner takes the primary key's range
--- whenever the partition has no statistics yet (a new one, where autovacuum is slow or
--- off): every event since the backfill's creation.
+-- of the given types (NULL: all). A range of fewer than 2,048 transactions is walked along
+-- the primary key, 2,000 rows at most; a longer one, or one the walk did not get through, is
+-- read through the bloom index of each partition that overlaps it, by a query that gives the
+-- planner no other way in: each partition is read with the members alone as its condition
+-- (behind OFFSET 0, so the range is not pushed down to it), and sequential scans are off, so
+-- it is a bitmap scan of the bloom index, which looks at each page range's filter and reads
+-- the ranges that may hold the members' events. Left to itself, the planner takes the
+-- primary key's range whenever the partition has no statistics yet (a new one, where
+-- autovacuum is slow or off): every event since the backfill's creation.
 CREATE FUNCTION backfill_event_ids(members bigint[], lo bigint, cut bigint, types text[], max_events integer)
 RETURNS SETOF bigint
 LANGUAGE plpgsql STABLE
@@ -367,18 +367,24 @@ SET max_parallel_workers_per_gather = 0
 SET jit = off
 AS $$
 DECLARE
+    v_end constant bigint := least(cut, pg_snapshot_xmax(pg_current_snapshot())::text::bigint << 12);
+    v_walked bigint;
+    v_ids bigint[];
     parts text;
 BEGIN
     IF members IS NULL OR cardinality(members) = 0 OR lo >= cut THEN
         RETURN;
     END IF;
-    IF (SELECT count(*) FROM (SELECT 1 FROM outbox o WHERE o.id > lo AND o.id < cut LIMIT 2000) r) < 2000 THEN
-        RETURN QUERY
-        SELECT o.id FROM outbox o
-        WHERE o.id > lo AND o.id < cut AND o.backfill_id = ANY (members)
-          AND (types IS NULL OR coalesce(o.type, event_type_name(o.kind)) = ANY (types))
-        ORDER BY o.id LIMIT max_events;
-        RETURN;
+    IF (v_end - lo) >> 12 < 2048 THEN
+        SELECT count(*), array_agg(w.id ORDER BY w.id) FILTER (
+                WHERE w.backfill_id = ANY (members) AND (types IS NULL OR w.type = ANY (types)))
+        INTO v_walked, v_ids
+        FROM (SELECT o.id, o.backfill_id, coalesce(o.type, event_type_name(o.kind)) AS type
+              FROM outbox o WHERE o.id > lo AND o.id < cut ORDER BY o.id LIMIT 2000) w;
+        IF v_walked < 2000 THEN
+            RETURN QUERY SELECT unnest(v_ids[1:max_events]);
+            RETURN;
+        END IF;
     END IF;
     SELECT string_agg(format(
         '(SELECT o.id, coalesce(o.type, event_type_name(o.kind)) AS type FROM %s o WHERE o.backfill_id = ANY ($1) OFFSET 0)',
@@ -403,13 +409,16 @@ $$;
 
 -- +goose StatementBegin
 -- A backfill's events after after_id, from the backfill's bound (00022) on, which also
--- leaves out the partitions before it.
+-- leaves out the partitions before it. PL/pgSQL keeps its plans between calls; a SQL
+-- function with SET clauses was planned again at every call (2 ms).
 CREATE FUNCTION backfill_events(backfill bigint, after_id bigint, types text[], max_events integer) RETURNS SETOF events
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET enable_seqscan = off
 SET max_parallel_workers_per_gather = 0
 SET jit = off
 AS $$
+BEGIN
+    RETURN QUERY
     SELECT e.* FROM backfill_event_ids(ARRAY[backfill],
         greatest(after_id, coalesce(
             (SELECT b.events_from FROM backfills b WHERE b.id = backfill),
@@ -419,7 +428,8 @@ AS $$
     -- Each event by its id (OFFSET 0 keeps it a lookup: as a join, the planner merges with a
     -- walk of the whole outbox).
     CROSS JOIN LATERAL (SELECT * FROM events e WHERE e.id = k.id OFFSET 0) e
-    ORDER BY e.id
+    ORDER BY e.id;
+END
 $$;
 -- +goose StatementEnd
 

@@ -139,18 +139,24 @@ CREATE FUNCTION public.backfill_event_ids(members bigint[], lo bigint, cut bigin
     SET jit TO 'off'
     AS $_$
 DECLARE
+    v_end constant bigint := least(cut, pg_snapshot_xmax(pg_current_snapshot())::text::bigint << 12);
+    v_walked bigint;
+    v_ids bigint[];
     parts text;
 BEGIN
     IF members IS NULL OR cardinality(members) = 0 OR lo >= cut THEN
         RETURN;
     END IF;
-    IF (SELECT count(*) FROM (SELECT 1 FROM outbox o WHERE o.id > lo AND o.id < cut LIMIT 2000) r) < 2000 THEN
-        RETURN QUERY
-        SELECT o.id FROM outbox o
-        WHERE o.id > lo AND o.id < cut AND o.backfill_id = ANY (members)
-          AND (types IS NULL OR coalesce(o.type, event_type_name(o.kind)) = ANY (types))
-        ORDER BY o.id LIMIT max_events;
-        RETURN;
+    IF (v_end - lo) >> 12 < 2048 THEN
+        SELECT count(*), array_agg(w.id ORDER BY w.id) FILTER (
+                WHERE w.backfill_id = ANY (members) AND (types IS NULL OR w.type = ANY (types)))
+        INTO v_walked, v_ids
+        FROM (SELECT o.id, o.backfill_id, coalesce(o.type, event_type_name(o.kind)) AS type
+              FROM outbox o WHERE o.id > lo AND o.id < cut ORDER BY o.id LIMIT 2000) w;
+        IF v_walked < 2000 THEN
+            RETURN QUERY SELECT unnest(v_ids[1:max_events]);
+            RETURN;
+        END IF;
     END IF;
     SELECT string_agg(format(
         '(SELECT o.id, coalesce(o.type, event_type_name(o.kind)) AS type FROM %s o WHERE o.backfill_id = ANY ($1) OFFSET 0)',
@@ -278,11 +284,13 @@ CREATE VIEW public.events AS
    FROM public.outbox o;
 
 CREATE FUNCTION public.backfill_events(backfill bigint, after_id bigint, types text[], max_events integer) RETURNS SETOF public.events
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET enable_seqscan TO 'off'
     SET max_parallel_workers_per_gather TO '0'
     SET jit TO 'off'
     AS $$
+BEGIN
+    RETURN QUERY
     SELECT e.* FROM backfill_event_ids(ARRAY[backfill],
         greatest(after_id, coalesce(
             (SELECT b.events_from FROM backfills b WHERE b.id = backfill),
@@ -292,7 +300,8 @@ CREATE FUNCTION public.backfill_events(backfill bigint, after_id bigint, types t
     -- Each event by its id (OFFSET 0 keeps it a lookup: as a join, the planner merges with a
     -- walk of the whole outbox).
     CROSS JOIN LATERAL (SELECT * FROM events e WHERE e.id = k.id OFFSET 0) e
-    ORDER BY e.id
+    ORDER BY e.id;
+END
 $$;
 
 CREATE FUNCTION public.backfill_events_insert(b public.backfills, first_id bigint, kinds text[], change_at timestamp with time zone, described boolean) RETURNS integer
