@@ -203,7 +203,7 @@ if [ "$backfill_dbs" = 0 ]; then
 	log "creating database backfill"
 	psql_leader -c "CREATE DATABASE backfill"
 fi
-psql_leader -c "ALTER DATABASE backfill SET statement_timeout = '60s'"
+psql_leader -c "ALTER DATABASE backfill SET statement_timeout = '60s'" -c "ALTER DATABASE backfill SET jit = off"
 
 # --- PgBouncer ----------------------------------------------------------------------------
 # Transaction pooling: each transaction gets any server connection. The pool is sized for
