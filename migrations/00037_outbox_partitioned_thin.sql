@@ -203,10 +203,59 @@ END
 $$;
 -- +goose StatementEnd
 
+-- +goose StatementBegin
+-- Summarizes the bloom index's page ranges that no longer take rows: a closed partition's
+-- all, an open one's full ranges but its last margin_pages pages (concurrent writers extend
+-- a table by several pages at once and fill them in any order; a summarized range that still
+-- takes rows rewrites its filter at each new value). A read looks at every unsummarized range
+-- whole, so replicas run this every second; one at a time (the others return at once).
+-- Answers how many partitions it summarized.
+CREATE FUNCTION outbox_summarize(margin_pages integer) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    p record;
+    upto bigint;
+    n integer := 0;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(hashtext('outbox_summarize')) THEN
+        RETURN 0;
+    END IF;
+    FOR p IN
+        SELECT o.name, o.closed_at, o.summarized_to, i.indexrelid::regclass AS idx,
+            pg_relation_size(c.oid) / current_setting('block_size')::bigint AS pages,
+            coalesce((SELECT substring(opt FROM 'pages_per_range=(\d+)')::bigint
+                      FROM unnest(ic.reloptions) opt WHERE opt LIKE 'pages_per_range=%'), 128) AS per_range
+        FROM outbox_partitions o
+        JOIN pg_class c ON c.relname = o.name AND c.relnamespace = 'public'::regnamespace
+        JOIN pg_index i ON i.indrelid = c.oid
+        JOIN pg_class ic ON ic.oid = i.indexrelid
+        JOIN pg_am a ON a.oid = ic.relam AND a.amname = 'brin'
+        WHERE o.summarized_to >= 0
+        ORDER BY o.lo
+    LOOP
+        IF p.closed_at IS NOT NULL THEN
+            PERFORM brin_summarize_new_values(p.idx);
+            UPDATE outbox_partitions SET summarized_to = -1 WHERE name = p.name;
+            n := n + 1;
+            CONTINUE;
+        END IF;
+        upto := (p.pages - margin_pages) / p.per_range * p.per_range;
+        IF upto > p.summarized_to THEN
+            PERFORM brin_summarize_range(p.idx, b)
+            FROM generate_series(p.summarized_to, upto - 1, p.per_range) b;
+            UPDATE outbox_partitions SET summarized_to = upto WHERE name = p.name;
+            n := n + 1;
+        END IF;
+    END LOOP;
+    RETURN n;
+END
+$$;
+-- +goose StatementEnd
+
 -- The bloom filters are sized for the page range (16 pages: about a thousand thin events),
--- each at most a tenth of them distinct, with one false match in a thousand ranges. The sweep
--- summarizes full ranges (autosummarize would ask autovacuum, which may be off, and log each
--- request it could not record).
+-- each at most a tenth of them distinct, with one false match in a thousand ranges. The
+-- replicas summarize full ranges (outbox_summarize; autosummarize would ask autovacuum, which
+-- may be off, and log each request it could not record).
 CREATE INDEX outbox_by_backfill ON outbox
     USING brin (backfill_id int8_bloom_ops (false_positive_rate = 0.001))
     WITH (pages_per_range = 16);
@@ -313,8 +362,20 @@ FOR EACH ROW EXECUTE FUNCTION events_insert_as_written();
 -- (or the copy kept when it was deleted), the rest from the event, its description the one in
 -- force at the event.
 CREATE FUNCTION event_backfill_json(e events) RETURNS jsonb
-LANGUAGE sql STABLE AS $$
-    SELECT backfill_api_json(base.b) || jsonb_build_object(
+LANGUAGE plpgsql STABLE AS $$
+-- PL/pgSQL keeps its statements' plans for the session: as a SQL function (not inlined: it
+-- reads tables) its body was planned again in every statement that read events, 2 ms a page.
+DECLARE
+    b backfills;
+BEGIN
+    SELECT x.* INTO b FROM backfills x WHERE x.id = e.backfill_id;
+    IF NOT FOUND THEN
+        SELECT (d.final).* INTO b FROM deleted_backfills d WHERE d.id = e.backfill_id;
+        IF b.id IS NULL THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    RETURN backfill_api_json(b) || jsonb_build_object(
         'max_active_runs', e.max_active_runs, 'max_failed_runs', e.max_failed_runs,
         'description', (SELECT d.description FROM backfill_descriptions d
                         WHERE d.backfill_id = e.backfill_id AND d.since <= e.occurred_at
@@ -328,10 +389,8 @@ LANGUAGE sql STABLE AS $$
                      + e.num_canceled + e.num_skipped,
             'queued', e.num_queued, 'running', e.num_running, 'success', e.num_success,
             'failed', e.num_failed, 'canceled', e.num_canceled, 'skipped', e.num_skipped,
-            'blocked', e.num_blocked))
-    FROM (SELECT coalesce(
-            (SELECT b FROM backfills b WHERE b.id = e.backfill_id),
-            (SELECT d.final FROM deleted_backfills d WHERE d.id = e.backfill_id)) AS b) base
+            'blocked', e.num_blocked));
+END
 $$;
 -- +goose StatementEnd
 
@@ -699,6 +758,7 @@ DROP INDEX deleted_backfills_by_dag;
 ALTER TABLE deleted_backfills DROP COLUMN dag_id, DROP COLUMN final;
 DROP FUNCTION backfill_events_insert(backfills, bigint, text[], timestamptz, boolean);
 DROP FUNCTION outbox_ensure_partitions(interval, bigint, bigint);
+DROP FUNCTION outbox_summarize(integer);
 DROP FUNCTION backfill_event_ids(bigint[], bigint, bigint, text[], integer);
 
 -- +goose StatementBegin

@@ -763,9 +763,19 @@ END
 $$;
 
 CREATE FUNCTION public.event_backfill_json(e public.events) RETURNS jsonb
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
-    SELECT backfill_api_json(base.b) || jsonb_build_object(
+DECLARE
+    b backfills;
+BEGIN
+    SELECT x.* INTO b FROM backfills x WHERE x.id = e.backfill_id;
+    IF NOT FOUND THEN
+        SELECT (d.final).* INTO b FROM deleted_backfills d WHERE d.id = e.backfill_id;
+        IF b.id IS NULL THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    RETURN backfill_api_json(b) || jsonb_build_object(
         'max_active_runs', e.max_active_runs, 'max_failed_runs', e.max_failed_runs,
         'description', (SELECT d.description FROM backfill_descriptions d
                         WHERE d.backfill_id = e.backfill_id AND d.since <= e.occurred_at
@@ -779,10 +789,8 @@ CREATE FUNCTION public.event_backfill_json(e public.events) RETURNS jsonb
                      + e.num_canceled + e.num_skipped,
             'queued', e.num_queued, 'running', e.num_running, 'success', e.num_success,
             'failed', e.num_failed, 'canceled', e.num_canceled, 'skipped', e.num_skipped,
-            'blocked', e.num_blocked))
-    FROM (SELECT coalesce(
-            (SELECT b FROM backfills b WHERE b.id = e.backfill_id),
-            (SELECT d.final FROM deleted_backfills d WHERE d.id = e.backfill_id)) AS b) base
+            'blocked', e.num_blocked));
+END
 $$;
 
 CREATE FUNCTION public.event_data(e public.events) RETURNS jsonb
@@ -947,6 +955,48 @@ BEGIN
         created := created + 1;
     END LOOP;
     RETURN created;
+END
+$$;
+
+CREATE FUNCTION public.outbox_summarize(margin_pages integer) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    p record;
+    upto bigint;
+    n integer := 0;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(hashtext('outbox_summarize')) THEN
+        RETURN 0;
+    END IF;
+    FOR p IN
+        SELECT o.name, o.closed_at, o.summarized_to, i.indexrelid::regclass AS idx,
+            pg_relation_size(c.oid) / current_setting('block_size')::bigint AS pages,
+            coalesce((SELECT substring(opt FROM 'pages_per_range=(\d+)')::bigint
+                      FROM unnest(ic.reloptions) opt WHERE opt LIKE 'pages_per_range=%'), 128) AS per_range
+        FROM outbox_partitions o
+        JOIN pg_class c ON c.relname = o.name AND c.relnamespace = 'public'::regnamespace
+        JOIN pg_index i ON i.indrelid = c.oid
+        JOIN pg_class ic ON ic.oid = i.indexrelid
+        JOIN pg_am a ON a.oid = ic.relam AND a.amname = 'brin'
+        WHERE o.summarized_to >= 0
+        ORDER BY o.lo
+    LOOP
+        IF p.closed_at IS NOT NULL THEN
+            PERFORM brin_summarize_new_values(p.idx);
+            UPDATE outbox_partitions SET summarized_to = -1 WHERE name = p.name;
+            n := n + 1;
+            CONTINUE;
+        END IF;
+        upto := (p.pages - margin_pages) / p.per_range * p.per_range;
+        IF upto > p.summarized_to THEN
+            PERFORM brin_summarize_range(p.idx, b)
+            FROM generate_series(p.summarized_to, upto - 1, p.per_range) b;
+            UPDATE outbox_partitions SET summarized_to = upto WHERE name = p.name;
+            n := n + 1;
+        END IF;
+    END LOOP;
+    RETURN n;
 END
 $$;
 

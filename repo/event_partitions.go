@@ -76,7 +76,7 @@ func (s *Store) SweepEventPartitions(ctx context.Context, p EventPartitionParams
 	if pass.Closed, err = s.closeEventPartitions(ctx); err != nil {
 		return pass, err
 	}
-	if pass.Summarized, err = s.summarizeEventPartitions(ctx); err != nil {
+	if pass.Summarized, err = s.SummarizeEventTail(ctx); err != nil {
 		return pass, err
 	}
 	if p.Retention > 0 {
@@ -125,61 +125,29 @@ func (s *Store) closeEventPartitions(ctx context.Context) (int, error) {
 		WHERE closed_at IS NULL AND hi <= event_horizon(pg_current_snapshot())`)
 }
 
-// eventSummarizeMargin is how many of an open partition's last pages are left unsummarized:
-// concurrent writers extend a table by several pages at once and fill them in any order, and
-// a summarized range that still takes rows rewrites its filter at each new value.
-const eventSummarizeMargin = 64
+// eventSummarizeMargin is how many of an open partition's last pages are left unsummarized
+// (outbox_summarize, migrations/00037): two page ranges.
+const eventSummarizeMargin = 32
 
-// summarizeEventPartitions summarizes the page ranges of the partitions' bloom indexes that
-// no longer take rows: a closed partition's all, an open one's full ranges but its last
-// pages. A read looks at every unsummarized range; these are a few at the outbox's end.
-func (s *Store) summarizeEventPartitions(ctx context.Context) (int, error) {
-	var todo []struct {
-		eventPartition
-		Index  string `db:"index"`
-		Pages  int64  `db:"pages"`
-		Ranges int64  `db:"ranges"`
-	}
-	err := s.readRetried(ctx, func(ctx context.Context, q pgrun.Queryer) error {
-		return sqlx.SelectContext(ctx, q, &todo, `
-			SELECT p.name, p.lo, p.hi, p.created_at, p.created_xid, p.closed_at, p.summarized_to,
-				i.indexrelid::regclass::text AS index,
-				pg_relation_size(c.oid) / current_setting('block_size')::bigint AS pages,
-				coalesce((SELECT substring(o FROM 'pages_per_range=(\d+)')::bigint
-				          FROM unnest(ic.reloptions) o WHERE o LIKE 'pages_per_range=%'), 128) AS ranges
-			FROM outbox_partitions p
-			JOIN pg_class c ON c.relname = p.name AND c.relnamespace = 'public'::regnamespace
-			JOIN pg_index i ON i.indrelid = c.oid
-			JOIN pg_class ic ON ic.oid = i.indexrelid
-			JOIN pg_am a ON a.oid = ic.relam AND a.amname = 'brin'
-			WHERE p.summarized_to >= 0`)
+// eventSummarizeLockWait bounds the summary's wait for a partition's lock (autovacuum's, or
+// a drop's): it is tried again within a second.
+const eventSummarizeLockWait = time.Second
+
+// SummarizeEventTail summarizes the page ranges of the outbox's bloom index that no longer
+// take rows, and answers how many partitions it summarized: a read by backfill looks at every
+// unsummarized range whole, so the replicas run it every second (sweeper.Summarizer). One
+// replica at a time; the others return at once.
+func (s *Store) SummarizeEventTail(ctx context.Context) (int, error) {
+	n, err := readValue(ctx, s, func(ctx context.Context, q pgrun.Queryer) (n int, err error) {
+		err = sqlx.GetContext(ctx, q, &n, `
+			SELECT outbox_summarize($1) FROM (SELECT set_config('lock_timeout', $2, true)) lock_wait`,
+			eventSummarizeMargin, fmt.Sprint(eventSummarizeLockWait.Milliseconds()))
+		return n, err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("read event partitions to summarize: %w", err)
+		return 0, fmt.Errorf("summarize the outbox's bloom index: %w", err)
 	}
-	summarized := 0
-	for _, t := range todo {
-		upto := (t.Pages - eventSummarizeMargin) / t.Ranges * t.Ranges
-		done := int64(-1) // a closed partition: summarized for good
-		stmt, args := `SELECT brin_summarize_new_values($1::regclass)`, []any{t.Index}
-		if !t.ClosedAt.Valid {
-			if upto <= t.Summarized {
-				continue
-			}
-			done = upto
-			stmt = `SELECT coalesce(sum(brin_summarize_range($1::regclass, b)), 0)
-				FROM generate_series($2::bigint, $3::bigint - 1, $4::bigint) b`
-			args = append(args, t.Summarized, upto, t.Ranges)
-		}
-		n, err := s.deleted(ctx, "summarize "+t.Name, `
-			WITH s AS (`+stmt+`)
-			UPDATE outbox_partitions SET summarized_to = `+fmt.Sprint(done)+` FROM s WHERE name = `+pq.QuoteLiteral(t.Name), args...)
-		if err != nil {
-			return summarized, err
-		}
-		summarized += n
-	}
-	return summarized, nil
+	return n, nil
 }
 
 // dropExpiredEventPartitions drops the partitions closed longer ago than retention, the

@@ -413,7 +413,7 @@ func TestEventPartitionSweepsOfTwoReplicasAtOnce(t *testing.T) {
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
-			_, err = replicas[0].summarizeEventPartitions(ctx)
+			_, err = replicas[0].SummarizeEventTail(ctx)
 			require.NoError(t, err)
 			require.NoError(t, pgtest.SetClock(ctx, db, start.Add(retention+time.Second)))
 

@@ -281,6 +281,13 @@ func serve(ctx context.Context, cfg config, p pools, direct dsn, logger *slog.Lo
 		return fmt.Errorf("start sweeper: %w", err)
 	}
 	defer sweep.Stop()
+	// The outbox's bloom index, summarized every second: reads by backfill look at every
+	// unsummarized range whole.
+	summarizer := sweeper.NewSummarizer(store.SummarizeEventTail, 0, logger.With("component", "summarizer"))
+	if err := summarizer.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("start outbox summarizer: %w", err)
+	}
+	defer summarizer.Stop()
 
 	deliver := webhooks.New(store, webhooks.Config{
 		AllowLocal:  cfg.WebhookAllowLocal,
