@@ -420,6 +420,7 @@ $$;
 CREATE FUNCTION backfill_event_ids(members bigint[], lo bigint, cut bigint, types text[], max_events integer)
 RETURNS SETOF bigint
 LANGUAGE plpgsql STABLE
+ROWS 50
 SET enable_seqscan = off
 SET enable_bitmapscan = off
 SET max_parallel_workers_per_gather = 0
@@ -472,6 +473,7 @@ $$;
 -- function with SET clauses was planned again at every call (2 ms).
 CREATE FUNCTION backfill_events(backfill bigint, after_id bigint, types text[], max_events integer) RETURNS SETOF events
 LANGUAGE plpgsql STABLE
+ROWS 50
 SET enable_seqscan = off
 SET max_parallel_workers_per_gather = 0
 SET jit = off
@@ -500,6 +502,9 @@ $$;
 CREATE OR REPLACE FUNCTION events_scan(after_id bigint, max_rows integer, backfill bigint, event_type text, dag text, max_events integer)
 RETURNS TABLE(hi bigint, scanned bigint, horizon bigint, servable bigint, id bigint)
 LANGUAGE plpgsql STABLE
+-- A page's worth of rows, not the default thousand, for the plans of the statements that
+-- join on it.
+ROWS 50
 -- Each branch sets the scans it may use; these restore them after the call.
 SET enable_seqscan = off
 SET enable_bitmapscan = on

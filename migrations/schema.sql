@@ -132,7 +132,7 @@ END;
 $$;
 
 CREATE FUNCTION public.backfill_event_ids(members bigint[], lo bigint, cut bigint, types text[], max_events integer) RETURNS SETOF bigint
-    LANGUAGE plpgsql STABLE
+    LANGUAGE plpgsql STABLE ROWS 50
     SET enable_seqscan TO 'off'
     SET enable_bitmapscan TO 'off'
     SET max_parallel_workers_per_gather TO '0'
@@ -284,7 +284,7 @@ CREATE VIEW public.events AS
    FROM public.outbox o;
 
 CREATE FUNCTION public.backfill_events(backfill bigint, after_id bigint, types text[], max_events integer) RETURNS SETOF public.events
-    LANGUAGE plpgsql STABLE
+    LANGUAGE plpgsql STABLE ROWS 50
     SET enable_seqscan TO 'off'
     SET max_parallel_workers_per_gather TO '0'
     SET jit TO 'off'
@@ -841,7 +841,7 @@ END
 $$;
 
 CREATE FUNCTION public.events_scan(after_id bigint, max_rows integer, backfill bigint, event_type text, dag text, max_events integer) RETURNS TABLE(hi bigint, scanned bigint, horizon bigint, servable bigint, id bigint)
-    LANGUAGE plpgsql STABLE
+    LANGUAGE plpgsql STABLE ROWS 50
     SET enable_seqscan TO 'off'
     SET enable_bitmapscan TO 'on'
     SET max_parallel_workers_per_gather TO '0'

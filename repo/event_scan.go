@@ -114,12 +114,14 @@ func (s *Store) EventScan(ctx context.Context, p EventScanParams) (EventScanPage
 // most events answered, $4 the backfills whose events' data is rendered (NULL: all), $5 the
 // backfill (NULL: all), $6 the most rows looked at, $7 the DAG (NULL: all). Every event comes
 // with the step's position; a step without events is that row alone. Each event is
-// fetched by its id (LATERAL): a join would let the planner read the whole outbox for it.
+// fetched by its id (LATERAL, kept a lookup by OFFSET 0: the view events would otherwise be
+// pulled up into a join, which the planner made a merge with a walk of the whole outbox,
+// rendering every event: 118 ms at 1,000 events, 470 ms at 4,000).
 var eventScanSQL = `
 	SELECT s.hi, s.scanned, s.horizon, s.servable, e.*
 	FROM events_scan($1, $6, $5, $2, $7, $3) s
 	LEFT JOIN LATERAL (
 		SELECT ` + eventKeyColumnsOf("e") + `,
 			CASE WHEN $4::bigint[] IS NULL OR e.backfill_id = ANY ($4) THEN event_data(e) END AS rendered
-		FROM events e WHERE e.id = s.id) e ON true
+		FROM events e WHERE e.id = s.id OFFSET 0) e ON true
 	ORDER BY s.id`
