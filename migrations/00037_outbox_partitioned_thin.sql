@@ -381,15 +381,16 @@ BEGIN
                         WHERE d.backfill_id = e.backfill_id AND d.since <= e.occurred_at
                         ORDER BY d.since DESC LIMIT 1),
         'state', e.state, 'pause_reason', e.pause_reason, 'is_paused', e.state = 'paused',
-        'pool', e.pool, 'priority', e.priority,
+        'pool', e.pool, 'priority', coalesce(e.priority, 0),
         'updated_at', api_timestamp(coalesce(e.updated_at, e.occurred_at)),
         'completed_at', api_timestamp(e.completed_at),
         'progress', jsonb_build_object(
-            'total', e.num_queued + e.num_running + e.num_success + e.num_failed
-                     + e.num_canceled + e.num_skipped,
-            'queued', e.num_queued, 'running', e.num_running, 'success', e.num_success,
-            'failed', e.num_failed, 'canceled', e.num_canceled, 'skipped', e.num_skipped,
-            'blocked', e.num_blocked));
+            'total', coalesce(e.num_queued, 0) + coalesce(e.num_running, 0) + coalesce(e.num_success, 0)
+                     + coalesce(e.num_failed, 0) + coalesce(e.num_canceled, 0) + coalesce(e.num_skipped, 0),
+            'queued', coalesce(e.num_queued, 0), 'running', coalesce(e.num_running, 0),
+            'success', coalesce(e.num_success, 0), 'failed', coalesce(e.num_failed, 0),
+            'canceled', coalesce(e.num_canceled, 0), 'skipped', coalesce(e.num_skipped, 0),
+            'blocked', coalesce(e.num_blocked, 0)));
 END
 $$;
 -- +goose StatementEnd
@@ -587,7 +588,8 @@ $$;
 
 -- +goose StatementBegin
 -- Writes a backfill's thin events: kinds[i] with id first_id + i - 1, from the row b as it is
--- after the change; and the description in force from the change's time when the change set
+-- after the change (a zero count or priority as NULL: a bit of the row's null bitmap, not four
+-- bytes); and the description in force from the change's time when the change set
 -- it (or it is a creation with one). Answers how many events it wrote.
 CREATE FUNCTION backfill_events_insert(b backfills, first_id bigint, kinds text[], change_at timestamptz, described boolean)
 RETURNS integer
@@ -597,9 +599,10 @@ BEGIN
         max_active_runs, max_failed_runs, priority, pool, num_queued, num_running, num_success,
         num_failed, num_canceled, num_skipped, num_blocked)
     SELECT first_id + i - 1, event_kind(kinds[i]), b.id, change_at, nullif(b.updated_at, change_at),
-        b.completed_at, b.state, b.pause_reason, b.max_active_runs, b.max_failed_runs, b.priority,
-        b.pool, b.num_queued, b.num_running, b.num_success, b.num_failed, b.num_canceled,
-        b.num_skipped, b.num_blocked
+        b.completed_at, b.state, b.pause_reason, b.max_active_runs, b.max_failed_runs,
+        nullif(b.priority, 0), b.pool, nullif(b.num_queued, 0), nullif(b.num_running, 0),
+        nullif(b.num_success, 0), nullif(b.num_failed, 0), nullif(b.num_canceled, 0),
+        nullif(b.num_skipped, 0), nullif(b.num_blocked, 0)
     FROM generate_subscripts(kinds, 1) AS i;
     IF described THEN
         INSERT INTO backfill_descriptions (backfill_id, since, description)

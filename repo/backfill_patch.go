@@ -71,8 +71,8 @@ func (s *Store) BackfillPatch(ctx context.Context, p BackfillPatchParams) (Backf
 // transaction, it would fail on the primary key, never write a wrong id.) Its time is the
 // change's updated_at, which orders the backfill's changes (migrations/00020).
 //
-// The event is thin (migrations/00037): what a change can change, taken from the row; a
-// description the PATCH sets is kept once, from the change's time on, in backfill_descriptions.
+// The event is thin (migrations/00037): what a change can change, taken from the row (zeros as
+// NULL, backfill_events_insert); a description the PATCH sets is kept once, from the change's time on, in backfill_descriptions.
 //
 // It is prepared once per connection (Store.hot): planning the UPDATE and the INSERTs together
 // costs more than running them.
@@ -86,8 +86,9 @@ func backfillPatchStatement(withEvent bool) string {
 			num_canceled, num_skipped, num_blocked, completed_at)
 		SELECT pg_current_xact_id()::text::bigint << 12, event_kind('` + string(domain.EventBackfillUpdated) + `'),
 			p.id, p.updated_at, p.state, p.pause_reason, p.max_active_runs, p.max_failed_runs,
-			p.priority, p.pool, p.num_queued, p.num_running, p.num_success, p.num_failed,
-			p.num_canceled, p.num_skipped, p.num_blocked, p.completed_at
+			nullif(p.priority, 0), p.pool, nullif(p.num_queued, 0), nullif(p.num_running, 0),
+			nullif(p.num_success, 0), nullif(p.num_failed, 0), nullif(p.num_canceled, 0),
+			nullif(p.num_skipped, 0), nullif(p.num_blocked, 0), p.completed_at
 		FROM patched p),
 	described AS (
 		INSERT INTO backfill_descriptions (backfill_id, since, description)
