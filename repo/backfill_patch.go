@@ -37,8 +37,12 @@ type BackfillPatchParams struct {
 func (s *Store) BackfillPatch(ctx context.Context, p BackfillPatchParams) (Backfill, error) {
 	defer s.eventsMayBeWritten()
 	var b Backfill
+	stmt := backfillPatchSQL
+	if p.SetDescription {
+		stmt = backfillPatchDescribedSQL
+	}
 	err := s.withRetry(ctx, func(a attempt) error {
-		return sqlx.GetContext(a.ctx, s.hot(a.ctx, a.db, backfillPatchSQL), &b, backfillPatchSQL,
+		return sqlx.GetContext(a.ctx, s.hot(a.ctx, a.db, stmt), &b, stmt,
 			p.ID, p.MaxActiveRuns, p.SetMaxFailed, p.MaxFailedRuns, p.SetDescription, p.Description, p.SetPool, p.Pool,
 			a.lockWait, p.Priority)
 	})
@@ -72,13 +76,18 @@ func (s *Store) BackfillPatch(ctx context.Context, p BackfillPatchParams) (Backf
 // change's updated_at, which orders the backfill's changes (migrations/00020).
 //
 // The event is thin (migrations/00037): what a change can change, taken from the row (zeros as
-// NULL, backfill_events_insert); a description the PATCH sets is kept once, from the change's time on, in backfill_descriptions.
+// NULL, backfill_events_insert). A PATCH that sets the description runs
+// backfillPatchDescribedSQL, which also keeps it, from the change's time on, in
+// backfill_descriptions; the others do not pay for that INSERT's setup.
 //
-// It is prepared once per connection (Store.hot): planning the UPDATE and the INSERTs together
-// costs more than running them.
-var backfillPatchSQL = backfillPatchStatement(true)
+// Each is prepared once per connection (Store.hot): planning the UPDATE and the INSERTs
+// together costs more than running them.
+var (
+	backfillPatchSQL          = backfillPatchStatement(true, false)
+	backfillPatchDescribedSQL = backfillPatchStatement(true, true)
+)
 
-func backfillPatchStatement(withEvent bool) string {
+func backfillPatchStatement(withEvent, described bool) string {
 	event := `,
 	event AS (
 		INSERT INTO outbox (id, kind, backfill_id, occurred_at, state, pause_reason, max_active_runs,
@@ -89,11 +98,13 @@ func backfillPatchStatement(withEvent bool) string {
 			nullif(p.priority, 0), p.pool, nullif(p.num_queued, 0), nullif(p.num_running, 0),
 			nullif(p.num_success, 0), nullif(p.num_failed, 0), nullif(p.num_canceled, 0),
 			nullif(p.num_skipped, 0), nullif(p.num_blocked, 0), p.completed_at
-		FROM patched p),
+		FROM patched p)`
+	if described {
+		event += `,
 	described AS (
 		INSERT INTO backfill_descriptions (backfill_id, since, description)
-		SELECT p.id, p.updated_at, p.description
-		FROM patched p WHERE $5)`
+		SELECT p.id, p.updated_at, p.description FROM patched p)`
+	}
 	if !withEvent {
 		event = ""
 	}
