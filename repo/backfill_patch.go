@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/backfillsvc/backfill/domain"
 	"github.com/jmoiron/sqlx"
@@ -37,15 +38,19 @@ type BackfillPatchParams struct {
 func (s *Store) BackfillPatch(ctx context.Context, p BackfillPatchParams) (Backfill, error) {
 	defer s.eventsMayBeWritten()
 	var b Backfill
-	stmt := backfillPatchSQL
-	if p.SetDescription {
-		stmt = backfillPatchDescribedSQL
+	patch := func(table string) error {
+		stmt := backfillPatchSQL(table, p.SetDescription)
+		return s.withRetry(ctx, func(a attempt) error {
+			return sqlx.GetContext(a.ctx, s.hot(a.ctx, a.db, stmt), &b, stmt,
+				p.ID, p.MaxActiveRuns, p.SetMaxFailed, p.MaxFailedRuns, p.SetDescription, p.Description, p.SetPool, p.Pool,
+				a.lockWait, p.Priority)
+		})
 	}
-	err := s.withRetry(ctx, func(a attempt) error {
-		return sqlx.GetContext(a.ctx, s.hot(a.ctx, a.db, stmt), &b, stmt,
-			p.ID, p.MaxActiveRuns, p.SetMaxFailed, p.MaxFailedRuns, p.SetDescription, p.Description, p.SetPool, p.Pool,
-			a.lockWait, p.Priority)
-	})
+	table := s.eventTable()
+	err := patch(table)
+	if err != nil && s.pastOutboxLeaf(err, table) {
+		err = patch("outbox") // nothing was written: the statement failed whole
+	}
 	if err == nil {
 		return b, nil
 	}
@@ -76,21 +81,37 @@ func (s *Store) BackfillPatch(ctx context.Context, p BackfillPatchParams) (Backf
 // change's updated_at, which orders the backfill's changes (migrations/00020).
 //
 // The event is thin (migrations/00037): what a change can change, taken from the row (zeros as
-// NULL, backfill_events_insert). A PATCH that sets the description runs
-// backfillPatchDescribedSQL, which also keeps it, from the change's time on, in
-// backfill_descriptions; the others do not pay for that INSERT's setup.
+// NULL, backfill_events_insert), into the outbox's current partition when the store knows it
+// (event_leaf.go), else into outbox. A PATCH that sets the description also keeps it, from the
+// change's time on, in backfill_descriptions; the others do not pay for that INSERT's setup.
 //
-// Each is prepared once per connection (Store.hot): planning the UPDATE and the INSERTs
-// together costs more than running them.
-var (
-	backfillPatchSQL          = backfillPatchStatement(true, false)
-	backfillPatchDescribedSQL = backfillPatchStatement(true, true)
-)
+// Each statement is prepared once per connection (Store.hot): planning the UPDATE and the
+// INSERTs together costs more than running them.
+func backfillPatchSQL(table string, described bool) string {
+	key := patchStatementKey{table, described}
+	if stmt, ok := patchStatements.Load(key); ok {
+		return stmt.(string)
+	}
+	stmt := backfillPatchStatement(patchWritesEvent, described, table)
+	patchStatements.Store(key, stmt)
+	return stmt
+}
 
-func backfillPatchStatement(withEvent, described bool) string {
+type patchStatementKey struct {
+	table     string
+	described bool
+}
+
+// patchStatements caches the PATCH's statement by table and description: a few strings.
+var patchStatements sync.Map
+
+// patchWritesEvent is false only in the benchmark's floor (backfill_patch_benchnoevents.go).
+var patchWritesEvent = true
+
+func backfillPatchStatement(withEvent, described bool, table string) string {
 	event := `,
 	event AS (
-		INSERT INTO outbox (id, kind, backfill_id, occurred_at, state, pause_reason, max_active_runs,
+		INSERT INTO ` + table + ` (id, kind, backfill_id, occurred_at, state, pause_reason, max_active_runs,
 			max_failed_runs, priority, pool, num_queued, num_running, num_success, num_failed,
 			num_canceled, num_skipped, num_blocked, completed_at)
 		SELECT pg_current_xact_id()::text::bigint << 12, event_kind('` + string(domain.EventBackfillUpdated) + `'),

@@ -5,7 +5,4 @@ package repo
 // The floor of the benchmark of event writers (cmd/bench, P9): the same service, whose PATCH
 // runs the same statement without its event. Built only with -tags benchnoevents by the
 // benchmark; never shipped.
-func init() {
-	backfillPatchSQL = backfillPatchStatement(false, false)
-	backfillPatchDescribedSQL = backfillPatchStatement(false, false)
-}
+func init() { patchWritesEvent = false }

@@ -73,6 +73,9 @@ func (s *Store) SweepEventPartitions(ctx context.Context, p EventPartitionParams
 	if pass.Created, err = s.EnsureEventPartitions(ctx, p); err != nil {
 		return pass, err
 	}
+	if err = s.refreshOutboxLeaf(ctx); err != nil {
+		return pass, err
+	}
 	if pass.Closed, err = s.closeEventPartitions(ctx); err != nil {
 		return pass, err
 	}
@@ -113,7 +116,7 @@ func (s *Store) EnsureEventPartitions(ctx context.Context, p EventPartitionParam
 	if err != nil {
 		return 0, fmt.Errorf("ensure event partitions: %w", err)
 	}
-	return created, nil
+	return created, s.refreshOutboxLeaf(ctx)
 }
 
 // closeEventPartitions marks closed the partitions below the outbox's horizon (the oldest

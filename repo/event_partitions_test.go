@@ -559,3 +559,40 @@ func TestBackfillEventsReadAfterAFloodTouchOnlyPartOfIt(t *testing.T) {
 		check(t)
 	})
 }
+
+// A PATCH writes its event into the outbox's current partition once the store knows it, and
+// one that finds the partition it knows past (the next partition began since) writes through
+// outbox instead, nothing written twice.
+func TestPatchWritesIntoTheCurrentPartitionAndFallsBackPastIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, _ := pgtest.Open(t)
+	s := New(db, Config{})
+	id := createBackfill(t, db, "leaf")
+	_, err := s.EnsureEventPartitions(ctx, EventPartitionParams{})
+	require.NoError(t, err)
+	leaf := s.leaf.name.Load()
+	require.NotNil(t, leaf, "the store knows the current partition")
+	require.Equal(t, `"`+*leaf+`"`, s.eventTable())
+
+	patchTo := func(n int) string {
+		t.Helper()
+		_, err := s.BackfillPatch(ctx, BackfillPatchParams{ID: id, MaxActiveRuns: &n})
+		require.NoError(t, err)
+		var part string
+		require.NoError(t, db.Get(&part, `SELECT tableoid::regclass::text FROM outbox
+			WHERE backfill_id = $1 ORDER BY id DESC LIMIT 1`, id))
+		return part
+	}
+	require.Equal(t, *leaf, patchTo(2))
+
+	// A partition that no longer takes the next ids: the statement fails whole, and the PATCH
+	// goes through outbox, which routes it.
+	past := "events_legacy"
+	s.leaf.name.Store(&past)
+	require.Equal(t, *leaf, patchTo(3))
+	require.Nil(t, s.leaf.name.Load(), "the store forgets the partition it found past")
+	var events int
+	require.NoError(t, db.Get(&events, `SELECT count(*) FROM events WHERE backfill_id = $1 AND type = 'backfill.updated'`, id))
+	require.Equal(t, 2, events, "one event a PATCH")
+}

@@ -91,6 +91,7 @@ type Store struct {
 	onClaimable     func()
 	priorityAging   time.Duration
 	maxDependencies int64
+	leaf            outboxLeaf
 }
 
 // DefaultLockWait is how long a statement of a transaction waits for a row lock that another
