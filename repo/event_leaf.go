@@ -64,4 +64,3 @@ func (s *Store) pastOutboxLeaf(err error, table string) bool {
 	s.leaf.name.Store(nil)
 	return true
 }
-

@@ -76,7 +76,8 @@ func (b *bench) fillOutbox(ctx context.Context, db *sqlx.DB, n, backfills int) (
 			return "", err
 		}
 		// A bulk load: its commit need not wait for the disk.
-		if _, err := tx.ExecContext(ctx, `SET LOCAL synchronous_commit = off`); err == nil {
+		_, err = tx.ExecContext(ctx, `SET LOCAL synchronous_commit = off`)
+		if err == nil {
 			_, err = tx.ExecContext(ctx, floodSQL, first, lo, hi, backfills)
 		}
 		if err == nil {
