@@ -70,10 +70,8 @@ func (s *Store) SweepEventPartitions(ctx context.Context, p EventPartitionParams
 	p.defaults()
 	var pass EventPartitionsPass
 	var err error
+	// It also reads which partition takes the next events (the PATCH's, event_leaf.go).
 	if pass.Created, err = s.EnsureEventPartitions(ctx, p); err != nil {
-		return pass, err
-	}
-	if err = s.refreshOutboxLeaf(ctx); err != nil {
 		return pass, err
 	}
 	if pass.Closed, err = s.closeEventPartitions(ctx); err != nil {
