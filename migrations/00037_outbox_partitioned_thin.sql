@@ -12,8 +12,7 @@
 -- be long and rarely changes, is kept once per change in backfill_descriptions, keyed by the
 -- time of the change that set it (a backfill's change times are its changes' order, 00020;
 -- event ids are not: they follow transaction ids), and read back as the one in force at the
--- event's time. The event's
--- type is a smallint (event_type_name), its DAG is its backfill's.
+-- event's time. The event's type is a smallint (event_type_name), its DAG is its backfill's.
 --
 -- Partitions. outbox is partitioned by range of id; the sweep (repo/event_partitions.go)
 -- attaches the next partition ahead of the ids to come and drops whole partitions once their
@@ -24,10 +23,11 @@
 -- with it when their time comes.
 --
 -- Reads by backfill. A BRIN bloom index on backfill_id: inserts land in the partition's last,
--- unsummarized page range and write nothing to the index; the sweep summarizes ranges once
--- they are full. A backfill's read looks at each range's filter (a few MB at 10 million
--- events) and the page ranges that may hold its events, not at every event since its
--- creation. A B-tree by backfill cost writers 6-10 % of their throughput (00022).
+-- unsummarized page range and write nothing to the index; one replica a second summarizes
+-- the ranges that are full (outbox_summarize). A backfill's read looks at each range's
+-- filter (a few MB at 10 million events) and the page ranges that may hold its events, not
+-- at every event since its creation; a short range is walked along the primary key instead
+-- (backfill_event_ids). A B-tree by backfill cost writers 6-10 % of their throughput (00022).
 --
 -- Rolling. Replicas of the previous version keep working while the new ones start: events is
 -- now a view over outbox with every column they read (type and dag_id computed for thin
