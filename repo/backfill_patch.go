@@ -8,6 +8,7 @@ import (
 
 	"github.com/backfillsvc/backfill/domain"
 	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
 )
 
 // BackfillPatchParams changes settings of an active backfill (JSON merge patch: a field is
@@ -111,7 +112,7 @@ var patchWritesEvent = true
 func backfillPatchStatement(withEvent, described bool, table string) string {
 	event := `,
 	event AS (
-		INSERT INTO ` + table + ` (id, kind, backfill_id, occurred_at, state, pause_reason, max_active_runs,
+		INSERT INTO ` + pq.QuoteIdentifier(table) + ` (id, kind, backfill_id, occurred_at, state, pause_reason, max_active_runs,
 			max_failed_runs, priority, pool, num_queued, num_running, num_success, num_failed,
 			num_canceled, num_skipped, num_blocked, completed_at)
 		SELECT pg_current_xact_id()::text::bigint << 12, event_kind('` + string(domain.EventBackfillUpdated) + `'),

@@ -3,7 +3,6 @@ package repo
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync/atomic"
 
 	"github.com/backfillsvc/backfill/pgrun"
@@ -46,19 +45,19 @@ func (s *Store) refreshOutboxLeaf(ctx context.Context) error {
 // eventTable is the table the PATCH's event goes into: the current partition when known.
 func (s *Store) eventTable() string {
 	if name := s.leaf.name.Load(); name != nil {
-		return pq.QuoteIdentifier(*name)
+		return *name
 	}
 	return "outbox"
 }
 
-// pastOutboxLeaf reports whether err is a direct insert's id outside the partition's bound,
-// and forgets the partition if so.
+// pastOutboxLeaf reports whether err is a direct insert's id outside the partition table's
+// bound, and forgets the partition if so.
 func (s *Store) pastOutboxLeaf(err error, table string) bool {
 	if table == "outbox" {
 		return false
 	}
 	pqErr := pq.As(err, pqerror.CheckViolation)
-	if pqErr == nil || !strings.HasPrefix(pqErr.Table, strings.Trim(table, `"`)) {
+	if pqErr == nil || pqErr.Table != table {
 		return false
 	}
 	s.leaf.name.Store(nil)

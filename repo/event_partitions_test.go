@@ -573,7 +573,7 @@ func TestPatchWritesIntoTheCurrentPartitionAndFallsBackPastIt(t *testing.T) {
 	require.NoError(t, err)
 	leaf := s.leaf.name.Load()
 	require.NotNil(t, leaf, "the store knows the current partition")
-	require.Equal(t, `"`+*leaf+`"`, s.eventTable())
+	require.Equal(t, *leaf, s.eventTable())
 
 	patchTo := func(n int) string {
 		t.Helper()
