@@ -109,6 +109,12 @@ var patchStatements sync.Map
 // patchWritesEvent is false only in the benchmark's floor (backfill_patch_benchnoevents.go).
 var patchWritesEvent = true
 
+// BackfillPatchWithoutEventSQL is the PATCH's statement without its event, for the benchmark
+// that measures what the event costs in WAL (cmd/bench, P12): $1 the backfill, $2–$8 and $10
+// the settings as BackfillPatch passes them, $9 the lock wait in milliseconds. It returns the
+// backfill's columns.
+func BackfillPatchWithoutEventSQL() string { return backfillPatchStatement(false, false, "outbox") }
+
 func backfillPatchStatement(withEvent, described bool, table string) string {
 	event := `,
 	event AS (

@@ -12,7 +12,6 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/backfillsvc/backfill/domain"
 	"github.com/backfillsvc/backfill/repo"
 )
 
@@ -36,30 +35,10 @@ func walBytes(ts []walType) (n int64) {
 	return n
 }
 
-// changeAloneSQL is BackfillPatch's UPDATE (repo/backfill_patch.go, backfillPatchStatement)
-// with its SET list as it is, without the INSERT of its event: the change alone, the
-// baseline of (a). Raising settings_revision tells the deferred settings trigger that the
-// statement wrote the event, so that it writes none. $1 id, $2 max_active_runs; the other
-// settings are left as they are, as the PATCH of max_active_runs leaves them.
-var changeAloneSQL = `
-	UPDATE backfills SET
-		max_active_runs = coalesce($2, max_active_runs),
-		max_failed_runs = CASE WHEN $3 THEN $4 ELSE max_failed_runs END,
-		description = CASE WHEN $5 THEN $6 ELSE description END,
-		pool = CASE WHEN $7 THEN $8::text ELSE pool END,
-		priority = coalesce($9::smallint, priority),
-		settings_revision = settings_revision + 1,
-		updated_at = backfill_change_time(updated_at)
-	WHERE id = $1 AND state IN ` + activeStates() + `
-		AND coalesce($2, max_active_runs) IS DISTINCT FROM max_active_runs`
-
-func activeStates() string {
-	q := make([]string, len(domain.ActiveBackfillStates))
-	for i, st := range domain.ActiveBackfillStates {
-		q[i] = "'" + string(st) + "'"
-	}
-	return "(" + strings.Join(q, ", ") + ")"
-}
+// changeAloneSQL is BackfillPatch's statement without the INSERT of its event, from the repo
+// itself: the change alone, the baseline of (a). Raising settings_revision tells the deferred
+// settings trigger that the statement wrote the event, so that it writes none.
+var changeAloneSQL = repo.BackfillPatchWithoutEventSQL()
 
 // walWindowSQL sums the WAL records between $1 and $2 that this database wrote, by type:
 // pg_walinspect reads the server's WAL, which other databases write too (other tests on the
@@ -245,7 +224,10 @@ func (c *p12Changer) change(ctx context.Context, withEvent bool, id int64, v int
 		_, err := c.s.BackfillPatch(ctx, repo.BackfillPatchParams{ID: id, MaxActiveRuns: &v})
 		return err
 	}
-	r, err := c.db.ExecContext(ctx, changeAloneSQL, id, v, false, nil, false, nil, false, nil, nil)
+	// The other settings are left as they are, as the PATCH of max_active_runs leaves them;
+	// the lock wait is LOCK_WAIT's default.
+	r, err := c.db.ExecContext(ctx, changeAloneSQL, id, v, false, nil, false, nil, false, nil,
+		fmt.Sprint(repo.DefaultLockWait.Milliseconds()), nil)
 	if err != nil {
 		return err
 	}
