@@ -42,7 +42,6 @@ var ErrStopped = errors.New("events: hub stopped")
 type Store interface {
 	EventPage(ctx context.Context, p repo.EventListParams) (events []domain.Event, held bool, err error)
 	EventLastID(ctx context.Context) (int64, error)
-	EventCounts(ctx context.Context, after int64, limit int) (counts []repo.EventTypeCount, last int64, more bool, err error)
 	BackfillProgressMany(ctx context.Context, ids []int64) ([]repo.Backfill, time.Time, error)
 }
 
@@ -50,8 +49,6 @@ type Store interface {
 type Observer interface {
 	// EventRead: the listener read one event for its streams, lag after its transaction.
 	EventRead(eventType string, lag time.Duration)
-	// EventsCounted: n events of the type were written, counted by a listener without streams.
-	EventsCounted(eventType string, n int)
 	StreamsOpen(n int)
 	StreamRejected()
 }
@@ -59,7 +56,6 @@ type Observer interface {
 type nopObserver struct{}
 
 func (nopObserver) EventRead(string, time.Duration) {}
-func (nopObserver) EventsCounted(string, int)       {}
 func (nopObserver) StreamsOpen(int)                 {}
 func (nopObserver) StreamRejected()                 {}
 

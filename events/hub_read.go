@@ -43,39 +43,21 @@ const heldWait = 250 * time.Millisecond
 // readOutbox reads every event after the cursor and hands each to its backfill's streams,
 // while the replica has streams. Only the followed backfills' events are read with their data
 // (rendered from the stored row at every read): the others only feed the listener's lag
-// metric. Without streams it reads no event. It answers whether the streams' outbox must be
-// read again soon: its last read stopped at committed events that an older transaction still
-// holds back, or failed (a read that timed out on a busy database must not leave the events
-// to the next poll: behind a working LISTEN that is PollInterval away, 2 s by default and as
-// long as an operator sets it). Never without streams: nobody waits for those events.
+// metric. Without streams it reads no event: it moves the cursor to the outbox's end, so that
+// the first stream to come is not handed a backlog (events are counted by the webhook
+// fan-out, once for all replicas). It answers whether the streams' outbox must be read again
+// soon: its last read stopped at committed events that an older transaction still holds back,
+// or failed (a read that timed out on a busy database must not leave the events to the next
+// poll: behind a working LISTEN that is PollInterval away, 2 s by default and as long as an
+// operator sets it). Never without streams: nobody waits for those events.
 func (h *Hub) readOutbox(ctx context.Context) bool {
 	for ctx.Err() == nil {
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		followed := h.followedIDs()
 		if len(followed) == 0 {
-			// Nobody to hand events to: count them for the metrics without reading them (a
-			// replica's read of every event was a tenth of what an event cost, P9). A stream
-			// that subscribes meanwhile reads what this counts from the outbox itself
-			// (lagNewcomers).
-			counts, last, more, err := h.store.EventCounts(qctx, h.cursor, h.cfg.Batch)
+			h.skipToEnd(qctx)
 			cancel()
-			if err != nil {
-				if ctx.Err() == nil {
-					h.log.Error("count events", "err", err)
-				}
-				return false
-			}
-			for _, c := range counts {
-				h.obs.EventsCounted(string(c.Type), c.Count)
-			}
-			if len(counts) > 0 {
-				h.lagNewcomers()
-			}
-			h.cursor = last
-			if !more {
-				return false
-			}
-			continue
+			return false
 		}
 		dataOnlyFor := followed
 		if slices.Contains(followed, Everything) {
@@ -118,10 +100,27 @@ func (h *Hub) readOutbox(ctx context.Context) bool {
 	return false
 }
 
-// lagNewcomers makes every stream read the outbox itself after a read that only counted
-// events, which it does when no stream was open as it began: the streams open now subscribed
-// during that read, and their replay may have come before some of the events it counted could
-// be served (a pause counted, never sent, and the stream waiting for it).
+// skipToEnd moves the cursor of a replica without streams to the last event that can be served
+// (EventLastID: below every transaction still open, so nothing after it is skipped). The read
+// is one step down the primary key of the newest partitions, whatever the number of events.
+func (h *Hub) skipToEnd(ctx context.Context) {
+	last, err := h.store.EventLastID(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			h.log.Error("read the outbox's end", "err", err)
+		}
+		return
+	}
+	if last > h.cursor {
+		h.cursor = last
+		h.lagNewcomers()
+	}
+}
+
+// lagNewcomers makes every stream read the outbox itself after the cursor skipped events,
+// which it does when no stream was open as the read began: the streams open now subscribed
+// during that read, and their replay may have come before some of the events skipped could
+// be served (a pause skipped, never sent, and the stream waiting for it).
 func (h *Hub) lagNewcomers() {
 	h.mu.Lock()
 	defer h.mu.Unlock()

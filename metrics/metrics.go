@@ -28,7 +28,7 @@ type Metrics struct {
 	httpDuration       *prometheus.HistogramVec
 	webhookAttempts    *prometheus.CounterVec
 	webhookLag         prometheus.Histogram
-	eventsRead         *prometheus.CounterVec
+	eventsWritten      *prometheus.CounterVec
 	eventLag           prometheus.Histogram
 	eventStreams       prometheus.Gauge
 	streamsRejected    prometheus.Counter
@@ -128,9 +128,9 @@ func New() *Metrics {
 			Help:    "From an event's occurred_at to its delivery (a 2xx answer), retries included.",
 			Buckets: []float64{0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 7200, 28800, 86400},
 		}),
-		eventsRead: prometheus.NewCounterVec(prometheus.CounterOpts{
+		eventsWritten: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backfill_events_written_total",
-			Help: "Lifecycle events written to the outbox, by type, as this replica's listener read them (every replica counts every event: aggregate with max, not sum).",
+			Help: "Lifecycle events written to the outbox, by type, counted once by the replica whose webhook fan-out took them (aggregate with sum).",
 		}, []string{"type"}),
 		eventLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "backfill_event_listener_lag_seconds",
@@ -156,7 +156,7 @@ func New() *Metrics {
 		m.backfillsCreated, m.backfillsFinalized, m.runsClaimed, m.leasesExpired, m.runsDeferred, m.txRetries,
 		m.sweepDuration, m.sweepErrors, m.httpRequests, m.httpDuration,
 		m.webhookAttempts, m.webhookLag,
-		m.eventsRead, m.eventLag, m.eventStreams, m.streamsRejected, m.outcomeUnknown,
+		m.eventsWritten, m.eventLag, m.eventStreams, m.streamsRejected, m.outcomeUnknown,
 		m.admitted, m.shed, m.admissionWait, m.shedWait, m.waiting, m.inFlight,
 	)
 	return m
@@ -227,15 +227,14 @@ func (m *Metrics) WebhookDelivered(lag time.Duration) { m.webhookLag.Observe(lag
 
 // EventRead implements events.Observer: the listener read one event from the outbox for its
 // streams, lag after its transaction.
-func (m *Metrics) EventRead(eventType string, lag time.Duration) {
-	m.eventsRead.WithLabelValues(eventType).Inc()
+func (m *Metrics) EventRead(_ string, lag time.Duration) {
 	m.eventLag.Observe(max(lag, 0).Seconds())
 }
 
-// EventsCounted implements events.Observer: a listener without streams counted n events of
-// the type without reading them (no lag to observe).
-func (m *Metrics) EventsCounted(eventType string, n int) {
-	m.eventsRead.WithLabelValues(eventType).Add(float64(n))
+// EventsWritten implements repo.Observer: this replica's webhook fan-out took n events of
+// the type (each event is taken once, by one replica).
+func (m *Metrics) EventsWritten(eventType string, n int) {
+	m.eventsWritten.WithLabelValues(eventType).Add(float64(n))
 }
 
 // StreamsOpen implements events.Observer.

@@ -150,56 +150,18 @@ const pageBoundCTE = `bound AS MATERIALIZED (
 				ELSE event_horizon(snap.s) END AS horizon
 			FROM snap)`
 
-// EventTypeCount is how many events of one type a count read found.
+// EventTypeCount is how many events of one type a webhook fan-out took.
 type EventTypeCount struct {
 	Type  domain.EventType `db:"type"`
 	Count int              `db:"count"`
 }
 
-// EventCounts counts the events after after, by type, in one page of at most limit events
-// cut at the horizon as EventList cuts it, and answers the id of the last one counted (after
-// when none): a reader that needs how many events were written, not the events, pages with
-// it as with EventList without reading them. more says that the whole page was counted:
-// there may be more after it.
-func (s *Store) EventCounts(ctx context.Context, after int64, limit int) (counts []EventTypeCount, last int64, more bool, err error) {
-	var rows []struct {
-		EventTypeCount
-		Last int64 `db:"last"`
-	}
-	err = s.readRetried(ctx, func(ctx context.Context, q pgrun.Queryer) error {
-		return sqlx.SelectContext(ctx, s.hot(ctx, q, eventCountsSQL), &rows, eventCountsSQL, after, limit)
-	})
-	if err != nil {
-		return nil, after, false, fmt.Errorf("count events: %w", err)
-	}
-	last, total := after, 0
-	for _, r := range rows {
-		counts = append(counts, r.EventTypeCount)
-		last = max(last, r.Last)
-		total += r.Count
-	}
-	return counts, last, total == limit, nil
-}
-
-// eventCountsSQL counts one page of events by type. Every replica runs it for every page of
-// the outbox while it has no streams, so it is prepared (Store.hot) rather than planned at
-// every call.
-const eventCountsSQL = `
-	WITH snap AS (SELECT pg_current_snapshot() AS s),
-	page AS (SELECT id, type FROM events WHERE id > $1 ORDER BY id LIMIT $2),
-	` + pageBoundCTE + `
-	SELECT type, count(*) AS count, max(id) AS last
-	FROM page, bound
-	WHERE page.id < bound.horizon
-	GROUP BY type`
-
 // EventLastID is the largest servable event id so far (0 when none): where a listener that
-// starts now begins. Below the snapshot's xmin is below the horizon.
+// starts now begins, and where one without streams moves to at every poll. Below the
+// snapshot's xmin is below the horizon.
 func (s *Store) EventLastID(ctx context.Context) (int64, error) {
 	id, err := readValue(ctx, s, func(ctx context.Context, q pgrun.Queryer) (id int64, err error) {
-		err = sqlx.GetContext(ctx, q, &id, `
-			SELECT coalesce(max(id), 0) FROM events
-			WHERE id < pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 12`)
+		err = sqlx.GetContext(ctx, s.hot(ctx, q, eventLastIDSQL), &id, eventLastIDSQL)
 		return id, err
 	})
 	if err != nil {
@@ -207,6 +169,12 @@ func (s *Store) EventLastID(ctx context.Context) (int64, error) {
 	}
 	return id, nil
 }
+
+// eventLastIDSQL is prepared (Store.hot): every replica without streams runs it at every poll,
+// and planning it over the partitions costs more than its run.
+const eventLastIDSQL = `
+	SELECT coalesce(max(id), 0) FROM outbox
+	WHERE id < pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 12`
 
 // TerminalEventStored reports whether the backfill's terminal event, with an id above
 // after, is in the outbox, servable or not: a stream of a terminal backfill whose replay did

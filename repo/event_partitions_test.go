@@ -200,6 +200,13 @@ func TestEnsureEventPartitionsAttachesTheNextOnceTheIDsReachTheLast(t *testing.T
 				SELECT a.amname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
 				WHERE i.indrelid = $1::regclass ORDER BY a.amname`, added.Name))
 			require.Equal(t, []string{"brin", "btree"}, methods)
+			// No CHECK of its bound stays behind (migrations/00038): it has only the outbox's.
+			var checks, parents []string
+			require.NoError(t, db.Select(&checks, `SELECT conname FROM pg_constraint
+				WHERE conrelid = $1::regclass AND contype = 'c' ORDER BY conname`, added.Name))
+			require.NoError(t, db.Select(&parents, `SELECT conname FROM pg_constraint
+				WHERE conrelid = 'outbox'::regclass AND contype = 'c' ORDER BY conname`))
+			require.Equal(t, parents, checks)
 
 			// One lies wholly ahead now: nothing more, however often the sweep asks.
 			for range 3 {

@@ -22,16 +22,20 @@ type Observer interface {
 	LeasesExpired(n int)
 	// RunDeferred: a report deferred a run of the DAG.
 	RunDeferred(dagID string)
+	// EventsWritten: n events of the type were written to the outbox, counted once, by the
+	// replica whose webhook fan-out took them (webhook_fanout.go).
+	EventsWritten(eventType string, n int)
 }
 
 type nopObserver struct{}
 
-func (nopObserver) TxRetried()               {}
-func (nopObserver) BackfillCreated(string)   {}
-func (nopObserver) BackfillFinalized(string) {}
-func (nopObserver) RunsClaimed(int)          {}
-func (nopObserver) LeasesExpired(int)        {}
-func (nopObserver) RunDeferred(string)       {}
+func (nopObserver) TxRetried()                {}
+func (nopObserver) BackfillCreated(string)    {}
+func (nopObserver) BackfillFinalized(string)  {}
+func (nopObserver) RunsClaimed(int)           {}
+func (nopObserver) LeasesExpired(int)         {}
+func (nopObserver) RunDeferred(string)        {}
+func (nopObserver) EventsWritten(string, int) {}
 
 // The service's defaults for Config, stated once: cmd/api's configuration starts from them
 // (MAX_BACKFILL_RUNS, MAX_ATTEMPTS) and New falls back to them for a zero value, which tests

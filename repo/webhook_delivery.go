@@ -52,13 +52,14 @@ func (s *Store) WebhookDeliveryClaim(ctx context.Context, p WebhookClaimParams) 
 		ids, free = append(ids, id), append(free, int64(max(n, 0)))
 	}
 	var due []WebhookDue
+	var taken []EventTypeCount
 	if p.FanOut {
 		s.prepareHot(ctx, webhookFanOutSQL)
 	}
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		due = nil
+	err := s.inTx(ctx, func(tx *sqlx.Tx) (err error) {
+		due, taken = nil, nil
 		if p.FanOut {
-			if err := s.webhookFanOut(ctx, tx); err != nil {
+			if taken, err = s.webhookFanOut(ctx, tx); err != nil {
 				return err
 			}
 		}
@@ -109,6 +110,7 @@ func (s *Store) WebhookDeliveryClaim(ctx context.Context, p WebhookClaimParams) 
 	if err != nil {
 		return nil, fmt.Errorf("claim webhook deliveries: %w", err)
 	}
+	s.countEventsWritten(taken)
 	return due, nil
 }
 

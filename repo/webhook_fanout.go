@@ -22,7 +22,26 @@ const fanOutLock = 5_274_119_905_803_016_531
 // transaction of its own (the claim does it in its own; see webhookFanOut).
 func (s *Store) WebhookFanOut(ctx context.Context) error {
 	s.prepareHot(ctx, webhookFanOutSQL)
-	return s.inTx(ctx, func(tx *sqlx.Tx) error { return s.webhookFanOut(ctx, tx) })
+	var taken []EventTypeCount
+	err := s.inTx(ctx, func(tx *sqlx.Tx) (err error) {
+		taken, err = s.webhookFanOut(ctx, tx)
+		return err
+	})
+	if err == nil {
+		s.countEventsWritten(taken)
+	}
+	return err
+}
+
+// countEventsWritten tells the observer what a committed fan-out took. The fan-out reads
+// every event once, whichever replica runs it, so it is where events are counted: the
+// replicas' listeners read none without streams, and each event is counted once in all.
+// A fan-out whose COMMIT went unanswered counts nothing: its page is not taken again if it
+// committed, and the metric is short by it.
+func (s *Store) countEventsWritten(taken []EventTypeCount) {
+	for _, c := range taken {
+		s.observer.EventsWritten(string(c.Type), c.Count)
+	}
 }
 
 // webhookFanOut makes the deliveries of the events written since the last fan-out, in the
@@ -39,14 +58,17 @@ func (s *Store) WebhookFanOut(ctx context.Context) error {
 // transaction at a time does it (fanOutLock): the others skip the fan-out rather than wait.
 // A delivery already made is left as it is.
 //
+// It answers how many events of each type it took, for the caller to count once it commits.
+//
 // The caller prepares webhookFanOutSQL before BEGIN (Store.prepareHot).
-func (s *Store) webhookFanOut(ctx context.Context, tx *sqlx.Tx) error {
-	_, err := s.webhookFanOutPage(ctx, tx, fanOutBatch)
-	return err
+func (s *Store) webhookFanOut(ctx context.Context, tx *sqlx.Tx) ([]EventTypeCount, error) {
+	taken, _, err := s.webhookFanOutPage(ctx, tx, fanOutBatch)
+	return taken, err
 }
 
-// webhookFanOutPage takes one page of at most limit events and answers how many it took.
-func (s *Store) webhookFanOutPage(ctx context.Context, tx *sqlx.Tx, limit int) (int, error) {
+// webhookFanOutPage takes one page of at most limit events and answers how many of each type
+// it took, and how many in all.
+func (s *Store) webhookFanOutPage(ctx context.Context, tx *sqlx.Tx, limit int) ([]EventTypeCount, int, error) {
 	// The cursor is read after the lock is taken, by a statement of its own: in READ
 	// COMMITTED it then sees what the previous holder committed.
 	//
@@ -57,16 +79,20 @@ func (s *Store) webhookFanOutPage(ctx context.Context, tx *sqlx.Tx, limit int) (
 	// is read when the statement runs, so it holds for the session's cached plan too.
 	var locked bool
 	if err := tx.GetContext(ctx, &locked, `SELECT pg_try_advisory_xact_lock($1) FROM set_config('jit', 'off', true)`, int64(fanOutLock)); err != nil {
-		return 0, fmt.Errorf("webhook fan-out lock: %w", err)
+		return nil, 0, fmt.Errorf("webhook fan-out lock: %w", err)
 	}
 	if !locked {
-		return 0, nil // another replica is fanning out now
+		return nil, 0, nil // another replica is fanning out now
 	}
-	var taken int
-	if err := sqlx.GetContext(ctx, s.hot(ctx, tx, webhookFanOutSQL), &taken, webhookFanOutSQL, limit); err != nil {
-		return 0, fmt.Errorf("webhook fan-out: %w", err)
+	var taken []EventTypeCount
+	if err := sqlx.SelectContext(ctx, s.hot(ctx, tx, webhookFanOutSQL), &taken, webhookFanOutSQL, limit); err != nil {
+		return nil, 0, fmt.Errorf("webhook fan-out: %w", err)
 	}
-	return taken, nil
+	n := 0
+	for _, c := range taken {
+		n += c.Count
+	}
+	return taken, n, nil
 }
 
 // webhookFanOutSQL makes the deliveries of one page of at most $1 events, in id order, of the
@@ -77,6 +103,7 @@ func (s *Store) webhookFanOutPage(ctx context.Context, tx *sqlx.Tx, limit int) (
 // this statement's own snapshot when a batch starts, and the batch's stored snapshot while
 // one is paged through (then events committed since are left to the next batch). A short
 // page ends the batch: hi becomes the cursor. A fan-out that finds nothing writes nothing.
+// It answers the page's events counted by type (no row for an empty page).
 // Prepared (Store.hot): planned at every call, its plan costs about as much as its run
 // (pgbench), and it runs twice a second.
 const webhookFanOutSQL = `
@@ -117,4 +144,4 @@ const webhookFanOutSQL = `
 			batch_after = CASE WHEN took.n < $1 THEN NULL ELSE took.last END
 		FROM cursor c, took
 		WHERE took.n > 0 OR c.paging)
-	SELECT n FROM took`
+	SELECT type, count(*)::int AS count FROM page GROUP BY type`

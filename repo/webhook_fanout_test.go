@@ -3,10 +3,13 @@ package repo
 import (
 	"context"
 	"database/sql"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/backfillsvc/backfill/internal/testkit/pgtest"
 	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -55,7 +58,7 @@ func (f *fanOutFixture) page(limit int) (taken int, wrote bool) {
 	tx, err := f.db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	require.NoError(f.t, err)
 	defer func() { _ = tx.Rollback() }()
-	taken, err = f.s.webhookFanOutPage(ctx, tx, limit)
+	_, taken, err = f.s.webhookFanOutPage(ctx, tx, limit)
 	require.NoError(f.t, err)
 	var jit string
 	require.NoError(f.t, tx.GetContext(ctx, &jit, `SELECT current_setting('jit')`))
@@ -129,4 +132,82 @@ func TestWebhookFanOutPagesABatchAndTakesALongTransactionLate(t *testing.T) {
 	require.NoError(t, f.db.Get(&deliveries, `SELECT count(*) FROM webhook_deliveries WHERE webhook_id = $1`, f.webhook))
 	require.NoError(t, f.db.Get(&events, `SELECT count(*) FROM events`))
 	require.Equal(t, events, deliveries)
+}
+
+// writtenCounter is an Observer that records EventsWritten.
+type writtenCounter struct {
+	nopObserver
+	mu     sync.Mutex
+	byType map[string]int
+}
+
+func (w *writtenCounter) EventsWritten(eventType string, n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.byType == nil {
+		w.byType = map[string]int{}
+	}
+	w.byType[eventType] += n
+}
+
+func (w *writtenCounter) total() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, c := range w.byType {
+		n += c
+	}
+	return n
+}
+
+// Events are counted by the fan-out that takes them, after it commits: once each over every
+// replica, by type, whether the fan-out runs alone or in a delivery claim, and whatever the
+// replicas' fan-outs racing each other.
+func TestWebhookFanOutCountsEachEventOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFanOutFixture(t)
+	counters := []*writtenCounter{{}, {}}
+	replicas := []*Store{New(f.db, Config{Observer: counters[0]}), New(f.db, Config{Observer: counters[1]})}
+
+	f.writeEvents(f.db, 3)
+	require.NoError(t, replicas[0].WebhookFanOut(ctx))
+	require.Equal(t, map[string]int{"backfill.updated": 3}, counters[0].byType)
+	_, err := f.db.ExecContext(ctx, `INSERT INTO events (type, backfill_id, dag_id, occurred_at, data)
+		VALUES ('backfill.paused', 1, 'd', now(), '{}'), ('backfill.updated', 1, 'd', now(), '{}')`)
+	require.NoError(t, err)
+	_, err = replicas[1].WebhookDeliveryClaim(ctx, WebhookClaimParams{
+		FanOut: true, PerEndpoint: 1, Limit: 1, Lease: time.Minute, Free: map[int64]int{}})
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"backfill.paused": 1, "backfill.updated": 1}, counters[1].byType, "the claim's fan-out counts too")
+
+	// Both replicas fan out at once, each many times, while writers commit.
+	const writers, each = 4, 25
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for w := range writers {
+		wg.Go(func() {
+			<-start
+			for range each {
+				writeEventsOf(t, f.db, int64(w+1), 1)
+			}
+		})
+	}
+	for _, r := range replicas {
+		wg.Go(func() {
+			<-start
+			for range 2 * each {
+				assert.NoError(t, r.WebhookFanOut(ctx))
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	for _, r := range replicas {
+		require.NoError(t, r.WebhookFanOut(ctx)) // what committed after the last ones
+	}
+	var stored int
+	require.NoError(t, f.db.Get(&stored, `SELECT count(*) FROM events`))
+	require.Equal(t, stored, counters[0].total()+counters[1].total(), "every event counted once over both replicas")
+	require.Equal(t, 1, f.missing(), "every event has its delivery but the pause, a type the webhook does not take")
 }

@@ -37,6 +37,7 @@ func Names() (map[string]bool, error) {
 	m.WebhookAttempted("delivered")
 	m.WebhookDelivered(time.Second)
 	m.EventRead("backfill.created", time.Millisecond)
+	m.EventsWritten("backfill.created", 1)
 	m.StreamsOpen(1)
 	m.StreamRejected()
 	m.OutcomeUnknown()
