@@ -62,7 +62,7 @@ func copyRunsAndSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p doma
 	if len(ids) != len(slots) {
 		return fmt.Errorf("allocate run ids: got %d for %d slots", len(ids), len(slots))
 	}
-	conf := jsonParam(p.DagRunConf)
+	conf, _ := JSON(p.DagRunConf).Value() // once, not at every row's conversion
 	err = copyIn(ctx, tx, `COPY dag_runs (id, dag_id, run_id, logical_date, data_interval_start, data_interval_end,
 		state, run_type, backfill_id, backfill_sort_ordinal, conf, attempt, queued_at, blocked_by) FROM STDIN`, len(slots),
 		func(i int) []any {

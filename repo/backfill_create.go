@@ -207,7 +207,7 @@ func (s *Store) backfillInsertAll(ctx context.Context, tx *sqlx.Tx, p domain.Bac
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
 			$21, CASE WHEN $21::bigint IS NOT NULL THEN $22::smallint END, $23)
 		RETURNING `+backfillColumns,
-		id, p.DagID, p.FromDate, p.ToDate, p.RunBackwards, jsonParam(p.DagRunConf), p.ReprocessBehavior,
+		id, p.DagID, p.FromDate, p.ToDate, p.RunBackwards, JSON(p.DagRunConf), p.ReprocessBehavior,
 		p.MaxActiveRuns, p.Description, now, queued, skipped, p.MaxFailedRuns, planHash, p.ParentBackfillID, p.Pool,
 		p.CodeRef, p.CreatedBy, p.Reason, p.Priority, p.GroupID, p.GroupDepth, blocked)
 	if uniqueViolation(err) == constraintOneActivePerDag {
@@ -387,7 +387,7 @@ func reprocessRuns(ctx context.Context, tx *sqlx.Tx, backfillID int64, p domain.
 		FROM unnest($1::bigint[], $2::int[], $9::int[]) AS u(id, ordinal, blocked)
 		WHERE r.id = u.id AND r.state IN ('success', 'failed', 'canceled')
 		  AND r.dag_id = $6 AND r.logical_date BETWEEN $7 AND $8`,
-		ids, ordinals, backfillID, jsonParam(p.DagRunConf), now, p.DagID, first, last, blocked)
+		ids, ordinals, backfillID, JSON(p.DagRunConf), now, p.DagID, first, last, blocked)
 	if err != nil {
 		return fmt.Errorf("reprocess runs: %w", err)
 	}

@@ -98,7 +98,7 @@ func insertRunsAndSlots(ctx context.Context, tx *sqlx.Tx, backfillID int64, p do
 		SELECT count(*) AS linked,
 			CASE WHEN count(*) < cardinality($2::int[]) THEN array_agg(sort_ordinal) END AS ordinals
 		FROM linked`,
-		backfillID, ordinals, dates, ends, runIDs, p.DagID, jsonParam(p.DagRunConf), now, blocked)
+		backfillID, ordinals, dates, ends, runIDs, p.DagID, JSON(p.DagRunConf), now, blocked)
 	if c := uniqueViolation(err); c == constraintRunIDPerDag || c == constraintRunPerDate {
 		// ON CONFLICT guards only its arbiter, and only against rows committed before the
 		// check: a concurrent creation that commits the same date in between surfaces as a

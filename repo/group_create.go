@@ -207,7 +207,7 @@ func (s *Store) groupInsertAll(ctx context.Context, tx *sqlx.Tx, p domain.GroupR
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, 'running', '', 0,
 			backfill_now(), backfill_now())`,
 		id, pq.StringArray(p.DagIDs), p.IncludeDownstream, p.FromDate, p.ToDate, p.RunBackwards,
-		jsonParam(p.DagRunConf), p.ReprocessBehavior, p.MaxActiveRuns, p.MaxFailedRuns, p.Description, p.Pool,
+		JSON(p.DagRunConf), p.ReprocessBehavior, p.MaxActiveRuns, p.MaxFailedRuns, p.Description, p.Pool,
 		p.Priority, p.CodeRef, p.CreatedBy, p.Reason)
 	if err != nil {
 		return BackfillGroup{}, fmt.Errorf("insert backfill group: %w", err)

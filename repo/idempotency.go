@@ -44,7 +44,7 @@ func idemLookup(ctx context.Context, q sqlx.QueryerContext, r idemRequest) ([]in
 	err := sqlx.GetContext(ctx, q, &stored, `
 		SELECT operation = $2 AND request_hash = $3 AND dag_run_conf IS NOT DISTINCT FROM $4::jsonb AS same,
 			result_ids
-		FROM idempotency_keys WHERE key = $1`, r.key, r.op, r.fp.Hash, jsonParam(r.fp.Conf))
+		FROM idempotency_keys WHERE key = $1`, r.key, r.op, r.fp.Hash, JSON(r.fp.Conf))
 	if isNoRows(err) {
 		return nil, false, nil
 	}
@@ -68,7 +68,7 @@ func idemRecord(ctx context.Context, tx sqlx.ExecerContext, r idemRequest, ids [
 	_, err := tx.ExecContext(ctx, `
 		INSERT INTO idempotency_keys (key, operation, request_hash, dag_run_conf, result_ids, dag_id, created_at)
 		VALUES ($1, $2, $3, $4::jsonb, $5, $6, backfill_now())`,
-		r.key, r.op, r.fp.Hash, jsonParam(r.fp.Conf), pq.Int64Array(ids), dagID)
+		r.key, r.op, r.fp.Hash, JSON(r.fp.Conf), pq.Int64Array(ids), dagID)
 	if uniqueViolation(err) == constraintIdempotencyKeyKey {
 		return errIdempotencyKeyTaken
 	}

@@ -1,6 +1,7 @@
 package repo
 
 import (
+	"database/sql/driver"
 	"fmt"
 	"strings"
 	"time"
@@ -176,6 +177,15 @@ type ListParams struct {
 
 // JSON is a jsonb value that may be NULL (nil). json.RawMessage cannot scan a NULL.
 type JSON []byte
+
+// Value implements driver.Valuer: a JSON document goes to a jsonb parameter as text (lib/pq
+// would send a []byte as bytea), and none, or JSON's null, as NULL.
+func (j JSON) Value() (driver.Value, error) {
+	if len(j) == 0 || string(j) == "null" {
+		return nil, nil
+	}
+	return string(j), nil
+}
 
 // Scan implements sql.Scanner.
 func (j *JSON) Scan(src any) error {

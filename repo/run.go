@@ -21,14 +21,6 @@ func RunIDFor(runType domain.RunType, logicalDate time.Time) string {
 	return string(runType) + "__" + logicalDate.UTC().Format(time.RFC3339Nano)
 }
 
-// jsonParam passes a JSON document to a jsonb parameter; lib/pq would send a []byte as bytea.
-func jsonParam(raw JSON) any {
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil
-	}
-	return string(raw)
-}
-
 // RunCreateParams triggers a manual run.
 type RunCreateParams struct {
 	DagID       string
@@ -86,7 +78,7 @@ func runInsertManual(ctx context.Context, tx *sqlx.Tx, p RunCreateParams) (Run, 
 			state, run_type, conf, attempt, queued_at, pool)
 		VALUES ($1, $2, $3, $3, $4, 'queued', 'manual', $5, 1, backfill_now(), $6)
 		RETURNING `+runColumns,
-		p.DagID, RunIDFor(domain.RunTypeManual, p.LogicalDate), p.LogicalDate, sched.Next(p.LogicalDate), jsonParam(p.Conf), p.Pool)
+		p.DagID, RunIDFor(domain.RunTypeManual, p.LogicalDate), p.LogicalDate, sched.Next(p.LogicalDate), JSON(p.Conf), p.Pool)
 	switch uniqueViolation(err) {
 	case constraintRunPerDate, constraintRunIDPerDag:
 		return Run{}, ErrRunAlreadyExists
