@@ -90,13 +90,21 @@ func (b *bench) eventReads(ctx context.Context, s *repo.Store, db *sqlx.DB, res 
 	}
 	for r := range sz.reads + 1 { // round 0 warms up
 		for _, rd := range reads {
+			if r == 0 {
+				// The warm-up also waits until the events can be served: a transaction of
+				// another database on the same server (a test of another package, under make
+				// test) may hold the horizon below them for a moment, and EventScan answers
+				// what is servable without waiting.
+				if err := untilNoError(ctx, 15*time.Second, rd.read); err != nil {
+					return "", err
+				}
+				continue
+			}
 			start := time.Now()
 			if err := rd.read(); err != nil {
 				return "", err
 			}
-			if r > 0 {
-				*rd.into = append(*rd.into, time.Since(start))
-			}
+			*rd.into = append(*rd.into, time.Since(start))
 		}
 	}
 	b.log.Printf("P12 reads at %s events (median of %d): backfill before the flood %s (EventList), %s (EventScan); after %s, %s; a DAG without events %s",
@@ -143,4 +151,21 @@ func oldWalk(ctx context.Context, db *sqlx.DB, id int64) (int, error) {
 				ORDER BY o.id LIMIT 100) s`, id)
 	}
 	return n, err
+}
+
+// untilNoError runs read until it answers no error, every 50 ms, for at most limit; it answers
+// the last error past that.
+func untilNoError(ctx context.Context, limit time.Duration, read func() error) error {
+	deadline := time.Now().Add(limit)
+	for {
+		err := read()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
