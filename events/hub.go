@@ -48,16 +48,16 @@ type Store interface {
 // Observer is told what an operator watches; the metrics package implements it.
 type Observer interface {
 	// EventRead: the listener read one event for its streams, lag after its transaction.
-	EventRead(eventType string, lag time.Duration)
+	EventRead(lag time.Duration)
 	StreamsOpen(n int)
 	StreamRejected()
 }
 
 type nopObserver struct{}
 
-func (nopObserver) EventRead(string, time.Duration) {}
-func (nopObserver) StreamsOpen(int)                 {}
-func (nopObserver) StreamRejected()                 {}
+func (nopObserver) EventRead(time.Duration) {}
+func (nopObserver) StreamsOpen(int)         {}
+func (nopObserver) StreamRejected()         {}
 
 // Config tunes a Hub. Zero values take defaults.
 type Config struct {

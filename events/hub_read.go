@@ -90,7 +90,7 @@ func (h *Hub) readOutbox(ctx context.Context) bool {
 		}
 		h.mu.Unlock()
 		for _, ev := range evs {
-			h.obs.EventRead(string(ev.Type), time.Since(ev.OccurredAt))
+			h.obs.EventRead(time.Since(ev.OccurredAt))
 			h.cursor = ev.ID
 		}
 		if len(evs) < h.cfg.Batch {

@@ -227,7 +227,7 @@ func (m *Metrics) WebhookDelivered(lag time.Duration) { m.webhookLag.Observe(lag
 
 // EventRead implements events.Observer: the listener read one event from the outbox for its
 // streams, lag after its transaction.
-func (m *Metrics) EventRead(_ string, lag time.Duration) {
+func (m *Metrics) EventRead(lag time.Duration) {
 	m.eventLag.Observe(max(lag, 0).Seconds())
 }
 

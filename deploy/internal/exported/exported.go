@@ -36,7 +36,7 @@ func Names() (map[string]bool, error) {
 	m.SweepPassed(time.Millisecond, errors.New("failed pass"))
 	m.WebhookAttempted("delivered")
 	m.WebhookDelivered(time.Second)
-	m.EventRead("backfill.created", time.Millisecond)
+	m.EventRead(time.Millisecond)
 	m.EventsWritten("backfill.created", 1)
 	m.StreamsOpen(1)
 	m.StreamRejected()
