@@ -150,12 +150,6 @@ const pageBoundCTE = `bound AS MATERIALIZED (
 				ELSE event_horizon(snap.s) END AS horizon
 			FROM snap)`
 
-// EventTypeCount is how many events of one type a webhook fan-out took.
-type EventTypeCount struct {
-	Type  domain.EventType `db:"type"`
-	Count int              `db:"count"`
-}
-
 // EventLastID is the largest servable event id so far (0 when none): where a listener that
 // starts now begins, and where one without streams moves to at every poll. Below the
 // snapshot's xmin is below the horizon.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/backfillsvc/backfill/domain"
 	"github.com/jmoiron/sqlx"
 )
 
@@ -31,6 +32,12 @@ func (s *Store) WebhookFanOut(ctx context.Context) error {
 		s.countEventsWritten(taken)
 	}
 	return err
+}
+
+// EventTypeCount is how many events of one type a webhook fan-out took.
+type EventTypeCount struct {
+	Type  domain.EventType `db:"type"`
+	Count int              `db:"count"`
 }
 
 // countEventsWritten tells the observer what a committed fan-out took. The fan-out reads
@@ -62,13 +69,12 @@ func (s *Store) countEventsWritten(taken []EventTypeCount) {
 //
 // The caller prepares webhookFanOutSQL before BEGIN (Store.prepareHot).
 func (s *Store) webhookFanOut(ctx context.Context, tx *sqlx.Tx) ([]EventTypeCount, error) {
-	taken, _, err := s.webhookFanOutPage(ctx, tx, fanOutBatch)
-	return taken, err
+	return s.webhookFanOutPage(ctx, tx, fanOutBatch)
 }
 
 // webhookFanOutPage takes one page of at most limit events and answers how many of each type
-// it took, and how many in all.
-func (s *Store) webhookFanOutPage(ctx context.Context, tx *sqlx.Tx, limit int) ([]EventTypeCount, int, error) {
+// it took.
+func (s *Store) webhookFanOutPage(ctx context.Context, tx *sqlx.Tx, limit int) ([]EventTypeCount, error) {
 	// The cursor is read after the lock is taken, by a statement of its own: in READ
 	// COMMITTED it then sees what the previous holder committed.
 	//
@@ -79,20 +85,16 @@ func (s *Store) webhookFanOutPage(ctx context.Context, tx *sqlx.Tx, limit int) (
 	// is read when the statement runs, so it holds for the session's cached plan too.
 	var locked bool
 	if err := tx.GetContext(ctx, &locked, `SELECT pg_try_advisory_xact_lock($1) FROM set_config('jit', 'off', true)`, int64(fanOutLock)); err != nil {
-		return nil, 0, fmt.Errorf("webhook fan-out lock: %w", err)
+		return nil, fmt.Errorf("webhook fan-out lock: %w", err)
 	}
 	if !locked {
-		return nil, 0, nil // another replica is fanning out now
+		return nil, nil // another replica is fanning out now
 	}
 	var taken []EventTypeCount
 	if err := sqlx.SelectContext(ctx, s.hot(ctx, tx, webhookFanOutSQL), &taken, webhookFanOutSQL, limit); err != nil {
-		return nil, 0, fmt.Errorf("webhook fan-out: %w", err)
+		return nil, fmt.Errorf("webhook fan-out: %w", err)
 	}
-	n := 0
-	for _, c := range taken {
-		n += c.Count
-	}
-	return taken, n, nil
+	return taken, nil
 }
 
 // webhookFanOutSQL makes the deliveries of one page of at most $1 events, in id order, of the
