@@ -138,9 +138,11 @@ func TestEventReadersAtAMillionEventsLeaveStatusReadsAndClaimsAlone(t *testing.T
 	e.DailyBackfill("work", day(1, 1), day(1, 10), "max_active_runs", 100) // what the claims claim
 	start := time.Now()
 	fillOutbox(t, e.DB, 1_000_000)
-	// The fixture's aftermath (hint bits, the visibility map, a checkpoint) is not the load
-	// under test: settled first, then the idle figures after a warm-up.
-	e.DB.MustExec(`VACUUM ANALYZE events`)
+	// The fixture's aftermath (hint bits, the visibility map, the bloom index's summaries of
+	// the million rows, a checkpoint) is not the load under test: settled first, then the idle
+	// figures after a warm-up. The table, not the events view: VACUUM skips a view with a
+	// warning, and unsummarized, each old-backfill stream's first read walked every row (190 ms).
+	e.DB.MustExec(`VACUUM ANALYZE outbox`)
 	e.DB.MustExec(`CHECKPOINT`)
 	t.Logf("outbox: 1,000,000 events in %s", time.Since(start).Round(time.Millisecond))
 	statusAndClaimLatencies(t, e, old.Id, 2*time.Second) // warm-up
