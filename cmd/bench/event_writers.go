@@ -18,7 +18,9 @@ const targetEventWriters = 0.90
 // one pair's ratio varies by ±10 % (other tenants, autovacuum): a median of 9 pairs still
 // moved by about ±3 % from run to run (0.889–1.01 at 8 clients over nine runs); 15 narrow
 // that to about ±2 % on a quiet machine, for 25 more seconds, but on a noisy one runs still
-// spread by ±3 % (0.872–0.934 at 32 clients).
+// spread by ±3–4 % (0.872–0.934 at 32 clients; 0.890–0.967 on another machine, where 31
+// pairs or rounds three times as long spread as widely: what moves there is the event's cost
+// itself, 17–57 µs of PostgreSQL a change from run to run).
 const (
 	eventWriterChanges = 6000
 	eventWriterRounds  = 15
