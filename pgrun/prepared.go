@@ -8,8 +8,8 @@ import (
 	"github.com/jmoiron/sqlx"
 )
 
-// The hot statements (the status read, the claim, the report and release, the heartbeat) run many times a
-// second with the same text. Prepared once per pooled connection, PostgreSQL parses and plans
+// The hot statements (the status read, the claim, the report and release, the heartbeat, the
+// reads of events) run many times a second with the same text. Prepared once per pooled connection, PostgreSQL parses and plans
 // them once per connection instead of on every call: measured on the status read, 58–80 µs of
 // PostgreSQL CPU per read prepared against 177–208 µs unnamed (docs/BENCHMARKS.md, P2).
 //

@@ -61,7 +61,7 @@ func (s *Store) EventPage(ctx context.Context, p EventListParams) (events []doma
 	deadline := time.Now().Add(p.Wait)
 	for attempt := 0; ; attempt++ {
 		err = s.readRetried(ctx, func(ctx context.Context, q pgrun.Queryer) (err error) {
-			events, held, err = eventList(ctx, q, p)
+			events, held, err = s.eventList(ctx, q, p)
 			return err
 		})
 		if err != nil || !held || len(events) == p.Limit || !time.Now().Before(deadline) {
@@ -82,8 +82,9 @@ func eventHeldBackoff(attempt int) time.Duration {
 // eventList reads one page and cuts it at the horizon of the same snapshot. held says that the
 // page went on past the horizon: committed events are waiting for an older transaction. The
 // exact horizon reads pg_stat_activity, so it is computed only then; otherwise the snapshot's
-// xmin (which is at most the horizon) already admits the whole page.
-func eventList(ctx context.Context, q sqlx.QueryerContext, p EventListParams) (events []domain.Event, held bool, err error) {
+// xmin (which is at most the horizon) already admits the whole page. Its statements are hot:
+// the event hub runs one at every poll.
+func (s *Store) eventList(ctx context.Context, q sqlx.QueryerContext, p EventListParams) (events []domain.Event, held bool, err error) {
 	var rows []struct {
 		domain.Event
 		// Rendered is the event's data, NULL when DataOnlyFor left it out (a
@@ -99,7 +100,7 @@ func eventList(ctx context.Context, q sqlx.QueryerContext, p EventListParams) (e
 	if p.BackfillID != nil {
 		stmt, args = backfillEventPageSQL, append(args, *p.BackfillID)
 	}
-	err = sqlx.SelectContext(ctx, q, &rows, stmt, args...)
+	err = sqlx.SelectContext(ctx, s.hot(ctx, q, stmt), &rows, stmt, args...)
 	if err != nil {
 		return nil, false, fmt.Errorf("list events: %w", err)
 	}

@@ -52,6 +52,11 @@ type EventScanPage struct {
 // backfill's bound, migrations/00022, when p.BackfillID is set), of which it answers the first
 // p.Limit that the filters keep, cut at the horizon as EventList cuts its page. One statement,
 // whatever the filters match: a reader pages through a rare filter in steps of Next.
+//
+// The statement is hot (prepared once per connection): every JSON page of events and every
+// step of a stream's replay runs it, and unnamed, PostgreSQL planned it on every call (the
+// view of the partitioned outbox behind the LATERAL lookup), 0.67 ms of a page's 0.8 ms of
+// database time at a million events.
 func (s *Store) EventScan(ctx context.Context, p EventScanParams) (EventScanPage, error) {
 	if p.Rows <= 0 {
 		p.Rows = DefaultEventScanRows
@@ -78,7 +83,7 @@ func (s *Store) EventScan(ctx context.Context, p EventScanParams) (EventScanPage
 		Rendered   []byte     `db:"rendered"`
 	}
 	err := s.readRetried(ctx, func(ctx context.Context, q pgrun.Queryer) error {
-		return sqlx.SelectContext(ctx, q, &rows, eventScanSQL,
+		return sqlx.SelectContext(ctx, s.hot(ctx, q, eventScanSQL), &rows, eventScanSQL,
 			p.After, typ, p.Limit, dataOnlyFor, p.BackfillID, p.Rows, p.DagID)
 	})
 	if err != nil {

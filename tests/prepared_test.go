@@ -11,7 +11,7 @@ import (
 )
 
 // TestHotStatementsArePreparedOnlyWithoutAPooler: with PrepareStatements (DB_POOLER=none) the
-// status read, the claim, the report and the heartbeat are prepared on the connection that
+// status read, the claim, the report, the heartbeat and the reads of events are prepared on the connection that
 // ran them, so PostgreSQL plans them once per connection; without it (DB_POOLER=transaction)
 // nothing is left prepared on a session, which is what PgBouncer in transaction mode needs
 // (TestAPIThroughPgBouncerTransactionMode runs the service that way). Each pool has one
@@ -36,6 +36,11 @@ func TestHotStatementsArePreparedOnlyWithoutAPooler(t *testing.T) {
 		require.ErrorIs(t, err, repo.ErrRunNotFound)
 		_, err = store.RunReport(ctx, repo.RunReportParams{DagID: "d", RunID: "r", State: domain.RunSuccess})
 		require.ErrorIs(t, err, repo.ErrDagNotFound)
+		dag := "nosuchdag"
+		_, err = store.EventScan(ctx, repo.EventScanParams{Limit: 10, DagID: &dag})
+		require.NoError(t, err)
+		_, _, err = store.EventPage(ctx, repo.EventListParams{Limit: 10})
+		require.NoError(t, err)
 
 		prepared := func(db *sqlx.DB) []string {
 			var stmts []string
@@ -50,10 +55,12 @@ func TestHotStatementsArePreparedOnlyWithoutAPooler(t *testing.T) {
 			continue
 		}
 		// The claim found nothing, so it also asked whether an owner was passed over.
-		require.Len(t, main, 3, "the status read, the claim and its claimable check: %q", main)
+		require.Len(t, main, 5, "the status read, the claim and its claimable check, a page of events and the hub's read: %q", main)
 		require.Contains(t, main[0], "FROM backfills WHERE id = $1")
 		require.Contains(t, main[1], "WITH RECURSIVE dag_owner")
 		require.Contains(t, main[2], "SELECT EXISTS (SELECT 1 FROM backfills WHERE")
+		require.Contains(t, main[3], "FROM events_scan(")
+		require.Contains(t, main[4], "events WHERE id > $1")
 		require.Len(t, lease, 2, "the heartbeat and the report: %q", lease)
 		require.Contains(t, lease[0], "WITH hb AS")
 		require.Contains(t, lease[1], "WITH cur AS MATERIALIZED")
@@ -61,6 +68,6 @@ func TestHotStatementsArePreparedOnlyWithoutAPooler(t *testing.T) {
 		// A second status read reuses the statement: nothing more is prepared.
 		_, err = store.BackfillGet(ctx, 2)
 		require.ErrorIs(t, err, repo.ErrBackfillNotFound)
-		require.Len(t, prepared(db), 3)
+		require.Len(t, prepared(db), 5)
 	}
 }
