@@ -11,11 +11,12 @@ import (
 )
 
 // TestHotStatementsArePreparedOnlyWithoutAPooler: with PrepareStatements (DB_POOLER=none) the
-// status read, the claim, the report, the heartbeat and the reads of events are prepared on the connection that
-// ran them, so PostgreSQL plans them once per connection; without it (DB_POOLER=transaction)
-// nothing is left prepared on a session, which is what PgBouncer in transaction mode needs
-// (TestAPIThroughPgBouncerTransactionMode runs the service that way). Each pool has one
-// connection, so pg_prepared_statements read on the pool is the session that ran them.
+// status read, the claim, the report, the heartbeat and the reads of events are prepared on
+// the connection that ran them, so PostgreSQL plans them once per connection; without it
+// (DB_POOLER=transaction) nothing is left prepared on a session, which is what PgBouncer in
+// transaction mode needs (TestAPIThroughPgBouncerTransactionMode runs the service that way).
+// Each pool has one connection, so pg_prepared_statements read on the pool is the session
+// that ran them.
 func TestHotStatementsArePreparedOnlyWithoutAPooler(t *testing.T) {
 	_, dsn := openServicePool(t)
 	for _, prepare := range []bool{true, false} {
