@@ -267,8 +267,9 @@ func (h *Hub) loop(ctx context.Context) {
 	}
 	// reread reads the outbox again while committed events for the streams are held back by
 	// an older transaction, or after a read that failed (readOutbox): after heldWait, then
-	// less and less often, up to the poll's pace. Without it such events waited for the next
-	// notification, which may not come, or the next poll.
+	// less and less often, up to the poll's pace or heldRereadMax, whichever is sooner.
+	// Without it such events waited for the next notification, which may not come, or the
+	// next poll.
 	reread := time.NewTimer(time.Hour)
 	reread.Stop()
 	defer reread.Stop()
@@ -279,7 +280,7 @@ func (h *Hub) loop(ctx context.Context) {
 			reread.Stop()
 			return
 		}
-		rereadEvery = min(max(2*rereadEvery, heldWait), pollEvery)
+		rereadEvery = min(max(2*rereadEvery, heldWait), pollEvery, heldRereadMax)
 		reread.Reset(rereadEvery)
 	}
 	reprobe := time.NewTicker(probeEvery)

@@ -40,6 +40,13 @@ func (h *Hub) following() (bool, time.Time) {
 // the loop keeps serving progress meanwhile.
 const heldWait = 250 * time.Millisecond
 
+// heldRereadMax is the longest the hub waits between reads while events are held back: the
+// streams get them within about a second of the older transaction's end, whatever the poll
+// interval an operator set, for one read a second while it lasts. Doubling up to the poll
+// interval alone, a held event once waited 4-8 s for its stream behind a long poll (a test
+// with hour-long polls, on a loaded machine).
+const heldRereadMax = time.Second
+
 // readOutbox reads every event after the cursor and hands each to its backfill's streams,
 // while the replica has streams. Only the followed backfills' events are read with their data
 // (rendered from the stored row at every read): the others only feed the listener's lag
