@@ -242,9 +242,7 @@ CREATE TABLE public.outbox (
     type text,
     dag_id text,
     data jsonb,
-    snapshot public.backfills,
-    CONSTRAINT events_of_a_backfill_or_a_group CHECK (((backfill_id IS NULL) <> (group_id IS NULL))),
-    CONSTRAINT outbox_typed CHECK (((type IS NULL) <> (kind IS NULL)))
+    snapshot public.backfills
 )
 PARTITION BY RANGE (id);
 
@@ -1445,7 +1443,7 @@ CREATE CONSTRAINT TRIGGER backfills_events_on_insert AFTER INSERT ON public.back
 
 CREATE CONSTRAINT TRIGGER backfills_events_on_settings AFTER UPDATE OF max_active_runs, max_failed_runs, description, pool ON public.backfills DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((new.settings_revision = old.settings_revision)) EXECUTE FUNCTION public.backfill_events_write('settings');
 
-CREATE CONSTRAINT TRIGGER backfills_events_on_state AFTER UPDATE ON public.backfills DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((old.state IS DISTINCT FROM new.state)) EXECUTE FUNCTION public.backfill_events_write('state');
+CREATE CONSTRAINT TRIGGER backfills_events_on_state AFTER UPDATE OF state, num_failed ON public.backfills DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((old.state IS DISTINCT FROM new.state)) EXECUTE FUNCTION public.backfill_events_write('state');
 
 CREATE TRIGGER backfills_keep_deleted_bounds AFTER DELETE ON public.backfills REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION public.backfills_keep_deleted_bounds();
 

@@ -59,7 +59,9 @@ type TerminalRow struct {
 //	    claim committed while its pool ran more runs than its slots (see pools.go);
 //	(i) with InstallClaimAudit, in any window of a paced pool's `per`, at most its `runs`
 //	    starts of its runs (the pace in force at the window's last start);
-//	(j)-(l) the groups' dependencies and lifecycle (groups.go).
+//	(j)-(l) the groups' dependencies and lifecycle (groups.go);
+//	(m) the outbox's rows, each of one backfill or one group, thin or written as before
+//	    (events.go).
 //
 // With InstallClaimAudit, (c) for backfills is checked on every claim's commit (running never
 // above the max_active_runs in force then), since a PATCH may lower the limit below what runs.
@@ -223,6 +225,7 @@ func Check(ctx context.Context, db *sqlx.DB) (Report, error) {
 
 	checkPools(check, audited)
 	checkGroups(check)
+	checkEvents(check)
 
 	if firstErr != nil {
 		return rep, firstErr
