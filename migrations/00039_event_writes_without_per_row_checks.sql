@@ -13,14 +13,15 @@
 --   and without the outbox's two CHECKs              1,353,831   (+98,300 over the floor)
 --
 -- 1. backfills_events_on_state fires only for a statement that sets state or num_failed.
---    Its WHEN (the state changed) was prepared for every UPDATE of backfills, a PATCH's, a
---    claim's and a heartbeat's included. A state changes either in a statement that sets it,
+--    Its WHEN (the state changed) was prepared for every UPDATE of backfills, a PATCH's and
+--    the counter trigger's for every claim and report included. A state changes either in a statement that sets it,
 --    or in the one BEFORE trigger that sets NEW.state, backfills_pause_rules, which does so only
 --    when num_failed rose, that is in a statement that sets num_failed (no BEFORE trigger
---    changes num_failed). A column list sees only the statement's SET list (PostgreSQL 13+),
---    which is why 00018 had none: num_failed in it covers the failure budget's pause.
---    tests/events_state_trigger_test.go fails when a BEFORE UPDATE trigger is added to
---    backfills, so that its author checks this list.
+--    changes num_failed). A column list sees only the statement's SET list, not what a BEFORE
+--    trigger changes, which is why 00018 had none: num_failed in it covers the failure
+--    budget's pause. TestStateEventTriggerCoversEveryBeforeTriggerThatChangesState
+--    (tests/events_shape_test.go) fails when a BEFORE UPDATE trigger is added to backfills, so
+--    that its author checks this list.
 -- 2. The outbox keeps no CHECK: events_of_a_backfill_or_a_group and outbox_typed cost every
 --    event 58,000 instructions, a third of what writing it costs, to check what its four
 --    writers build by construction (the PATCH's statement, backfill_events_insert, the group
