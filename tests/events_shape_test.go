@@ -1,7 +1,7 @@
 package tests
 
 import (
-	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -24,14 +24,13 @@ func TestOutboxWritersKeepTheRowShape(t *testing.T) {
 		e.PutDag(d, "@daily", "")
 	}
 	g := e.CreateGroup([]string{"shape_up", "shape_down"}, day(1, 1), day(1, 2))
-	require.Equal(t, 200, e.GroupAction(g.Id, "pause").Status) // the group trigger
+	require.Equal(t, http.StatusOK, e.GroupAction(g.Id, "pause").Status) // the group trigger
 
-	written := func(where string) int {
-		return e.Count(`SELECT count(*) FROM outbox WHERE ` + where)
-	}
-	require.Equal(t, 3, written(fmt.Sprintf("backfill_id = %d AND kind IS NOT NULL", b.Id)), "created, updated, paused: thin")
-	require.Equal(t, 1, written(fmt.Sprintf("backfill_id = %d AND type IS NOT NULL", b.Id)), "the previous replica's row")
-	require.Equal(t, 2, written(fmt.Sprintf("group_id = %d", g.Id)), "the group's created and paused")
+	require.Equal(t, 3, e.Count(`SELECT count(*) FROM outbox WHERE backfill_id = $1 AND kind IS NOT NULL`, b.Id),
+		"created, updated, paused: thin")
+	require.Equal(t, 1, e.Count(`SELECT count(*) FROM outbox WHERE backfill_id = $1 AND type IS NOT NULL`, b.Id),
+		"the previous replica's row")
+	require.Equal(t, 2, e.Count(`SELECT count(*) FROM outbox WHERE group_id = $1`, g.Id), "the group's created and paused")
 
 	clean := &violationRecorder{TB: t}
 	checkInvariants(clean, e.DB)
