@@ -14,10 +14,10 @@
 --
 -- 1. backfills_events_on_state fires only for a statement that sets state or num_failed.
 --    Its WHEN (the state changed) was prepared for every UPDATE of backfills, a PATCH's and
---    the counter trigger's for every claim and report included. A state changes either in a statement that sets it,
---    or in the one BEFORE trigger that sets NEW.state, backfills_pause_rules, which does so only
---    when num_failed rose, that is in a statement that sets num_failed (no BEFORE trigger
---    changes num_failed). A column list sees only the statement's SET list, not what a BEFORE
+--    the counter trigger's for every claim and report included. A state changes either in a
+--    statement that sets it, or in the one BEFORE trigger that sets NEW.state,
+--    backfills_pause_rules, which does so only when num_failed rose, that is in a statement
+--    that sets num_failed (no BEFORE trigger changes num_failed). A column list sees only the statement's SET list, not what a BEFORE
 --    trigger changes, which is why 00018 had none: num_failed in it covers the failure
 --    budget's pause. TestStateEventTriggerCoversEveryBeforeTriggerThatChangesState
 --    (tests/events_shape_test.go) fails when a BEFORE UPDATE trigger is added to backfills, so
