@@ -55,7 +55,10 @@ func fillOutbox(t testing.TB, db *sqlx.DB, n int) int64 {
 // It runs alone, before the parallel tests: run beside TestGlobalEventStreamFollowsEveryBackfillAndResumes
 // in the same process on a loaded machine, that test's stream waited over 60 s for an event in
 // three processes of four (and once in a CI rehearsal), though each passes alone and beside the
-// other in another process. The cause is not found yet.
+// other in another process. The cause is not proven yet. A likely one: this test's burst of
+// short transactions makes event_horizon count one of them, ended while the horizon was read,
+// as the stream's database's (the race the loop below tolerates); a replay that stops at such
+// a held horizon leaves the rest to the hub, whose cursor may be past it already.
 func TestEventPageOfAFilterThatMatchesNothingEndsWithinTheStatementTimeout(t *testing.T) {
 	const timeout = 500 * time.Millisecond
 	e := newEnv(t, withStatementTimeout(timeout))
