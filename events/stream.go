@@ -43,6 +43,12 @@ type Stream struct {
 	lastID   int64
 	sink     Sink
 	err      error
+	// held: the stream's last read of the outbox stopped at committed events that an older
+	// transaction holds back. The hub may have read past them already (the horizon it read
+	// was higher: event_horizon can count a transaction of another database that ended
+	// meanwhile as this one's), so the stream reads them itself, every heldEvery.
+	held      bool
+	heldEvery time.Duration
 }
 
 // OpenBackfill opens backfill id's stream after event `after`. It subscribes before reading
@@ -129,10 +135,14 @@ func (s *Stream) serveBackfill(ctx context.Context) {
 	}
 	s.follow(ctx, func() (wrote, ended bool) {
 		evs, lagged, p := s.sub.Take()
-		if lagged {
-			// This stream fell behind the hub: read what it missed from the outbox.
+		if lagged || s.held {
+			// This stream fell behind the hub, or its last read stopped at held events: read
+			// what it missed from the outbox.
 			if _, ended := s.readBack(ctx); ended {
 				return true, true
+			}
+			if s.held {
+				evs = nil // past events still held back: read from the outbox when they are not
 			}
 		}
 		for _, ev := range evs {
@@ -159,8 +169,9 @@ func (s *Stream) serveAll(ctx context.Context) {
 	}
 	s.follow(ctx, func() (wrote, ended bool) {
 		evs, lagged, _ := s.sub.Take()
-		if lagged {
-			// Fell behind the hub, or subscribed while it read: read the outbox itself.
+		if lagged || s.held {
+			// Fell behind the hub, subscribed while it read, or the last read stopped at held
+			// events (what the hub hands on may lie past them): read the outbox itself.
 			wrote, _ := s.readBack(ctx)
 			return wrote, s.err != nil
 		}
@@ -201,6 +212,7 @@ func (s *Stream) readBack(ctx context.Context) (wrote, terminal bool) {
 		}
 		s.lastID = max(s.lastID, read.Next)
 		if read.End {
+			s.setHeld(read.Held)
 			return wrote, false
 		}
 		if len(read.Events) > 0 && s.flush() != nil {
@@ -210,14 +222,36 @@ func (s *Stream) readBack(ctx context.Context) (wrote, terminal bool) {
 	return wrote, false
 }
 
+// setHeld records whether the stream's last read stopped at held events, and paces the reads
+// that follow while it does as the hub paces its own: after heldWait, then doubling up to
+// heldRereadMax.
+func (s *Stream) setHeld(held bool) {
+	s.held = held
+	if !held {
+		s.heldEvery = 0
+		return
+	}
+	s.heldEvery = min(max(2*s.heldEvery, heldWait), heldRereadMax)
+}
+
 // follow keeps the stream open until the client leaves, the server shuts down, a write fails
-// or step says the stream has ended. step runs whenever the hub has news and says whether it
+// or step says the stream has ended. step runs whenever the hub has news, and while the
+// stream's last read was held back (it reads the outbox again then), and says whether it
 // wrote anything; after a quiet keep-alive interval a keep-alive keeps proxies from closing
 // the connection. Every round ends with a flush.
 func (s *Stream) follow(ctx context.Context, step func() (wrote, ended bool)) {
 	keepAlive := time.NewTicker(s.keepAlive)
 	defer keepAlive.Stop()
+	reread := time.NewTimer(time.Hour)
+	reread.Stop()
+	defer reread.Stop()
+	armed := false
 	for {
+		if s.held && !armed {
+			reread.Reset(s.heldEvery)
+			armed = true
+		}
+		run := false
 		select {
 		case <-ctx.Done():
 			return
@@ -225,7 +259,14 @@ func (s *Stream) follow(ctx context.Context, step func() (wrote, ended bool)) {
 			return
 		case <-keepAlive.C:
 			s.write(s.sink.KeepAlive)
+		case <-reread.C:
+			armed = false
+			s.sub.lag() // step reads the outbox from the last event sent
+			run = true
 		case <-s.sub.Wake():
+			run = true
+		}
+		if run {
 			wrote, ended := step()
 			if ended {
 				s.flush()

@@ -18,6 +18,8 @@ type fakeOutbox struct {
 	mu     sync.Mutex
 	events []domain.Event
 	state  domain.BackfillState
+	// heldAbove, when not 0, holds back the events after it, as an older transaction does.
+	heldAbove int64
 }
 
 func (o *fakeOutbox) EventScan(_ context.Context, p repo.EventScanParams) (repo.EventScanPage, error) {
@@ -28,6 +30,10 @@ func (o *fakeOutbox) EventScan(_ context.Context, p repo.EventScanParams) (repo.
 	for _, ev := range o.events {
 		if ev.ID <= p.After {
 			continue
+		}
+		if o.heldAbove != 0 && ev.ID > o.heldAbove {
+			page.Held, page.End = true, true
+			break
 		}
 		if looked == p.Rows || len(page.Events) == p.Limit {
 			page.End = false
@@ -161,6 +167,40 @@ func TestGlobalStreamFiltersKeepsAliveAndEndsAtShutdown(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the stream outlived the server's shutdown")
 	}
+}
+
+// A stream whose read stops at events an older transaction holds back reads them itself once
+// they are served, and sends nothing the hub hands on past them before them: the hub may have
+// read past them already, with a horizon read higher, and never hand them on.
+func TestStreamReadsHeldEventsItselfAndKeepsTheirOrder(t *testing.T) {
+	t.Parallel()
+	outbox := &fakeOutbox{heldAbove: 2}
+	for id := int64(1); id <= 4; id++ {
+		outbox.events = append(outbox.events, domain.Event{ID: id, BackfillID: 1, Type: domain.EventBackfillUpdated})
+	}
+	hub := New(nil, Config{})
+	st, err := Open(hub, NewReader(outbox, 10, 1), 0, Filter{}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	sink, done := serveInBackground(st)
+	waitFor(t, func() bool { return slices.Equal(sink.sent(), []int64{1, 2}) }, "the replay up to the held events")
+	fifth := domain.Event{ID: 5, BackfillID: 1, Type: domain.EventBackfillUpdated}
+	outbox.mu.Lock()
+	outbox.events = append(outbox.events, fifth)
+	outbox.mu.Unlock()
+	st.sub.push(fifth)
+	time.Sleep(2 * heldWait) // a read of the outbox in between, still held
+	if got := sink.sent(); !slices.Equal(got, []int64{1, 2}) {
+		t.Fatalf("sent %v while events 3 and 4 were held, want only 1 and 2", got)
+	}
+	outbox.mu.Lock()
+	outbox.heldAbove = 0
+	outbox.mu.Unlock()
+	waitFor(t, func() bool { return slices.Equal(sink.sent(), []int64{1, 2, 3, 4, 5}) }, "the held events, then the hub's, in id order")
+	hub.EndStreams()
+	<-done
 }
 
 // serveInBackground serves st to a recording sink until it ends (done closes).

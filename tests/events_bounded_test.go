@@ -51,15 +51,8 @@ func fillOutbox(t testing.TB, db *sqlx.DB, n int) int64 {
 // statement timeout, empty, with next_after past the rows it looked at; a reader that
 // follows next_after reaches the end of the outbox, each request within the timeout. Before
 // pages were bounded, one such request read and rendered every event (65–68 s at a million).
-//
-// It runs alone, before the parallel tests: run beside TestGlobalEventStreamFollowsEveryBackfillAndResumes
-// in the same process on a loaded machine, that test's stream waited over 60 s for an event in
-// three processes of four (and once in a CI rehearsal), though each passes alone and beside the
-// other in another process. The cause is not proven yet. A likely one: this test's burst of
-// short transactions makes event_horizon count one of them, ended while the horizon was read,
-// as the stream's database's (the race the loop below tolerates); a replay that stops at such
-// a held horizon leaves the rest to the hub, whose cursor may be past it already.
 func TestEventPageOfAFilterThatMatchesNothingEndsWithinTheStatementTimeout(t *testing.T) {
+	t.Parallel()
 	const timeout = 500 * time.Millisecond
 	e := newEnv(t, withStatementTimeout(timeout))
 	last := fillOutbox(t, e.DB, 200_000)
