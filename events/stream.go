@@ -135,15 +135,15 @@ func (s *Stream) serveBackfill(ctx context.Context) {
 	}
 	s.follow(ctx, func() (wrote, ended bool) {
 		evs, lagged, p := s.sub.Take()
-		if lagged || s.held {
-			// This stream fell behind the hub, or its last read stopped at held events: read
-			// what it missed from the outbox.
+		if lagged {
+			// This stream fell behind the hub, or its last read stopped at held events and
+			// it is time to read again (follow): read what it missed from the outbox.
 			if _, ended := s.readBack(ctx); ended {
 				return true, true
 			}
-			if s.held {
-				evs = nil // past events still held back: read from the outbox when they are not
-			}
+		}
+		if s.held {
+			evs = nil // they lie past events still held back: the next read takes them
 		}
 		for _, ev := range evs {
 			if s.event(ev) && ev.Type.Terminal() {
@@ -169,11 +169,14 @@ func (s *Stream) serveAll(ctx context.Context) {
 	}
 	s.follow(ctx, func() (wrote, ended bool) {
 		evs, lagged, _ := s.sub.Take()
-		if lagged || s.held {
+		if lagged {
 			// Fell behind the hub, subscribed while it read, or the last read stopped at held
-			// events (what the hub hands on may lie past them): read the outbox itself.
+			// events and it is time to read again (follow): read the outbox itself.
 			wrote, _ := s.readBack(ctx)
 			return wrote, s.err != nil
+		}
+		if s.held {
+			return false, false // evs lie past events still held back: the next read takes them
 		}
 		for _, ev := range evs {
 			if ev.ID <= s.lastID {
