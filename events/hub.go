@@ -280,7 +280,7 @@ func (h *Hub) loop(ctx context.Context) {
 			reread.Stop()
 			return
 		}
-		rereadEvery = min(max(2*rereadEvery, heldWait), pollEvery, heldRereadMax)
+		rereadEvery = min(nextHeldReread(rereadEvery), pollEvery)
 		reread.Reset(rereadEvery)
 	}
 	reprobe := time.NewTicker(probeEvery)

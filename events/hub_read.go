@@ -47,6 +47,13 @@ const heldWait = 250 * time.Millisecond
 // with hour-long polls, on a loaded machine).
 const heldRereadMax = time.Second
 
+// nextHeldReread is the wait before the next read while events stay held back, after a wait
+// of prev (0 for the first): heldWait, then doubling up to heldRereadMax. The hub and the
+// streams pace their reads of held events alike.
+func nextHeldReread(prev time.Duration) time.Duration {
+	return min(max(2*prev, heldWait), heldRereadMax)
+}
+
 // readOutbox reads every event after the cursor and hands each to its backfill's streams,
 // while the replica has streams. Only the followed backfills' events are read with their data
 // (rendered from the stored row at every read): the others only feed the listener's lag

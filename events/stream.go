@@ -226,15 +226,14 @@ func (s *Stream) readBack(ctx context.Context) (wrote, terminal bool) {
 }
 
 // setHeld records whether the stream's last read stopped at held events, and paces the reads
-// that follow while it does as the hub paces its own: after heldWait, then doubling up to
-// heldRereadMax.
+// that follow while it does as the hub paces its own (nextHeldReread).
 func (s *Stream) setHeld(held bool) {
 	s.held = held
 	if !held {
 		s.heldEvery = 0
 		return
 	}
-	s.heldEvery = min(max(2*s.heldEvery, heldWait), heldRereadMax)
+	s.heldEvery = nextHeldReread(s.heldEvery)
 }
 
 // follow keeps the stream open until the client leaves, the server shuts down, a write fails
