@@ -43,11 +43,11 @@ type Stream struct {
 	lastID   int64
 	sink     Sink
 	err      error
-	// held: the stream's last read of the outbox stopped at committed events that an older
-	// transaction holds back. The hub may have read past them already (the horizon it read
-	// was higher: event_horizon can count a transaction of another database that ended
-	// meanwhile as this one's), so the stream reads them itself, every heldEvery.
-	held      bool
+	// heldEvery is 0 unless the stream's last read of the outbox stopped at committed events
+	// that an older transaction holds back (held). The hub may have read past them already
+	// (the horizon it read was higher: event_horizon can count a transaction of another
+	// database that ended meanwhile as this one's), so the stream reads them itself, every
+	// heldEvery.
 	heldEvery time.Duration
 }
 
@@ -142,7 +142,7 @@ func (s *Stream) serveBackfill(ctx context.Context) {
 				return true, true
 			}
 		}
-		if s.held {
+		if s.held() {
 			evs = nil // they lie past events still held back: the next read takes them
 		}
 		for _, ev := range evs {
@@ -175,7 +175,7 @@ func (s *Stream) serveAll(ctx context.Context) {
 			wrote, _ := s.readBack(ctx)
 			return wrote, s.err != nil
 		}
-		if s.held {
+		if s.held() {
 			return false, false // evs lie past events still held back: the next read takes them
 		}
 		for _, ev := range evs {
@@ -228,13 +228,15 @@ func (s *Stream) readBack(ctx context.Context) (wrote, terminal bool) {
 // setHeld records whether the stream's last read stopped at held events, and paces the reads
 // that follow while it does as the hub paces its own (nextHeldReread).
 func (s *Stream) setHeld(held bool) {
-	s.held = held
 	if !held {
 		s.heldEvery = 0
 		return
 	}
 	s.heldEvery = nextHeldReread(s.heldEvery)
 }
+
+// held says whether the stream's last read of the outbox stopped at held events.
+func (s *Stream) held() bool { return s.heldEvery > 0 }
 
 // follow keeps the stream open until the client leaves, the server shuts down, a write fails
 // or step says the stream has ended. step runs whenever the hub has news, and while the
@@ -249,7 +251,7 @@ func (s *Stream) follow(ctx context.Context, step func() (wrote, ended bool)) {
 	defer reread.Stop()
 	armed := false
 	for {
-		if s.held && !armed {
+		if s.held() && !armed {
 			reread.Reset(s.heldEvery)
 			armed = true
 		}
